@@ -3,9 +3,9 @@
 The classifier is SentEval's PyTorch `MLP` with nhid=0 (`tools/classifier.py`), with the settings of SimCSE's
 and Prompt-BERT's `evaluation.py --mode test`, which every transfer number in the papers uses (`MODES`):
 
-- a linear layer initialised as torch's `nn.Linear` (uniform within 1/sqrt(dim)), the same start for every fit,
-  as SentEval re-seeds torch for each classifier; softmax cross-entropy averaged over each batch (SentEval sets
-  `size_average = False` on the loss after building it, which torch has ignored since 0.4.1);
+- a linear layer starting from the very weights `torch.manual_seed(seed); nn.Linear(dim, classes)` draws (SentEval
+  re-seeds torch for each classifier, so every fit starts there); softmax cross-entropy averaged over each batch
+  (SentEval sets `size_average = False` on the loss after building it, which torch has ignored since 0.4.1);
 - Adam (lr 1e-3) with the L2 penalty added to the gradient of every parameter (torch's `weight_decay`),
   batches of 64 in a fresh permutation per pass; `epoch_size` = 4 passes between two dev evaluations;
 - early stopping on the dev rows: the best-on-dev weights are kept; training stops at the first evaluation
@@ -14,7 +14,10 @@ and Prompt-BERT's `evaluation.py --mode test`, which every transfer number in th
 - the L2 weight is searched over 1e-5, 1e-4, 1e-3, 1e-2 by dev accuracy (rounded to 0.01 points, the first
   of equal scores wins);
 - the batch order and the 5% validation split come from `np.random` re-seeded with the seed for each fit, as
-  SentEval's, so they match SentEval's exactly; folds are sklearn's StratifiedKFold(shuffle=True).
+  SentEval's; folds are sklearn's StratifiedKFold(shuffle=True).
+
+So a fit follows SentEval's step for step: the same start, batches and stopping point, and weights equal to
+float32 rounding (about 1e-6), hence the same accuracies up to the rare prediction that rounding flips.
 
 The protocol follows the splits of a task (`tools/validation.py`):
 
@@ -417,15 +420,32 @@ class _BatchOrders:
 
 
 def _init_state(dim: int, num_classes: int, shape: tuple[int, int], config: LogRegConfig) -> dict[str, Any]:
-  """The training state of [folds, candidates] fits, all starting from one torch-style nn.Linear init."""
-  bound = 1 / math.sqrt(dim)
-  w_key, b_key = jax.random.split(jax.random.key(config.seed))
-  start = {"w": jax.random.uniform(w_key, (dim, num_classes), minval=-bound, maxval=bound),
-           "b": jax.random.uniform(b_key, (num_classes,), minval=-bound, maxval=bound)}
+  """The training state of [folds, candidates] fits, all starting where SentEval's classifier starts."""
+  start = torch_linear_init(dim, num_classes, config.seed)
   params = jax.tree.map(lambda a: jnp.broadcast_to(a, shape + a.shape), start)
   return {"params": params, "opt": jax.vmap(jax.vmap(_OPTIMIZERS[config.optim]().init))(params), "best": params,
           "best_correct": jnp.full(shape, -1, jnp.int32), "misses": jnp.zeros(shape, jnp.int32),
           "stopped": jnp.zeros(shape, bool), "evaluations": jnp.zeros(shape, jnp.int32)}
+
+
+def torch_linear_init(dim: int, num_classes: int, seed: int) -> dict[str, np.ndarray]:
+  """The weights of `torch.manual_seed(seed); nn.Linear(dim, num_classes)`: "w" [dim, classes] and "b" [classes].
+
+  torch's CPU generator is the MT19937 of numpy's RandomState(seed), and `uniform_(low, high)` maps the low 24 bits
+  of each 32-bit draw to u / 2**24 * (high - low) + low, rounded once to float32. The weight draws first (row by
+  row, bound from kaiming_uniform_ with a = sqrt(5)), then the bias (bound 1 / sqrt(dim)).
+  """
+  draws = np.random.RandomState(seed).randint(2**32, size=(dim + 1) * num_classes, dtype=np.uint32)
+  units = (draws & 0xFFFFFF) * 2.0**-24
+
+  def uniform(unit: np.ndarray, bound: float) -> np.ndarray:
+    low, high = np.float32(-bound), np.float32(bound)
+    return (unit * np.float64(high - low) + np.float64(low)).astype(np.float32)  # Exact product: one rounding.
+
+  a = math.sqrt(5)  # nn.Linear.reset_parameters, with torch.nn.init's gain and bound arithmetic.
+  weight_bound = math.sqrt(3.0) * (math.sqrt(2.0 / (1 + a**2)) / math.sqrt(dim))
+  weight = uniform(units[:dim * num_classes], weight_bound).reshape(num_classes, dim).T
+  return {"w": np.ascontiguousarray(weight), "b": uniform(units[dim * num_classes:], 1 / math.sqrt(dim))}
 
 
 @functools.partial(jax.jit, static_argnames="config")

@@ -5,6 +5,7 @@ import itertools
 import json
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pytest
@@ -144,12 +145,9 @@ def _synthetic_tasks():
 
 
 def _embed(sentences):
-  """A vector per sentence that encodes its first word, plus noise seeded by the text."""
-  out = []
-  for s in sentences:
-    rng = np.random.default_rng(abs(hash(s)) % 2**32)
-    out.append(np.r_[3.0 if s.startswith("good") else -3.0, rng.normal(size=7)])
-  return np.array(out, np.float32)
+  """A vector per sentence: +1 or -1 on every axis by its first word, plus noise seeded by the text."""
+  noise = lambda s: 0.3 * np.random.default_rng(zlib.crc32(s.encode())).normal(size=32)
+  return np.array([(1.0 if s.startswith("good") else -1.0) + noise(s) for s in sentences], np.float32)
 
 
 def test_evaluate_transfer_runs_each_protocol_once_per_distinct_sentence():
@@ -192,7 +190,6 @@ def test_bad_configs_are_rejected_before_the_model_loads(overrides, message):
     transfer.run_transfer(_config("/no/model/here", **overrides))
 
 
-@pytest.mark.slow
 def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
   out = tmp_path / "results.json"
   config = _config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out)})
@@ -215,3 +212,13 @@ def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout
   assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}
+
+
+@pytest.mark.parametrize("dim, classes, seed", [(384, 2, 1111), (1536, 2, 1111), (7, 6, 3)])
+def test_init_is_torch_nn_linear_bit_for_bit(dim, classes, seed):
+  torch = pytest.importorskip("torch")
+  torch.manual_seed(seed)
+  linear = torch.nn.Linear(dim, classes)
+  start = transfer.torch_linear_init(dim, classes, seed)
+  assert np.array_equal(start["w"], linear.weight.detach().numpy().T)
+  assert np.array_equal(start["b"], linear.bias.detach().numpy())
