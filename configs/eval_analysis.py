@@ -21,7 +21,7 @@ def get_config():
   config.eval.add_period = True  # Prompt-BERT's evaluation appends "." to sentences without final punctuation.
 
   config.analysis = ml_collections.ConfigDict()
-  config.analysis.sample_file = "data/wiki1m_for_simcse.txt"  # Anisotropy sentences, one per line (SimCSE wiki1m).
+  config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Anisotropy sentences, one per line (SimCSE wiki1m).
   config.analysis.sample_size = 100_000  # Anisotropy over the first this many lines (PromptBERT: 100,000).
   config.analysis.sample_max_words = 32  # Keep this many words of each sample line (Prompt-BERT's code); 0 = all.
   config.analysis.sample_lowercase = True  # Lowercase the sample lines, as Prompt-BERT's code does.

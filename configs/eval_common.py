@@ -1,9 +1,17 @@
 """Fields shared by every evaluation config; the eval_*.py files set the method."""
 
+import os
+
 import ml_collections
 
 STS_TASKS = "STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness"
 TRANSFER_TASKS = "MR,CR,SUBJ,MPQA,SST2,TREC,MRPC"
+DATA_ENV = "JAXEMB_DATA"  # Names the data root of the default data paths (default: data).
+
+
+def data_path(*parts: str) -> str:
+  """A default data path: `parts` under $JAXEMB_DATA, read when the config is built."""
+  return os.path.join(os.environ.get(DATA_ENV, "data"), *parts)
 
 
 def get_config():
@@ -21,6 +29,8 @@ def get_config():
   config.method.ditto_layer = 0  # ditto: layer of the attention head (0-based).
   config.method.ditto_head = 9  # ditto: head (0-based).
   config.method.ditto_variant = "first_last"  # ditto: first_last, last or static.
+  config.method.denoise = False  # prompt: subtract the position-offset template bias (supervised PromptBERT runs).
+  config.method.head = "none"  # prompt: none, mlm_transform or pooler, applied after denoising (supervised runs).
   config.method.idf_path = ""  # tfidf_first_last: IDF table JSON (`jaxemb.tfidf.save_idf`); "" for other methods.
   config.method.remove_frequent = True  # static_remove_biases: drop the 36 most frequent tokens.
   config.method.remove_subwords = True  # static_remove_biases: drop subword pieces.
@@ -28,7 +38,7 @@ def get_config():
   config.method.remove_punctuation = True  # static_remove_biases: drop punctuation pieces.
 
   config.data = ml_collections.ConfigDict()
-  config.data.senteval_dir = "data/senteval"  # SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).
+  config.data.senteval_dir = data_path("senteval")  # SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).
   config.data.source = "senteval"  # "senteval" (tokenised, lowercased files) or "raw" (the SemEval releases).
 
   config.eval = ml_collections.ConfigDict()

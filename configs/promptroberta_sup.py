@@ -1,5 +1,5 @@
 """Supervised PromptRoBERTa on SimCSE's NLI triples (82.95): the RoBERTa template on every side, denoised, with
-the training-only MLP (the reference evaluates through the pretrained pooler; see README)."""
+the training-only MLP; evaluated denoised, through the pretrained pooler (--use_pooler)."""
 
 from configs import promptbert_sup, train_common
 
@@ -11,4 +11,5 @@ def get_config():
   config.objective.templates = (train_common.PROMPTROBERTA_T2,) * 3
   config.objective.projection = "mlp"
   config.eval.template = train_common.PROMPTROBERTA_T2
+  config.eval.head = "pooler"
   return config

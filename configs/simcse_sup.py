@@ -1,12 +1,12 @@
 """Supervised SimCSE (baseline) on SimCSE's NLI triples: entailment positive, contradiction hard negative."""
 
-from configs import simcse
+from configs import eval_common, simcse
 
 
 def get_config():
   config = simcse.get_config()
   config.workdir = "runs/simcse_sup"
-  config.data.train_file = "data/nli_for_simcse.csv"
+  config.data.train_file = eval_common.data_path("nli_for_simcse.csv")
   config.data.format = "nli"
   config.objective.columns = ("sent0", "sent1", "hard_neg")
   config.objective.templates = ("[X]",) * 3

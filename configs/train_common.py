@@ -2,6 +2,8 @@
 
 import ml_collections
 
+from configs import eval_common
+
 PROMPTBERT_T1 = 'This sentence of "[X]" means [MASK] .'  # PromptBERT unsupervised, BERT, first view.
 PROMPTBERT_T2 = 'This sentence : "[X]" means [MASK] .'  # PromptBERT BERT: second view, and evaluation.
 PROMPTROBERTA_T1 = "The sentence : ' [X] ' means [MASK] ."  # PromptBERT unsupervised, RoBERTa, first view.
@@ -17,7 +19,7 @@ def get_config():
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
 
   config.data = ml_collections.ConfigDict()
-  config.data.train_file = "data/wiki1m_for_simcse.txt"  # Training corpus.
+  config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).
   config.data.format = "text"  # "text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.
   config.data.max_sentence_tokens = 32  # Sentences are truncated to this many tokens; templates never are.
   config.data.cache_dir = ""  # Tokenised-corpus cache; "" = <workdir>/cache.
@@ -57,7 +59,9 @@ def get_config():
   config.eval = ml_collections.ConfigDict()
   config.eval.method = "prompt"  # How a sentence is embedded at evaluation (jaxemb.encode.METHODS).
   config.eval.template = PROMPTBERT_T2  # Evaluation template; "[X]" for non-prompt methods.
-  config.eval.senteval_dir = "data/senteval"  # SentEval data/downstream folder (STS-B dev).
+  config.eval.denoise = False  # prompt: subtract the position-offset template bias (supervised PromptBERT).
+  config.eval.head = "none"  # prompt: none, mlm_transform (--org_mlp) or pooler (--use_pooler), after denoising.
+  config.eval.senteval_dir = eval_common.data_path("senteval")  # SentEval data/downstream folder (STS-B dev).
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   config.eval.add_period = True  # Append "." to sentences without final punctuation (prompt methods).
   config.eval.batch_size = 128  # Sentences per evaluation encoder call.

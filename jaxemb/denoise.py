@@ -9,12 +9,16 @@ compile once per template and shape.
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from jaxemb.templates import Template
+from jaxemb import pooling
+from jaxemb.templates import Template, continuous_template_inputs
+
+DENOISING = ("none", "position_offset", "pad")  # No denoising, PromptBERT's, CoT-BERT's.
 
 
 @flax.struct.dataclass
@@ -104,3 +108,27 @@ def pad_inputs(
       attention_mask=attended.astype(jnp.int32),
       position_ids=None,
       mask_positions=template.mask_positions(lengths))
+
+
+def template_bias(encode: Callable[..., Any], template: Template, lengths: jax.Array, denoising: str,
+                  position_offset: int, max_len: int, prompt: jax.Array | None = None) -> jax.Array:
+  """The template bias for each sentence length: the last [MASK] state of the template-only rows, [N, hidden].
+
+  `encode(input_ids, attention_mask, **inputs)` runs the encoder (in training mode during training, so gradients
+  and dropout reach the bias as in the reference); `denoising` is "position_offset" or "pad"; `max_len` bounds
+  the lengths ([PAD] rows' width); `prompt` is OptiPrompt's continuous template, which the template-only rows
+  carry too.
+  """
+  if denoising == "position_offset":
+    rows = position_offset_inputs(template, lengths, position_offset)
+  elif denoising == "pad":
+    rows = pad_inputs(template, lengths, max_len)
+  else:
+    raise ValueError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")
+  inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
+  if prompt is not None:
+    # Position-offset rows hold no sentence tokens (only their position ids move); [PAD] rows hold n pads.
+    slot_tokens = jnp.zeros_like(lengths) if denoising == "position_offset" else lengths
+    inputs.update(zip(("inputs_embeds", "inputs_embeds_mask"),
+                      continuous_template_inputs(template, prompt, slot_tokens, rows.input_ids.shape[1])))
+  return pooling.mask_state(encode(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)

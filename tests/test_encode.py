@@ -7,10 +7,10 @@ import pytest
 import torch
 import transformers
 
-from jaxemb import bias_removal, tfidf
+from jaxemb import bias_removal, templates, tfidf
 from jaxemb.encode import Encoder, Method
 from jaxemb.models import load_tokenizer
-from tests.conftest import shared_path
+from tests.conftest import shared_path, write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
@@ -159,6 +159,8 @@ def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):
     (Method("last_avg", idf_path="idf.json"), "takes no idf_path"),
     (Method("static_avg", bias_filter=bias_removal.BiasFilter(lowercase=False)), "takes no bias filter"),
     (Method("prompt", template="no slot [MASK]"), "exactly one \\[X\\]"),
+    (Method("last_avg", denoise=True), "apply to method 'prompt' only"),
+    (Method("prompt", template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
 ])
 def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, message):
   _, path = tiny_checkpoint
@@ -184,3 +186,53 @@ def test_continuous_template_initialised_from_the_manual_one_changes_nothing(tin
   assert not np.allclose(moved.encode(SENTENCES), plain.encode(SENTENCES), atol=1e-3)
   with pytest.raises(ValueError, match="does not fit"):
     Encoder(config, params, tokenizer, method, prompt=prompt[:-1])
+
+
+def _hf_denoised_prompt(path, template_text, sentences, head):
+  """Supervised PromptBERT's evaluation vector with HF PyTorch: h[MASK] of the filled template minus the template
+  bias (REFERENCE.md section 3: the template alone, positions after the slot moved on by the sentence length),
+  with the MLM transform applied to both apart, or the pooler applied to the difference."""
+  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  model_cls = transformers.AutoModelForMaskedLM if head == "mlm_transform" else transformers.AutoModel
+  model = model_cls.from_pretrained(path).eval()
+  base = model.base_model
+  template = templates.Template.parse(template_text, load_tokenizer(path))
+  offset = tokenizer.pad_token_id + 1 if "roberta" in model.config.model_type else 0
+  mask_state = lambda out, ids: out.last_hidden_state[0, ids.index(tokenizer.mask_token_id)]  # One [MASK] here.
+  vectors = []
+  for sentence in sentences:
+    ids = tokenizer(template_text.replace("[MASK]", tokenizer.mask_token).replace("[X]", sentence))["input_ids"]
+    alone = list(template.row(()))
+    columns = np.arange(len(alone))
+    positions = offset + columns + (len(ids) - len(alone)) * (columns > len(template.prefix_ids))
+    with torch.no_grad():
+      h = mask_state(base(torch.tensor([ids])), ids)
+      bias = mask_state(base(torch.tensor([alone]), position_ids=torch.from_numpy(positions[None])), alone)
+      if head == "mlm_transform":
+        vector = model.cls.predictions.transform(h) - model.cls.predictions.transform(bias)
+      elif head == "pooler":
+        vector = torch.tanh(base.pooler.dense(h - bias))
+      else:
+        vector = h - bias
+    vectors.append(vector.numpy())
+  return np.stack(vectors)
+
+
+@pytest.mark.parametrize("head", ["none", "mlm_transform", "pooler"])
+def test_denoised_prompt_through_heads_matches_hf(tiny_checkpoint, tmp_path, head):
+  family, path = tiny_checkpoint
+  if head == "mlm_transform" and family == "roberta":
+    pytest.skip("the MLM transform is supervised PromptBERT's (BERT) evaluation head")
+  if head == "pooler":  # A checkpoint with its pooler (the MLM ones have none).
+    path = write_random_checkpoint(tmp_path, family, head=False)
+  template = PROMPT if family == "bert" else "This sentence : ' [X] ' means [MASK] ."
+  method = Method("prompt", template=template, denoise=True, head=head)
+  ours = Encoder.from_pretrained(path, method).encode(SENTENCES, batch_size=2)
+  np.testing.assert_allclose(ours, _hf_denoised_prompt(str(path), template, SENTENCES, head), atol=1e-4)
+  plain = Encoder.from_pretrained(path, Method("prompt", template=template)).encode(SENTENCES)
+  assert not np.allclose(ours, plain, atol=1e-2)
+
+
+def test_heads_need_their_weights(tiny_bert):
+  with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
+    Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, head="pooler"))

@@ -24,7 +24,7 @@ def method_from_config(config: Any) -> Method:
                                         lowercase=m.lowercase, remove_punctuation=m.remove_punctuation)
   return Method(name=m.name, template=m.template, top_k=m.top_k, ditto_layer=m.ditto_layer,
                 ditto_head=m.ditto_head, ditto_variant=m.ditto_variant, idf_path=m.idf_path or None,
-                bias_filter=bias_filter)
+                bias_filter=bias_filter, denoise=m.denoise, head=m.head)
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:

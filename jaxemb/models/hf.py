@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import pathlib
 import re
 from typing import Any, Callable
@@ -25,6 +26,8 @@ Params = dict[str, Any]
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_BIN = "pytorch_model.bin"
+# Environment variable naming a local folder of models, searched for hub ids before the hub.
+MODELS_ENV = "JAXEMB_MODELS"
 # Files a model directory may hold besides weights (tokenizer files included), fetched from the hub.
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", SAFETENSORS, "model-*.safetensors"]
 
@@ -217,15 +220,22 @@ def _flatten(tree, prefix=()):
 
 
 def resolve_model_dir(name_or_path: str | pathlib.Path) -> pathlib.Path:
-  """A local directory holding the model: the path itself, or a hub snapshot when `name_or_path` is a hub id.
+  """A local directory holding the model: the path itself, a copy under $JAXEMB_MODELS, or a hub snapshot.
 
-  Raises FileNotFoundError naming what was looked for, and how to supply a local copy, when neither works.
+  A name that is not a local directory is looked for under the folder $JAXEMB_MODELS names (when set), as
+  `<folder>/<name>` and then `<folder>/<last part of the name>` (`org/model` -> `<folder>/model`), and only then
+  fetched from (or found in the cache of) the Hugging Face hub. Raises FileNotFoundError naming what was looked
+  for, and how to supply a local copy, when none works.
   """
   path = pathlib.Path(name_or_path).expanduser()
   if path.is_dir():
     return path
   if path.exists():
     raise FileNotFoundError(f"{path} is a file; a model is a directory with config.json and weights")
+  candidates = _local_candidates(path)
+  for candidate in candidates:
+    if candidate.is_dir():
+      return candidate
   try:
     import huggingface_hub  # pylint: disable=g-import-not-at-top
     local = pathlib.Path(huggingface_hub.snapshot_download(str(name_or_path), allow_patterns=_HUB_PATTERNS))
@@ -233,11 +243,21 @@ def resolve_model_dir(name_or_path: str | pathlib.Path) -> pathlib.Path:
       huggingface_hub.hf_hub_download(str(name_or_path), TORCH_BIN)
     return local
   except Exception as e:  # pylint: disable=broad-except  (hub errors have many types; all mean "not there")
+    searched = f", nor under ${MODELS_ENV} ({', '.join(map(str, candidates))})" if candidates else ""
     raise FileNotFoundError(
-        f"Model {str(name_or_path)!r} not found: {path.resolve()} is not a local directory, and the Hugging Face "
-        f"hub gave {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, download it where the "
-        f"hub is reachable (`huggingface-cli download {name_or_path} --local-dir DIR`) and pass DIR as the model "
-        f"path (e.g. --config.model.path=DIR).") from None
+        f"Model {str(name_or_path)!r} not found: {path.resolve()} is not a local directory{searched}, and the "
+        f"Hugging Face hub gave {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, download "
+        f"it where the hub is reachable (`huggingface-cli download {name_or_path} --local-dir DIR`) and pass DIR "
+        f"as the model path (e.g. --config.model.path=DIR), or put it under ${MODELS_ENV}.") from None
+
+
+def _local_candidates(path: pathlib.Path) -> list[pathlib.Path]:
+  """Where a relative model name may sit under $JAXEMB_MODELS: the whole name, then its last part."""
+  root = os.environ.get(MODELS_ENV)
+  if not root or path.is_absolute():
+    return []
+  root = pathlib.Path(root).expanduser()
+  return list(dict.fromkeys([root / path, root / path.name]))
 
 
 def read_config(model_dir: pathlib.Path) -> EncoderConfig:

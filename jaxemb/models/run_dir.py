@@ -1,12 +1,14 @@
 """Reading a jaxemb run directory (what train.py writes) for evaluation, encoding and export.
 
-    <workdir>/model/         the encoder's config.json and tokenizer (Hugging Face format), written at start
+    <workdir>/model/         the encoder's config.json and tokenizer (Hugging Face format), written at start,
+                             and eval_method.json: how the run embeds a sentence at evaluation
     <workdir>/checkpoints/N  the full train state every `save_every` steps (resume restarts from the latest)
     <workdir>/best/N         the params of the best STS-B dev step: {"encoder", "mlp"?, "prompt"?}
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 from typing import Any
 
@@ -36,6 +38,19 @@ def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any
                                                            meta=ocp.args.JsonRestore()))
   manager.close()
   return hf.read_config(workdir / "model"), restored["params"], restored["meta"]
+
+
+def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
+  """Records the run's evaluation method (`jaxemb.encode.Method` fields) in <workdir>/model/eval_method.json."""
+  (pathlib.Path(workdir) / "model" / "eval_method.json").write_text(json.dumps(fields, indent=2) + "\n")
+
+
+def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
+  """The `jaxemb.encode.Method` fields the run was evaluated with during training."""
+  path = pathlib.Path(workdir) / "model" / "eval_method.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} is missing (a run from an older jaxemb?): pass the method explicitly")
+  return json.loads(path.read_text())
 
 
 def abstract_on_one_device(item_dir: pathlib.Path) -> Any:

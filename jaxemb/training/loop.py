@@ -18,7 +18,7 @@ from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
-from jaxemb.models import Transformer, hf, load_pretrained, load_tokenizer
+from jaxemb.models import Transformer, hf, load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import checkpoints, objectives, sharding
 from jaxemb.training import state as train_state
 
@@ -70,7 +70,8 @@ def _initial_params(config: Any, objective: objectives.Objective, pretrained: di
 
 
 def eval_method(config: Any) -> Method:
-  return Method(name=config.eval.method, template=config.eval.template)
+  return Method(name=config.eval.method, template=config.eval.template, denoise=config.eval.denoise,
+                head=config.eval.head)
 
 
 def train(config: Any) -> dict[str, Any]:
@@ -108,6 +109,8 @@ def train(config: Any) -> dict[str, Any]:
   ckpt = checkpoints.RunCheckpoints(workdir, config.train.keep_checkpoints)
   if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
     hf.write_model_files(workdir / "model", model_config, tokenizer)
+    method = eval_method(config)
+    run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in ("name", "template", "denoise", "head")})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if ckpt.latest_step() is not None:
     abstract_sharded = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,

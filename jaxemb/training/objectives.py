@@ -20,7 +20,7 @@ from jaxemb.models import Transformer, heads
 
 LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
 POOLINGS = ("mask", "cls")  # The last template [MASK] state, or the [CLS] state (SimCSE).
-DENOISING = ("none", "position_offset", "pad")
+DENOISING = denoise.DENOISING
 PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh (train only), the MLM head transform, none.
 
 
@@ -113,19 +113,9 @@ def template_bias_table(objective: Objective, encode: _Encoder, template: templa
                         position_offset: int) -> jax.Array:
   """The template bias for every sentence length 0..max: [max + 1, hidden], one encoder pass for all lengths
   (REFERENCE.md section 3). Gradients flow through it, as in the reference."""
-  lengths = jnp.arange(objective.max_sentence_tokens + 1)
-  if objective.denoising == "position_offset":
-    rows = denoise.position_offset_inputs(template, lengths, position_offset)
-  else:
-    rows = denoise.pad_inputs(template, lengths, objective.max_sentence_tokens)
-  extra = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
-  if objective.trainable == "prompt":  # The template-only rows carry the continuous template too.
-    # Position-offset rows hold no sentence tokens (only their position ids move); [PAD] rows hold n pads.
-    slot_tokens = jnp.zeros_like(lengths) if objective.denoising == "position_offset" else lengths
-    extra.update(zip(("inputs_embeds", "inputs_embeds_mask"), templates.continuous_template_inputs(
-        template, encode.params["prompt"], slot_tokens, rows.input_ids.shape[1])))
-  out = encode(rows.input_ids, rows.attention_mask, **extra)
-  return pooling.mask_state(out, rows.mask_positions)
+  prompt = encode.params["prompt"] if objective.trainable == "prompt" else None
+  return denoise.template_bias(encode, template, jnp.arange(objective.max_sentence_tokens + 1), objective.denoising,
+                               position_offset, objective.max_sentence_tokens, prompt)
 
 
 def _project(objective: Objective, model: Transformer, params: dict[str, Any], x: jax.Array) -> jax.Array:

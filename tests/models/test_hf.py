@@ -153,3 +153,16 @@ def test_params_are_a_plain_pytree(tiny_checkpoint):
   _, params = load_pretrained(path)
   assert type(params) is dict and type(params["embeddings"]) is dict  # pylint: disable=unidiomatic-typecheck
   assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(params))
+
+
+def test_hub_ids_are_looked_for_under_jaxemb_models_first(tmp_path, monkeypatch):
+  for name in ("org/model", "other"):
+    (tmp_path / name).mkdir(parents=True)
+  monkeypatch.setenv("JAXEMB_MODELS", str(tmp_path))
+  assert hf.resolve_model_dir("org/model") == tmp_path / "org" / "model"
+  assert hf.resolve_model_dir("some-org/other") == tmp_path / "other"  # The name without its organisation.
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+  with pytest.raises(FileNotFoundError, match=r"not a local directory, nor under \$JAXEMB_MODELS \(.*/org/missing, "
+                                              r".*/missing\).*--local-dir"):
+    hf.resolve_model_dir("org/missing")

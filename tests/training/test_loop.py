@@ -172,3 +172,16 @@ def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path,
   encoder = Encoder.from_pretrained(tmp_path, Method("prompt", template=config.eval.template))
   assert encoder.prompt is not None and encoder.prompt.shape == best["prompt"].shape
   assert encoder.encode(["a sentence ."]).shape == (1, 32)
+
+
+def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tmp_path, tiny_bert):
+  """A supervised PromptBERT run evaluates denoised through the MLM transform, during training and after."""
+  from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
+  config = tiny_config("promptbert_sup", tiny_bert, tmp_path, num_steps=1, eval_every=1, save_every=1)
+  loop.train(config)
+  encoder = Encoder.from_pretrained(tmp_path)  # No method: the run's own.
+  assert encoder.method == Method("prompt", template=config.eval.template, denoise=True, head="mlm_transform")
+  model_config, best, _ = run_dir.load_best(tmp_path)
+  explicit = Encoder(model_config, best["encoder"], load_tokenizer(tmp_path / "model"), encoder.method)
+  sentences = ["a man plays a guitar .", "two dogs run"]
+  np.testing.assert_array_equal(encoder.encode(sentences), explicit.encode(sentences))

@@ -1,0 +1,369 @@
+"""Fetches what a config reads: SentEval's data, SimCSE's training corpora and the model (prepare.py).
+
+Each path comes from the config, so a config field (or $JAXEMB_DATA, the root of the configs' default data
+paths) says where each thing is looked for and put:
+
+    config.data.senteval_dir    evaluation configs  SimCSE's senteval.tar, unpacked in SentEval's data/downstream
+    config.eval.senteval_dir    training configs    layout (STS/, SICK/, MR/, ... MRPC/)
+    config.data.train_file      training configs    wiki1m_for_simcse.txt (format "text") or nli_for_simcse.csv
+                                                    ("nli")
+    config.analysis.sample_file eval_analysis.py    wiki1m_for_simcse.txt
+    config.model.path           every config        a local model or jaxemb run directory, a copy under
+                                                    $JAXEMB_MODELS, or a hub id (`jaxemb.models.hf.resolve_model_dir`)
+
+A path that exists is kept. Otherwise it is fetched from MANIFEST's public URL or, with `source`, copied from a
+local folder (offline): `<source>/<name>` or `<source>/*/<name>`, the name being the configured file's name and
+then the public one (for SentEval also an unpacked `senteval/` folder). Downloads stream to `<file>.part` and an
+interrupted one resumes from the bytes already there (HTTP Range), within the run and on the next run. The public
+files are checked against MANIFEST's size and sha256 where known; a mismatch is moved to `<file>.corrupt` and
+reported. What was fetched is recorded in `<path>.lock.json` (size and sha256; for SentEval, of every unpacked
+file), which later runs re-verify, so a second run with everything in place fetches nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+import dataclasses
+import hashlib
+import http.client
+import json
+import logging
+import os
+import pathlib
+import re
+import shutil
+import tarfile
+from typing import Any
+import urllib.error
+import urllib.request
+
+import tqdm
+
+from jaxemb.models import hf
+from jaxemb.models import run_dir
+
+logger = logging.getLogger(__name__)
+
+SIMCSE_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/"
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+  """A public file: where it is downloaded from and, where known, its size in bytes and its sha256."""
+
+  filename: str
+  url: str
+  size: int | None = None
+  sha256: str | None = None
+
+
+# The files of SimCSE's data/download_wiki.sh, data/download_nli.sh and SentEval/data/downstream/download_dataset.sh.
+# Their sizes and digests could not be learned offline (None: not checked); each run records what it fetched in the
+# lock file next to the data, and later runs check against that.
+MANIFEST = {
+    "senteval": Artifact("senteval.tar", SIMCSE_URL + "senteval.tar"),
+    "wiki1m": Artifact("wiki1m_for_simcse.txt", SIMCSE_URL + "wiki1m_for_simcse.txt"),
+    "nli": Artifact("nli_for_simcse.csv", SIMCSE_URL + "nli_for_simcse.csv"),
+}
+# The folder under SentEval's data/downstream that each task reads.
+SENTEVAL_FOLDERS = {
+    **{f"STS1{i}": f"STS/STS1{i}-en-test" for i in range(2, 7)}, "STSBenchmark": "STS/STSBenchmark",
+    "SICKRelatedness": "SICK", "MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": "SST/binary",
+    "TREC": "TREC", "MRPC": "MRPC",
+}
+_CORPUS_BY_FORMAT = {"text": "wiki1m", "nli": "nli"}
+_CHUNK = 1 << 20
+# Errors of a connection that broke or timed out; the download is resumed. (HTTP error statuses are not retried.)
+_RETRIABLE = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+
+
+class PrepareError(RuntimeError):
+  """Something a config needs that cannot be fetched or fails its check; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Need:
+  """One thing a config reads: its MANIFEST key, where it goes, and for SentEval the folders read under it."""
+
+  key: str
+  path: pathlib.Path
+  folders: tuple[str, ...] = ()
+
+
+def needs(config: Any) -> list[Need]:
+  """The data a config reads (not the model), each path once."""
+  found = []
+  if "train_file" in config.data:  # A training config: the corpus, and STS-B dev for model selection.
+    if config.data.format not in _CORPUS_BY_FORMAT:
+      raise PrepareError(f"config.data.format {config.data.format!r} is not one of {sorted(_CORPUS_BY_FORMAT)}")
+    found.append(Need(_CORPUS_BY_FORMAT[config.data.format], pathlib.Path(config.data.train_file)))
+    found.append(_senteval(config.eval.senteval_dir, ["STSBenchmark"]))
+  elif config.data.get("source", "senteval") != "senteval":
+    logger.warning("config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
+                   config.data.source, config.data.senteval_dir)
+  else:
+    tasks = []
+    if config.job != "transfer":  # STS-B dev is reported (or searched on) by every STS job.
+      tasks += [*_split(config.eval.tasks), "STSBenchmark"]
+    if "transfer" in config.job:
+      tasks += _split(config.transfer.tasks)
+    found.append(_senteval(config.data.senteval_dir, tasks))
+  if "analysis" in config and config.analysis.sample_file:
+    found.append(Need("wiki1m", pathlib.Path(config.analysis.sample_file)))
+  return list({need.path: need for need in found}.values())
+
+
+def _split(names: str) -> list[str]:
+  return [name.strip() for name in names.split(",") if name.strip()]
+
+
+def _senteval(path: str, tasks: Iterable[str]) -> Need:
+  unknown = sorted(set(tasks) - set(SENTEVAL_FOLDERS))
+  if unknown:
+    raise PrepareError(f"unknown SentEval tasks {unknown}; known: {list(SENTEVAL_FOLDERS)}")
+  return Need("senteval", pathlib.Path(path), tuple(dict.fromkeys(SENTEVAL_FOLDERS[task] for task in tasks)))
+
+
+def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapping[str, Artifact] = MANIFEST,
+            retries: int = 3) -> dict[str, str]:
+  """Makes everything `config` reads exist and checks it; returns {path: what was done}.
+
+  Args:
+    config: a training or evaluation config (configs/*.py).
+    source: a local folder to copy the data from instead of downloading it (offline); None = the public URLs.
+    manifest: where each file is downloaded from and its known size and sha256 (MANIFEST; tests point it at a
+      local server).
+    retries: times a broken download is resumed within this call.
+
+  Raises:
+    PrepareError: naming the file, when it cannot be fetched or its size or sha256 is not what was expected.
+    FileNotFoundError, hf.CheckpointError: when the model cannot be found or is not a model directory.
+  """
+  source = pathlib.Path(source) if source is not None else None
+  if source is not None and not source.is_dir():
+    raise PrepareError(f"source {source} is not a directory")
+  done = {}
+  for need in needs(config):
+    prepare_one = _prepare_senteval if need.key == "senteval" else _prepare_file
+    done[str(need.path)] = prepare_one(need, manifest[need.key], source, retries)
+  model_dir = prepare_model(config.model.path)
+  done[str(config.model.path)] = f"model in {model_dir}"
+  return done
+
+
+def prepare_model(name_or_path: str) -> pathlib.Path:
+  """The model's directory: a jaxemb run directory, or a Hugging Face one (fetched from the hub for a hub id)
+  that holds a readable config.json and weights."""
+  if run_dir.is_run_dir(name_or_path):
+    return pathlib.Path(name_or_path)
+  model_dir = hf.resolve_model_dir(name_or_path)
+  hf.read_config(model_dir)
+  weights = (hf.SAFETENSORS, hf.SAFETENSORS_INDEX, hf.TORCH_BIN)
+  if not any((model_dir / name).is_file() for name in weights):
+    raise hf.CheckpointError(f"{model_dir}: no weights found (looked for {', '.join(weights)})")
+  return model_dir
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Files.
+
+
+def _prepare_file(need: Need, artifact: Artifact, source: pathlib.Path | None, retries: int) -> str:
+  path = need.path
+  if path.is_file():
+    if _lock_path(path).is_file():
+      _verify(path, json.loads(_lock_path(path).read_text()))
+      return "verified"
+    return "present (not fetched by prepare.py, so not verified)"
+  path.parent.mkdir(parents=True, exist_ok=True)
+  part = path.with_name(path.name + ".part")
+  if source is None:
+    origin, expected = artifact.url, artifact
+    _download(artifact.url, part, retries)
+  else:
+    names = list(dict.fromkeys([path.name, artifact.filename]))
+    found = _find_local(source, names, pathlib.Path.is_file)
+    if found is None:
+      raise PrepareError(f"{path}: no {' or '.join(names)} under {source} or its subfolders (a config field names "
+                         "the file to use, e.g. --config.data.train_file)")
+    # MANIFEST describes the public file; a file under another name (a sample) has nothing to be checked against.
+    origin, expected = str(found), artifact if found.name == artifact.filename else None
+    _copy(found, part)
+  record = {"source": origin, **_check_part(part, path, expected, origin)}
+  _write_lock(path, record)
+  return f"fetched from {origin}"
+
+
+def _download(url: str, part: pathlib.Path, retries: int):
+  """Streams `url` into `part`, continuing after the bytes already there, resuming up to `retries` times."""
+  for attempt in range(retries + 1):
+    try:
+      _download_once(url, part)
+      return
+    except _RETRIABLE as e:
+      have = part.stat().st_size if part.exists() else 0
+      if attempt == retries:
+        hint = (f"{part} keeps the {have} bytes received, and running again resumes from there" if have else
+                "offline, copy the data from a local folder instead (prepare.py --source DIR)")
+        raise PrepareError(f"{url}: download failed ({type(e).__name__}: {e}); {hint}") from None
+      logger.warning("%s: download broke off at %d bytes (%s); resuming", url, have, e)
+
+
+def _download_once(url: str, part: pathlib.Path):
+  offset = part.stat().st_size if part.exists() else 0
+  request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
+  try:
+    response = urllib.request.urlopen(request, timeout=60)
+  except urllib.error.HTTPError as e:
+    if e.code == 416 and offset:  # Nothing after `offset`: the part is whole when the file has `offset` bytes.
+      if _range_total(e.headers.get("Content-Range")) == offset:
+        return
+      part.unlink()
+      return _download_once(url, part)
+    raise PrepareError(f"{url}: HTTP {e.code} {e.reason}") from None
+  with response:
+    if offset and response.status != 206:  # The server ignored the range and sends the whole file.
+      offset = 0
+    elif offset and _range_start(response.headers.get("Content-Range")) != offset:
+      raise PrepareError(f"{url}: asked for bytes from {offset}, got {response.headers.get('Content-Range')!r}")
+    length = response.headers.get("Content-Length")
+    total = offset + int(length) if length is not None else None
+    logger.info("downloading %s to %s%s", url, part, f" (resuming at byte {offset})" if offset else "")
+    received = 0
+    with open(part, "ab" if offset else "wb") as f, tqdm.tqdm(total=total, initial=offset, unit="B", unit_scale=True,
+                                                              desc=part.name, disable=None) as bar:
+      while chunk := response.read(_CHUNK):
+        f.write(chunk)
+        received += len(chunk)
+        bar.update(len(chunk))
+  if length is not None and received != int(length):  # http.client ends the body early without an error.
+    raise ConnectionError(f"the connection closed after {received} of {length} bytes")
+
+
+def _range_start(content_range: str | None) -> int | None:
+  match = re.fullmatch(r"bytes (\d+)-\d+/(\d+|\*)", content_range or "")
+  return int(match.group(1)) if match else None
+
+
+def _range_total(content_range: str | None) -> int | None:
+  match = re.fullmatch(r"bytes (?:\*|\d+-\d+)/(\d+)", content_range or "")
+  return int(match.group(1)) if match else None
+
+
+def _copy(found: pathlib.Path, part: pathlib.Path):
+  """Copies a local file into `part`, continuing after the bytes already there."""
+  offset = part.stat().st_size if part.exists() else 0
+  logger.info("copying %s to %s", found, part)
+  with open(found, "rb") as src, open(part, "ab") as dst:
+    src.seek(offset)
+    shutil.copyfileobj(src, dst, _CHUNK)
+
+
+def _check_part(part: pathlib.Path, path: pathlib.Path, expected: Artifact | None, origin: str) -> dict[str, Any]:
+  """Checks a fetched `part` against `expected` and moves it to `path`; returns its size and sha256."""
+  record = _digest(part)
+  if expected is not None:
+    _compare(part, {"size": expected.size, "sha256": expected.sha256}, record, path, f" (from {origin})")
+  part.replace(path)
+  return record
+
+
+def _verify(path: pathlib.Path, expected: Mapping[str, Any]):
+  """Checks a file fetched earlier against its lock record."""
+  _compare(path, expected, _digest(path), path, " (since it was fetched)")
+
+
+def _compare(file: pathlib.Path, expected: Mapping[str, Any], actual: Mapping[str, Any], name: pathlib.Path,
+             context: str):
+  """Moves `file` to `<name>.corrupt` and raises when a known size or sha256 differs from `actual`."""
+  for key in ("size", "sha256"):
+    if expected.get(key) is not None and expected[key] != actual[key]:
+      corrupt = name.with_name(name.name + ".corrupt")
+      file.replace(corrupt)
+      raise PrepareError(f"{name}: {key} mismatch{context}: expected {expected[key]}, got {actual[key]}; moved "
+                         f"to {corrupt} (running again fetches it anew)")
+
+
+def _digest(path: pathlib.Path) -> dict[str, Any]:
+  sha256 = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(_CHUNK):
+      sha256.update(chunk)
+  return {"size": path.stat().st_size, "sha256": sha256.hexdigest()}
+
+
+def _lock_path(path: pathlib.Path) -> pathlib.Path:
+  return path.with_name(path.name + ".lock.json")
+
+
+def _write_lock(path: pathlib.Path, record: Mapping[str, Any]):
+  tmp = path.with_name(path.name + ".lock.json.tmp")
+  tmp.write_text(json.dumps(record, indent=1) + "\n")
+  tmp.replace(_lock_path(path))
+
+
+def _find_local(source: pathlib.Path, names: Iterable[str], test) -> pathlib.Path | None:
+  """The first `<source>/<name>` or `<source>/*/<name>`, in the order of `names`, for which `test` holds."""
+  for name in names:
+    for candidate in [source / name, *sorted(source.glob(f"*/{name}"))]:
+      if test(candidate):
+        return candidate
+  return None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# SentEval.
+
+
+def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | None, retries: int) -> str:
+  path, lock = need.path, _lock_path(need.path)
+  if lock.is_file():
+    record = json.loads(lock.read_text())
+    missing = [name for name in record["files"] if not (path / name).is_file()]
+    if not missing:
+      for name, expected in record["files"].items():
+        _verify(path / name, expected)
+      return f"verified ({len(record['files'])} files)"
+    logger.warning("%s: %d files recorded in %s are missing (%s ...); fetching again", path, len(missing), lock,
+                   missing[0])
+  elif all((path / folder).is_dir() for folder in need.folders):
+    return "present (not fetched by prepare.py, so not verified)"
+  has_folders = lambda root: all((root / folder).is_dir() for folder in need.folders)
+  unpacked = _find_local(source, dict.fromkeys([path.name, "senteval"]), has_folders) if source is not None else None
+  if unpacked is not None:
+    files = _install(unpacked, path, move=False)
+    record = {"source": str(unpacked)}
+  else:
+    archive, archive_lock = path.with_name(artifact.filename), _lock_path(path.with_name(artifact.filename))
+    logger.info("%s: %s", archive, _prepare_file(Need(need.key, archive), artifact, source, retries))
+    fetched = (json.loads(archive_lock.read_text()) if archive_lock.is_file()
+               else {"source": str(archive), **_digest(archive)})
+    record = {"source": fetched["source"], "archive": {"name": archive.name, "size": fetched["size"],
+                                                      "sha256": fetched["sha256"]}}
+    tmp = path.with_name(path.name + ".unpack")
+    shutil.rmtree(tmp, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+      tar.extractall(tmp, filter="data")  # "data": nothing outside `tmp`, no links out of it, no devices.
+    root = next((d for d in [tmp, *sorted(tmp.iterdir())] if (d / "STS").is_dir()), None)
+    if root is None:
+      raise PrepareError(f"{archive}: no STS/ folder at the top or one level down; not SentEval's data")
+    files = _install(root, path, move=True)
+    shutil.rmtree(tmp)
+    if archive_lock.is_file():  # Fetched here: unpacked, it is not needed any more (an archive put there is kept).
+      archive.unlink()
+      archive_lock.unlink()
+  lacking = [folder for folder in need.folders if not (path / folder).is_dir()]
+  if lacking:
+    raise PrepareError(f"{path}: {record['source']} has no {', '.join(lacking)}")
+  _write_lock(path, {**record, "files": files})
+  return f"fetched from {record['source']} ({len(files)} files)"
+
+
+def _install(root: pathlib.Path, path: pathlib.Path, move: bool) -> dict[str, dict[str, Any]]:
+  """Puts the files under `root` under `path` (moved or copied; other files there are kept); returns each one's
+  size and sha256 by its path relative to `path`."""
+  names = sorted(str(file.relative_to(root)) for file in root.rglob("*") if file.is_file())
+  for name in names:  # Contents only: a copy of a read-only folder (../shared) stays writable.
+    (path / name).parent.mkdir(parents=True, exist_ok=True)
+    (shutil.move if move else shutil.copyfile)(root / name, path / name)
+  return {name: _digest(path / name) for name in names}

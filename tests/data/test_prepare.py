@@ -1,0 +1,266 @@
+"""prepare.py's fetching against a local HTTP server (with Range, and cut connections) and a local folder."""
+
+import dataclasses
+import hashlib
+import http.server
+import io
+import json
+import re
+import tarfile
+import threading
+
+import pytest
+
+from configs import eval_prompt, promptbert, promptbert_sup
+from jaxemb.data import prepare
+
+WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
+NLI = b"sent0,sent1,hard_neg\n" + b"a man sleeps .,a person rests .,a man runs .\n" * 50
+SENTEVAL = {  # A few files of each folder a test config reads, in SentEval's data/downstream layout.
+    "STS/STS12-en-test/STS.input.MSRpar.txt": b"a cat .\ta dog .\n",
+    "STS/STS12-en-test/STS.gs.MSRpar.txt": b"2.5\n",
+    "STS/STSBenchmark/sts-dev.csv": b"main-captions\tMSRvid\t2012test\t0001\t5.000\ta plane .\tan airplane .\n",
+    "SICK/SICK_test_annotated.txt": b"pair_ID\tA\tB\tscore\tlabel\n1\ta\tb\t4.5\tENTAILMENT\n",
+}
+STS_TASKS = "STS12,SICKRelatedness"
+
+
+def _tar(files, prefix=""):
+  out = io.BytesIO()
+  with tarfile.open(fileobj=out, mode="w") as tar:
+    for name, data in files.items():
+      info = tarfile.TarInfo(prefix + name)
+      info.size = len(data)
+      tar.addfile(info, io.BytesIO(data))
+  return out.getvalue()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+  """Serves `files` with HTTP Range; the first `cuts[name]` bytes of a response end the connection there."""
+
+  files: dict[str, bytes] = {}
+  cuts: dict[str, int] = {}
+  requests: list[tuple[str, str | None]] = []
+
+  def do_GET(self):  # pylint: disable=invalid-name
+    name = self.path.lstrip("/")
+    self.requests.append((name, self.headers.get("Range")))
+    if name not in self.files:
+      self.send_error(404)
+      return
+    data = self.files[name]
+    start, end = 0, len(data) - 1
+    status = 200
+    if self.headers.get("Range"):
+      match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers["Range"])
+      start, end = int(match.group(1)), int(match.group(2) or end)
+      if start >= len(data):
+        self.send_response(416)
+        self.send_header("Content-Range", f"bytes */{len(data)}")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return
+      status = 206
+    body = data[start:end + 1]
+    self.send_response(status)
+    if status == 206:
+      self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    cut = self.cuts.pop(name, None)
+    self.wfile.write(body if cut is None else body[:cut])  # A cut response promised the whole body.
+    self.close_connection = cut is not None
+
+  def log_message(self, *args):
+    pass
+
+
+@pytest.fixture(name="server")
+def _server():
+  """(a manifest of SENTEVAL, WIKI and NLI with their sizes and digests on a local server, the handler)."""
+  files = {"senteval.tar": _tar(SENTEVAL), "wiki1m_for_simcse.txt": WIKI, "nli_for_simcse.csv": NLI}
+  handler = type("Handler", (_Handler,), {"files": files, "cuts": {}, "requests": []})
+  httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+  thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)  # Quick shutdown.
+  thread.start()
+  url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+  manifest = {key: prepare.Artifact(a.filename, url + a.filename, len(files[a.filename]),
+                                    hashlib.sha256(files[a.filename]).hexdigest())
+              for key, a in prepare.MANIFEST.items()}
+  yield manifest, handler
+  httpd.shutdown()
+  httpd.server_close()
+
+
+@pytest.fixture(name="model")
+def _model(tmp_path):
+  """A model directory as prepare checks it: a readable config.json and a weights file."""
+  out = tmp_path / "model"
+  out.mkdir()
+  (out / "config.json").write_text(json.dumps(dict(model_type="bert", vocab_size=8, hidden_size=4, num_hidden_layers=1,
+                                                   num_attention_heads=1, intermediate_size=4,
+                                                   max_position_embeddings=8)))
+  (out / "model.safetensors").write_bytes(b"")
+  return str(out)
+
+
+def _train_config(module, tmp_path, model, train_file):
+  config = module.get_config()
+  config.model.path = model
+  config.data.train_file = str(tmp_path / "data" / train_file)
+  config.eval.senteval_dir = str(tmp_path / "data" / "senteval")
+  return config
+
+
+def _assert_senteval(root):
+  for name, data in SENTEVAL.items():
+    assert (root / name).read_bytes() == data
+
+
+def test_download_checks_records_and_a_second_run_fetches_nothing(tmp_path, server, model):
+  manifest, handler = server
+  config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
+  data = tmp_path / "data"
+  done = prepare.prepare(config, manifest=manifest)
+  assert sorted(name for name, _ in handler.requests) == ["senteval.tar", "wiki1m_for_simcse.txt"]  # No NLI.
+  assert done[str(data / "wiki1m_for_simcse.txt")].startswith("fetched from http://127.0.0.1")
+  assert (data / "wiki1m_for_simcse.txt").read_bytes() == WIKI
+  _assert_senteval(data / "senteval")
+  assert sorted(p.name for p in data.iterdir()) == ["senteval", "senteval.lock.json", "wiki1m_for_simcse.txt",
+                                                    "wiki1m_for_simcse.txt.lock.json"]  # The archive is gone.
+  lock = json.loads((data / "wiki1m_for_simcse.txt.lock.json").read_text())
+  assert lock["sha256"] == hashlib.sha256(WIKI).hexdigest() and lock["size"] == len(WIKI)
+  senteval_lock = json.loads((data / "senteval.lock.json").read_text())
+  assert senteval_lock["archive"]["sha256"] == manifest["senteval"].sha256
+  assert set(senteval_lock["files"]) == set(SENTEVAL)
+
+  mtimes = {p: p.stat().st_mtime_ns for p in data.rglob("*")}
+  done = prepare.prepare(config, manifest=manifest)
+  assert len(handler.requests) == 2
+  assert done[str(data / "wiki1m_for_simcse.txt")] == "verified"
+  assert done[str(data / "senteval")] == f"verified ({len(SENTEVAL)} files)"
+  assert {p: p.stat().st_mtime_ns for p in data.rglob("*")} == mtimes
+
+
+@pytest.mark.parametrize("retries", [2, 0], ids=["resumed_in_the_run", "resumed_by_the_next_run"])
+def test_interrupted_download_resumes_with_range(tmp_path, server, model, retries):
+  manifest, handler = server
+  handler.cuts["wiki1m_for_simcse.txt"] = 1000
+  config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
+  wiki = tmp_path / "data" / "wiki1m_for_simcse.txt"
+  if not retries:
+    with pytest.raises(prepare.PrepareError, match=r"keeps the 1000 bytes received, and running again resumes"):
+      prepare.prepare(config, manifest=manifest, retries=0)
+    assert not wiki.exists() and wiki.with_name(wiki.name + ".part").stat().st_size == 1000
+  prepare.prepare(config, manifest=manifest, retries=retries)
+  assert [r for r in handler.requests if r[0] == wiki.name] == [(wiki.name, None), (wiki.name, "bytes=1000-")]
+  assert wiki.read_bytes() == WIKI
+  assert not wiki.with_name(wiki.name + ".part").exists()
+
+
+@pytest.mark.parametrize("have", [500, len(WIKI)], ids=["half", "all"])
+def test_part_file_left_by_a_killed_run_is_continued(tmp_path, server, model, have):
+  manifest, handler = server
+  config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "wiki1m_for_simcse.txt.part").write_bytes(WIKI[:have])
+  prepare.prepare(config, manifest=manifest)
+  assert ("wiki1m_for_simcse.txt", f"bytes={have}-") in handler.requests  # 416 when nothing is left: kept whole.
+  assert (tmp_path / "data" / "wiki1m_for_simcse.txt").read_bytes() == WIKI
+
+
+@pytest.mark.parametrize("field", ["size", "sha256"])
+def test_corrupted_download_is_rejected(tmp_path, server, model, field):
+  manifest, _ = server
+  wrong = {"size": len(NLI) + 1, "sha256": "0" * 64}[field]
+  manifest["nli"] = dataclasses.replace(manifest["nli"], **{field: wrong})
+  config = _train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv")
+  nli = tmp_path / "data" / "nli_for_simcse.csv"
+  actual = {"size": len(NLI), "sha256": hashlib.sha256(NLI).hexdigest()}[field]
+  with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(nli))}: {field} mismatch \(from http.*\): "
+                                                 rf"expected {wrong}, got {actual}; moved to .*\.corrupt"):
+    prepare.prepare(config, manifest=manifest)
+  assert not nli.exists() and not nli.with_name(nli.name + ".lock.json").exists()
+  assert nli.with_name(nli.name + ".corrupt").read_bytes() == NLI
+
+
+def test_file_changed_after_fetching_is_rejected_then_fetched_again(tmp_path, server, model):
+  manifest, handler = server
+  config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
+  prepare.prepare(config, manifest=manifest)
+  wiki, dev = tmp_path / "data" / "wiki1m_for_simcse.txt", tmp_path / "data" / "senteval/STS/STSBenchmark/sts-dev.csv"
+  wiki.write_bytes(WIKI.replace(b"number", b"NUMBER"))
+  with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(wiki))}: sha256 mismatch \(since it was fetched\): "
+                                                 rf"expected {hashlib.sha256(WIKI).hexdigest()}, got [0-9a-f]{{64}}"):
+    prepare.prepare(config, manifest=manifest)
+  dev.write_bytes(b"x")
+  with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(dev))}: size mismatch .*expected \d+, got 1"):
+    prepare.prepare(config, manifest=manifest)
+  prepare.prepare(config, manifest=manifest)  # Both were moved aside: fetched anew.
+  assert wiki.read_bytes() == WIKI
+  _assert_senteval(tmp_path / "data" / "senteval")
+  assert [name for name, _ in handler.requests].count("wiki1m_for_simcse.txt") == 2
+
+
+@pytest.mark.parametrize("senteval", ["folder", "tar"])
+def test_offline_copy_from_a_local_folder(tmp_path, server, model, senteval):
+  """A folder laid out as ../shared/data: senteval/ unpacked (or SimCSE's tar, here wrapped in a folder), files in
+  subfolders; a sample under its own name is found by the configured file name."""
+  manifest, handler = server
+  source = tmp_path / "source"
+  for name, data in {"wiki/wiki1m_sample.txt": WIKI[:700], "nli/nli_for_simcse.csv": NLI}.items():
+    (source / name).parent.mkdir(parents=True, exist_ok=True)
+    (source / name).write_bytes(data)
+  if senteval == "folder":
+    for name, data in SENTEVAL.items():
+      (source / "senteval" / name).parent.mkdir(parents=True, exist_ok=True)
+      (source / "senteval" / name).write_bytes(data)
+  else:  # Unlike the public one, this archive has no known size or digest.
+    (source / "senteval.tar").write_bytes(_tar(SENTEVAL, prefix="downstream/"))
+    manifest["senteval"] = dataclasses.replace(manifest["senteval"], size=None, sha256=None)
+  data = tmp_path / "data"
+  prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_sample.txt"), source=source, manifest=manifest)
+  prepare.prepare(_train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv"), source=source,
+                  manifest=manifest)
+  assert not handler.requests
+  assert (data / "wiki1m_sample.txt").read_bytes() == WIKI[:700]
+  assert (data / "nli_for_simcse.csv").read_bytes() == NLI
+  _assert_senteval(data / "senteval")
+  assert json.loads((data / "nli_for_simcse.csv.lock.json").read_text())["source"] == str(source / "nli" /
+                                                                                        "nli_for_simcse.csv")
+  with pytest.raises(prepare.PrepareError, match=r"no wiki1m_for_simcse.txt under .*source or its subfolders"):
+    prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt"), source=source)
+
+
+def test_evaluation_config_fetches_senteval_only(tmp_path, server, model):
+  manifest, handler = server
+  config = eval_prompt.get_config()
+  config.model.path = model
+  config.eval.tasks = STS_TASKS
+  config.data.senteval_dir = str(tmp_path / "senteval")
+  done = prepare.prepare(config, manifest=manifest)
+  assert [name for name, _ in handler.requests] == ["senteval.tar"]
+  assert list(done) == [str(tmp_path / "senteval"), model]
+  _assert_senteval(tmp_path / "senteval")
+
+
+def test_data_already_in_place_is_kept_unverified(tmp_path, server, model):
+  manifest, handler = server
+  config = eval_prompt.get_config()
+  config.model.path = model
+  config.eval.tasks = STS_TASKS
+  config.data.senteval_dir = str(tmp_path / "senteval")
+  for folder in ("STS/STS12-en-test", "STS/STSBenchmark", "SICK"):
+    (tmp_path / "senteval" / folder).mkdir(parents=True)
+  done = prepare.prepare(config, manifest=manifest)
+  assert done[str(tmp_path / "senteval")].startswith("present (not fetched by prepare.py")
+  assert not handler.requests
+
+
+def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
+  monkeypatch.setenv("JAXEMB_DATA", "/big/disk")
+  assert promptbert.get_config().data.train_file == "/big/disk/wiki1m_for_simcse.txt"
+  assert promptbert.get_config().eval.senteval_dir == "/big/disk/senteval"
+  assert eval_prompt.get_config().data.senteval_dir == "/big/disk/senteval"
+  monkeypatch.delenv("JAXEMB_DATA")
+  assert eval_prompt.get_config().data.senteval_dir == "data/senteval"
