@@ -11,8 +11,9 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import tqdm
 
-from jaxemb import bias_removal, pooling, templates, tfidf
+from jaxemb import bias_removal, denoise, pooling, templates, tfidf
 from jaxemb.models import EncoderConfig, Transformer, hf, load_pretrained, load_tokenizer, run_dir
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
@@ -21,6 +22,10 @@ METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_laye
            *PROMPT_METHODS)  # The static methods run no encoder at all; ditto_all_heads is the head search's.
 _DITTO_METHODS = ("ditto", "ditto_all_heads")
 _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_DITTO_METHODS, "tfidf_first_last")
+# What a prompt vector goes through after denoising (supervised PromptBERT, REFERENCE.md section 4): nothing, the
+# pretrained MLM head's transform (BERT, --org_mlp; applied to h and the bias apart), or the pretrained pooler
+# (RoBERTa, --use_pooler).
+HEADS = ("none", "mlm_transform", "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Method:
   # static_remove_biases: which biased tokens are dropped before averaging (default: all four, as published).
   bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
   idf_path: str | None = None  # tfidf_first_last: the JSON written by `tfidf.save_idf`.
+  denoise: bool = False  # prompt: subtract the position-offset template bias (supervised PromptBERT's evaluation).
+  head: str = "none"  # prompt: one of HEADS, applied to the (denoised) [MASK] vector.
 
   def validate(self, config: EncoderConfig, num_masks: int):
     """Rejects a method that cannot run on this model or template, before anything is compiled."""
@@ -56,6 +63,11 @@ class Method:
                          f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads")
       if self.ditto_variant not in pooling.DITTO_VARIANTS:
         raise ValueError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
+    if (self.denoise or self.head != "none") and self.name != "prompt":
+      raise ValueError(f"denoising and heads apply to method 'prompt' only; got {self.name!r} with "
+                       f"denoise={self.denoise}, head={self.head!r}")
+    if self.head not in HEADS:
+      raise ValueError(f"head {self.head!r} is not one of {HEADS}")
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ValueError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
@@ -85,7 +97,8 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
   if method.name == "cls":
     return model.apply({"params": params}, pooling.cls_before_pooler(out), method=Transformer.pool)
   if method.name == "prompt":
-    return pooling.mask_state(out, batch.mask_positions)
+    return _prompt_vector(model, params, method, pooling.mask_state(out, batch.mask_positions), batch, prompt,
+                          template)
   if method.name == "prompt_mlm_top_k":
     logits = model.apply({"params": params}, pooling.mask_state(out, batch.mask_positions),
                          method=Transformer.mlm_logits)
@@ -98,6 +111,23 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
   if method.name == "cls_before_pooler":
     return pooling.cls_before_pooler(out)
   return getattr(pooling, method.name)(out, mask)
+
+
+def _prompt_vector(model: Transformer, params: Any, method: Method, h: jax.Array, batch: templates.TemplateBatch,
+                   prompt: jax.Array | None, template: templates.Template) -> jax.Array:
+  """The [MASK] vector minus its template bias (if `method.denoise`), through `method.head`, in the reference's
+  order: the MLM transform projects h and the bias apart, the pooler takes their difference."""
+  apply = functools.partial(model.apply, {"params": params})
+  bias = 0.0
+  if method.denoise:
+    bias = denoise.template_bias(apply, template, batch.sentence_lengths, "position_offset",
+                                 model.config.position_offset, batch.input_ids.shape[1], prompt)
+  if method.head == "mlm_transform":
+    transform = functools.partial(apply, method=Transformer.mlm_transform)
+    return transform(h) - (transform(bias) if method.denoise else 0.0)
+  if method.head == "pooler":
+    return apply(h - bias, method=Transformer.pool)
+  return h - bias
 
 
 class Encoder:
@@ -114,6 +144,9 @@ class Encoder:
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
+    needed = {"mlm_transform": "mlm_head", "pooler": "pooler"}.get(method.head)
+    if params is not None and needed and needed not in params:
+      raise ValueError(f"head {method.head!r} needs the checkpoint's {needed} weights; this checkpoint has none")
     if prompt is not None and (method.name not in PROMPT_METHODS or prompt.shape[0] != self.template.num_tokens - 2):
       raise ValueError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
                        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
@@ -126,10 +159,22 @@ class Encoder:
     self.compiled_shapes: set[tuple[int, int]] = set()
 
   @classmethod
-  def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method, **kwargs) -> Encoder:
-    """An Encoder for a Hugging Face checkpoint, or the best step of a jaxemb run directory (train.py's workdir,
-    with its continuous template if it trained one). The method is checked before the weights load."""
-    if run_dir.is_run_dir(name_or_path):
+  def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method | str | None = None,
+                      **kwargs) -> Encoder:
+    """An Encoder for a Hugging Face checkpoint (local directory or hub id), or the best step of a jaxemb run
+    directory (train.py's workdir, with its continuous template if it trained one).
+
+    `method` is a Method, a method name (e.g. "last_avg"), or None: a run directory's own evaluation method
+    (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked
+    before the weights load. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple).
+    """
+    is_run = run_dir.is_run_dir(name_or_path)
+    if method is None:
+      if not is_run:
+        raise ValueError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {METHODS})")
+      method = Method(**run_dir.load_eval_method(name_or_path))
+    method = Method(method) if isinstance(method, str) else method
+    if is_run:
       tokenizer = load_tokenizer(pathlib.Path(name_or_path) / "model")
       config, params, _ = run_dir.load_best(name_or_path)
       return cls(config, params["encoder"], tokenizer, method, prompt=params.get("prompt"), **kwargs)
@@ -144,27 +189,36 @@ class Encoder:
     return len(self.compiled_shapes)
 
   def encode(self, sentences: Sequence[str], batch_size: int = 64, normalize: bool = False,
-             progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads);
-    `progress(n)` is called after each batch."""
+             progress: Callable[[int], None] | None = None, show_progress: bool | None = None) -> np.ndarray:
+    """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
+
+    `progress(n)` is called after each batch of n distinct sentences. `show_progress` draws a progress bar on
+    stderr; None draws it for more than 8 batches when stderr is a terminal.
+    """
     unique = list(dict.fromkeys(sentences))
     rows = self._rows(unique)
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None
-    for start in range(0, len(order), batch_size):
-      index = order[start:start + batch_size]
-      width = self.length_multiple * math.ceil(lengths[index].max() / self.length_multiple)
-      batch = _pad_batch(jax.tree.map(lambda a: a[index], rows), batch_size, width, self.template.pad_id)
-      self.compiled_shapes.add((batch_size, width))
-      batch_vectors = np.asarray(self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt), np.float32)[:len(index)]
-      if vectors is None:
-        vectors = np.zeros((len(unique), *batch_vectors.shape[1:]), np.float32)
-      vectors[index] = batch_vectors
-      if progress:
-        progress(len(index))
+    starts = range(0, len(order), batch_size)
+    # tqdm's disable=None shows the bar on a terminal only; leave=False keeps logs and the training bar clean.
+    disable = (None if len(starts) > 8 else True) if show_progress is None else not show_progress
+    with tqdm.tqdm(total=len(unique), unit="sentence", leave=False, disable=disable) as bar:
+      for start in starts:
+        index = order[start:start + batch_size]
+        width = self.length_multiple * math.ceil(lengths[index].max() / self.length_multiple)
+        batch = _pad_batch(jax.tree.map(lambda a: a[index], rows), batch_size, width, self.template.pad_id)
+        self.compiled_shapes.add((batch_size, width))
+        batch_vectors = np.asarray(self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt),
+                                   np.float32)[:len(index)]
+        if vectors is None:
+          vectors = np.zeros((len(unique), *batch_vectors.shape[1:]), np.float32)
+        vectors[index] = batch_vectors
+        bar.update(len(index))
+        if progress:
+          progress(len(index))
     if normalize:
-      vectors /= np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+      vectors = _unit(vectors)
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
 
@@ -185,3 +239,20 @@ def _pad_batch(batch: templates.TemplateBatch, batch_size: int, width: int, pad_
   batch = batch.replace(input_ids=fit(batch.input_ids, pad_id), attention_mask=fit(batch.attention_mask, 0))
   fill = batch_size - batch.input_ids.shape[0]
   return jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[:1], fill, 0)]), batch)
+
+
+def similarity(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """The cosine similarity matrix [n, m] of the rows of `a` [n, d] and `b` [m, d]; a 1-D vector is one row.
+
+  A zero vector is at similarity 0 to everything.
+  """
+  a, b = (np.atleast_2d(np.asarray(x)) for x in (a, b))
+  if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+    raise ValueError(f"similarity takes [n, d] and [m, d] arrays (or [d] vectors); got shapes {a.shape} and {b.shape}")
+  dtype = np.result_type(a.dtype, b.dtype, np.float32)
+  return _unit(a.astype(dtype)) @ _unit(b.astype(dtype)).T
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+  """`x` scaled to unit length along its last axis (zero vectors stay zero)."""
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
