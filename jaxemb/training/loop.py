@@ -138,6 +138,19 @@ def train(config: Any) -> dict[str, Any]:
   start_step = int(state.step)
   start_time = time.perf_counter()
   progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True)
+
+  def record(done: int, metrics: dict[str, jax.Array]):
+    """Reads one step's metrics (a host sync), stops on a non-finite loss, and reports them."""
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    if not np.isfinite(metrics["loss"]):
+      raise FloatingPointError(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last "
+                               f"good checkpoint in {workdir / 'checkpoints'} is kept")
+    progress.update(1)
+    progress.set_postfix(loss=f"{metrics['loss']:.4f}")
+    if writer and (done % config.train.log_every == 0 or done == total_steps):
+      writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1))})
+
+  pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   try:
     for step in range(start_step, total_steps):
       index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
@@ -145,23 +158,23 @@ def train(config: Any) -> dict[str, Any]:
       batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
                                   corpus.gather(rows, index)) for name, rows in fields.items()}
       state, metrics = step_fn(state, batch)
-      metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-      if not np.isfinite(metrics["loss"]):
-        raise FloatingPointError(f"loss is {metrics['loss']} at step {step + 1}; stopped without saving; the last "
-                                 f"good checkpoint in {workdir / 'checkpoints'} is kept")
+      if pending:
+        record(*pending)
       done = step + 1
-      progress.update(1)
-      progress.set_postfix(loss=f"{metrics['loss']:.4f}")
-      if writer and (done % config.train.log_every == 0 or done == total_steps):
-        writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1))})
-      if done % config.train.eval_every == 0 or done == total_steps:
+      pending = (done, metrics)
+      evaluate = done % config.train.eval_every == 0 or done == total_steps
+      save = done % config.train.save_every == 0 or done == total_steps
+      if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
+        record(*pending)
+        pending = None
+      if evaluate:
         score = stsb_dev(state)
         if writer:
           writer.write(done, {"stsb_dev": score})
         if score > meta["best_stsb_dev"]:
           meta.update(best_stsb_dev=score, best_step=done)
           ckpt.save_best(done, {**state.frozen, **state.params}, {"step": done, "stsb_dev": score})
-      if done % config.train.save_every == 0 or done == total_steps:
+      if save:
         ckpt.save(state, meta)
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     progress.close()
