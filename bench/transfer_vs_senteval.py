@@ -198,9 +198,11 @@ def cached_vectors(args, tasks) -> dict[str, np.ndarray]:
   texts_path, vectors_path = pathlib.Path(args.cache + ".json"), pathlib.Path(args.cache + ".npy")
   texts = list(dict.fromkeys(join_tokens(s) for task in tasks for split in task.splits.values()
                              for column in split.columns for s in column))
-  if texts_path.is_file() and vectors_path.is_file() and json.loads(texts_path.read_text()) == texts:
-    print(f"embeddings: {len(texts)} sentences from {vectors_path}")
-    return dict(zip(texts, np.load(vectors_path)))
+  if texts_path.is_file() and vectors_path.is_file():
+    cached = dict(zip(json.loads(texts_path.read_text()), np.load(vectors_path)))
+    if cached.keys() >= set(texts):  # A cache of more tasks serves any subset of them.
+      print(f"embeddings: {len(texts)} sentences from {vectors_path}")
+      return cached
   encoder = Encoder.from_pretrained(args.model, Method(args.method))
   start = time.perf_counter()
   vectors = encoder.encode(texts, batch_size=args.batch_size)
