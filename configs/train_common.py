@@ -17,6 +17,7 @@ def get_config():
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory to start from.
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
+  config.model.remat = False  # Recompute each layer in the backward pass: less activation memory, more compute.
 
   config.data = ml_collections.ConfigDict()
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).

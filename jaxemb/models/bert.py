@@ -119,16 +119,21 @@ class Transformer(nn.Module):
     config: the architecture.
     dtype: compute dtype (bfloat16 on accelerators); params stay in `param_dtype`.
     param_dtype: dtype of the parameters.
+    remat: recompute each layer's activations in the backward pass instead of keeping them (less memory for
+      large batches, about one more forward pass of compute); the same params and outputs.
   """
 
   config: EncoderConfig
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  remat: bool = False
 
   def setup(self):
     kwargs = dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype)
     self.embeddings = Embeddings(**kwargs)
-    self.layers = [Layer(**kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+    # Layer(x, mask, deterministic, return_attention): the two flags are static (argument 0 is the module).
+    layer = nn.remat(Layer, static_argnums=(3, 4)) if self.remat else Layer
+    self.layers = [layer(**kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
     self.pooler = heads.DenseTanh(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
     self.mlm_head = heads.MLMHead(**kwargs)
 

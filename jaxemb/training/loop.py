@@ -96,7 +96,7 @@ def train(config: Any) -> dict[str, Any]:
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
 
-  model = Transformer(model_config, dtype=DTYPES[config.model.dtype])
+  model = Transformer(model_config, dtype=DTYPES[config.model.dtype], remat=config.model.remat)
   tx = train_state.make_optimizer(config.train, total_steps)
   schedule = train_state.learning_rate_schedule(config.train, total_steps)
   params, frozen = _initial_params(config, objective, pretrained, model_config.hidden_size)

@@ -176,3 +176,23 @@ def test_minilm_hidden_states_match_hf():
   ours = _apply(config, params, ids, mask)
   _assert_matches(ours, _torch_outputs(torch_model, ids, mask), mask, mlm=False)
   assert len(ours.hidden_states) == 7
+
+
+def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint):
+  """Per-layer rematerialisation changes memory, not math: same params tree, outputs and gradients (dropout on)."""
+  _, path = tiny_checkpoint
+  config, params, _ = _load(str(path))
+  ids, mask = _padded_batch(path)
+
+  def loss(params, remat):
+    out = Transformer(config, remat=remat).apply({"params": params}, ids, mask, deterministic=False,
+                                                 rngs={"dropout": jax.random.key(0)}, output_attentions=(1,))
+    return jnp.sum(out.last_hidden_state ** 2) + jnp.sum(out.attentions[1])
+
+  plain, plain_grads = jax.value_and_grad(loss)(params, False)
+  remat, remat_grads = jax.jit(jax.value_and_grad(loss), static_argnums=1)(params, True)
+  np.testing.assert_allclose(remat, plain, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), remat_grads, plain_grads)
+  init = lambda remat: jax.eval_shape(lambda: Transformer(config, remat=remat).init(
+      jax.random.key(0), ids, mask, method="init_all")["params"])
+  assert jax.tree.structure(init(True)) == jax.tree.structure(init(False))
