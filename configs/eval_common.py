@@ -46,7 +46,7 @@ def get_config():
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   config.eval.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
   config.eval.batch_size = 64  # Sentences per encoder call.
-  config.eval.length_multiple = 8  # Bucket rows to a multiple of this many tokens (bounds compilations).
+  config.eval.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
   config.eval.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
   config.eval.output_json = ""  # Write the results here as JSON; "" = print only.
 

@@ -66,5 +66,5 @@ def get_config():
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   config.eval.add_period = True  # Append "." to sentences without final punctuation (prompt methods).
   config.eval.batch_size = 128  # Sentences per evaluation encoder call.
-  config.eval.length_multiple = 8  # Bucket evaluation rows to a multiple of this many tokens.
+  config.eval.length_multiple = 4  # Bucket evaluation rows to a multiple of this many tokens.
   return config

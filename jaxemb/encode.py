@@ -133,12 +133,15 @@ def _prompt_vector(model: Transformer, params: Any, method: Method, h: jax.Array
 class Encoder:
   """Encodes lists of sentences with one method; each distinct sentence is encoded once.
 
-  Sentences are sorted by tokenised length and cut into batches of `batch_size`, each padded to a multiple of
-  `length_multiple` tokens, so the encoder compiles once per bucket length (`compilations` counts them).
+  Sentences are sorted by tokenised length and cut into batches of `batch_size` (a partial batch takes the
+  shortest, so its filler rows are short), each padded to a multiple of `length_multiple` tokens, so the encoder
+  compiles once per bucket length (`compilations` counts them). `padded_tokens / real_tokens` is the padding:
+  1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's tokenizer, batches of 128; 11 shapes), 1.28
+  with 8 (7 shapes).
   """
 
   def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
-               dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 8,
+               dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 4,
                prompt: jax.Array | None = None):
     self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
@@ -157,6 +160,8 @@ class Encoder:
     self._vectors = jax.jit(functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method,
                                               template=self.template))
     self.compiled_shapes: set[tuple[int, int]] = set()
+    self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
+    self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
 
   @classmethod
   def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method | str | None = None,
@@ -200,13 +205,14 @@ class Encoder:
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None
-    starts = range(0, len(order), batch_size)
+    batches = _length_batches(order, batch_size)
     # tqdm's disable=None shows the bar on a terminal only; leave=False keeps logs and the training bar clean.
-    disable = (None if len(starts) > 8 else True) if show_progress is None else not show_progress
+    disable = (None if len(batches) > 8 else True) if show_progress is None else not show_progress
     with tqdm.tqdm(total=len(unique), unit="sentence", leave=False, disable=disable) as bar:
-      for start in starts:
-        index = order[start:start + batch_size]
+      for index in batches:
         width = self.length_multiple * math.ceil(lengths[index].max() / self.length_multiple)
+        self.real_tokens += int(lengths[index].sum())
+        self.padded_tokens += batch_size * width
         batch = _pad_batch(jax.tree.map(lambda a: a[index], rows), batch_size, width, self.template.pad_id)
         self.compiled_shapes.add((batch_size, width))
         batch_vectors = np.asarray(self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt),
@@ -228,6 +234,13 @@ class Encoder:
       return bias_removal.encode_filtered(self.tokenizer, sentences, self.method.bias_filter, self.max_sentence_tokens)
     return templates.encode_sentences(self.template, self.tokenizer, sentences,
                                       max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length)
+
+
+def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
+  """`order` (row indices sorted by length) cut into batches of `batch_size`; the partial batch, if any, comes
+  first, with the shortest rows, so the filler rows that complete it (`_pad_batch`) are the shortest."""
+  cut = len(order) % batch_size
+  return ([order[:cut]] if cut else []) + [order[i:i + batch_size] for i in range(cut, len(order), batch_size)]
 
 
 def _pad_batch(batch: templates.TemplateBatch, batch_size: int, width: int, pad_id: int) -> templates.TemplateBatch:

@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from jaxemb import bias_removal, templates, tfidf
-from jaxemb.encode import Encoder, Method
+from jaxemb.encode import Encoder, Method, _length_batches
 from jaxemb.models import load_tokenizer
 from tests.conftest import shared_path, write_random_checkpoint
 
@@ -147,6 +147,22 @@ def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):
   np.testing.assert_allclose(alone[0], vectors[5], atol=1e-5)
   normalized = encoder.encode(sentences[:3], normalize=True)
   np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-6)
+
+
+def test_partial_batch_takes_the_shortest_rows():
+  order = np.array([7, 3, 9, 0, 4, 1, 8, 2, 6, 5])  # Row indices sorted by length.
+  batches = _length_batches(order, 4)
+  assert [b.tolist() for b in batches] == [[7, 3], [9, 0, 4, 1], [8, 2, 6, 5]]
+  assert [b.tolist() for b in _length_batches(order[:8], 4)] == [[7, 3, 9, 0], [4, 1, 8, 2]]
+
+
+def test_token_counters_measure_the_padding(tiny_checkpoint):
+  _, path = tiny_checkpoint
+  encoder = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=4)
+  encoder.encode([" ".join(["word"] * n) for n in (1, 2, 6, 7, 8)], batch_size=2)
+  # Rows of 3, 4, 8, 9, 10 tokens: batches [3] (filled to 2 rows) of width 4, [4, 8] of 8, [9, 10] of 12.
+  assert encoder.real_tokens == 34
+  assert encoder.padded_tokens == 2 * 4 + 2 * 8 + 2 * 12
 
 
 @pytest.mark.parametrize("method, message", [
