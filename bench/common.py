@@ -1,0 +1,142 @@
+"""What the benchmark scripts share: load reports, interleaved timing, the bert-base-sized random checkpoint, the
+jaxemb train step as the training loop builds it.
+
+Import it before jax and torch: it sets OMP_WAIT_POLICY (below). XLA_FLAGS must be set before it is imported
+(scaling.py's workers get theirs from their environment).
+"""
+
+import importlib
+import os
+import pathlib
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", REPO.parent / "shared"))
+MINILM = SHARED / "models" / "all-MiniLM-L6-v2"
+BERT_TOKENIZER = SHARED / "tokenizers" / "bert-base-uncased"
+SCHEDULE_STEPS = 10_000  # The learning-rate schedule's length in the timed train steps (either side).
+# bert-base-uncased's architecture.
+BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, max_position_embeddings=512)
+
+# Torch's OpenMP threads spin-wait between ops by default. On a shared 2-core machine a spinning thread that
+# other jobs deschedule stalls every op (MiniLM at 8x16 under load 7: 900 ms a forward instead of 50 ms), so
+# the benchmarks let them sleep unless OMP_WAIT_POLICY is set; this must happen before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(REPO))
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import jax
+import torch
+import transformers
+
+from jaxemb import templates
+from jaxemb.models import Transformer, load_pretrained, load_tokenizer
+from jaxemb.training import loop, objectives, sharding, state
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.
+transformers.logging.disable_progress_bar()
+
+
+def print_load(when: str):
+  """The 1/5/15-minute load averages: the machine is shared, so every number is read against them."""
+  one, five, fifteen = os.getloadavg()
+  print(f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs "
+        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r})", flush=True)
+
+
+def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
+  """Median seconds per call of each case. The cases run alternately (a, b, a, b, ...) after `warmup` calls each,
+  so a burst of load from other jobs hits every side alike. Each callable must block until its work is done."""
+  for fn in cases.values():
+    for _ in range(warmup):
+      fn()
+  times = {name: [] for name in cases}
+  for _ in range(repeats):
+    for name, fn in cases.items():
+      start = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
+
+
+def ratio(ours: float, theirs: float) -> str:
+  """`ours / theirs` of two rates (higher is better), as printed by every script."""
+  return f"{ours / theirs:.2f}x"
+
+
+def write_random_bert(out_dir: pathlib.Path, seed: int = 0, **overrides) -> pathlib.Path:
+  """A randomly initialised HF `BertModel` (bert-base-sized unless overridden) with bert-base-uncased's tokenizer,
+  saved to `out_dir` so that HF PyTorch and `jaxemb.models.load_pretrained` read the same weights."""
+  torch.manual_seed(seed)
+  transformers.BertModel(transformers.BertConfig(**{**BERT_BASE, **overrides})).save_pretrained(out_dir)
+  transformers.AutoTokenizer.from_pretrained(BERT_TOKENIZER).save_pretrained(out_dir)
+  return out_dir
+
+
+def model_dir(name: str, tmp: pathlib.Path) -> pathlib.Path:
+  """The checkpoint a --model flag names: "minilm", "bert-base" (written into `tmp`), or a HF directory."""
+  if name == "bert-base":
+    return write_random_bert(tmp / "bert-base")
+  return MINILM if name == "minilm" else pathlib.Path(name)
+
+
+def forward_flops(batch: int, length: int, layers: int, hidden: int, ffn: int, heads: int) -> float:
+  """Matmul FLOPs of one encoder forward: per layer the QKV, output and FFN projections,
+  2 tokens (4 h^2 + 2 h ffn), and attention's two batched products, 2 * 2 batch heads length^2 head_dim."""
+  tokens = batch * length
+  head_dim = hidden // heads
+  return layers * (2 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * batch * heads * length**2 * head_dim)
+
+
+def train_config(name: str, batch_size: int, sentence_tokens: int):
+  """`configs/<name>.py` (promptbert, simcse, ...) at the benchmark's global batch and sentence length."""
+  config = importlib.import_module(f"configs.{name}").get_config()
+  config.train.batch_size = batch_size
+  config.data.max_sentence_tokens = sentence_tokens
+  return config
+
+
+def wiki_sentences(count: int) -> list[str]:
+  """The first `count` non-blank lines of the shared wiki1m sample (SimCSE's training text)."""
+  lines = (SHARED / "data" / "wiki" / "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()
+  return [line for line in lines if line.strip()][:count]
+
+
+class JaxembTrainStep:
+  """One jitted jaxemb train step on a fixed global batch, built as `jaxemb.training.loop.train` builds it: the
+  objective from the config, the encoder plus the objective's heads, AdamW, the sharded and donated step.
+
+  Calling it runs one step and returns the loss; `prng_impl` ("threefry2x32", "rbg", "unsafe_rbg") is the
+  default PRNG while the state is made and while the step runs (it draws the dropout masks).
+  """
+
+  def __init__(self, config, model_dir: pathlib.Path, sentences: list[str], mesh, prng_impl: str = "threefry2x32"):
+    self.prng_impl = prng_impl
+    self.model_config, pretrained = load_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
+    self.objective = loop.build_objective(config, tokenizer)
+    self.model = Transformer(self.model_config, dtype=loop.DTYPES[config.model.dtype], remat=config.model.remat)
+    tokens = config.data.max_sentence_tokens
+    # What corpus.tokenize_cached gives the loop: every row at the template's width plus max_sentence_tokens.
+    self.rows = {view: templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
+                                                  pad_to=template.num_tokens + tokens)
+                 for view, template in zip(self.objective.views, self.objective.view_templates)}
+    heads = objectives.init_head_params(self.objective, self.model_config.hidden_size,
+                                        jax.random.key(config.train.seed + 1))
+    self.initial_params = {"encoder": pretrained, **heads}
+    tx = state.make_optimizer(config.train, total_steps=SCHEDULE_STEPS)
+    with jax.default_prng_impl(prng_impl):
+      init = lambda p: state.init_state(p, {}, tx, config.train.seed)
+      shardings = sharding.tree_shardings(mesh, jax.eval_shape(init, self.initial_params))
+      self.state = jax.jit(init, out_shardings=shardings)(self.initial_params)
+      self._step = state.jit_train_step(self.objective, self.model, tx, mesh, shardings)
+      self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))
+
+  def __call__(self) -> float:
+    with jax.default_prng_impl(self.prng_impl):
+      self.state, metrics = self._step(self.state, self.batch)
+      return float(metrics["loss"])

@@ -1,0 +1,138 @@
+r"""One unsupervised training step: jaxemb's jitted step against a straightforward PyTorch step, same batch.
+
+Two settings, as configs/promptbert.py and configs/simcse.py define them: PromptBERT (two templates, the
+[MASK] state, position-offset template denoising with one bias table per template, the training-only dense +
+tanh MLP, InfoNCE) and SimCSE (the same sentences twice, dropout the only noise, [CLS], MLP, InfoNCE). The
+jaxemb step is built as jaxemb/training/loop.py builds it; the PyTorch step runs HF `BertModel` in train mode
+through the same encoder calls (each view, then each template's bias rows), `torch.optim.AdamW` on the same
+linear schedule. Both start from the same weights (the MLP too) and read the same rows: the script first
+checks that their dropout-free losses agree, then times steps alternately, with the jax step once per dropout
+PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg are cheaper on CPU).
+
+  python bench/train_step.py                                  # MiniLM, batch 64, 32 sentence tokens
+  python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
+"""
+
+import argparse
+import dataclasses
+import pathlib
+import tempfile
+
+import common
+import jax
+import jax.numpy as jnp
+import numpy as np
+import torch
+import torch.nn.functional as F
+import transformers
+
+from jaxemb import denoise  # pylint: disable=g-bad-import-order
+from jaxemb.training import objectives, sharding
+
+PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+
+
+class TorchTrainStep:
+  """The jaxemb objective's step written plainly in PyTorch (the settings the two configs use)."""
+
+  def __init__(self, jaxemb_step: common.JaxembTrainStep, config, model_dir: pathlib.Path):
+    self.objective = o = jaxemb_step.objective
+    if o.loss != "info_nce" or o.projection != "mlp" or o.denoising not in ("none", "position_offset"):
+      raise ValueError(f"no PyTorch step for {o}")
+    self.bert = transformers.BertModel.from_pretrained(model_dir, add_pooling_layer=False).train()
+    mlp = jaxemb_step.initial_params["mlp"]["dense"]
+    hidden = self.bert.config.hidden_size
+    self.mlp = torch.nn.Linear(hidden, hidden)
+    with torch.no_grad():  # The same start as jaxemb's freshly initialised MLP.
+      self.mlp.weight.copy_(torch.tensor(np.asarray(mlp["kernel"]).T))
+      self.mlp.bias.copy_(torch.tensor(np.asarray(mlp["bias"])))
+    tensors = lambda rows: {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in vars(rows).items()
+                            if v is not None}
+    self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
+    offset = jaxemb_step.model_config.position_offset
+    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(o.max_sentence_tokens + 1), offset))
+                      for t in o.view_templates if o.denoising == "position_offset"}
+    t = config.train
+    params = [*self.bert.parameters(), *self.mlp.parameters()]
+    self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_b1, t.adam_b2), eps=t.adam_eps,
+                                       weight_decay=t.weight_decay)
+    self.schedule = torch.optim.lr_scheduler.LinearLR(self.optimizer, 1.0, 0.0, total_iters=common.SCHEDULE_STEPS)
+
+  def _state(self, rows) -> torch.Tensor:
+    """The pooled state of each row: [CLS], or the last template [MASK]."""
+    out = self.bert(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
+                    position_ids=rows.get("position_ids")).last_hidden_state
+    if self.objective.pooling == "cls":
+      return out[:, 0]
+    return out[torch.arange(len(out)), rows["mask_positions"][:, -1]]
+
+  def loss(self) -> torch.Tensor:
+    o, biases, vectors = self.objective, {}, []
+    for view, template in zip(o.views, o.view_templates):
+      h = self._state(self.rows[view])
+      if o.denoising == "position_offset":
+        if template not in biases:  # One bias table per template per step, as jaxemb computes it.
+          biases[template] = self._state(self.bias_rows[template])
+        h = h - biases[template][self.rows[view]["sentence_lengths"]]
+      vectors.append(torch.tanh(self.mlp(h)))
+    z1, z2 = vectors
+    logits = F.cosine_similarity(z1[:, None], z2[None], dim=-1) / o.temperature
+    return F.cross_entropy(logits, torch.arange(len(z1)))
+
+  def __call__(self) -> float:
+    self.optimizer.zero_grad()
+    loss = self.loss()
+    loss.backward()
+    self.optimizer.step()
+    self.schedule.step()
+    return loss.item()
+
+
+def dropout_free_losses(jaxemb_step: common.JaxembTrainStep, torch_step: TorchTrainStep) -> tuple[float, float]:
+  """Both sides' loss at the initial weights with dropout off: the check that they compute the same step."""
+  config = dataclasses.replace(jaxemb_step.model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  model = jaxemb_step.model.clone(config=config)
+  ours, _ = objectives.loss_and_metrics(jaxemb_step.objective, model, jaxemb_step.initial_params,
+                                        jax.tree.map(jnp.asarray, jaxemb_step.rows), jax.random.key(0))
+  torch_step.bert.eval()
+  with torch.no_grad():
+    theirs = torch_step.loss().item()
+  torch_step.bert.train()
+  return float(ours), theirs
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--model", default="minilm", help="minilm, bert-base (random, bert-base-sized), or a HF dir")
+  parser.add_argument("--configs", default="promptbert,simcse", help="configs/<name>.py, comma-separated")
+  parser.add_argument("--batch", type=int, default=64, help="global batch size")
+  parser.add_argument("--tokens", type=int, default=32, help="max_sentence_tokens (rows add the template)")
+  parser.add_argument("--repeats", type=int, default=3, help="timed steps per side (median); alternating")
+  parser.add_argument("--prng", default=",".join(PRNG_IMPLS), help="jax dropout PRNGs to time")
+  args = parser.parse_args()
+  common.print_load("start")
+  sentences = common.wiki_sentences(args.batch)
+  mesh = sharding.make_mesh(-1, 1)
+  with tempfile.TemporaryDirectory() as tmp:
+    model_dir = common.model_dir(args.model, pathlib.Path(tmp))
+    print(f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, jax {jax.__version__}, "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    for name in args.configs.split(","):
+      config = common.train_config(name, args.batch, args.tokens)
+      steps = {f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
+               for impl in args.prng.split(",")}
+      first = next(iter(steps.values()))
+      torch_step = TorchTrainStep(first, config, model_dir)
+      ours, theirs = dropout_free_losses(first, torch_step)
+      widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
+      print(f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
+            f"{first.objective.denoising}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}")
+      times = common.interleaved({**steps, "pytorch": torch_step}, args.repeats)
+      for case, seconds in times.items():
+        print(f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
+              f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])}", flush=True)
+  common.print_load("end")
+
+
+if __name__ == "__main__":
+  main()
