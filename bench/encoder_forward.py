@@ -3,8 +3,9 @@ machine's matmul peak that each reaches.
 
 For each model and batch x length it times the jitted jaxemb forward (last hidden state) and HF `BertModel` (no
 pooler, torch.inference_mode) alternately, with a large float32 matmul in jax and in torch in the same rotation;
-the higher matmul rate is the peak. Forward FLOPs are counted analytically (`common.forward_flops`). The
-bert-base-sized checkpoint is random, written with HF transformers into a temporary folder and read by
+the higher matmul rate is the peak. Both jax functions are compiled as jaxemb compiles the encoder
+(`jaxemb.xla.jit`: on the CPU, XLA's Eigen dots rather than YNNPACK's); --xla-defaults adds the forward compiled
+with XLA's default options. Forward FLOPs are counted analytically (`common.forward_flops`). The bert-base-sized checkpoint is random, written with HF transformers into a temporary folder and read by
 `jaxemb.models.load_pretrained`, so both sides run the same weights.
 
   python bench/encoder_forward.py                                 # bert-base-sized and MiniLM, 4 shapes each
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 import transformers
 
-from jaxemb.models import Transformer, load_pretrained  # pylint: disable=g-bad-import-order
+from jaxemb import xla  # pylint: disable=g-bad-import-order
+from jaxemb.models import Transformer, load_pretrained
 
 
 def matmul_cases(n: int) -> tuple[dict, float]:
@@ -30,16 +32,18 @@ def matmul_cases(n: int) -> tuple[dict, float]:
   a, b = np.random.default_rng(0).standard_normal((2, n, n), np.float32)
   ja, jb = jnp.asarray(a), jnp.asarray(b)
   ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-  product = jax.jit(jnp.matmul)
+  product = xla.jit(jnp.matmul)
   return {"jax matmul": lambda: product(ja, jb).block_until_ready(), "torch matmul": lambda: ta @ tb}, 2.0 * n**3
 
 
 def forward_cases(config, params, torch_model, batch: int, length: int) -> dict:
-  """{"jaxemb", "pytorch"}: one forward pass of the same random full-length batch."""
+  """{"jaxemb", "pytorch", "XLA defaults"}: one forward pass of the same random full-length batch."""
   ids = np.random.default_rng(1).integers(1000, config.vocab_size, (batch, length), dtype=np.int32)
   mask = np.ones_like(ids)
   model = Transformer(config)
-  forward = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m).last_hidden_state)
+  apply = lambda p, i, m: model.apply({"params": p}, i, m).last_hidden_state
+  forward = xla.jit(apply)  # As jaxemb.encode compiles it.
+  xla_defaults = jax.jit(apply)
   jax_inputs = (jnp.asarray(ids), jnp.asarray(mask))
   torch_inputs = dict(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long())
 
@@ -47,7 +51,8 @@ def forward_cases(config, params, torch_model, batch: int, length: int) -> dict:
     with torch.inference_mode():
       return torch_model(**torch_inputs).last_hidden_state
 
-  return {"jaxemb": lambda: forward(params, *jax_inputs).block_until_ready(), "pytorch": pytorch}
+  return {"jaxemb": lambda: forward(params, *jax_inputs).block_until_ready(), "pytorch": pytorch,
+          "XLA defaults": lambda: xla_defaults(params, *jax_inputs).block_until_ready()}
 
 
 def main():
@@ -56,6 +61,7 @@ def main():
   parser.add_argument("--shapes", default="64x32,64x64,128x32,128x64", help="batch x length, comma-separated")
   parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (median); alternating")
   parser.add_argument("--matmul", type=int, default=4096, help="side of the square matmul that measures the peak")
+  parser.add_argument("--xla-defaults", action="store_true", help="also time the forward with XLA's defaults")
   parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
   args = parser.parse_args()
   if args.threads:
@@ -77,8 +83,10 @@ def main():
       print(header)
       for shape in args.shapes.split(","):
         batch, length = map(int, shape.split("x"))
-        times = common.interleaved({**forward_cases(config, params, torch_model, batch, length), **matmuls},
-                                   args.repeats)
+        forwards = forward_cases(config, params, torch_model, batch, length)
+        if not args.xla_defaults:
+          del forwards["XLA defaults"]
+        times = common.interleaved({**forwards, **matmuls}, args.repeats)
         jax_mm, torch_mm = matmul_flops / times["jax matmul"], matmul_flops / times["torch matmul"]
         peak = max(jax_mm, torch_mm)
         flops = common.forward_flops(batch, length, config.num_hidden_layers, config.hidden_size,
@@ -89,6 +97,9 @@ def main():
               f"{common.ratio(1 / ours, 1 / theirs):>6} {f'{jax_mm / 1e9:.1f}/{torch_mm / 1e9:.1f}':>21} "
               f"{100 * flops / ours / peak:9.1f}% "
               f"{100 * flops / theirs / peak:8.1f}%", flush=True)
+        if args.xla_defaults:
+          print(f"{'':<18} jaxemb with XLA's default compiler options: {times['XLA defaults'] * 1e3:.0f} ms "
+                f"({100 * flops / times['XLA defaults'] / peak:.1f}% of peak)")
   print(f"\n%pk: forward FLOP/s over the faster of the jax and torch {args.matmul}^2 float32 matmuls timed in the same "
         "rotation; ratio: jaxemb / PyTorch throughput")
   common.print_load("end")

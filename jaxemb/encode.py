@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from jaxemb import bias_removal, denoise, pooling, templates, tfidf
+from jaxemb import bias_removal, denoise, pooling, templates, tfidf, xla
 from jaxemb.models import EncoderConfig, Transformer, hf, load_pretrained, load_tokenizer, run_dir
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
@@ -157,7 +157,7 @@ class Encoder:
         tfidf.idf_vector(tfidf.load_idf(method.idf_path), config.vocab_size))
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
-    self._vectors = jax.jit(functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method,
+    self._vectors = xla.jit(functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method,
                                               template=self.template))
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
