@@ -37,6 +37,26 @@ class EncoderOutput:
   mlm_logits: jax.Array | None = None  # [batch, length, vocab]
 
 
+class Dropout(nn.Module):
+  """Inverted dropout that draws 16 random bits per element, two from each 32-bit word of the PRNG.
+
+  `nn.Dropout` draws a full word per element; on the CPU threefry's bits were most of the cost of dropout (about
+  a fifth of a MiniLM SimCSE step), and half as many words cut it by 40%. An element is kept with probability
+  q = round(65536 (1 - rate)) / 65536 (|q - (1 - rate)| < 8e-6) and scaled by 1 / q, so expectations are exact.
+  """
+
+  rate: float
+
+  @nn.compact
+  def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
+    if deterministic or self.rate == 0:
+      return x
+    threshold = round(65536 * (1 - self.rate))
+    words = jax.random.bits(self.make_rng("dropout"), ((x.size + 1) // 2,), jnp.uint32)
+    bits = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)[:x.size].reshape(x.shape)
+    return jnp.where(bits < threshold, x * (65536 / threshold), 0).astype(x.dtype)
+
+
 def default_position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Array:
   """Hugging Face's default positions: 0.. for BERT; for RoBERTa padding_idx + 1.. over non-pad tokens,
   with pad tokens at padding_idx (so [PAD]s in the middle of a row do not advance the positions)."""
@@ -61,7 +81,7 @@ class Embeddings(nn.Module):
     self.position = embed(c.max_position_embeddings, "position")
     self.token_type = embed(c.type_vocab_size, "token_type")
     self.layer_norm = nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
-    self.dropout = nn.Dropout(c.hidden_dropout_prob)
+    self.dropout = Dropout(c.hidden_dropout_prob)
 
   def __call__(self, input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic):
     words = self.word(input_ids)
@@ -85,7 +105,7 @@ class Layer(nn.Module):
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
                                      kernel_init=nn.initializers.normal(0.02), name=name)
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
-    dropout = nn.Dropout(c.hidden_dropout_prob)
+    dropout = Dropout(c.hidden_dropout_prob)
     heads_shape = (*x.shape[:-1], c.num_attention_heads, c.head_dim)
     q, k, v = (dense(c.hidden_size, name)(x).reshape(heads_shape) for name in ("query", "key", "value"))
     context, probs = self._attention(q, k, v, attention_mask, deterministic, return_attention)
@@ -108,7 +128,7 @@ class Layer(nn.Module):
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.config.head_dim)
     scores = jnp.where(key_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
-    dropped = nn.Dropout(rate)(probs, deterministic=deterministic)
+    dropped = Dropout(rate)(probs, deterministic=deterministic)
     return jnp.einsum("bhqk,bkhd->bqhd", dropped, v), (probs if return_attention else None)
 
 

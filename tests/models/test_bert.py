@@ -9,7 +9,7 @@ import pytest
 import torch
 import transformers
 
-from jaxemb.models import Transformer, default_position_ids, load_pretrained
+from jaxemb.models import Transformer, bert, default_position_ids, load_pretrained
 from tests.conftest import shared_path
 
 TOL = 1e-4
@@ -196,3 +196,17 @@ def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint):
   init = lambda remat: jax.eval_shape(lambda: Transformer(config, remat=remat).init(
       jax.random.key(0), ids, mask, method="init_all")["params"])
   assert jax.tree.structure(init(True)) == jax.tree.structure(init(False))
+
+
+def test_dropout_keeps_each_element_with_probability_one_minus_rate():
+  x = jnp.ones((999, 1001))  # An odd size: the last word's second half is left over.
+  dropout = bert.Dropout(0.1)
+  y = np.asarray(dropout.apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(0)}))
+  kept = (y != 0).reshape(-1)
+  assert abs(kept.mean() - 0.9) < 0.0015  # 5 standard deviations of the mean of 999,999 draws.
+  np.testing.assert_allclose(np.unique(y), [0.0, 65536 / round(65536 * 0.9)], rtol=1e-6)
+  assert abs(y.mean() - 1.0) < 0.002  # Kept elements are scaled so that the expectation is x.
+  assert abs(np.corrcoef(kept[:-1:2], kept[1::2])[0, 1]) < 0.01  # The two halves of a word are independent.
+  other = dropout.apply({}, x, deterministic=False, rngs={"dropout": jax.random.key(1)})
+  assert (np.asarray(other) != y).any()
+  np.testing.assert_array_equal(dropout.apply({}, x, deterministic=True), x)
