@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import math
 import pathlib
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -208,15 +208,10 @@ class Encoder:
     batches = _length_batches(order, batch_size)
     # tqdm's disable=None shows the bar on a terminal only; leave=False keeps logs and the training bar clean.
     disable = (None if len(batches) > 8 else True) if show_progress is None else not show_progress
+    dispatched = ((index, self._dispatch(jax.tree.map(lambda a: a[index], rows), batch_size)) for index in batches)
     with tqdm.tqdm(total=len(unique), unit="sentence", leave=False, disable=disable) as bar:
-      for index in batches:
-        width = self.length_multiple * math.ceil(lengths[index].max() / self.length_multiple)
-        self.real_tokens += int(lengths[index].sum())
-        self.padded_tokens += batch_size * width
-        batch = _pad_batch(jax.tree.map(lambda a: a[index], rows), batch_size, width, self.template.pad_id)
-        self.compiled_shapes.add((batch_size, width))
-        batch_vectors = np.asarray(self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt),
-                                   np.float32)[:len(index)]
+      for index, device_vectors in _one_ahead(dispatched):
+        batch_vectors = np.asarray(device_vectors, np.float32)[:len(index)]
         if vectors is None:
           vectors = np.zeros((len(unique), *batch_vectors.shape[1:]), np.float32)
         vectors[index] = batch_vectors
@@ -227,6 +222,17 @@ class Encoder:
       vectors = _unit(vectors)
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
+
+  def _dispatch(self, rows: templates.TemplateBatch, batch_size: int) -> jax.Array:
+    """Starts encoding `rows` (one length bucket) padded to [batch_size, a multiple of length_multiple]; returns
+    without waiting for the vectors."""
+    lengths = rows.attention_mask.sum(1)
+    width = self.length_multiple * math.ceil(lengths.max() / self.length_multiple)
+    self.real_tokens += int(lengths.sum())
+    self.padded_tokens += batch_size * width
+    self.compiled_shapes.add((batch_size, width))
+    batch = _pad_batch(rows, batch_size, width, self.template.pad_id)
+    return self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt)
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows: the sentences in the template, or for static_remove_biases their filtered text alone."""
@@ -241,6 +247,18 @@ def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
   first, with the shortest rows, so the filler rows that complete it (`_pad_batch`) are the shortest."""
   cut = len(order) % batch_size
   return ([order[:cut]] if cut else []) + [order[i:i + batch_size] for i in range(cut, len(order), batch_size)]
+
+
+def _one_ahead(items: Iterator[Any]) -> Iterator[Any]:
+  """`items` in order, each yielded once the next has been produced: with a generator that dispatches batches,
+  the device runs batch i + 1 (and the host pads it, and compiles a new shape) while batch i is read back."""
+  previous = sentinel = object()
+  for item in items:
+    if previous is not sentinel:
+      yield previous
+    previous = item
+  if previous is not sentinel:
+    yield previous
 
 
 def _pad_batch(batch: templates.TemplateBatch, batch_size: int, width: int, pad_id: int) -> templates.TemplateBatch:

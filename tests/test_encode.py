@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from jaxemb import bias_removal, templates, tfidf
-from jaxemb.encode import Encoder, Method, _length_batches
+from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.models import load_tokenizer
 from tests.conftest import shared_path, write_random_checkpoint
 
@@ -154,6 +154,20 @@ def test_partial_batch_takes_the_shortest_rows():
   batches = _length_batches(order, 4)
   assert [b.tolist() for b in batches] == [[7, 3], [9, 0, 4, 1], [8, 2, 6, 5]]
   assert [b.tolist() for b in _length_batches(order[:8], 4)] == [[7, 3, 9, 0], [4, 1, 8, 2]]
+
+
+def test_next_batch_is_dispatched_before_one_is_read():
+  log = []
+
+  def dispatch():
+    for i in range(3):
+      log.append(f"dispatch {i}")
+      yield i
+
+  for i in _one_ahead(dispatch()):
+    log.append(f"read {i}")
+  assert log == ["dispatch 0", "dispatch 1", "read 0", "dispatch 2", "read 1", "read 2"]
+  assert not list(_one_ahead(iter([])))
 
 
 def test_token_counters_measure_the_padding(tiny_checkpoint):
