@@ -8,6 +8,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from jaxemb import xla
 from jaxemb.evaluation import analysis
 from jaxemb.evaluation import run
 from jaxemb.evaluation import search
@@ -27,6 +28,7 @@ def main(argv):
   config = _CONFIG.value
   if config.job not in JOBS:
     raise app.UsageError(f"config.job {config.job!r} is not one of {sorted(JOBS)}")
+  xla.use_compilation_cache(config.compilation_cache_dir)
   JOBS[config.job](config)
 
 

@@ -10,6 +10,7 @@ from absl import app
 from absl import flags
 from ml_collections import config_flags
 
+from jaxemb import xla
 from jaxemb.training import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).",
@@ -19,6 +20,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file 
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  xla.use_compilation_cache(_CONFIG.value.compilation_cache_dir)
   loop.train(_CONFIG.value)
 
 

@@ -17,6 +17,7 @@ def data_path(*parts: str) -> str:
 def get_config():
   config = ml_collections.ConfigDict()
   config.job = "sts"  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search or ditto_search.
+  config.compilation_cache_dir = "~/.cache/jaxemb/xla"  # Persistent XLA compilation cache ("": none).
 
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory of a HF checkpoint.

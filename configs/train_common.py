@@ -13,6 +13,7 @@ PROMPTROBERTA_T2 = "This sentence : ' [X] ' means [MASK] ."  # PromptBERT RoBERT
 def get_config():
   config = ml_collections.ConfigDict()
   config.workdir = "runs/default"  # Run directory: model/, checkpoints/, best/, metrics.jsonl, tensorboard/.
+  config.compilation_cache_dir = "~/.cache/jaxemb/xla"  # Persistent XLA compilation cache ("": none).
 
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory to start from.

@@ -65,8 +65,10 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
   out = tmp_path / "r.json"
   command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_baselines.py"),
              f"--config.model.path={path}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-             "--config.eval.tasks=STS16", "--config.method.name=last_avg", "--config.eval.length_multiple=32", f"--config.eval.output_json={out}"]
+             "--config.eval.tasks=STS16", "--config.method.name=last_avg", "--config.eval.length_multiple=32",
+             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
   result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   assert pathlib.Path(out).is_file()
+  assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.

@@ -207,7 +207,7 @@ def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_transfer.py"),
              f"--config.model.path={tiny_bert}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
              "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest", "--config.eval.length_multiple=32",
-             f"--config.eval.output_json={out}"]
+             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
   result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout

@@ -119,7 +119,8 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
             f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
             "--config.eval.length_multiple=64", "--config.train.batch_size=4", "--config.train.num_steps=6",
-            "--config.train.save_every=2", "--config.train.eval_every=100"]
+            "--config.train.save_every=2", "--config.train.eval_every=100",
+            f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
   killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -27,7 +27,8 @@ def _command(model_dir, corpus_file, workdir, cache, *extra):
           f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
           f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
           "--config.eval.length_multiple=64", "--config.train.batch_size=8", "--config.train.num_steps=2",
-          "--config.train.save_every=2", "--config.train.eval_every=100", "--config.train.adam_eps=1e-6", *extra]
+          "--config.train.save_every=2", "--config.train.eval_every=100", "--config.train.adam_eps=1e-6",
+          "--config.compilation_cache_dir=", *extra]
 
 
 def _env(devices):
