@@ -34,7 +34,7 @@ import transformers
 
 from jaxemb import templates
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
-from jaxemb.training import loop, objectives, sharding, state
+from jaxemb.training import loop, sharding, state
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.
@@ -125,16 +125,14 @@ class JaxembTrainStep:
     self.rows = {view: templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
                                                   pad_to=template.num_tokens + tokens)
                  for view, template in zip(self.objective.views, self.objective.view_templates)}
-    heads = objectives.init_head_params(self.objective, self.model_config.hidden_size,
-                                        jax.random.key(config.train.seed + 1))
-    self.initial_params = {"encoder": pretrained, **heads}
     tx = state.make_optimizer(config.train, total_steps=SCHEDULE_STEPS)
     with jax.default_prng_impl(prng_impl):
-      init = lambda p: state.init_state(p, {}, tx, config.train.seed)
-      shardings = sharding.tree_shardings(mesh, jax.eval_shape(init, self.initial_params))
-      self.state = jax.jit(init, out_shardings=shardings)(self.initial_params)
+      self.state, _, shardings = loop.initial_state(config, self.objective, pretrained,
+                                                    self.model_config.hidden_size, tx, mesh)
       self._step = state.jit_train_step(self.objective, self.model, tx, mesh, shardings)
       self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))
+    # The step donates the state: a host copy of the starting weights for the PyTorch side and loss checks.
+    self.initial_params = jax.device_get({**self.state.frozen, **self.state.params})
 
   def __call__(self) -> float:
     with jax.default_prng_impl(self.prng_impl):

@@ -79,7 +79,7 @@ def train_step_scaling(args):
   try:
     for w in workers.values():
       w.wait_ready()
-    times = common.interleaved({n: w for n, w in workers.items()}, args.repeats)
+    times = common.interleaved(workers, args.repeats)
   finally:
     for w in workers.values():
       w.close()

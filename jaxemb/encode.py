@@ -208,7 +208,8 @@ class Encoder:
     batches = _length_batches(order, batch_size)
     # tqdm's disable=None shows the bar on a terminal only; leave=False keeps logs and the training bar clean.
     disable = (None if len(batches) > 8 else True) if show_progress is None else not show_progress
-    dispatched = ((index, self._dispatch(jax.tree.map(lambda a: a[index], rows), batch_size)) for index in batches)
+    dispatched = ((index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], batch_size))
+                  for index in batches)
     with tqdm.tqdm(total=len(unique), unit="sentence", leave=False, disable=disable) as bar:
       for index, device_vectors in _one_ahead(dispatched):
         batch_vectors = np.asarray(device_vectors, np.float32)[:len(index)]
@@ -223,10 +224,9 @@ class Encoder:
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
 
-  def _dispatch(self, rows: templates.TemplateBatch, batch_size: int) -> jax.Array:
-    """Starts encoding `rows` (one length bucket) padded to [batch_size, a multiple of length_multiple]; returns
-    without waiting for the vectors."""
-    lengths = rows.attention_mask.sum(1)
+  def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int) -> jax.Array:
+    """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, a multiple of
+    length_multiple]; returns without waiting for the vectors."""
     width = self.length_multiple * math.ceil(lengths.max() / self.length_multiple)
     self.real_tokens += int(lengths.sum())
     self.padded_tokens += batch_size * width

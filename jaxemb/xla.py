@@ -2,7 +2,7 @@
 
 On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10). For BERT's attention, batch x heads products of
 [length, head_dim] matrices, YNNPACK is 2-3x slower than XLA's Eigen dots: the bert-base-sized forward at batch
-64 x length 64 took 4.3 s with it and 3.7 s without (2 cores; bench/encoder_forward.py). The option is passed per
+64 x length 64 took 4.3 s with it and 3.8 s without (2 cores; bench/encoder_forward.py). The option is passed per
 `jax.jit`, so other JAX code in the process keeps XLA's defaults, and only where this jaxlib knows it.
 """
 

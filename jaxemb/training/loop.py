@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import tqdm
 
 from jaxemb import templates
@@ -69,6 +70,17 @@ def _initial_params(config: Any, objective: objectives.Objective, pretrained: di
   return {"encoder": pretrained, **heads}, {}
 
 
+def initial_state(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int,
+                  tx: optax.GradientTransformation, mesh: jax.sharding.Mesh):
+  """(state, abstract, shardings): the train state at step 0 placed by the sharding rules, its shapes and dtypes,
+  and those shardings (a resumed run restores into them)."""
+  params, frozen = _initial_params(config, objective, pretrained, hidden)
+  init = lambda p, f: train_state.init_state(p, f, tx, config.train.seed)
+  abstract = jax.eval_shape(init, params, frozen)
+  shardings = sharding.tree_shardings(mesh, abstract)
+  return jax.jit(init, out_shardings=shardings)(params, frozen), abstract, shardings
+
+
 def eval_method(config: Any) -> Method:
   return Method(name=config.eval.method, template=config.eval.template, denoise=config.eval.denoise,
                 head=config.eval.head)
@@ -99,12 +111,8 @@ def train(config: Any) -> dict[str, Any]:
   model = Transformer(model_config, dtype=DTYPES[config.model.dtype], remat=config.model.remat)
   tx = train_state.make_optimizer(config.train, total_steps)
   schedule = train_state.learning_rate_schedule(config.train, total_steps)
-  params, frozen = _initial_params(config, objective, pretrained, model_config.hidden_size)
-  abstract = jax.eval_shape(lambda p, f: train_state.init_state(p, f, tx, config.train.seed), params, frozen)
-  shardings = sharding.tree_shardings(mesh, abstract)
-  state = jax.jit(lambda p, f: train_state.init_state(p, f, tx, config.train.seed), out_shardings=shardings)(
-      params, frozen)
-  del params, frozen, pretrained
+  state, abstract, shardings = initial_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
+  del pretrained
 
   ckpt = checkpoints.RunCheckpoints(workdir, config.train.keep_checkpoints)
   if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
