@@ -27,6 +27,9 @@ DEFAULT_MAX_LENGTH = 512
 # Fills the slot at parse time to find the template's own tokens; a plain word
 # so that it stays a separate token next to quotes, colons and spaces.
 _PROBE = "hello"
+# How a sentence's tokens are found: in the filled-in string, or alone
+# (`encode_sentences`).
+TOKENIZATIONS = ("in_context", "alone")
 
 Array = np.ndarray | jax.Array
 # A fast Hugging Face tokenizer: offsets are needed.
@@ -170,6 +173,7 @@ def encode_sentences(
     max_sentence_tokens: int | None = None,
     pad_to: int | None = None,
     max_length: int | None = None,
+    tokenization: str = "in_context",
 ) -> TemplateBatch:
   """Puts every sentence in the template and tokenises it, on the host.
 
@@ -196,6 +200,13 @@ def encode_sentences(
     pad_to: pad every row to this length; default: the longest row.
     max_length: the longest row allowed; default: the tokenizer's
       `model_max_length`, or `DEFAULT_MAX_LENGTH` when it declares none.
+    tokenization: one of TOKENIZATIONS: "in_context" tokenises the
+      filled-in string, as the authors' `evaluation.py` does for the
+      published numbers; "alone" puts the sentence's own tokens
+      (`tokenizer.encode(s, add_special_tokens=False)`) between the template
+      ids, as their training rows (`train.py` `prepare_features`) and their
+      trainer's STS-B dev scoring (`sentemb_forward`) do. The two differ
+      for RoBERTa: alone, the sentence's first word has no leading space.
 
   Returns:
     A `TemplateBatch` of NumPy int32 arrays.
@@ -206,8 +217,14 @@ def encode_sentences(
       `max_length` or `pad_to` (the first such sentence is named by index).
   """
   sentences = _strip(sentences)
-  tokens = [t[:max_sentence_tokens]
-            for t in _sentence_tokens(template, tokenizer, sentences)]
+  if tokenization not in TOKENIZATIONS:
+    raise ValueError(
+        f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
+  if tokenization == "alone":
+    tokens = tokenizer(sentences, add_special_tokens=False)["input_ids"]
+  else:
+    tokens = _sentence_tokens(template, tokenizer, sentences)
+  tokens = [t[:max_sentence_tokens] for t in tokens]
   lengths = np.array([len(t) for t in tokens], np.int32)
   row_lengths = lengths + template.num_tokens
   _check_row_lengths(row_lengths, _row_limit(tokenizer, max_length),
@@ -318,19 +335,39 @@ def _check_row_lengths(row_lengths: np.ndarray, limit: int, what: str):
         f"limit {limit} ({what}).")
 
 
-def continuous_template_inputs(template: Template, prompt: jax.Array, lengths: jax.Array,
-                               width: int) -> tuple[jax.Array, jax.Array]:
+# Where OptiPrompt's continuous template vectors go in a row: at the LAST occurrence of each template token's id
+# (the authors' code, kongds/Prompt-BERT `prompt_bert/models.py` `cl_forward`/`sentemb_forward` and `evaluation.py`:
+# both `fl_mbv` branches pick the last match, so the opening quote keeps its static embedding and a template word
+# that the sentence repeats later lands on the sentence's copy), or exactly on the template's own tokens.
+PLACEMENTS = ("last_occurrence", "template")
+
+
+def continuous_template_inputs(template: Template, prompt: jax.Array, input_ids: jax.Array, slot_tokens: jax.Array,
+                               placement: str) -> tuple[jax.Array, jax.Array]:
   """(inputs_embeds, inputs_embeds_mask) that put OptiPrompt's continuous template in rows `[CLS] P S Q [SEP]`.
 
-  `prompt` holds one vector per template token (prefix then suffix); every template token but [MASK] takes its
-  vector, while the sentence, [CLS], [SEP] and [MASK] keep their word embeddings. `lengths` are the sentence
-  lengths (0 for template-only rows), `width` the row width. A jittable transform.
+  `prompt` holds one vector per template token (prefix then suffix; the [MASK] row is never used): every template
+  token but [MASK] takes its vector, by `placement` (one of PLACEMENTS), while the sentence, [CLS], [SEP] and [MASK]
+  keep their word embeddings. `slot_tokens` are the tokens between prefix and suffix in each row (the sentence
+  length; 0 for position-offset rows). Where two vectors land on one position the later template token's wins, as
+  the authors write them in template order. A jittable transform.
   """
-  num_prefix = len(template.prefix_ids)
-  index = jnp.arange(num_prefix + len(template.suffix_ids))
-  positions = 1 + index + jnp.where(index >= num_prefix, lengths[:, None], 0)  # [batch, template tokens]
-  keep = jnp.asarray([token != template.mask_id for token in template.prefix_ids + template.suffix_ids])
-  rows = jnp.arange(lengths.shape[0])[:, None]
-  embeds = jnp.zeros((lengths.shape[0], width, prompt.shape[-1]), prompt.dtype).at[rows, positions].set(prompt)
-  mask = jnp.zeros((lengths.shape[0], width), bool).at[rows, positions].set(jnp.broadcast_to(keep, positions.shape))
+  if placement not in PLACEMENTS:
+    raise ValueError(f"placement {placement!r} is not one of {PLACEMENTS}")
+  ids = template.prefix_ids + template.suffix_ids
+  batch, width = input_ids.shape
+  index = jnp.arange(len(ids))
+  keep = jnp.broadcast_to(jnp.asarray([token != template.mask_id for token in ids]), (batch, len(ids)))
+  if placement == "template":
+    positions = 1 + index + jnp.where(index >= len(template.prefix_ids), slot_tokens[:, None], 0)
+  else:
+    matches = input_ids[:, None, :] == jnp.asarray(ids, input_ids.dtype)[None, :, None]  # [batch, tokens, width]
+    positions = jnp.argmax(jnp.where(matches, jnp.arange(width), -1), axis=-1)
+    overwritten = ((positions[:, :, None] == positions[:, None, :]) & (index[:, None] < index[None, :])).any(-1)
+    keep = keep & ~overwritten
+  rows = jnp.arange(batch)[:, None]
+  positions = jnp.where(keep, positions, width)  # Out of range: dropped by the scatters below.
+  embeds = jnp.zeros((batch, width, prompt.shape[-1]), prompt.dtype).at[rows, positions].set(
+      jnp.broadcast_to(prompt, (batch, *prompt.shape)), mode="drop")
+  mask = jnp.zeros((batch, width), bool).at[rows, positions].set(True, mode="drop")
   return embeds, mask

@@ -204,3 +204,68 @@ def test_bad_sentences_raise(bert_tokenizer):
     templates.encode_sentences(template, bert_tokenizer, "a sentence")
   with pytest.raises(ValueError, match="No sentences"):
     templates.encode_sentences(template, bert_tokenizer, [])
+
+
+def test_alone_tokenization_is_the_authors_prepare_features(bert_tokenizer, roberta_tokenizer):
+  """kongds/Prompt-BERT `train.py` `prepare_features`: encode(prefix)[:-1] + encode(s, add_special_tokens=False)[:n]
+  + encode(suffix)[1:], the prefix stripped for RoBERTa. For BERT that is the in-context row; for RoBERTa the
+  sentence's first word loses its leading space."""
+  sentences = ["A man plays a guitar.", "Two dogs run in the snow and the wind over the hills"]
+  for tokenizer, text, bs, es in (
+      (bert_tokenizer, 'This sentence of "[X]" means[MASK].', ' This sentence of "', '" means[MASK].'),
+      (roberta_tokenizer, "This sentence : ' [X] ' means[MASK].", "This sentence : '", " ' means<mask>.")):
+    template = templates.Template.parse(text, tokenizer)
+    batch = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=8, tokenization="alone")
+    for row, mask, length, sentence in zip(batch.input_ids, batch.attention_mask, batch.sentence_lengths, sentences):
+      expected = (tokenizer.encode(bs)[:-1] + tokenizer.encode(sentence, add_special_tokens=False)[:8]
+                  + tokenizer.encode(es)[1:])
+      assert row[mask == 1].tolist() == expected and length == min(8, len(tokenizer.tokenize(sentence)))
+    in_context = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=8)
+    same = np.array_equal(in_context.input_ids, batch.input_ids)
+    assert same == (tokenizer is bert_tokenizer)
+  first = roberta_tokenizer.convert_ids_to_tokens(batch.input_ids[0, 1 + len(template.prefix_ids)].item())
+  assert first == "A"  # Not "ĠA", as in the filled-in string.
+  with pytest.raises(ValueError, match="tokenization 'whole' is not one of"):
+    templates.encode_sentences(template, roberta_tokenizer, sentences, tokenization="whole")
+
+
+def test_cot_roberta_training_template_ends_in_a_space_token(roberta_tokenizer):
+  """ZBWpro/CoT-BERT `code-for-RoBERTa/train.py`: "..._as_*mask*_._*sep+*" leaves a space before </s>, a `Ġ` token
+  in every training and [PAD] row; its evaluation.py strips the filled-in string, so evaluation has none."""
+  from configs import cotroberta  # pylint: disable=g-import-not-at-top
+  config = cotroberta.get_config()
+  suffix = " ' means <mask> , so it can be summarized as <mask> . "
+  for text in config.objective.templates:
+    template = templates.Template.parse(text, roberta_tokenizer)
+    assert roberta_tokenizer.convert_ids_to_tokens(list(template.suffix_ids))[-2:] == ["Ġ.", "Ġ"]
+  anchor = templates.Template.parse(config.objective.templates[0], roberta_tokenizer)
+  assert list(anchor.prefix_ids) == roberta_tokenizer.encode("The sentence of '")[1:-1]
+  assert list(anchor.suffix_ids) == roberta_tokenizer.encode(suffix)[1:-1]
+  evaluation = templates.Template.parse(config.eval.template, roberta_tokenizer)
+  assert evaluation.suffix_ids == anchor.suffix_ids[:-1]
+
+
+def _placed(template, batch, prompt, placement):
+  embeds, mask = templates.continuous_template_inputs(template, prompt, batch.input_ids, batch.sentence_lengths,
+                                                      placement)
+  return np.asarray(embeds), np.asarray(mask)
+
+
+def test_optiprompt_vectors_go_to_the_last_occurrence_of_their_token(bert_tokenizer):
+  """The authors' placement: both quote vectors land on the closing quote (the later one wins), so the opening quote
+  keeps its static embedding; "this" in the sentence takes the template's "this" vector; [MASK] keeps its own."""
+  template = templates.Template.parse('This sentence : "[X]" means[MASK].', bert_tokenizer)
+  batch = templates.encode_sentences(template, bert_tokenizer, ["this is it"], tokenization="alone")
+  ids = batch.input_ids[0].tolist()
+  tokens = bert_tokenizer.convert_ids_to_tokens(ids)
+  assert tokens == ["[CLS]", "this", "sentence", ":", '"', "this", "is", "it", '"', "means", "[MASK]", ".", "[SEP]"]
+  prompt = np.arange(len(template.prefix_ids) + len(template.suffix_ids), dtype=np.float32)[:, None] + 1
+  embeds, mask = _placed(template, batch, prompt, "last_occurrence")
+  # Template token k (prefix then suffix: this sentence : " " means [MASK] .) carries the value k + 1.
+  expected = {5: 1, 2: 2, 3: 3, 8: 5, 9: 6, 11: 8}
+  assert {int(i): float(embeds[0, i, 0]) for i in np.flatnonzero(mask[0])} == expected
+  exact, exact_mask = _placed(template, batch, prompt, "template")
+  assert {int(i): float(exact[0, i, 0]) for i in np.flatnonzero(exact_mask[0])} == {
+      1: 1, 2: 2, 3: 3, 4: 4, 8: 5, 9: 6, 11: 8}
+  with pytest.raises(ValueError, match="placement 'first' is not one of"):
+    _placed(template, batch, prompt, "first")

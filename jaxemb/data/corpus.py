@@ -90,12 +90,13 @@ def read_nli_triples(path: PathLike, cache_dir: PathLike | None = None) -> dict[
 
 
 def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
-                    cache_dir: PathLike) -> TemplateBatch:
+                    cache_dir: PathLike, tokenization: str) -> TemplateBatch:
   """`encode_sentences` with every row padded to ``template.num_tokens + max_sentence_tokens``, cached on disk.
 
   Each sentence is truncated to `max_sentence_tokens` tokens (the template never is), so one width fits every
   row and training compiles one shape. The arrays are saved under `cache_dir` in an .npz named by a hash of the
-  sentences, the template, the tokenizer's full definition and `max_sentence_tokens`; a later call with the
+  sentences, the template, the tokenizer's full definition, `max_sentence_tokens` and `tokenization` (as
+  `encode_sentences` takes it); a later call with the
   same inputs loads them without tokenising. An unreadable or mismatched cache file is re-tokenised and
   overwritten, with a warning.
 
@@ -109,10 +110,12 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
   if max_sentence_tokens < 1:
     raise ValueError(f"max_sentence_tokens must be positive, got {max_sentence_tokens}")
   width = template.num_tokens + max_sentence_tokens
-  path = pathlib.Path(cache_dir) / f"tokens-{_cache_key(sentences, template, tokenizer, max_sentence_tokens)}.npz"
+  key = _cache_key(sentences, template, tokenizer, max_sentence_tokens, tokenization)
+  path = pathlib.Path(cache_dir) / f"tokens-{key}.npz"
   batch = _load_cache(path, len(sentences), width)
   if batch is None:
-    batch = encode_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens, pad_to=width)
+    batch = encode_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens, pad_to=width,
+                             tokenization=tokenization)
     _save_cache(path, batch)
   return batch
 
@@ -236,7 +239,8 @@ def _is_row(record: list[str]) -> bool:
   return len(record) > 1 or bool("".join(record).strip())
 
 
-def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int) -> str:
+def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
+               tokenization: str) -> str:
   """A hash of everything the arrays depend on."""
   backend = json.loads(tokenizer.backend_tokenizer.to_str())
   # Calls with truncation or padding leave these set on the backend; they do not change what is cached.
@@ -247,6 +251,7 @@ def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenize
       "template": dataclasses.asdict(template),
       "tokenizer": [type(tokenizer).__name__, backend],
       "max_sentence_tokens": max_sentence_tokens,
+      "tokenization": tokenization,
       "sentences": list(sentences),
   }
   return hashlib.sha256(json.dumps(key, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]

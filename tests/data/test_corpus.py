@@ -153,7 +153,7 @@ def test_tokenize_cached_rows(request, tmp_path, sentences, family, text):
   tokenizer = request.getfixturevalue(f"{family}_tokenizer")
   template = templates.Template.parse(text, tokenizer)
   width = template.num_tokens + MAX_TOKENS
-  batch = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path)
+  batch = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   expected = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
                                         pad_to=width)
   for name in corpus._FIELDS:
@@ -178,12 +178,12 @@ def test_tokenize_cached_rows(request, tmp_path, sentences, family, text):
 def test_cache_hit_does_not_tokenise(tmp_path, bert_tokenizer, sentences):
   tokenizer = CountingTokenizer(bert_tokenizer)
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path)
+  first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls > 0 and len(list(tmp_path.glob("*.npz"))) == 1
   # Tokenising with truncation leaves state on the backend tokenizer; it must not change the key.
   bert_tokenizer(["a b c"], truncation=True, max_length=2, padding="max_length")
   tokenizer.calls = 0
-  second = corpus.tokenize_cached(list(sentences), template, tokenizer, MAX_TOKENS, tmp_path)
+  second = corpus.tokenize_cached(list(sentences), template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls == 0
   for name in corpus._FIELDS:
     np.testing.assert_array_equal(getattr(second, name), getattr(first, name))
@@ -193,7 +193,7 @@ def test_cache_hit_does_not_tokenise(tmp_path, bert_tokenizer, sentences):
 def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenizer, sentences, change):
   tokenizer = CountingTokenizer(bert_tokenizer)
   text = BERT_TEMPLATES[0]
-  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, MAX_TOKENS, tmp_path)
+  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   max_tokens = MAX_TOKENS
   if change == "sentences":
     sentences = sentences[:-1] + [sentences[-1] + " more"]
@@ -204,7 +204,7 @@ def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenize
   else:
     tokenizer, text = CountingTokenizer(roberta_tokenizer), ROBERTA_TEMPLATES[0]
   tokenizer.calls = 0
-  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, max_tokens, tmp_path)
+  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, max_tokens, tmp_path, tokenization="in_context")
   assert tokenizer.calls > 0 and len(list(tmp_path.glob("*.npz"))) == 2
 
 
@@ -212,18 +212,18 @@ def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenize
 def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, damage):
   tokenizer = CountingTokenizer(bert_tokenizer)
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path)
+  first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   (path,) = tmp_path.glob("*.npz")
   data = path.read_bytes()
   path.write_bytes(damage if damage is not None else data[:len(data) // 2])
   tokenizer.calls = 0
   with caplog.at_level(logging.WARNING, logger=corpus.__name__):
-    again = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path)
+    again = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls > 0
   assert f"Token cache {path} is unreadable" in caplog.text and "re-tokenising" in caplog.text
   np.testing.assert_array_equal(again.input_ids, first.input_ids)
   tokenizer.calls = 0
-  corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path)
+  corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls == 0  # The rebuilt file is good.
   assert [p.name for p in tmp_path.iterdir()] == [path.name]  # No temporary file is left behind.
 
@@ -231,12 +231,12 @@ def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, d
 def test_tokenize_cached_rejects_non_positive_max_tokens(tmp_path, bert_tokenizer):
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
   with pytest.raises(ValueError, match="max_sentence_tokens must be positive, got 0"):
-    corpus.tokenize_cached(["a"], template, bert_tokenizer, 0, tmp_path)
+    corpus.tokenize_cached(["a"], template, bert_tokenizer, 0, tmp_path, tokenization="in_context")
 
 
 def test_gather(tmp_path, bert_tokenizer, sentences):
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  batch = corpus.tokenize_cached(sentences, template, bert_tokenizer, MAX_TOKENS, tmp_path)
+  batch = corpus.tokenize_cached(sentences, template, bert_tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   indices = np.array([5, 0, len(sentences) - 1, 5])
   rows = corpus.gather(batch, indices)
   expected = templates.encode_sentences(template, bert_tokenizer, [sentences[i] for i in indices],
