@@ -29,9 +29,14 @@ def get_config():
   config.method.top_k = 200  # prompt_mlm_top_k: tokens averaged.
   config.method.ditto_layer = 0  # ditto: layer of the attention head (0-based).
   config.method.ditto_head = 9  # ditto: head (0-based).
-  config.method.ditto_variant = "first_last"  # ditto: first_last, last or static.
-  config.method.denoise = False  # prompt: subtract the position-offset template bias (supervised PromptBERT runs).
+  config.method.ditto_variant = "first_last"  # ditto: first_last, last, static (raw word rows), embedding_output (h0).
+  config.method.denoise = False  # Prompt methods: subtract the position-offset template bias (supervised runs).
   config.method.head = "none"  # prompt: none, mlm_transform or pooler, applied after denoising (supervised runs).
+  # "in_context": the filled-in template tokenised at once (the authors' evaluation.py, the published numbers);
+  # "alone": the template ids around the sentence's own tokens (their training rows and dev scoring).
+  config.method.tokenization = "in_context"
+  config.method.bias_positions = "from_zero"  # denoise: template rows' positions from 0 (the authors'), or "model".
+  config.method.prompt_placement = "last_occurrence"  # OptiPrompt runs: "last_occurrence" (the authors') or "template".
   config.method.idf_path = ""  # tfidf_first_last: IDF table JSON (`jaxemb.tfidf.save_idf`); "" for other methods.
   config.method.remove_frequent = True  # static_remove_biases: drop the 36 most frequent tokens.
   config.method.remove_subwords = True  # static_remove_biases: drop subword pieces.

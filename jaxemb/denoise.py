@@ -1,4 +1,5 @@
-"""Template-only inputs for template denoising (REFERENCE.md section 3).
+"""Template-only inputs for template denoising: PromptBERT's position-offset rows (kongds/Prompt-BERT
+`prompt_bert/models.py` `get_delta`) and CoT-BERT's [PAD] rows (ZBWpro/CoT-BERT `models.py` `denoising`).
 
 Each function gives one row per sentence length n of a 1-D int array
 `lengths`: ``jnp.arange(max_len + 1)`` for a table of every length, or a
@@ -9,14 +10,12 @@ compile once per template and shape.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from jaxemb import pooling
-from jaxemb.templates import Template, continuous_template_inputs
+from jaxemb.templates import Template
 
 DENOISING = ("none", "position_offset", "pad")  # No denoising, PromptBERT's, CoT-BERT's.
 
@@ -110,25 +109,12 @@ def pad_inputs(
       mask_positions=template.mask_positions(lengths))
 
 
-def template_bias(encode: Callable[..., Any], template: Template, lengths: jax.Array, denoising: str,
-                  position_offset: int, max_len: int, prompt: jax.Array | None = None) -> jax.Array:
-  """The template bias for each sentence length: the last [MASK] state of the template-only rows, [N, hidden].
-
-  `encode(input_ids, attention_mask, **inputs)` runs the encoder (in training mode during training, so gradients
-  and dropout reach the bias as in the reference); `denoising` is "position_offset" or "pad"; `max_len` bounds
-  the lengths ([PAD] rows' width); `prompt` is OptiPrompt's continuous template, which the template-only rows
-  carry too.
-  """
+def template_inputs(template: Template, lengths: jax.Array, denoising: str, position_offset: int,
+                    max_len: int) -> DenoiseInputs:
+  """The template-only rows of `denoising` ("position_offset" or "pad") for each length; `position_offset` is the
+  position-offset rows' first position, `max_len` bounds the lengths ([PAD] rows' width)."""
   if denoising == "position_offset":
-    rows = position_offset_inputs(template, lengths, position_offset)
-  elif denoising == "pad":
-    rows = pad_inputs(template, lengths, max_len)
-  else:
-    raise ValueError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")
-  inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
-  if prompt is not None:
-    # Position-offset rows hold no sentence tokens (only their position ids move); [PAD] rows hold n pads.
-    slot_tokens = jnp.zeros_like(lengths) if denoising == "position_offset" else lengths
-    inputs.update(zip(("inputs_embeds", "inputs_embeds_mask"),
-                      continuous_template_inputs(template, prompt, slot_tokens, rows.input_ids.shape[1])))
-  return pooling.mask_state(encode(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
+    return position_offset_inputs(template, lengths, position_offset)
+  if denoising == "pad":
+    return pad_inputs(template, lengths, max_len)
+  raise ValueError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")

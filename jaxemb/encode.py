@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from jaxemb import bias_removal, denoise, pooling, templates, tfidf, xla
+from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
 from jaxemb.models import EncoderConfig, Transformer, hf, load_pretrained, load_tokenizer, run_dir
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
@@ -22,9 +22,10 @@ METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_laye
            *PROMPT_METHODS)  # The static methods run no encoder at all; ditto_all_heads is the head search's.
 _DITTO_METHODS = ("ditto", "ditto_all_heads")
 _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_DITTO_METHODS, "tfidf_first_last")
-# What a prompt vector goes through after denoising (supervised PromptBERT, REFERENCE.md section 4): nothing, the
-# pretrained MLM head's transform (BERT, --org_mlp; applied to h and the bias apart), or the pretrained pooler
-# (RoBERTa, --use_pooler).
+# What a prompt vector goes through after denoising (supervised PromptBERT; kongds/Prompt-BERT `evaluation.py`):
+# nothing, the checkpoint's MLM head transform (BERT, --mask_embedding_sentence_org_mlp; applied to h and the bias
+# apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
+# there).
 HEADS = ("none", "mlm_transform", "pooler")
 
 
@@ -41,8 +42,15 @@ class Method:
   # static_remove_biases: which biased tokens are dropped before averaging (default: all four, as published).
   bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
   idf_path: str | None = None  # tfidf_first_last: the JSON written by `tfidf.save_idf`.
-  denoise: bool = False  # prompt: subtract the position-offset template bias (supervised PromptBERT's evaluation).
+  # prompt, prompt_mlm_top_k: subtract the position-offset template bias (supervised PromptBERT's evaluation;
+  # PromptBERT Table 9 denoises the top-k representation too).
+  denoise: bool = False
   head: str = "none"  # prompt: one of HEADS, applied to the (denoised) [MASK] vector.
+  # How a sentence's tokens are found (templates.TOKENIZATIONS): "in_context" as the authors' evaluation.py,
+  # "alone" as their training rows and their trainer's STS-B dev scoring.
+  tokenization: str = "in_context"
+  bias_positions: str = "from_zero"  # denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
+  prompt_placement: str = "last_occurrence"  # A continuous template's placement (templates.PLACEMENTS).
 
   def validate(self, config: EncoderConfig, num_masks: int):
     """Rejects a method that cannot run on this model or template, before anything is compiled."""
@@ -63,13 +71,22 @@ class Method:
                          f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads")
       if self.ditto_variant not in pooling.DITTO_VARIANTS:
         raise ValueError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
-    if (self.denoise or self.head != "none") and self.name != "prompt":
-      raise ValueError(f"denoising and heads apply to method 'prompt' only; got {self.name!r} with "
-                       f"denoise={self.denoise}, head={self.head!r}")
+    if self.denoise and self.name not in PROMPT_METHODS:
+      raise ValueError(f"denoising applies to the prompt methods {PROMPT_METHODS} only; got {self.name!r}")
+    if self.head != "none" and self.name != "prompt":
+      raise ValueError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
+    if self.tokenization not in templates.TOKENIZATIONS:
+      raise ValueError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
     if self.head not in HEADS:
       raise ValueError(f"head {self.head!r} is not one of {HEADS}")
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ValueError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
+
+
+def prompt_view(method: Method, template: templates.Template) -> views.View:
+  """The views.View of a prompt method: its template's last [MASK], denoised or not, through its head."""
+  return views.View(template, pooling="mask", denoising="position_offset" if method.denoise else "none",
+                    head=method.head, bias_positions=method.bias_positions, prompt_placement=method.prompt_placement)
 
 
 def sentence_vectors(model: Transformer, params: Any, method: Method, batch: templates.TemplateBatch,
@@ -85,49 +102,28 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
     return pooling.static_avg(word_embeddings, batch.input_ids, batch.attention_mask)
   if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.encode_filtered`).
     return pooling.static_sentence_avg(word_embeddings, batch.input_ids, batch.sentence_lengths)
+  encode = functools.partial(model.apply, {"params": params})
+  if method.name in PROMPT_METHODS:
+    view = prompt_view(method, template)
+    if method.name == "prompt":
+      return views.vector(view, model, {"encoder": params}, encode, batch, prompt)
+    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, encode, batch, prompt)
+    return pooling.mlm_top_k(encode(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
   ditto = method.name in _DITTO_METHODS
-  continuous = {} if prompt is None else dict(zip(
-      ("inputs_embeds", "inputs_embeds_mask"),
-      templates.continuous_template_inputs(template, prompt, batch.sentence_lengths, batch.input_ids.shape[1])))
-  out = model.apply(
-      {"params": params}, batch.input_ids, batch.attention_mask,
-      output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
-      output_attentions=(method.ditto_layer,) if ditto else (), **continuous)
+  out = encode(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
+               output_attentions=(method.ditto_layer,) if ditto else ())
   mask = batch.attention_mask
   if method.name == "cls":
-    return model.apply({"params": params}, pooling.cls_before_pooler(out), method=Transformer.pool)
-  if method.name == "prompt":
-    return _prompt_vector(model, params, method, pooling.mask_state(out, batch.mask_positions), batch, prompt,
-                          template)
-  if method.name == "prompt_mlm_top_k":
-    logits = model.apply({"params": params}, pooling.mask_state(out, batch.mask_positions),
-                         method=Transformer.mlm_logits)
-    return pooling.mlm_top_k(logits, word_embeddings, method.top_k)
+    return encode(pooling.cls_before_pooler(out), method=Transformer.pool)
   if ditto:
-    heads = pooling.ditto_all_heads(out, mask, method.ditto_layer, method.ditto_variant)
+    heads = pooling.ditto_all_heads(out, mask, method.ditto_layer, method.ditto_variant,
+                                    word_embeddings[batch.input_ids])
     return heads if method.name == "ditto_all_heads" else heads[:, method.ditto_head]
   if method.name == "tfidf_first_last":
     return pooling.tfidf_first_last(out, mask, idf[batch.input_ids])
   if method.name == "cls_before_pooler":
     return pooling.cls_before_pooler(out)
   return getattr(pooling, method.name)(out, mask)
-
-
-def _prompt_vector(model: Transformer, params: Any, method: Method, h: jax.Array, batch: templates.TemplateBatch,
-                   prompt: jax.Array | None, template: templates.Template) -> jax.Array:
-  """The [MASK] vector minus its template bias (if `method.denoise`), through `method.head`, in the reference's
-  order: the MLM transform projects h and the bias apart, the pooler takes their difference."""
-  apply = functools.partial(model.apply, {"params": params})
-  bias = 0.0
-  if method.denoise:
-    bias = denoise.template_bias(apply, template, batch.sentence_lengths, "position_offset",
-                                 model.config.position_offset, batch.input_ids.shape[1], prompt)
-  if method.head == "mlm_transform":
-    transform = functools.partial(apply, method=Transformer.mlm_transform)
-    return transform(h) - (transform(bias) if method.denoise else 0.0)
-  if method.head == "pooler":
-    return apply(h - bias, method=Transformer.pool)
-  return h - bias
 
 
 class Encoder:
@@ -239,7 +235,8 @@ class Encoder:
     if self.method.name == "static_remove_biases":
       return bias_removal.encode_filtered(self.tokenizer, sentences, self.method.bias_filter, self.max_sentence_tokens)
     return templates.encode_sentences(self.template, self.tokenizer, sentences,
-                                      max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length)
+                                      max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length,
+                                      tokenization=self.method.tokenization)
 
 
 def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:

@@ -73,16 +73,19 @@ def mlm_top_k(mask_logits: jax.Array, word_embeddings: jax.Array, k: int) -> jax
   return jnp.einsum("bk,bkh->bh", weights, word_embeddings[top_ids].astype(jnp.float32))
 
 
-DITTO_VARIANTS = ("first_last", "last", "static")
+# Which token vectors Ditto weights: (h0 + hL) / 2, hL, the raw word embeddings (the authors' "static":
+# `word_embeddings(input_ids)`, no position/type embeddings or LayerNorm), or h0, the embedding-layer output.
+DITTO_VARIANTS = ("first_last", "last", "static", "embedding_output")
 
 
-def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int,
-                    variant: str = "first_last") -> jax.Array:
+def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, variant: str,
+                    word_vectors: jax.Array | None = None) -> jax.Array:
   """Ditto for every head of `layer` at once: [batch, heads, hidden] (the head search scores them all).
 
-  Each vector is the token states weighted by the diagonal of that head's attention matrix, summed (not
-  averaged). `variant` picks the states: (h0 + hL) / 2, hL alone, or h0 alone. Needs
-  `output_attentions=(layer,)` and, except for "last", `output_hidden_states=True`.
+  Each vector is the token vectors weighted by the diagonal of that head's attention matrix, summed (not
+  averaged). `variant` (one of DITTO_VARIANTS) picks the vectors; "static" reads `word_vectors`, the rows' raw
+  word embeddings [batch, length, hidden]. Needs `output_attentions=(layer,)` and, for first_last and
+  embedding_output, `output_hidden_states=True`.
   """
   diagonals = jnp.diagonal(out.attentions[layer], axis1=-2, axis2=-1)  # [batch, heads, length]
   if variant == "first_last":
@@ -90,6 +93,8 @@ def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int,
   elif variant == "last":
     states = out.last_hidden_state
   elif variant == "static":
+    states = word_vectors.astype(out.last_hidden_state.dtype)
+  elif variant == "embedding_output":
     states = out.hidden_states[0]
   else:
     raise ValueError(f"Ditto variant {variant!r} is not one of {DITTO_VARIANTS}")

@@ -69,7 +69,11 @@ def _torch_reference(path, method: Method, sentences):
   if method.name == "ditto":
     attention = out.attentions[method.ditto_layer][:, method.ditto_head].double().numpy()
     diagonal = np.einsum("btt->bt", attention)[..., None] * mask
-    return ((hidden[0] + hidden[-1]) / 2 * diagonal).sum(1)
+    words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[batch["input_ids"].numpy()]
+    # alibaba-damo-academy/SpokenNLP ditto: "static" weights the raw word-embedding rows, not h0.
+    states = {"first_last": (hidden[0] + hidden[-1]) / 2, "last": hidden[-1], "static": words,
+              "embedding_output": hidden[0]}[method.ditto_variant]
+    return (states * diagonal).sum(1)
   rows = np.arange(len(texts))
   last_mask = np.array([np.flatnonzero(ids == tokenizer.mask_token_id)[-1] for ids in batch["input_ids"].numpy()])
   if method.name == "prompt":
@@ -84,10 +88,12 @@ def _torch_reference(path, method: Method, sentences):
 
 MINILM_METHODS = [Method("cls"), Method("cls_before_pooler"), Method("last_avg"), Method("first_last_avg"),
                   Method("first_layer_last_avg"), Method("top2_avg"), Method("static_avg"),
-                  Method("prompt", template=PROMPT), Method("ditto", ditto_layer=2, ditto_head=5)]
+                  Method("prompt", template=PROMPT), Method("ditto", ditto_layer=2, ditto_head=5),
+                  *(Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
+                    for v in ("last", "static", "embedding_output"))]
 
 
-@pytest.mark.parametrize("method", MINILM_METHODS, ids=lambda m: m.name)
+@pytest.mark.parametrize("method", MINILM_METHODS, ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
 def test_minilm_methods_match_hf(method):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
   encoder = Encoder.from_pretrained(path, method)
@@ -189,7 +195,8 @@ def test_token_counters_measure_the_padding(tiny_checkpoint):
     (Method("last_avg", idf_path="idf.json"), "takes no idf_path"),
     (Method("static_avg", bias_filter=bias_removal.BiasFilter(lowercase=False)), "takes no bias filter"),
     (Method("prompt", template="no slot [MASK]"), "exactly one \\[X\\]"),
-    (Method("last_avg", denoise=True), "apply to method 'prompt' only"),
+    (Method("last_avg", denoise=True), "applies to the prompt methods"),
+    (Method("last_avg", head="pooler"), "apply to method 'prompt' only"),
     (Method("prompt", template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
 ])
 def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, message):
@@ -218,16 +225,17 @@ def test_continuous_template_initialised_from_the_manual_one_changes_nothing(tin
     Encoder(config, params, tokenizer, method, prompt=prompt[:-1])
 
 
-def _hf_denoised_prompt(path, template_text, sentences, head):
+def _hf_denoised_prompt(path, template_text, sentences, head, hf_positions=False):
   """Supervised PromptBERT's evaluation vector with HF PyTorch: h[MASK] of the filled template minus the template
-  bias (REFERENCE.md section 3: the template alone, positions after the slot moved on by the sentence length),
-  with the MLM transform applied to both apart, or the pooler applied to the difference."""
+  bias (kongds/Prompt-BERT `evaluation.py` `get_delta`: the template alone, positions arange(L) from 0, RoBERTa too,
+  after the slot moved on by the sentence length), with the MLM transform applied to both apart, or the pooler
+  applied to the difference. `hf_positions`: RoBERTa's bias positions from padding_idx + 1 instead."""
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
   model_cls = transformers.AutoModelForMaskedLM if head == "mlm_transform" else transformers.AutoModel
   model = model_cls.from_pretrained(path).eval()
   base = model.base_model
   template = templates.Template.parse(template_text, load_tokenizer(path))
-  offset = tokenizer.pad_token_id + 1 if "roberta" in model.config.model_type else 0
+  offset = tokenizer.pad_token_id + 1 if hf_positions and "roberta" in model.config.model_type else 0
   mask_state = lambda out, ids: out.last_hidden_state[0, ids.index(tokenizer.mask_token_id)]  # One [MASK] here.
   vectors = []
   for sentence in sentences:
@@ -266,3 +274,39 @@ def test_denoised_prompt_through_heads_matches_hf(tiny_checkpoint, tmp_path, hea
 def test_heads_need_their_weights(tiny_bert):
   with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
     Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, head="pooler"))
+
+
+def test_denoised_roberta_bias_positions_from_zero_or_hf(tiny_checkpoint):
+  """RoBERTa's template-bias rows count positions from 0 by default (the authors'); "model" numbers them as HF does,
+  from padding_idx + 1: the two give different vectors, each equal to its HF PyTorch transcription."""
+  family, path = tiny_checkpoint
+  if family != "roberta":
+    pytest.skip("BERT's positions start at 0 either way")
+  template = "This sentence : ' [X] ' means[MASK]."
+  vectors = {}
+  for hf_positions, name in ((False, "from_zero"), (True, "model")):
+    method = Method("prompt", template=template, denoise=True, bias_positions=name)
+    vectors[name] = Encoder.from_pretrained(path, method).encode(SENTENCES, batch_size=2)
+    expected = _hf_denoised_prompt(str(path), template, SENTENCES, "none", hf_positions=hf_positions)
+    np.testing.assert_allclose(vectors[name], expected, atol=1e-4)
+  assert not np.allclose(vectors["from_zero"], vectors["model"], atol=1e-3)
+
+
+def test_prompt_mlm_top_k_with_denoising(tiny_checkpoint):
+  """PromptBERT Table 9's denoised top-k row: the MLM head reads h - b, so its tokens differ from the raw row's and
+  equal the top-k representation of the HF transcription's h - b."""
+  family, path = tiny_checkpoint
+  template = PROMPT if family == "bert" else "This sentence : ' [X] ' means[MASK]."
+  raw = Encoder.from_pretrained(path, Method("prompt_mlm_top_k", template=template, top_k=20)).encode(SENTENCES)
+  encoder = Encoder.from_pretrained(path, Method("prompt_mlm_top_k", template=template, top_k=20, denoise=True))
+  denoised = encoder.encode(SENTENCES)
+  assert not np.allclose(raw, denoised, atol=1e-3)
+  h_minus_b = _hf_denoised_prompt(str(path), template, SENTENCES, "none")
+  model = transformers.AutoModelForMaskedLM.from_pretrained(str(path)).eval()
+  head = model.cls if family == "bert" else model.lm_head
+  with torch.no_grad():
+    probs = torch.softmax(head(torch.from_numpy(h_minus_b)), -1)
+  top, ids = torch.topk(probs, 20)
+  words = model.base_model.embeddings.word_embeddings.weight.detach()
+  expected = torch.einsum("bk,bkh->bh", top / top.sum(-1, keepdim=True), words[ids]).numpy()
+  np.testing.assert_allclose(denoised, expected, atol=1e-4)

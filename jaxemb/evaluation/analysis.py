@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxemb import denoise, pooling, templates
+from jaxemb import denoise, pooling, templates, views
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import PROMPT_METHODS, Encoder
 from jaxemb.evaluation import run, sts
@@ -132,7 +132,8 @@ def _mask_top_ids(params: Any, batch: templates.TemplateBatch, config: EncoderCo
   shifted by the sentence length n, subtracted from h before the MLM head.
   """
   model = Transformer(config)
-  bias_rows = denoise.position_offset_inputs(template, batch.sentence_lengths, config.position_offset)
+  view = views.View(template, denoising="position_offset")
+  bias_rows = denoise.position_offset_inputs(template, batch.sentence_lengths, views.bias_position_offset(view, model))
   width = batch.input_ids.shape[1]  # Sentence rows are never narrower than the template alone.
 
   def stack(sentence_rows: jax.Array, template_rows: jax.Array, fill: int) -> jax.Array:

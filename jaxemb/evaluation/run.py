@@ -24,7 +24,8 @@ def method_from_config(config: Any) -> Method:
                                         lowercase=m.lowercase, remove_punctuation=m.remove_punctuation)
   return Method(name=m.name, template=m.template, top_k=m.top_k, ditto_layer=m.ditto_layer,
                 ditto_head=m.ditto_head, ditto_variant=m.ditto_variant, idf_path=m.idf_path or None,
-                bias_filter=bias_filter, denoise=m.denoise, head=m.head)
+                bias_filter=bias_filter, denoise=m.denoise, head=m.head, tokenization=m.tokenization,
+                bias_positions=m.bias_positions, prompt_placement=m.prompt_placement)
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
@@ -35,13 +36,17 @@ def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
       max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
 
 
+def preprocess(join_tokens: bool, add_period: bool) -> sts.Preprocess:
+  """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
+  def apply(sentence: str) -> str:
+    sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
+    return sts_data.add_period(sentence) if add_period else sentence
+  return apply
+
+
 def preprocess_from_config(config: Any) -> sts.Preprocess:
-  """The test-time sentence rules of REFERENCE.md section 1 that the config turns on."""
-  join, period = config.eval.join_tokens, config.eval.add_period
-  def preprocess(sentence: str) -> str:
-    sentence = sts_data.join_tokens(sentence) if join else sentence
-    return sts_data.add_period(sentence) if period else sentence
-  return preprocess
+  """The test-time sentence rules the config turns on."""
+  return preprocess(config.eval.join_tokens, config.eval.add_period)
 
 
 def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:

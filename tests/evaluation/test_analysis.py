@@ -70,12 +70,12 @@ def _torch_top_tokens(path, template, sentences, k):
   """[(top-k at the last mask, top-k after subtracting the template bias)] written out with HF PyTorch.
 
   The bias is the last-layer mask state of the filled row with the sentence tokens removed and every other token
-  kept at its position in the filled row: the template positions shifted by n after the slot.
+  kept at its position in the filled row: the template positions shifted by n after the slot, counted from 0 for
+  RoBERTa too, as kongds/Prompt-BERT `evaluation.py` `get_delta` passes them (its sentence rows keep HF's positions).
   """
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
   model = transformers.AutoModelForMaskedLM.from_pretrained(path).eval()
   head = model.cls if model.config.model_type == "bert" else model.lm_head
-  first_position = model.config.pad_token_id + 1 if model.config.model_type == "roberta" else 0
   prefix, suffix = template.replace("[MASK]", tokenizer.mask_token).split("[X]")
   last_mask = lambda row: int(torch.nonzero(row == tokenizer.mask_token_id)[-1])
   tokens = lambda logits: tuple(tokenizer.convert_ids_to_tokens(torch.topk(logits, k).indices.tolist()))
@@ -84,7 +84,7 @@ def _torch_top_tokens(path, template, sentences, k):
     encoding = tokenizer(prefix + sentence + suffix, return_offsets_mapping=True, return_tensors="pt")
     ids, (begins, ends) = encoding["input_ids"][0], encoding["offset_mapping"][0].T
     in_sentence = (begins >= len(prefix)) & (ends <= len(prefix) + len(sentence)) & (ends > begins)
-    positions = first_position + torch.arange(len(ids))
+    positions = torch.arange(len(ids))
     template_ids = ids[~in_sentence]
     with torch.no_grad():
       out = model(ids[None], output_hidden_states=True)

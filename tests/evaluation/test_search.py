@@ -63,7 +63,7 @@ def test_ditto_all_heads_slices_equal_single_heads():
   states = tuple(jnp.asarray(rng.normal(size=(2, 5, 4))) for _ in range(3))
   out = EncoderOutput(last_hidden_state=states[-1], hidden_states=states, attentions={1: probs})
   mask = jnp.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
-  every = pooling.ditto_all_heads(out, mask, 1)
+  every = pooling.ditto_all_heads(out, mask, 1, "first_last")
   for head in range(3):
     diagonal = np.einsum("btt->bt", np.asarray(probs[:, head])) * np.asarray(mask)
     expected = np.einsum("bt,bth->bh", diagonal, (np.asarray(states[0]) + np.asarray(states[-1])) / 2)

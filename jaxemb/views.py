@@ -1,0 +1,118 @@
+"""A template batch -> one sentence vector: the path that training, model selection and evaluation share.
+
+    h = the template's last [MASK] state (or the [CLS] state)
+    vector = head(h - b_n), b_n the template bias for the sentence's length n (or no bias)
+
+in the order of the authors' code: kongds/Prompt-BERT `prompt_bert/models.py` (`cl_forward` in training,
+`sentemb_forward` at the trainer's STS-B dev scoring) and `evaluation.py` (test), ZBWpro/CoT-BERT `models.py`. The MLM
+transform (`--mask_embedding_sentence_org_mlp`) is applied to h and to the bias apart, T(h) - T(b); the dense + tanh
+heads (the training MLP, the pooler) take the difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxemb import denoise, pooling, templates
+from jaxemb.models import Transformer, heads
+
+POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] state (SimCSE).
+# What the (denoised) vector goes through: nothing, the fresh dense + tanh trained with the loss (params["mlp"]),
+# the MLM head's transform, the checkpoint's pooler (dense + tanh).
+HEADS = ("none", "mlp", "mlm_transform", "pooler")
+BIAS_POSITIONS = ("from_zero", "model")  # Position-offset rows' positions: from 0 (the authors'), or HF's numbering.
+
+# encode(input_ids, attention_mask, **inputs) -> EncoderOutput: the encoder in training or evaluation mode.
+Encode = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+  """How one template's batch becomes a vector (hashable: a static jit argument).
+
+  Attributes:
+    template: the template ("[X]" alone for SimCSE's plain sentences).
+    pooling: one of POOLINGS.
+    denoising: the template bias subtracted: one of denoise.DENOISING.
+    head: one of HEADS.
+    bias_positions: one of BIAS_POSITIONS. The authors pass position ids arange(L) to their position-offset rows
+      (`get_delta` in kongds/Prompt-BERT `prompt_bert/models.py` and `evaluation.py`), so RoBERTa's start at 0 there
+      while its sentence rows start at padding_idx + 1; "model" numbers both as HF RoBERTa does.
+    prompt_placement: where an OptiPrompt continuous template's vectors go (templates.PLACEMENTS).
+  """
+
+  template: templates.Template
+  pooling: str = "mask"
+  denoising: str = "none"
+  head: str = "none"
+  bias_positions: str = "from_zero"
+  prompt_placement: str = "last_occurrence"
+
+  def __post_init__(self):
+    for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoising", self.denoising, denoise.DENOISING),
+                                 ("head", self.head, HEADS), ("bias_positions", self.bias_positions, BIAS_POSITIONS),
+                                 ("prompt_placement", self.prompt_placement, templates.PLACEMENTS)):
+      if value not in allowed:
+        raise ValueError(f"{name} {value!r} is not one of {allowed}")
+    if (self.pooling == "mask" or self.denoising != "none") and self.template.num_masks == 0:
+      raise ValueError(f"mask pooling and denoising need a template with [MASK]; got {self.template.text!r}")
+
+
+def prompt_inputs(view: View, prompt: jax.Array | None, input_ids: jax.Array,
+                  slot_tokens: jax.Array) -> dict[str, jax.Array]:
+  """The encoder's extra inputs for an OptiPrompt continuous template (none without one): `slot_tokens` are the
+  tokens between prefix and suffix in each row."""
+  if prompt is None:
+    return {}
+  embeds, mask = templates.continuous_template_inputs(view.template, prompt, input_ids, slot_tokens,
+                                                      view.prompt_placement)
+  return {"inputs_embeds": embeds, "inputs_embeds_mask": mask}
+
+
+def bias_position_offset(view: View, model: Transformer) -> int:
+  return 0 if view.bias_positions == "from_zero" else model.config.position_offset
+
+
+def template_bias(view: View, model: Transformer, encode: Encode, lengths: jax.Array, max_len: int,
+                  prompt: jax.Array | None = None) -> jax.Array:
+  """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
+  rows = denoise.template_inputs(view.template, lengths, view.denoising, bias_position_offset(view, model), max_len)
+  inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
+  # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
+  slot_tokens = jnp.zeros_like(lengths) if view.denoising == "position_offset" else lengths
+  inputs.update(prompt_inputs(view, prompt, rows.input_ids, slot_tokens))
+  return pooling.mask_state(encode(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
+
+
+def apply_head(view: View, model: Transformer, params: dict[str, Any], h: jax.Array,
+               bias: jax.Array | None) -> jax.Array:
+  """head(h - bias) in the authors' order; `params` holds "encoder" (and "mlp" for the training MLP)."""
+  if view.head == "mlm_transform":
+    transform = lambda x: model.apply({"params": params["encoder"]}, x, method=Transformer.mlm_transform)
+    return transform(h) if bias is None else transform(h) - transform(bias)
+  x = h if bias is None else h - bias
+  if view.head == "mlp":
+    return heads.DenseTanh(x.shape[-1]).apply({"params": params["mlp"]}, x)
+  if view.head == "pooler":
+    return model.apply({"params": params["encoder"]}, x, method=Transformer.pool)
+  return x
+
+
+def state(view: View, out: Any, batch: templates.TemplateBatch) -> jax.Array:
+  """h: the last [MASK] state or the [CLS] state of each row, [batch, hidden]."""
+  return pooling.cls_before_pooler(out) if view.pooling == "cls" else pooling.mask_state(out, batch.mask_positions)
+
+
+def vector(view: View, model: Transformer, params: dict[str, Any], encode: Encode, batch: templates.TemplateBatch,
+           prompt: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
+  """[batch, hidden]: each row's vector. `bias` ([batch, hidden], e.g. rows of a per-step table) is computed here for
+  the batch's lengths when the view denoises and none is given."""
+  out = encode(batch.input_ids, batch.attention_mask,
+               **prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths))
+  if view.denoising != "none" and bias is None:
+    bias = template_bias(view, model, encode, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
+  return apply_head(view, model, params, state(view, out, batch), bias)
