@@ -123,7 +123,8 @@ class JaxembTrainStep:
     tokens = config.data.max_sentence_tokens
     # What corpus.tokenize_cached gives the loop: every row at the template's width plus max_sentence_tokens.
     self.rows = {view: templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
-                                                  pad_to=template.num_tokens + tokens)
+                                                  pad_to=template.num_tokens + tokens,
+                                                  tokenization=config.data.tokenization)
                  for view, template in zip(self.objective.views, self.objective.view_templates)}
     tx = state.make_optimizer(config.train, total_steps=SCHEDULE_STEPS)
     with jax.default_prng_impl(prng_impl):
@@ -132,7 +133,7 @@ class JaxembTrainStep:
       self._step = state.jit_train_step(self.objective, self.model, tx, mesh, shardings)
       self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))
     # The step donates the state: a host copy of the starting weights for the PyTorch side and loss checks.
-    self.initial_params = jax.device_get({**self.state.frozen, **self.state.params})
+    self.initial_params = jax.device_get(self.state.all_params)
 
   def __call__(self) -> float:
     with jax.default_prng_impl(self.prng_impl):

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from jaxemb import denoise  # pylint: disable=g-bad-import-order
+from jaxemb import denoise, views  # pylint: disable=g-bad-import-order
 from jaxemb.training import objectives, sharding
 
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -49,7 +49,7 @@ class TorchTrainStep:
     tensors = lambda rows: {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in vars(rows).items()
                             if v is not None}
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
-    offset = jaxemb_step.model_config.position_offset
+    offset = views.bias_position_offset(o.view_list[0], jaxemb_step.model)
     self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(o.max_sentence_tokens + 1), offset))
                       for t in o.view_templates if o.denoising == "position_offset"}
     t = config.train

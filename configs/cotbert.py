@@ -1,11 +1,15 @@
-"""CoT-BERT (BERT): two-stage templates with two [MASK]s, anchor / positive / negation views, [PAD] template
-denoising and the extended InfoNCE (CoT-BERT: 79.40; batch 256, lr 1e-5, one epoch, seed 0)."""
+"""CoT-BERT (BERT), ZBWpro/CoT-BERT `code-for-BERT/train.py`: two-stage templates with two [MASK]s, anchor / positive /
+negation views, [PAD] template denoising and the extended InfoNCE (CoT-BERT: 79.40; 2 GPUs x 128, lr 1e-5, one epoch,
+seed 0). The two `nn.DataParallel` replicas each computed their own bias tables and loss over 128 rows, averaged
+(objective.loss_group_size); selection scores STS-B dev without the bias (--mask_embedding_sentence_delta_no_delta_eval).
+"""
 
 from configs import train_common
 
-ANCHOR = 'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].'
-POSITIVE = 'The sentence : "[X]" means [MASK], so it can be summarized as [MASK].'
-NEGATIVE = 'The sentence : "[X]" does not mean [MASK], so it cannot be summarized as [MASK].'
+# `_` in the authors' strings is a space: "means_*mask*_,_so" puts spaces around [MASK] and the comma.
+ANCHOR = 'The sentence of "[X]" means [MASK] , so it can be summarized as [MASK] .'
+POSITIVE = 'The sentence : "[X]" means [MASK] , so it can be summarized as [MASK] .'
+NEGATIVE = 'The sentence : "[X]" does not mean [MASK] , so it cannot be summarized as [MASK] .'
 
 
 def get_config():
@@ -15,6 +19,8 @@ def get_config():
   config.objective.templates = (ANCHOR, POSITIVE, NEGATIVE)
   config.objective.denoising = "pad"
   config.objective.loss = "extended_info_nce"
+  config.objective.loss_group_size = 128
   config.train.seed = 0
   config.eval.template = ANCHOR
+  config.eval.select_denoise = False
   return config

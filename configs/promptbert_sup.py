@@ -1,6 +1,6 @@
-"""Supervised PromptBERT (BERT) on SimCSE's NLI triples: one template for premise, entailment and contradiction,
-denoised, through the pretrained MLM transform (--org_mlp); hard-negative InfoNCE (81.97; batch 512, lr 5e-5,
-3 epochs)."""
+"""Supervised PromptBERT (BERT) on SimCSE's NLI triples, kongds/Prompt-BERT `run.sh sup-bert`: the "of" template for
+premise, entailment and contradiction, denoised, through the pretrained MLM transform (--org_mlp: T(h) - T(b)) in
+training, selection and evaluation; hard-negative InfoNCE (81.97; batch 512 = 4 GPUs x 128, lr 5e-5, 3 epochs)."""
 
 from configs import eval_common, train_common
 
@@ -11,12 +11,14 @@ def get_config():
   config.data.train_file = eval_common.data_path("nli_for_simcse.csv")
   config.data.format = "nli"
   config.objective.columns = ("sent0", "sent1", "hard_neg")
-  config.objective.templates = (train_common.PROMPTBERT_T2,) * 3
+  config.objective.templates = (train_common.PROMPTBERT_OF,) * 3
   config.objective.projection = "mlm_transform"
+  config.objective.keep_projection = True
   config.objective.loss = "info_nce_with_hard_negatives"
-  config.eval.denoise = True  # The reference evaluates the supervised model denoised, through the MLM transform.
+  config.eval.denoise = True  # run.sh's evaluation: --mask_embedding_sentence_delta --mask_embedding_sentence_org_mlp.
   config.eval.head = "mlm_transform"
   config.train.batch_size = 512
+  config.objective.ddp_world_size = 4  # torch.distributed.launch --nproc_per_node 4, 128 rows each.
   config.train.learning_rate = 5e-5
   config.train.epochs = 3
   return config

@@ -1,5 +1,6 @@
-"""Supervised PromptRoBERTa on SimCSE's NLI triples (82.95): the RoBERTa template on every side, denoised, with
-the training-only MLP; evaluated denoised, through the pretrained pooler (--use_pooler)."""
+"""Supervised PromptRoBERTa on SimCSE's NLI triples, kongds/Prompt-BERT `run.sh sup-roberta` (82.95): the RoBERTa
+template on every side, denoised, with a fresh dense + tanh that trains and is KEPT (no --mlp_only_train): run.sh
+renames it `pooler`, and evaluation (--use_pooler) is tanh(W(h - b)) with the trained weights."""
 
 from configs import promptbert_sup, train_common
 
@@ -8,8 +9,8 @@ def get_config():
   config = promptbert_sup.get_config()
   config.workdir = "runs/promptroberta_sup"
   config.model.path = "roberta-base"
-  config.objective.templates = (train_common.PROMPTROBERTA_T2,) * 3
+  config.objective.templates = (train_common.PROMPTROBERTA_THIS,) * 3
   config.objective.projection = "mlp"
-  config.eval.template = train_common.PROMPTROBERTA_T2
-  config.eval.head = "pooler"
+  config.eval.template = train_common.PROMPTROBERTA_THIS
+  config.eval.head = "pooler"  # The trained MLP, saved as the run's pooler.
   return config

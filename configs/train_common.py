@@ -4,10 +4,12 @@ import ml_collections
 
 from configs import eval_common
 
-PROMPTBERT_T1 = 'This sentence of "[X]" means [MASK] .'  # PromptBERT unsupervised, BERT, first view.
-PROMPTBERT_T2 = 'This sentence : "[X]" means [MASK] .'  # PromptBERT BERT: second view, and evaluation.
-PROMPTROBERTA_T1 = "The sentence : ' [X] ' means [MASK] ."  # PromptBERT unsupervised, RoBERTa, first view.
-PROMPTROBERTA_T2 = "This sentence : ' [X] ' means [MASK] ."  # PromptBERT RoBERTa: second view, and evaluation.
+# The templates of kongds/Prompt-BERT `run.sh`, written as its `*cls*_..._*sep+*` strings read ("_" a space; no space
+# before [MASK]: `means<mask>.` gives RoBERTa `<mask>` then `.`, not `Ġ.`).
+PROMPTBERT_OF = 'This sentence of "[X]" means[MASK].'  # unsup-bert view 1 (and its evaluation), sup-bert.
+PROMPTBERT_COLON = 'This sentence : "[X]" means[MASK].'  # unsup-bert view 2; the untrained prompt, OptiPrompt.
+PROMPTROBERTA_THIS = "This sentence : ' [X] ' means[MASK]."  # unsup-roberta view 1 (and its evaluation), sup-roberta.
+PROMPTROBERTA_THE = "The sentence : ' [X] ' means[MASK]."  # unsup-roberta view 2.
 
 
 def get_config():
@@ -24,17 +26,33 @@ def get_config():
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).
   config.data.format = "text"  # "text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.
   config.data.max_sentence_tokens = 32  # Sentences are truncated to this many tokens; templates never are.
+  # How training rows are built (templates.TOKENIZATIONS): "alone", the template ids around the sentence's own
+  # tokens, as the authors' `train.py` `prepare_features` (RoBERTa: no leading space on the sentence's first word);
+  # "in_context", the filled-in string tokenised at once.
+  config.data.tokenization = "alone"
   config.data.cache_dir = ""  # Tokenised-corpus cache; "" = <workdir>/cache.
 
   config.objective = ml_collections.ConfigDict()
   config.objective.columns = ("text", "text")  # The data column each view of the loss reads.
-  config.objective.templates = (PROMPTBERT_T1, PROMPTBERT_T2)  # The template of each view ("[X]": none).
+  config.objective.templates = (PROMPTBERT_OF, PROMPTBERT_COLON)  # The template of each view ("[X]": none).
   config.objective.pooling = "mask"  # "mask": last template [MASK] state; "cls": the [CLS] state.
   config.objective.denoising = "position_offset"  # Template bias removed in the loss: none, position_offset, pad.
-  config.objective.projection = "mlp"  # mlp (fresh dense+tanh, training only), mlm_transform, or none.
+  # Position-offset rows' positions: "from_zero" (the authors pass arange(L), RoBERTa included) or "model" (HF's).
+  config.objective.bias_positions = "from_zero"
+  config.objective.projection = "mlp"  # mlp (fresh dense+tanh), mlm_transform (the MLM head's), or none.
+  # Keep the projection for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP
+  # becomes the checkpoint's pooler, as run.sh and SimCSE's simcse_to_huggingface.py rename mlp -> pooler.
+  config.objective.keep_projection = False
   config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, or extended_info_nce.
   config.objective.temperature = 0.05  # tau of the cosine logits.
+  config.objective.loss_group_size = 0  # Rows per loss, losses averaged (CoT-BERT's 2 GPUs x 128); 0 = global batch.
   config.objective.trainable = "all"  # "all", or "prompt": OptiPrompt (encoder frozen).
+  # OptiPrompt's vectors go to the last occurrence of each template token id (the authors'), or "template".
+  config.objective.prompt_placement = "last_occurrence"
+  config.objective.freeze_padding_rows = True  # The [PAD] embedding rows HF's padding_idx never updates stay fixed.
+  # The authors' DDP processes (supervised runs: 4): each back-propagates the global loss through its own rows only
+  # and DDP averages, so the gradient is the global loss's / ddp_world_size (before clipping). 1 = the plain one.
+  config.objective.ddp_world_size = 1
 
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 256  # Global batch: in-batch negatives come from every device.
@@ -42,11 +60,12 @@ def get_config():
   config.train.epochs = 1  # Passes over the corpus (the last partial batch of each is dropped).
   config.train.num_steps = 0  # Stop after this many steps instead; 0 = epochs x steps per epoch.
   config.train.seed = 42  # Data order, dropout and head initialisation.
+  config.train.optimizer = "hf_adamw"  # "hf_adamw": transformers 4.2's AdamW (the authors'); "optax_adamw".
   config.train.weight_decay = 0.0  # AdamW weight decay (HF Trainer default 0).
   config.train.adam_b1 = 0.9  # AdamW beta1.
   config.train.adam_b2 = 0.999  # AdamW beta2.
   config.train.adam_eps = 1e-8  # AdamW epsilon.
-  config.train.max_grad_norm = 0.0  # Global-norm gradient clipping; 0 = off, as in the references.
+  config.train.max_grad_norm = 1.0  # Global-norm gradient clipping (HF Trainer's default, every reference); 0 = off.
   config.train.eval_every = 125  # Steps between STS-B dev evaluations (the best step is kept in best/).
   config.train.save_every = 125  # Steps between train-state checkpoints (resume restarts from the latest).
   config.train.keep_checkpoints = 2  # Train-state checkpoints kept.
@@ -58,14 +77,22 @@ def get_config():
   config.train.distributed.num_processes = 1  # Processes in the job.
   config.train.distributed.process_id = 0  # This process's index.
 
+  # The evaluation method recorded in the run directory (evaluate.py, Encoder.from_pretrained(workdir)): the
+  # authors' evaluation.py flags in run.sh.
   config.eval = ml_collections.ConfigDict()
   config.eval.method = "prompt"  # How a sentence is embedded at evaluation (jaxemb.encode.METHODS).
-  config.eval.template = PROMPTBERT_T2  # Evaluation template; "[X]" for non-prompt methods.
+  config.eval.template = PROMPTBERT_OF  # Evaluation template; "[X]" for non-prompt methods.
   config.eval.denoise = False  # prompt: subtract the position-offset template bias (supervised PromptBERT).
   config.eval.head = "none"  # prompt: none, mlm_transform (--org_mlp) or pooler (--use_pooler), after denoising.
+  config.eval.tokenization = "in_context"  # evaluation.py tokenises the filled-in string at once.
+  config.eval.add_period = True  # evaluation.py appends "." to sentences without final punctuation.
   config.eval.senteval_dir = eval_common.data_path("senteval")  # SentEval data/downstream folder (STS-B dev).
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
-  config.eval.add_period = True  # Append "." to sentences without final punctuation (prompt methods).
+  # Model selection: the STS-B dev score that picks the kept step. "training_view" is the authors' trainer
+  # (`sentemb_forward`): view 1's template around the sentence's own tokens, no ".", the objective's position-offset
+  # bias if select_denoise, the projection if kept. "eval_method": the evaluation method above.
+  config.eval.selection = "training_view"
+  config.eval.select_denoise = True  # CoT-BERT passes --mask_embedding_sentence_delta_no_delta_eval: False there.
   config.eval.batch_size = 128  # Sentences per evaluation encoder call.
   config.eval.length_multiple = 4  # Bucket evaluation rows to a multiple of this many tokens.
   return config

@@ -34,7 +34,9 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   return objectives.Objective(
       views=tuple(_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed, pooling=o.pooling,
       denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
-      max_sentence_tokens=config.data.max_sentence_tokens, trainable=o.trainable)
+      max_sentence_tokens=config.data.max_sentence_tokens, trainable=o.trainable, loss_group_size=o.loss_group_size,
+      bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
+      ddp_world_size=o.ddp_world_size)
 
 
 def _field(column: str, template: str) -> str:
@@ -62,12 +64,13 @@ def maybe_initialize_distributed(config: Any):
 
 def _initial_params(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int):
   """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
-  continuous template (initialised from the manual template) with the encoder frozen."""
+  continuous template (initialised from the manual template) and its projection with the encoder frozen."""
   heads = objectives.init_head_params(objective, hidden, jax.random.key(config.train.seed + 1))
+  trained, frozen = objectives.split_trainable(objective, pretrained)
   if objective.trainable == "prompt":
     prompt = objectives.init_prompt_params(objective.view_templates[0], pretrained["embeddings"]["word"]["embedding"])
-    return {"prompt": prompt, **heads}, {"encoder": pretrained}
-  return {"encoder": pretrained, **heads}, {}
+    trained = {**trained, "prompt": prompt}
+  return {**trained, **heads}, frozen
 
 
 def initial_state(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int,
@@ -81,9 +84,48 @@ def initial_state(config: Any, objective: objectives.Objective, pretrained: dict
   return jax.jit(init, out_shardings=shardings)(params, frozen), abstract, shardings
 
 
+EVAL_METHOD_FIELDS = ("name", "template", "denoise", "head", "tokenization", "bias_positions", "prompt_placement")
+SELECTIONS = ("training_view", "eval_method")
+
+
 def eval_method(config: Any) -> Method:
+  """The run's evaluation method (config.eval), recorded in its run directory."""
   return Method(name=config.eval.method, template=config.eval.template, denoise=config.eval.denoise,
-                head=config.eval.head)
+                head=config.eval.head, tokenization=config.eval.tokenization,
+                bias_positions=config.objective.bias_positions, prompt_placement=config.objective.prompt_placement)
+
+
+def selection_method(config: Any, objective: objectives.Objective) -> Method:
+  """How the STS-B dev score that picks the kept step embeds a sentence.
+
+  "training_view" is the authors' trainer (kongds/Prompt-BERT `prompt_bert/trainers.py` `evaluate` + `models.py`
+  `sentemb_forward`; the same in ZBWpro/CoT-BERT and princeton-nlp/SimCSE): view 1 in evaluation mode, its template's
+  ids around the sentence's own tokens, the position-offset bias subtracted when the objective denoises so and
+  config.eval.select_denoise (CoT-BERT: not), the projection when it is kept (`--mlp_only_train` off).
+  """
+  if config.eval.selection not in SELECTIONS:
+    raise ValueError(f"eval.selection {config.eval.selection!r} is not one of {SELECTIONS}")
+  if config.eval.selection == "eval_method":
+    return eval_method(config)
+  (view, *_) = objective.view_list
+  keep = config.objective.keep_projection
+  if view.pooling == "cls":
+    return Method("cls" if keep and objective.projection == "mlp" else "cls_before_pooler")
+  if config.eval.select_denoise and view.denoising not in ("none", "position_offset"):
+    raise ValueError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
+                     f"denoises with {view.denoising!r} (set --config.eval.select_denoise=False)")
+  head = {"mlp": "pooler", "mlm_transform": "mlm_transform", "none": "none"}[objective.projection] if keep else "none"
+  return Method("prompt", template=view.template.text, head=head, tokenization="alone",
+                denoise=config.eval.select_denoise and view.denoising == "position_offset",
+                bias_positions=view.bias_positions, prompt_placement=view.prompt_placement)
+
+
+def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
+  """The encoder params that evaluation reads from a train state's params: a kept MLP is the pooler (the authors'
+  checkpoint conversion, run.sh and SimCSE's simcse_to_huggingface.py, renames mlp -> pooler)."""
+  if config.objective.keep_projection and "mlp" in params:
+    return {**params["encoder"], "pooler": params["mlp"]}
+  return params["encoder"]
 
 
 def train(config: Any) -> dict[str, Any]:
@@ -103,7 +145,7 @@ def train(config: Any) -> dict[str, Any]:
     if column not in columns:
       raise ValueError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
     fields.setdefault(_field(column, template.text), corpus.tokenize_cached(
-        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir))
+        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization))
   num_examples = len(next(iter(columns.values())))
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
@@ -118,7 +160,7 @@ def train(config: Any) -> dict[str, Any]:
   if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
     hf.write_model_files(workdir / "model", model_config, tokenizer)
     method = eval_method(config)
-    run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in ("name", "template", "denoise", "head")})
+    run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if ckpt.latest_step() is not None:
     abstract_sharded = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
@@ -126,13 +168,16 @@ def train(config: Any) -> dict[str, Any]:
     state, meta = ckpt.restore(abstract_sharded)
     _say(f"resumed from {ckpt.workdir / 'checkpoints'} at step {int(state.step)}")
 
-  evaluator = Encoder(model_config, None, tokenizer, eval_method(config), dtype=DTYPES[config.model.dtype],
+  selection = selection_method(config, objective)
+  evaluator = Encoder(model_config, None, tokenizer, selection, dtype=DTYPES[config.model.dtype],
                       length_multiple=config.eval.length_multiple)
-  preprocess = run.preprocess_from_config(config)
+  # The trainer's batcher joins SentEval's tokens and appends no "."; the evaluation method's rules are the config's.
+  preprocess = (run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
+                if config.eval.selection == "training_view" else run.preprocess_from_config(config))
 
   def stsb_dev(state) -> float:
-    params = {**state.frozen, **state.params}
-    evaluator.params, evaluator.prompt = params["encoder"], params.get("prompt")
+    params = state.all_params
+    evaluator.params, evaluator.prompt = eval_params(config, params), params.get("prompt")
     embed = lambda sentences: evaluator.encode(sentences, batch_size=config.eval.batch_size)
     return sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
 
@@ -181,7 +226,8 @@ def train(config: Any) -> dict[str, Any]:
           writer.write(done, {"stsb_dev": score})
         if score > meta["best_stsb_dev"]:
           meta.update(best_stsb_dev=score, best_step=done)
-          ckpt.save_best(done, {**state.frozen, **state.params}, {"step": done, "stsb_dev": score})
+          params = state.all_params
+          ckpt.save_best(done, {**params, "encoder": eval_params(config, params)}, {"step": done, "stsb_dev": score})
       if save:
         ckpt.save(state, meta)
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.

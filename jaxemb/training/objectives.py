@@ -1,6 +1,6 @@
 """The training objectives of the papers, assembled from templates, denoising, heads and losses.
 
-One `Objective` describes a setting (REFERENCE.md sections 3-4): the views of each example (which template
+One `Objective` describes a setting: the views of each example (which template
 each side goes through), how a view becomes a vector (the last [MASK] state or [CLS]), the template denoising
 subtracted from it, the projection, and the loss. The order is the reference's:
 h[MASK] -> minus template bias -> projection -> cosine / tau (with the MLM transform, `--org_mlp`, the
@@ -15,13 +15,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxemb import denoise, losses, pooling, templates
-from jaxemb.models import Transformer, heads
+from jaxemb import denoise, losses, templates, views
+from jaxemb.models import Transformer
 
 LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
-POOLINGS = ("mask", "cls")  # The last template [MASK] state, or the [CLS] state (SimCSE).
+POOLINGS = views.POOLINGS
 DENOISING = denoise.DENOISING
-PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh (train only), the MLM head transform, none.
+PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh, the MLM head's transform, none.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +35,25 @@ class Objective:
     pooling: "mask" or "cls".
     denoising: the template bias subtracted from each view's vector: "none", "position_offset" (PromptBERT) or
       "pad" (CoT-BERT).
-    projection: "mlp" (SimCSE's --mlp_only_train), "mlm_transform" (supervised PromptBERT's --org_mlp) or "none".
+    projection: "mlp" (a fresh dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when
+      `--mlp_only_train` is off), "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
     loss: one of LOSSES.
     temperature: tau of the cosine logits.
     max_sentence_tokens: the longest sentence (the bias table has one row per length 0..max).
-    trainable: "all", or "prompt" (OptiPrompt: only the continuous template vectors and the projection train).
+    trainable: "all", or "prompt" (OptiPrompt: the continuous template vectors and the projection train, the
+      encoder does not).
+    loss_group_size: rows per loss (0: the global batch). CoT-BERT ran `nn.DataParallel` on 2 GPUs with 128 rows
+      each: each replica computed its own bias tables and its loss over its 128 rows (128 negatives), and the
+      Trainer averaged the two losses; 128 reproduces that.
+    bias_positions: views.BIAS_POSITIONS.
+    prompt_placement: templates.PLACEMENTS.
+    freeze_padding_rows: keep the embedding rows HF's `padding_idx` never updates (state.zero_padding_rows).
+    ddp_world_size: the processes of the authors' DistributedDataParallel run (supervised PromptBERT and SimCSE: 4).
+      Each rank all-gathers the others' vectors without their gradient (`cl_forward`, kongds/Prompt-BERT
+      `prompt_bert/models.py`, princeton-nlp/SimCSE `simcse/models.py`) and takes the loss over every gathered row,
+      so it back-propagates the global loss through its own rows only; DDP averages the ranks' gradients, which
+      leaves the global loss's gradient divided by the world size (the loss value is the global one). The
+      step divides the gradient by this before clipping, as that run did.
   """
 
   views: tuple[str, ...]
@@ -51,6 +65,11 @@ class Objective:
   temperature: float
   max_sentence_tokens: int
   trainable: str = "all"
+  loss_group_size: int = 0
+  bias_positions: str = "from_zero"
+  prompt_placement: str = "last_occurrence"
+  freeze_padding_rows: bool = True
+  ddp_world_size: int = 1
 
   def __post_init__(self):
     expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3}
@@ -59,29 +78,57 @@ class Objective:
     if len(self.views) != expected[self.loss] or len(self.view_templates) != len(self.views):
       raise ValueError(f"loss {self.loss!r} needs {expected[self.loss]} views, each with a template; got "
                        f"{self.views} and {len(self.view_templates)} templates")
-    for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoising", self.denoising, DENOISING),
-                                 ("projection", self.projection, PROJECTIONS),
+    for name, value, allowed in (("projection", self.projection, PROJECTIONS),
                                  ("trainable", self.trainable, ("all", "prompt"))):
       if value not in allowed:
         raise ValueError(f"{name} {value!r} is not one of {allowed}")
-    needs_mask = self.pooling == "mask" or self.denoising != "none" or self.trainable == "prompt"
-    if needs_mask and any(t.num_masks == 0 for t in self.view_templates):
-      raise ValueError("mask pooling, denoising and OptiPrompt need templates with [MASK]; got "
-                       f"{[t.text for t in self.view_templates]}")
+    if self.ddp_world_size < 1:
+      raise ValueError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
+    if self.loss_group_size < 0:
+      raise ValueError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
+    if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
+      raise ValueError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
+    for view in self.view_list:  # Validates pooling, denoising and the templates' masks.
+      del view
+
+  @property
+  def view_list(self) -> tuple[views.View, ...]:
+    """Each side of the loss as a views.View (in training: the projection is its head)."""
+    head = {"none": "none", "mlp": "mlp", "mlm_transform": "mlm_transform"}[self.projection]
+    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=head,
+                            bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
+                 for t in self.view_templates)
 
 
 def init_head_params(objective: Objective, hidden_size: int, rng: jax.Array) -> dict[str, Any]:
-  """The parameters the objective adds to the encoder's: the fresh MLP."""
+  """The parameters the objective adds to the encoder's: the fresh MLP, initialised as HF's `_init_weights` does
+  (kernel normal(0, 0.02), bias 0: the authors' `cl_init` calls `init_weights`)."""
   if objective.projection != "mlp":
     return {}
-  mlp = heads.DenseTanh(hidden_size)
-  return {"mlp": mlp.init(rng, jnp.zeros((1, hidden_size)))["params"]}
+  kernel = 0.02 * jax.random.normal(rng, (hidden_size, hidden_size), jnp.float32)
+  return {"mlp": {"dense": {"kernel": kernel, "bias": jnp.zeros((hidden_size,), jnp.float32)}}}
 
 
 def init_prompt_params(template: templates.Template, word_embeddings: jax.Array) -> jax.Array:
   """OptiPrompt's continuous template, initialised from the manual template's static token embeddings:
   one vector per template token (prefix then suffix, [MASK] included; the [MASK] row is never used)."""
   return word_embeddings[jnp.asarray(template.prefix_ids + template.suffix_ids, jnp.int32)]
+
+
+def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(trained, frozen) parts of the pretrained encoder: all of it trains, or for OptiPrompt only the MLM transform
+  when it is the projection (the authors' `--mask_embedding_sentence_org_mlp` head stays trainable while
+  `requires_grad` is off for the encoder)."""
+  if objective.trainable == "all":
+    return {"encoder": encoder}, {}
+  if objective.projection != "mlm_transform":
+    return {}, {"encoder": encoder}
+  if "mlm_head" not in encoder:
+    raise ValueError("projection 'mlm_transform' needs a checkpoint with an MLM head; this one has none")
+  head = encoder["mlm_head"]
+  transform = {k: head[k] for k in ("dense", "layer_norm")}
+  rest = {**encoder, "mlm_head": {k: v for k, v in head.items() if k not in transform}}
+  return {"encoder": {"mlm_head": transform}}, {"encoder": rest}
 
 
 class _Encoder:
@@ -96,53 +143,38 @@ class _Encoder:
                             rngs={"dropout": jax.random.fold_in(self._rng, self._calls)}, **kwargs)
 
 
-def _view_vectors(objective: Objective, encode: _Encoder, template: templates.Template,
-                  batch: templates.TemplateBatch) -> jax.Array:
-  """h of each row of one view: [batch, hidden]."""
-  extra = {}
-  if objective.trainable == "prompt":
-    extra = dict(zip(("inputs_embeds", "inputs_embeds_mask"), templates.continuous_template_inputs(
-        template, encode.params["prompt"], batch.sentence_lengths, batch.input_ids.shape[1])))
-  out = encode(batch.input_ids, batch.attention_mask, **extra)
-  if objective.pooling == "cls":
-    return pooling.cls_before_pooler(out)
-  return pooling.mask_state(out, batch.mask_positions)
-
-
-def template_bias_table(objective: Objective, encode: _Encoder, template: templates.Template,
-                        position_offset: int) -> jax.Array:
+def template_bias_table(objective: Objective, model: Transformer, encode: _Encoder, view: views.View) -> jax.Array:
   """The template bias for every sentence length 0..max: [max + 1, hidden], one encoder pass for all lengths
-  (REFERENCE.md section 3). Gradients flow through it, as in the reference."""
-  prompt = encode.params["prompt"] if objective.trainable == "prompt" else None
-  return denoise.template_bias(encode, template, jnp.arange(objective.max_sentence_tokens + 1), objective.denoising,
-                               position_offset, objective.max_sentence_tokens, prompt)
+  (kongds/Prompt-BERT `get_delta`, ZBWpro/CoT-BERT `denoising`). Gradients flow through it, as in the reference."""
+  return views.template_bias(view, model, encode, jnp.arange(objective.max_sentence_tokens + 1),
+                             objective.max_sentence_tokens, encode.params.get("prompt"))
 
 
-def _project(objective: Objective, model: Transformer, params: dict[str, Any], x: jax.Array) -> jax.Array:
-  if objective.projection == "mlp":
-    return heads.DenseTanh(x.shape[-1]).apply({"params": params["mlp"]}, x)
-  if objective.projection == "mlm_transform":
-    return model.apply({"params": params["encoder"]}, x, method=Transformer.mlm_transform)
-  return x
+def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
+                batch: dict[str, templates.TemplateBatch]) -> jax.Array:
+  """The loss over one group of rows: each template's bias table computed once, shared by the views that use it."""
+  biases = {}
+  vectors = []
+  for field, view in zip(objective.views, objective.view_list):
+    bias = None
+    if view.denoising != "none":
+      if view.template not in biases:
+        biases[view.template] = template_bias_table(objective, model, encode, view)
+      bias = biases[view.template][batch[field].sentence_lengths]
+    vectors.append(views.vector(view, model, encode.params, encode, batch[field], encode.params.get("prompt"), bias))
+  return getattr(losses, objective.loss)(*vectors, temperature=objective.temperature)
 
 
 def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str, Any],
                      batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
-  """The objective's loss on one global batch (a dict of views), with dropout from `rng`."""
+  """The objective's loss on one global batch (a dict of views), with dropout from `rng`: the mean of the losses
+  of its groups of `loss_group_size` rows (one group: the global batch)."""
   encode = _Encoder(model, params, rng)
-  biases = {}
-  vectors = []
-  for view, template in zip(objective.views, objective.view_templates):
-    h = _view_vectors(objective, encode, template, batch[view])
-    if objective.denoising == "none":
-      vectors.append(_project(objective, model, params, h))
-      continue
-    if template not in biases:  # One bias table per template per step, shared by the views that use it.
-      biases[template] = template_bias_table(objective, encode, template, model.config.position_offset)
-    bias = biases[template][batch[view].sentence_lengths]
-    if objective.projection == "mlm_transform":  # --org_mlp: the reference subtracts after the transform.
-      vectors.append(_project(objective, model, params, h) - _project(objective, model, params, bias))
-    else:
-      vectors.append(_project(objective, model, params, h - bias))
-  loss = getattr(losses, objective.loss)(*vectors, temperature=objective.temperature)
+  rows = next(iter(batch.values())).input_ids.shape[0]
+  size = objective.loss_group_size or rows
+  if rows % size:
+    raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
+  group_losses = [_group_loss(objective, model, encode, jax.tree.map(lambda x: x[i:i + size], batch))
+                  for i in range(0, rows, size)]
+  loss = sum(group_losses) / len(group_losses)
   return loss, {"loss": loss}

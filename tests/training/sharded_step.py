@@ -30,7 +30,7 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
   batch_sharding = sharding.batch_sharding(mesh)
   batch = {loop._field("text", t.text): jax.tree.map(  # pylint: disable=protected-access
       lambda x: jax.device_put(x, batch_sharding),
-      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache")) for t in objective.view_templates}
+      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache", tokenization="in_context")) for t in objective.view_templates}
   tx = train_state.make_optimizer(config.train, 10)
   params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
   abstract = jax.eval_shape(lambda p, f: train_state.init_state(p, f, tx, 0), params, frozen)

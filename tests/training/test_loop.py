@@ -36,6 +36,8 @@ def tiny_config(name, model_dir, workdir, train_file=None, **train):
   config.eval.senteval_dir = str(shared_path("data", "senteval"))
   config.eval.length_multiple = 64
   config.train.batch_size = 4
+  if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
+    config.objective.loss_group_size = 2
   config.train.num_steps = 4
   config.train.eval_every = config.train.save_every = 2
   for key, value in train.items():
@@ -73,7 +75,8 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   columns = loop.read_columns(config)
   batch = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
-    rows = corpus.tokenize_cached(columns[column][:4], template, tokenizer, 16, tmp_path / "cache")
+    rows = corpus.tokenize_cached(columns[column][:4], template, tokenizer, 16, tmp_path / "cache",
+                                  config.data.tokenization)
     batch[loop._field(column, template.text)] = rows  # pylint: disable=protected-access
   model = Transformer(model_config)
   tx = train_state.make_optimizer(config.train, 100)
@@ -170,10 +173,12 @@ def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path,
   config = tiny_config("optiprompt", tiny_bert, tmp_path, wiki_head, num_steps=2)
   loop.train(config)
   _, best, _ = run_dir.load_best(tmp_path)
-  assert set(best) == {"encoder", "prompt", "mlp"}
+  assert set(best) == {"encoder", "prompt"}  # The head is the encoder's own MLM transform.
   _, pretrained = load_pretrained(tiny_bert)
   np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],
-                                pretrained["layer_0"]["query"]["kernel"])  # The encoder stayed frozen.
+                                pretrained["layer_0"]["query"]["kernel"])  # The encoder stayed frozen...
+  assert not np.allclose(best["encoder"]["mlm_head"]["dense"]["kernel"],
+                         pretrained["mlm_head"]["dense"]["kernel"])  # ... but for its MLM transform, the head.
   encoder = Encoder.from_pretrained(tmp_path, Method("prompt", template=config.eval.template))
   assert encoder.prompt is not None and encoder.prompt.shape == best["prompt"].shape
   assert encoder.encode(["a sentence ."]).shape == (1, 32)
@@ -190,3 +195,20 @@ def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tm
   explicit = Encoder(model_config, best["encoder"], load_tokenizer(tmp_path / "model"), encoder.method)
   sentences = ["a man plays a guitar .", "two dogs run"]
   np.testing.assert_array_equal(encoder.encode(sentences), explicit.encode(sentences))
+
+
+@pytest.mark.parametrize("name", ["promptroberta_sup", "simcse_sup"])
+def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_models):
+  """Supervised PromptRoBERTa and SimCSE train their fresh dense + tanh without --mlp_only_train and keep it: the
+  authors' conversion (kongds/Prompt-BERT run.sh, SimCSE's simcse_to_huggingface.py) renames mlp -> pooler, which
+  evaluation then reads (--use_pooler, --pooler cls)."""
+  model_dir = dropout_free_models["roberta" if "roberta" in name else "bert"]
+  config = tiny_config(name, model_dir, tmp_path, num_steps=1, eval_every=1, save_every=1)
+  loop.train(config)
+  _, best, _ = run_dir.load_best(tmp_path)
+  for leaf in ("kernel", "bias"):  # The checkpoints here have no pooler of their own: this one is the MLP.
+    np.testing.assert_array_equal(best["encoder"]["pooler"]["dense"][leaf], best["mlp"]["dense"][leaf])
+  from jaxemb.encode import Encoder  # pylint: disable=g-import-not-at-top
+  encoder = Encoder.from_pretrained(tmp_path)
+  assert encoder.method.head == "pooler" or encoder.method.name == "cls"
+  assert encoder.encode(["a man plays a guitar ."]).shape == (1, 32)

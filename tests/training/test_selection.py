@@ -1,0 +1,56 @@
+"""Model selection: how each config's trainer embeds STS-B dev sentences, as the authors' trainers do."""
+
+import importlib
+
+import pytest
+
+from jaxemb.encode import Method
+from jaxemb.training import loop
+
+OF = 'This sentence of "[X]" means[MASK].'
+COLON = 'This sentence : "[X]" means[MASK].'
+ROBERTA = "This sentence : ' [X] ' means[MASK]."
+COT = 'The sentence of "[X]" means [MASK] , so it can be summarized as [MASK] .'
+
+
+def _prompt(template, **fields):
+  return Method("prompt", template=template, tokenization="alone", **fields)
+
+
+# Each config's selection method, read off the authors' flags: --mask_embedding_sentence_delta (bias at dev time)
+# unless --mask_embedding_sentence_delta_no_delta_eval (CoT-BERT); --mlp_only_train (no head at dev time), else
+# the trained MLP (`sentemb_forward` applies `cls.mlp`) or with --mask_embedding_sentence_org_mlp the MLM transform.
+EXPECTED = {
+    "promptbert": _prompt(OF, denoise=True),  # run.sh unsup-bert
+    "promptroberta": _prompt(ROBERTA, denoise=True),  # run.sh unsup-roberta
+    "promptbert_sup": _prompt(OF, denoise=True, head="mlm_transform"),  # run.sh sup-bert
+    "promptroberta_sup": _prompt(ROBERTA, denoise=True, head="pooler"),  # run.sh sup-roberta: the trained MLP
+    "cotbert": _prompt(COT),  # code-for-BERT/train.py
+    "cotroberta": _prompt(COT.replace('"[X]"', "' [X] '") + " "),  # code-for-RoBERTa/train.py
+    "simcse": Method("cls_before_pooler"),  # run_unsup_example.sh: --mlp_only_train
+    "simcse_sup": Method("cls"),  # run_sup_example.sh: the MLP, kept as the pooler
+    "optiprompt": _prompt(COLON),  # run.sh bert-optiprompt: --mlp_only_train, no delta
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_selection_method_follows_the_authors_flags(name, roberta_tokenizer, bert_tokenizer):
+  config = importlib.import_module(f"configs.{name}").get_config()
+  tokenizer = roberta_tokenizer if "roberta" in name else bert_tokenizer
+  assert loop.selection_method(config, loop.build_objective(config, tokenizer)) == EXPECTED[name]
+
+
+def test_selection_can_use_the_evaluation_method(bert_tokenizer):
+  config = importlib.import_module("configs.promptbert").get_config()
+  config.eval.selection = "eval_method"
+  assert loop.selection_method(config, loop.build_objective(config, bert_tokenizer)) == Method("prompt", template=OF)
+  config.eval.selection = "test"
+  with pytest.raises(ValueError, match="eval.selection 'test' is not one of"):
+    loop.selection_method(config, loop.build_objective(config, bert_tokenizer))
+
+
+def test_pad_denoising_cannot_be_subtracted_at_selection(bert_tokenizer):
+  config = importlib.import_module("configs.cotbert").get_config()
+  config.eval.select_denoise = True
+  with pytest.raises(ValueError, match="select_denoise"):
+    loop.selection_method(config, loop.build_objective(config, bert_tokenizer))
