@@ -186,10 +186,10 @@ def encode_sentences(
   tokens); the template tokens thus never change, which denoising and
   OptiPrompt rely on.
 
-  Sentences are stripped of leading and trailing whitespace; an empty one
-  gives a row of the template alone, with sentence length 0 (RoBERTa would
-  otherwise tokenise the two spaces around an empty ``' [X] '`` into one
-  more token).
+  In context, sentences are stripped of leading and trailing whitespace;
+  an empty one gives a row of the template alone, with sentence length 0
+  (RoBERTa would otherwise tokenise the two spaces around an empty
+  ``' [X] '`` into one more token). Alone, they are tokenised as they are.
 
   Args:
     template: the template, parsed with the same tokenizer.
@@ -216,14 +216,17 @@ def encode_sentences(
     ValueError: when there are no sentences, or when a row is longer than
       `max_length` or `pad_to` (the first such sentence is named by index).
   """
-  sentences = _strip(sentences)
+  sentences = _checked(sentences)
   if tokenization not in TOKENIZATIONS:
     raise ValueError(
         f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
   if tokenization == "alone":
+    # As is: the authors' `tokenizer.encode(s)` keeps a sentence's outer
+    # spaces, which RoBERTa turns into `Ġ` tokens (NLI lines end in them).
     tokens = tokenizer(sentences, add_special_tokens=False)["input_ids"]
   else:
-    tokens = _sentence_tokens(template, tokenizer, sentences)
+    tokens = _sentence_tokens(template, tokenizer,
+                              [sentence.strip() for sentence in sentences])
   tokens = [t[:max_sentence_tokens] for t in tokens]
   lengths = np.array([len(t) for t in tokens], np.int32)
   row_lengths = lengths + template.num_tokens
@@ -243,8 +246,8 @@ def encode_sentences(
       sentence_lengths=lengths)
 
 
-def _strip(sentences: Sequence[str]) -> list[str]:
-  """Checks the sentences' types and strips them."""
+def _checked(sentences: Sequence[str]) -> list[str]:
+  """The sentences as a list, after checking their types."""
   # A lone str is a Sequence[str] too, and would be read letter by letter.
   if isinstance(sentences, str):
     raise TypeError("sentences must be a sequence of str, not one str.")
@@ -254,7 +257,7 @@ def _strip(sentences: Sequence[str]) -> list[str]:
     if not isinstance(sentence, str):
       raise TypeError(
           f"Sentence {i} is a {type(sentence).__name__}, not a str.")
-  return [sentence.strip() for sentence in sentences]
+  return list(sentences)
 
 
 def _tokenize(tokenizer: Tokenizer, texts: list[str]) -> list[Encoding]:

@@ -225,6 +225,12 @@ def test_alone_tokenization_is_the_authors_prepare_features(bert_tokenizer, robe
     assert same == (tokenizer is bert_tokenizer)
   first = roberta_tokenizer.convert_ids_to_tokens(batch.input_ids[0, 1 + len(template.prefix_ids)].item())
   assert first == "A"  # Not "ĠA", as in the filled-in string.
+  # Alone, a sentence is tokenised as it is: SimCSE's NLI lines end in spaces, RoBERTa `Ġ` tokens in the authors'
+  # rows; in context jaxemb strips them (evaluation.py strips the filled-in string).
+  spaced = templates.encode_sentences(template, roberta_tokenizer, ["It is left.  "], tokenization="alone")
+  assert spaced.sentence_lengths[0] == len(roberta_tokenizer.encode("It is left.  ", add_special_tokens=False)) == 6
+  stripped = templates.encode_sentences(template, roberta_tokenizer, ["It is left.  "])
+  assert stripped.sentence_lengths[0] == 4
   with pytest.raises(ValueError, match="tokenization 'whole' is not one of"):
     templates.encode_sentences(template, roberta_tokenizer, sentences, tokenization="whole")
 
