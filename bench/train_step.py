@@ -49,7 +49,7 @@ class TorchTrainStep:
     tensors = lambda rows: {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in vars(rows).items()
                             if v is not None}
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
-    offset = views.bias_position_offset(o.view_list[0], jaxemb_step.model)
+    offset = views.bias_position_offset(o.bias_positions, jaxemb_step.model_config)
     self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(o.max_sentence_tokens + 1), offset))
                       for t in o.view_templates if o.denoising == "position_offset"}
     t = config.train

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxemb import templates
+from jaxemb import templates, views
 from jaxemb.encode import HEADS, Method
 from jaxemb.models import hf, load_pretrained, load_tokenizer, run_dir
 
@@ -80,6 +80,9 @@ def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any,
   if method.name not in EXPORTABLE:
     raise NotImplementedError(f"method {method.name!r} has no sentence-transformers or plain-transformers form "
                               f"here; exportable methods: {EXPORTABLE}")
+  if method.tokenization != "in_context":
+    raise NotImplementedError(f"tokenization {method.tokenization!r}: the exported code tokenises the filled-in "
+                              "template (tokenization 'in_context', as evaluation.py does)")
   if is_run:
     config, params, _ = run_dir.load_best(source)
     if "prompt" in params:
@@ -157,7 +160,8 @@ def _prompt_code(out: pathlib.Path, config: Any, template: templates.Template, m
   if method.denoise:
     row = template.row(())
     mask_column = 1 + last if last < num_prefix else len(row) - back
-    offset = f"{config.position_offset} + " if config.position_offset else ""  # RoBERTa counts from pad_id + 1.
+    first = views.bias_position_offset(method.bias_positions, config)  # 0: as the authors count; HF RoBERTa's 2.
+    offset = f"{first} + " if first else ""
     lines += [
         "  # Denoising: minus the same state of the template alone, its positions after the slot moved on by the",
         "  # sentence's length, as if the sentence were there.",

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxemb import denoise, pooling, templates
-from jaxemb.models import Transformer, heads
+from jaxemb.models import EncoderConfig, Transformer, heads
 
 POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] state (SimCSE).
 # What the (denoised) vector goes through: nothing, the fresh dense + tanh trained with the loss (params["mlp"]),
@@ -73,14 +73,16 @@ def prompt_inputs(view: View, prompt: jax.Array | None, input_ids: jax.Array,
   return {"inputs_embeds": embeds, "inputs_embeds_mask": mask}
 
 
-def bias_position_offset(view: View, model: Transformer) -> int:
-  return 0 if view.bias_positions == "from_zero" else model.config.position_offset
+def bias_position_offset(bias_positions: str, config: EncoderConfig) -> int:
+  """The position of column 0 in position-offset rows (BIAS_POSITIONS)."""
+  return 0 if bias_positions == "from_zero" else config.position_offset
 
 
 def template_bias(view: View, model: Transformer, encode: Encode, lengths: jax.Array, max_len: int,
                   prompt: jax.Array | None = None) -> jax.Array:
   """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
-  rows = denoise.template_inputs(view.template, lengths, view.denoising, bias_position_offset(view, model), max_len)
+  offset = bias_position_offset(view.bias_positions, model.config)
+  rows = denoise.template_inputs(view.template, lengths, view.denoising, offset, max_len)
   inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
   # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
   slot_tokens = jnp.zeros_like(lengths) if view.denoising == "position_offset" else lengths

@@ -132,8 +132,8 @@ def _mask_top_ids(params: Any, batch: templates.TemplateBatch, config: EncoderCo
   shifted by the sentence length n, subtracted from h before the MLM head.
   """
   model = Transformer(config)
-  view = views.View(template, denoising="position_offset")
-  bias_rows = denoise.position_offset_inputs(template, batch.sentence_lengths, views.bias_position_offset(view, model))
+  offset = views.bias_position_offset("from_zero", config)  # As the authors' `get_delta` counts.
+  bias_rows = denoise.position_offset_inputs(template, batch.sentence_lengths, offset)
   width = batch.input_ids.shape[1]  # Sentence rows are never narrower than the template alone.
 
   def stack(sentence_rows: jax.Array, template_rows: jax.Array, fill: int) -> jax.Array:
