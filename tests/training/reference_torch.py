@@ -689,6 +689,7 @@ class RunResult:
   losses: list[float]  # the loss of each step, before its update
   updates: list[dict[str, np.ndarray]]  # per step: param after - param before (float64), trainable params
   grad_norms: list[float]  # the global gradient norm before clipping
+  grads: list[dict[str, np.ndarray]]  # per step: each trainable param's gradient before clipping (float64)
   lrs: list[float]  # the learning rate each step used
   model: ReferenceModel  # after the last step
 
@@ -711,10 +712,10 @@ def run_steps(setting: Setting | str, model_dir, batches: Sequence, num_steps: i
     named = dict(model.named_parameters())
     with torch.no_grad():
       for name, value in init.items():
-        named[name].copy_(torch.as_tensor(np.asarray(value), dtype=named[name].dtype))
+        named[name].copy_(torch.as_tensor(np.array(value), dtype=named[name].dtype))
   optimizer = AdamW42(model.named_parameters(), weight_decay=weight_decay)
   trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-  result = RunResult([], [], [], [], model)
+  result = RunResult([], [], [], [], [], model)
   for t in range(num_steps):
     batch = batches[t % len(batches)]
     if not isinstance(batch, dict):
@@ -725,6 +726,8 @@ def run_steps(setting: Setting | str, model_dir, batches: Sequence, num_steps: i
     else:
       loss = model.loss(batch)
       loss.backward()
+    result.grads.append({n: (p.grad.detach().to(torch.float64).numpy().copy() if p.grad is not None
+                             else np.zeros(p.shape)) for n, p in trainable})
     result.grad_norms.append(clip_grad_norm(model.parameters(), max_grad_norm))
     before = {n: p.detach().to(torch.float64).clone() for n, p in trainable}
     step_lr = linear_lr(lr, t, total_steps)

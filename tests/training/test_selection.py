@@ -54,3 +54,27 @@ def test_pad_denoising_cannot_be_subtracted_at_selection(bert_tokenizer):
   config.eval.select_denoise = True
   with pytest.raises(ValueError, match="select_denoise"):
     loop.selection_method(config, loop.build_objective(config, bert_tokenizer))
+
+
+# Each config's evaluation method (recorded in its run directory), read off the authors' evaluation flags: run.sh's
+# eargs (unsup: the view-1 template; sup-bert: --mask_embedding_sentence_delta --..._org_mlp; sup-roberta: delta,
+# --..._use_pooler; bert-optiprompt: the ':' template with its vectors), CoT's evaluation.py (the anchor, the
+# filled-in string stripped), SimCSE's evaluation.py (--pooler cls_before_pooler / cls).
+EVALUATION = {
+    "promptbert": Method("prompt", template=OF),
+    "promptroberta": Method("prompt", template=ROBERTA),
+    "promptbert_sup": Method("prompt", template=OF, denoise=True, head="mlm_transform"),
+    "promptroberta_sup": Method("prompt", template=ROBERTA, denoise=True, head="pooler"),
+    "cotbert": Method("prompt", template=COT),
+    "cotroberta": Method("prompt", template=COT.replace('"[X]"', "' [X] '")),
+    "simcse": Method("cls_before_pooler"),
+    "simcse_sup": Method("cls"),
+    "optiprompt": Method("prompt", template=COLON),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVALUATION))
+def test_evaluation_method_follows_the_authors_evaluation_flags(name):
+  config = importlib.import_module(f"configs.{name}").get_config()
+  assert loop.eval_method(config) == EVALUATION[name]
+  assert config.eval.add_period == (EVALUATION[name].name == "prompt")  # evaluation.py's "." for prompts only.

@@ -1,0 +1,232 @@
+"""Each DEFAULT training config against a PyTorch transcription of the authors' step (reference_torch.py): five steps
+on a tiny dropout-free model, comparing the losses and every parameter's update of every step; and the model
+selection vectors against the authors' trainer (`sentemb_forward` + its SentEval batcher).
+
+The configs run as they are but for the model, the batch (8 rows; CoT's two replicas of 4, the supervised runs' four
+DDP ranks of 2) and a larger learning rate (2e-4), so an update is ~2e-4 and its float32 value (param after - before)
+keeps about 4 significant digits. Negative controls show the comparison fails with optax's AdamW or without clipping.
+"""
+
+import functools
+import importlib
+
+import jax
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+
+from jaxemb import templates
+from jaxemb.data import sts as sts_data
+from jaxemb.encode import Encoder
+from jaxemb.evaluation import run
+from jaxemb.models import Transformer, hf, load_pretrained, load_tokenizer
+from jaxemb.training import loop
+from jaxemb.training import state as train_state
+from tests.conftest import shared_path, write_random_checkpoint
+from tests.training import reference_torch as ref
+
+STEPS, SCHEDULE, LR, ROWS = 5, 10, 2e-4, 8
+
+# jaxemb config -> the authors' setting it reproduces (reference_torch.SETTINGS).
+SETTINGS = {"promptbert": "unsup-bert", "promptroberta": "unsup-roberta", "promptbert_sup": "sup-bert",
+            "promptroberta_sup": "sup-roberta", "cotbert": "cot-bert", "cotroberta": "cot-roberta",
+            "simcse": "simcse-unsup", "simcse_sup": "simcse-sup", "optiprompt": "bert-optiprompt"}
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  # Position tables long enough for the authors' 50 (training) and 128 (selection) offset rows.
+  return {family: write_random_checkpoint(tmp_path_factory.mktemp(f"reference-{family}"), family,
+                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                          max_position_embeddings=192 + (2 if family == "roberta" else 0))
+          for family in ("bert", "roberta")}
+
+
+@pytest.fixture(scope="module")
+def torch_threads():
+  threads = torch.get_num_threads()
+  torch.set_num_threads(1)
+  yield
+  torch.set_num_threads(threads)
+
+
+def examples(supervised: bool):
+  """The first ROWS training examples of the shared samples: wiki lines, or NLI (sent0, sent1, hard_neg)."""
+  if supervised:
+    lines = shared_path("data", "nli", "nli_for_simcse_sample.csv").read_text(encoding="utf-8").splitlines()
+    import csv  # pylint: disable=g-import-not-at-top
+    rows = list(csv.reader(lines))[1:]
+    return [tuple(r) for r in rows[:ROWS]]
+  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()
+  return [line for line in lines if line.strip()][:ROWS]
+
+
+def default_config(name, model_dir, **changes):
+  config = importlib.import_module(f"configs.{name}").get_config()
+  config.model.path = str(model_dir)
+  config.train.batch_size = ROWS
+  config.train.learning_rate = LR
+  if config.objective.loss_group_size:  # CoT's two DataParallel replicas.
+    config.objective.loss_group_size = ROWS // 2
+  for key, value in changes.items():
+    section, field = key.split(".")
+    config[section][field] = value
+  return config
+
+
+def jaxemb_run(config, model_dir, rows):
+  """STEPS jaxemb steps on one repeated batch: (losses, per-step updates of all params, initial params)."""
+  tokenizer = load_tokenizer(model_dir)
+  model_config, pretrained = load_pretrained(model_dir)
+  objective = loop.build_objective(config, tokenizer)
+  columns = ({c: [r[i] for r in rows] for i, c in enumerate(("sent0", "sent1", "hard_neg"))}
+             if config.data.format == "nli" else {"text": rows})
+  width = config.data.max_sentence_tokens
+  batch = {loop._field(c, t.text): templates.encode_sentences(  # pylint: disable=protected-access
+      t, tokenizer, columns[c], max_sentence_tokens=width, pad_to=t.num_tokens + width,
+      tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, objective.view_templates)}
+  tx = train_state.make_optimizer(config.train, SCHEDULE)
+  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
+  state = train_state.init_state(params, frozen, tx, config.train.seed)
+  step = jax.jit(functools.partial(train_state.train_step, objective, Transformer(model_config), tx))
+  initial = jax.device_get(state.all_params)
+  losses, updates, before = [], [], initial
+  for _ in range(STEPS):
+    state, metrics = step(state, batch)
+    after = jax.device_get(state.all_params)
+    losses.append(float(metrics["loss"]))
+    updates.append(jax.tree.map(lambda a, b: np.asarray(a, np.float64) - np.asarray(b, np.float64), after, before))
+    before = after
+  return losses, updates, initial, model_config
+
+
+def torch_names(tree, config, family):
+  """A jaxemb params-shaped tree as {authors' parameter name: array}: the encoder under "bert."/"roberta.", the
+  MLM transform (--org_mlp) as "mlp.", the fresh MLP as "mlp.dense", OptiPrompt's vectors as "p_mbv" (without the
+  [MASK] row, which the authors' p_mbv does not have)."""
+  state, _ = hf.params_to_state_dict(tree["encoder"], config)
+  named = {}
+  for key, value in state.items():
+    key = key.removeprefix(f"{family}.")
+    if key.startswith("cls.predictions.transform."):
+      named["mlp." + key.removeprefix("cls.predictions.transform.")] = value
+    elif not key.startswith(("cls.", "lm_head.")):  # The MLM decoder: no reference counterpart.
+      named[f"{family}.{key}"] = value
+  if "mlp" in tree:
+    named["mlp.dense.weight"] = np.asarray(tree["mlp"]["dense"]["kernel"]).T
+    named["mlp.dense.bias"] = np.asarray(tree["mlp"]["dense"]["bias"])
+  if "prompt" in tree:
+    named["p_mbv"] = np.asarray(tree["prompt"])
+  return named
+
+
+def without_mask_row(prompt, template):
+  ids = template.prefix_ids + template.suffix_ids
+  return prompt[[i for i, token in enumerate(ids) if token != template.mask_id]]
+
+
+def compare_runs(name, models, **changes):
+  """(jaxemb's losses and named updates, the reference's) for config `name` with `changes`."""
+  family = "roberta" if "roberta" in name else "bert"
+  setting = ref.get_setting(SETTINGS[name])
+  config = default_config(name, models[family], **changes)
+  rows = examples(setting.supervised)
+  losses, updates, initial, model_config = jaxemb_run(config, models[family], rows)
+  tokenizer = load_tokenizer(models[family])
+  init = {}
+  if "mlp" in initial:  # The same fresh MLP on both sides.
+    init = {k: v for k, v in torch_names(initial, model_config, family).items() if k.startswith("mlp.dense")}
+  if "prompt" in initial:
+    template = templates.Template.parse(config.objective.templates[0], tokenizer)
+    initial = {**initial, "prompt": without_mask_row(initial["prompt"], template)}
+    updates = [{**u, "prompt": without_mask_row(u["prompt"], template)} for u in updates]
+  result = ref.run_steps(setting, models[family], [rows], STEPS, SCHEDULE, LR, tokenizer=tokenizer, init=init,
+                         ddp_world_size=config.objective.ddp_world_size)
+  ours = [torch_names(u, model_config, family) for u in updates]
+  return losses, ours, result
+
+
+def assert_same_updates(ours, result):
+  """Every parameter's update of every step against the reference's.
+
+  float32 gradients (jaxemb's and torch's alike) are off from a float64 computation by up to ~1e-5 of the largest
+  gradient of their tensor (measured on these models), and a tensor whose true gradient is zero (attention key
+  biases) holds rounding only. Where a gradient is resolved, over 1e-2 of its tensor's largest and 1e-4 of the
+  step's largest, its float32 value holds 3 digits, and so does its update (whose relative change is at most the
+  gradient's): rtol 2e-3 + 1e-3 lr. Elsewhere Adam's lr sqrt(1 - b2)/(1 - b1) m / (sqrt(v) + eps) turns rounding
+  into up to ~0.3 lr for gradients near zero, so those updates are bounded at 0.5 lr of each other. A parameter
+  one side has and the other does not must not move.
+  """
+  for step, (a, b, grads) in enumerate(zip(ours, result.updates, result.grads)):
+    largest = max(np.abs(g).max() for g in grads.values())
+    for name in sorted(set(a) | set(b)):
+      if name not in a or name not in b:
+        only = a.get(name, b.get(name))
+        assert np.abs(only).max() == 0, f"step {step}: {name} moves on one side only"
+        continue
+      resolved = np.abs(grads[name]) > max(1e-2 * np.abs(grads[name]).max(), 1e-4 * largest)
+      np.testing.assert_allclose(a[name][resolved], b[name][resolved], rtol=2e-3, atol=1e-3 * LR,
+                                 err_msg=f"step {step}: {name}, resolved gradients")
+      np.testing.assert_allclose(a[name], b[name], rtol=0, atol=0.5 * LR, err_msg=f"step {step}: {name}")
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_five_default_steps_equal_the_authors_step(name, models, torch_threads):
+  losses, ours, result = compare_runs(name, models)
+  np.testing.assert_allclose(losses, result.losses, rtol=2e-5, atol=1e-6)
+  assert losses[-1] < losses[0]
+  assert_same_updates(ours, result)
+  moved = [n for n, u in ours[0].items() if np.abs(u).max() > 0]
+  assert moved  # The trained params move...
+  if name == "optiprompt":  # ... and for OptiPrompt only the vectors and the MLM transform.
+    assert all(n == "p_mbv" or n.startswith("mlp.") for n in moved), moved
+
+
+@pytest.mark.parametrize("change", [{"train.optimizer": "optax_adamw"}, {"train.max_grad_norm": 0.0},
+                                    {"objective.bias_positions": "model"}])
+def test_the_comparison_fails_with_a_different_step(change, models, torch_threads):
+  """Negative controls: optax's AdamW, no clipping, or RoBERTa's HF bias positions each give other updates."""
+  name = "cotbert" if "train.max_grad_norm" in change else "promptroberta"  # CoT-BERT's gradient norm is over 1.
+  losses, ours, result = compare_runs(name, models, **change)
+  if "train.max_grad_norm" in change:
+    assert max(result.grad_norms) > 1.0  # Clipping is active in the reference run.
+  with pytest.raises(AssertionError):
+    np.testing.assert_allclose(losses, result.losses, rtol=2e-5, atol=1e-6)
+    assert_same_updates(ours, result)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads):
+  """STS-B dev sentences through jaxemb's selection method equal the authors' `sentemb_forward` on their batcher's
+  rows, with the same initial weights (the fresh MLP included), and so does the dev Spearman."""
+  family = "roberta" if "roberta" in name else "bert"
+  config = default_config(name, models[family])
+  tokenizer = load_tokenizer(models[family])
+  model_config, pretrained = load_pretrained(models[family])
+  objective = loop.build_objective(config, tokenizer)
+  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
+  params = train_state.merge_params(frozen, params)
+  encoder = Encoder(model_config, loop.eval_params(config, params), tokenizer, loop.selection_method(config, objective),
+                    prompt=params.get("prompt"))
+  dev = sts_data.load_sts_task(shared_path("data", "senteval"), "STSBenchmark", "dev")
+  pairs = [(a, b, g) for subset in dev.subsets.values()
+           for a, b, g in zip(subset.sentences1, subset.sentences2, subset.scores)][:48]
+  preprocess = run.preprocess(join_tokens=True, add_period=False)
+  sentences = [preprocess(s) for pair in pairs for s in pair[:2]]
+  reference = ref.ReferenceModel(ref.get_setting(SETTINGS[name]), models[family], tokenizer=tokenizer)
+  init = torch_names(params, model_config, family)
+  if "prompt" in params:
+    template = templates.Template.parse(config.objective.templates[0], tokenizer)
+    init = {**init, "p_mbv": without_mask_row(np.asarray(params["prompt"]), template)}
+  named = dict(reference.named_parameters())
+  with torch.no_grad():
+    for key in ("mlp.dense.weight", "mlp.dense.bias", "p_mbv"):
+      if key in named and key in init:
+        named[key].copy_(torch.as_tensor(np.array(init[key])))
+  ours = encoder.encode(sentences, batch_size=16)
+  theirs = reference.embed(sentences)
+  np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=1e-4)
+  cosine = lambda v: np.sum(v[0::2] * v[1::2], -1) / np.linalg.norm(v[0::2], axis=-1) / np.linalg.norm(v[1::2], axis=-1)
+  spearman = lambda v: scipy.stats.spearmanr(cosine(v), [p[2] for p in pairs])[0]
+  np.testing.assert_allclose(spearman(ours), spearman(theirs), atol=1e-6)
