@@ -6,7 +6,7 @@ import dataclasses
 import functools
 import math
 import pathlib
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -189,13 +189,39 @@ class Encoder:
   def compilations(self) -> int:
     return len(self.compiled_shapes)
 
-  def encode(self, sentences: Sequence[str], batch_size: int = 64, normalize: bool = False,
-             progress: Callable[[int], None] | None = None, show_progress: bool | None = None) -> np.ndarray:
+  def encode(self, sentences: str | Iterable[str], batch_size: int = 64, normalize: bool | None = None,
+             progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
+             normalize_embeddings: bool | None = None, show_progress_bar: bool | None = None,
+             convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
-    `progress(n)` is called after each batch of n distinct sentences. `show_progress` draws a progress bar on
-    stderr; None draws it for more than 8 batches when stderr is a terminal.
+    One str is one sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
+    [0, hidden] without running the model. `normalize` scales the vectors to unit length. `progress(n)` is called
+    after each batch of n distinct sentences. `show_progress` draws a progress bar on stderr; None draws it for
+    more than 8 batches when stderr is a terminal. For code written for sentence-transformers,
+    `normalize_embeddings` and `show_progress_bar` stand for `normalize` and `show_progress`, and
+    `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
+
+    Raises:
+      TypeError: `sentences` is neither a str nor an iterable of str (a non-str sentence is named by index), or
+        an alias and its jaxemb name are given different values.
     """
+    normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
+    show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
+    single = isinstance(sentences, str)
+    sentences = _sentence_list(sentences)
+    if not sentences:  # Nothing to run; the shape still tells the caller the width.
+      heads = (self.config.num_attention_heads,) if self.method.name == "ditto_all_heads" else ()
+      vectors = np.zeros((0, *heads, self.config.hidden_size), np.float32)
+    else:
+      vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress)
+    if single:
+      vectors = vectors[0]
+    return vectors if convert_to_numpy else jnp.asarray(vectors)
+
+  def _encode_list(self, sentences: list[str], batch_size: int, normalize: bool,
+                   progress: Callable[[int], None] | None, show_progress: bool | None) -> np.ndarray:
+    """`encode` of a non-empty list of checked sentences."""
     unique = list(dict.fromkeys(sentences))
     rows = self._rows(unique)
     lengths = rows.attention_mask.sum(1)
@@ -237,6 +263,26 @@ class Encoder:
     return templates.encode_sentences(self.template, self.tokenizer, sentences,
                                       max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length,
                                       tokenization=self.method.tokenization)
+
+
+def _alias(name: str, value: Any, alias: str, alias_value: Any) -> Any:
+  """The value of a jaxemb keyword or of its sentence-transformers alias (None: not given); both must agree."""
+  if value is not None and alias_value is not None and bool(value) != bool(alias_value):
+    raise TypeError(f"encode() got {name}={value!r} and its alias {alias}={alias_value!r}; pass one")
+  return alias_value if value is None else value
+
+
+def _sentence_list(sentences: Any) -> list[str]:
+  """`sentences` (one str, or an iterable of str) as a list, its types checked before dedup hashes them."""
+  if isinstance(sentences, str):
+    return [sentences]
+  if isinstance(sentences, (bytes, bytearray)) or not isinstance(sentences, Iterable):
+    # bytes are iterable too, but as ints.
+    raise TypeError(f"sentences must be a str or a sequence of str, not a {type(sentences).__name__}")
+  sentences = list(sentences)  # Read once: a generator has nothing left for a second pass.
+  # The one type check of sentences (templates'), here for every method: dedup would hash them first, and
+  # static_remove_biases rows do not go through templates.encode_sentences.
+  return templates.check_sentences(sentences) if sentences else sentences
 
 
 def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:

@@ -216,7 +216,7 @@ def encode_sentences(
     ValueError: when there are no sentences, or when a row is longer than
       `max_length` or `pad_to` (the first such sentence is named by index).
   """
-  sentences = _checked(sentences)
+  sentences = check_sentences(sentences)
   if tokenization not in TOKENIZATIONS:
     raise ValueError(
         f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
@@ -246,7 +246,7 @@ def encode_sentences(
       sentence_lengths=lengths)
 
 
-def _checked(sentences: Sequence[str]) -> list[str]:
+def check_sentences(sentences: Sequence[str]) -> list[str]:
   """The sentences as a list, after checking their types."""
   # A lone str is a Sequence[str] too, and would be read letter by letter.
   if isinstance(sentences, str):

@@ -54,3 +54,60 @@ def test_progress_bar_on_a_terminal_for_long_inputs(tiny_bert, monkeypatch, caps
   vectors = encoder.encode(sentences, batch_size=2)
   assert "sentence" in terminal.getvalue()
   np.testing.assert_allclose(vectors, encoder.encode(sentences, batch_size=2, show_progress=False), atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_bert):
+  return Encoder.from_pretrained(tiny_bert, Method("last_avg"))
+
+
+_SENTENCES = ["a man plays a guitar .", "someone plays music .", "a woman slices an onion ."]
+
+
+def test_one_str_is_one_sentence(encoder):
+  vector = encoder.encode("one sentence")  # Not 12 one-letter sentences.
+  assert vector.shape == (32,) and vector.dtype == np.float32
+  np.testing.assert_allclose(vector, encoder.encode(["one sentence"])[0], atol=1e-6)
+  np.testing.assert_allclose(encoder.encode("one sentence", normalize=True), vector / np.linalg.norm(vector),
+                             rtol=1e-5)
+  np.testing.assert_array_equal(encoder.encode(s for s in _SENTENCES), encoder.encode(_SENTENCES))  # Read once.
+
+
+def test_no_sentences_give_no_rows_without_running_the_model(encoder, tiny_bert):
+  shapes = set(encoder.compiled_shapes)
+  for empty in ([], ()):
+    vectors = encoder.encode(empty)
+    assert vectors.shape == (0, 32) and vectors.dtype == np.float32
+  assert encoder.compiled_shapes == shapes
+  heads = Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", ditto_head=0))
+  assert heads.encode([]).shape == (0, 4, 32) and heads.compilations == 0
+
+
+@pytest.mark.parametrize("sentences, message", [
+    (["a", "b", None], "Sentence 2 is a NoneType, not a str"),
+    (["a", 3], "Sentence 1 is a int, not a str"),
+    (["a", ["b"]], "Sentence 1 is a list"),  # Unhashable: checked before dedup.
+    (None, "not a NoneType"),
+    (5, "not a int"),
+    (b"bytes", "not a bytes"),
+])
+def test_sentences_that_are_not_str_are_named(encoder, sentences, message):
+  with pytest.raises(TypeError, match=message):
+    encoder.encode(sentences)
+
+
+def test_sentence_transformers_keywords(encoder):
+  plain = encoder.encode(_SENTENCES, batch_size=4, normalize=True, show_progress=False)
+  unit = encoder.encode(_SENTENCES, batch_size=4, normalize_embeddings=True, show_progress_bar=False)
+  np.testing.assert_array_equal(unit, plain)
+  np.testing.assert_allclose(np.linalg.norm(unit, axis=-1), 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(encoder.encode(_SENTENCES, normalize=True, normalize_embeddings=True), plain)
+  jax_vectors = encoder.encode(_SENTENCES, convert_to_numpy=False)
+  assert not isinstance(jax_vectors, np.ndarray)
+  np.testing.assert_array_equal(np.asarray(jax_vectors), encoder.encode(_SENTENCES))
+  with pytest.raises(TypeError, match="normalize=False and its alias normalize_embeddings=True"):
+    encoder.encode(_SENTENCES, normalize=False, normalize_embeddings=True)
+  with pytest.raises(TypeError, match="show_progress_bar"):
+    encoder.encode(_SENTENCES, show_progress=True, show_progress_bar=False)
+  with pytest.raises(TypeError, match="convert_to_tensor"):
+    encoder.encode(_SENTENCES, convert_to_tensor=True)
