@@ -1,22 +1,59 @@
-"""The sharded step on 8 simulated devices equals the single-device step."""
+"""The fsdp sharding rule, the mesh, and the sharded step on 8 simulated devices equal to the single-device step."""
 
+import ast
+import json
+import math
 import os
+import re
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
+from jax.sharding import AbstractMesh, PartitionSpec as P
 
+from jaxemb.training import sharding
 from tests.conftest import REPO
 
 
-def _step(tmp_path, model_dir, devices, data, fsdp):
-  out = tmp_path / f"step-{devices}-{data}x{fsdp}.npz"
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  result = subprocess.run([sys.executable, "-m", "tests.training.sharded_step", str(model_dir), str(out),
-                           str(data), str(fsdp)], cwd=REPO, env=env, capture_output=True, text=True, check=False)
+def _env(devices):
+  return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+
+
+def _python(code, devices, *args):
+  """stdout of `python -c code args` with `devices` simulated devices (their count is fixed when JAX starts)."""
+  result = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=_env(devices),
+                          capture_output=True, text=True, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
-  return dict(np.load(out)), result.stdout
+  return result.stdout
+
+
+def logged_step():
+  """tests.training.sharded_step with the rule at a given threshold, printing each leaf it splits; argv: MIN_SIZE
+  MODEL_DIR OUT DATA FSDP."""
+  from tests.training import sharded_step  # pylint: disable=import-outside-toplevel
+  min_size, model_dir, out, data, fsdp = sys.argv[1:]
+  rule = sharding.tree_shardings
+
+  def logged(mesh, tree):
+    shardings = rule(mesh, tree, int(min_size))
+    for path, s in jax.tree_util.tree_leaves_with_path(shardings):
+      if s.spec != P():
+        print(f"SPLIT {jax.tree_util.keystr(path)} {tuple(s.spec)!r}")
+    return shardings
+
+  sharding.tree_shardings = logged  # sharded_step looks the rule up on the module at call time.
+  sharded_step.main(model_dir, out, int(data), int(fsdp))
+
+
+def _step(tmp_path, model_dir, devices, data, fsdp, min_size=sharding.FSDP_MIN_SIZE):
+  """(params and loss after one step, {leaf path: partition spec} of the leaves the rule split)."""
+  out = tmp_path / f"step-{devices}-{data}x{fsdp}-{min_size}.npz"
+  stdout = _python("from tests.training.test_sharding import logged_step; logged_step()", devices, min_size,
+                   model_dir, out, data, fsdp)
+  split = {path: ast.literal_eval(spec) for path, spec in re.findall(r"^SPLIT (\S+) (.+)$", stdout, re.M)}
+  return dict(np.load(out)), stdout, split
 
 
 @pytest.fixture(scope="module")
@@ -24,14 +61,108 @@ def single_device(tmp_path_factory, tiny_bert):
   return _step(tmp_path_factory.mktemp("one"), tiny_bert, 1, 1, 1)[0]
 
 
-@pytest.mark.parametrize("data, fsdp", [(8, 1), (4, 2)], ids=["data8", "data4xfsdp2"])
-def test_eight_devices_give_the_single_device_step(tmp_path, tiny_bert, single_device, data, fsdp):
-  sharded, stdout = _step(tmp_path, tiny_bert, 8, data, fsdp)
+@pytest.mark.parametrize("data, fsdp, min_size", [(8, 1, sharding.FSDP_MIN_SIZE), (4, 2, sharding.FSDP_MIN_SIZE),
+                                                  (4, 2, 1)], ids=["data8", "data4xfsdp2", "data4xfsdp2-split-all"])
+def test_eight_devices_give_the_single_device_step(tmp_path, tiny_bert, single_device, data, fsdp, min_size):
+  sharded, stdout, split = _step(tmp_path, tiny_bert, 8, data, fsdp, min_size)
   assert int(sharded["devices"]) == 8
-  if fsdp > 1:
-    assert int(sharded["kernel_shards"]) == 8  # Params really are split over fsdp (and replicated over data).
+  assert int(sharded["word_shards"]) == fsdp  # Params really are split over fsdp (and replicated over data).
   np.testing.assert_allclose(sharded["loss"], single_device["loss"], atol=1e-5)
   for key, value in single_device.items():
     if key.startswith("["):
       np.testing.assert_allclose(sharded[key], value, atol=1e-5, err_msg=key)
   assert "BATCH ERROR: batch size 12 is not divisible by the 8 devices" in stdout
+  # What the step really ran with: at the default threshold only the word table (param, Adam mu and nu) of the tiny
+  # model is split; with no threshold its small kernels are too, so the step is checked with split matmuls.
+  if fsdp == 1:
+    assert not split
+  elif min_size > 1:
+    assert len(split) == 3 and all(p.endswith("['word']['embedding']") for p in split), split
+    assert set(split.values()) == {("fsdp", None)}
+  else:
+    assert split[".params['encoder']['layer_0']['query']['kernel']"] == ("fsdp", None)
+    assert split[".params['encoder']['layer_0']['ffn_in']['kernel']"] == (None, "fsdp")
+
+
+@pytest.mark.parametrize("shape, fsdp, min_size, expected", [
+    ((30522, 32), 2, sharding.FSDP_MIN_SIZE, P("fsdp", None)),  # The largest axis.
+    ((30522, 32), 8, sharding.FSDP_MIN_SIZE, P(None, "fsdp")),  # 8 does not divide 30522: the next axis.
+    ((32, 64), 2, 1024, P(None, "fsdp")),
+    ((32, 64), 2, sharding.FSDP_MIN_SIZE, P()),  # Under the threshold.
+    ((64, 64), 2, 1, P("fsdp", None)),  # Equal axes: the first.
+    ((3, 30521, 33), 2, 1, P()),  # No axis that fsdp divides.
+    ((1, 2**20), 2, sharding.FSDP_MIN_SIZE, P(None, "fsdp")),  # A size-1 axis is never split.
+    ((2**20,), 1, 1, P()),  # No fsdp axis to split over.
+    ((), 2, 0, P()),  # Scalars.
+    ((2,), 2, sharding.FSDP_MIN_SIZE, P()),  # The rng key data.
+    ((768,), 2, sharding.FSDP_MIN_SIZE, P()),  # A bias or LayerNorm scale.
+])
+def test_rule_splits_only_large_leaves_on_their_largest_divisible_axis(shape, fsdp, min_size, expected):
+  assert sharding.fsdp_spec(shape, fsdp, min_size) == expected
+  mesh = AbstractMesh((8 // fsdp, fsdp), ("data", "fsdp"))
+  assert sharding.fsdp_sharding(mesh, shape, min_size).spec == expected
+
+
+@pytest.fixture(scope="module")
+def abstract_state(tiny_bert):
+  """The shapes and dtypes of the tiny PromptBERT train state, as the loop builds it."""
+  from jaxemb.models import load_pretrained, load_tokenizer  # pylint: disable=import-outside-toplevel
+  from jaxemb.training import loop  # pylint: disable=import-outside-toplevel
+  from jaxemb.training import state as train_state  # pylint: disable=import-outside-toplevel
+  from tests.training.test_loop import tiny_config  # pylint: disable=import-outside-toplevel
+  config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
+  model_config, pretrained = load_pretrained(tiny_bert)
+  objective = loop.build_objective(config, load_tokenizer(tiny_bert))
+  tx = train_state.make_optimizer(config.train, 10)
+  initial_params = loop._initial_params  # pylint: disable=protected-access
+  params, frozen = initial_params(config, objective, pretrained, model_config.hidden_size)
+  return jax.eval_shape(lambda p, f: train_state.init_state(p, f, tx, 0), params, frozen)
+
+
+@pytest.mark.parametrize("fsdp", [2, 8])
+def test_train_state_small_leaves_and_the_rng_key_are_replicated(abstract_state, fsdp):
+  shardings = sharding.tree_shardings(AbstractMesh((8 // fsdp, fsdp), ("data", "fsdp")), abstract_state)
+  assert shardings.rng.spec == P() and shardings.step.spec == P()
+  word = shardings.params["encoder"]["embeddings"]["word"]["embedding"]  # [30522, 32]
+  assert word.spec == (P("fsdp", None) if fsdp == 2 else P(None, "fsdp"))
+  for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state):
+    spec = sharding.fsdp_spec(leaf.shape, fsdp)
+    if math.prod(leaf.shape) < sharding.FSDP_MIN_SIZE:
+      assert spec == P(), jax.tree_util.keystr(path)
+    else:
+      assert list(spec).count("fsdp") == 1, jax.tree_util.keystr(path)
+  # With a small threshold the [32, 64] kernel splits on its larger axis.
+  kernel = abstract_state.params["encoder"]["layer_0"]["ffn_in"]["kernel"]
+  assert kernel.shape == (32, 64) and sharding.fsdp_spec(kernel.shape, fsdp, 1024) == P(None, "fsdp")
+
+
+def mesh_facts():
+  """JSON on stdout: what make_mesh builds for a few (data, fsdp) requests, its errors, and where the rule places
+  a large and a small array."""
+  facts = {}
+  for data, fsdp in [(8, 1), (4, 2), (-1, 2), (-1, 8), (2, 4), (-1, 3), (2, 2), (4, 0)]:
+    try:
+      mesh = sharding.make_mesh(data, fsdp)
+    except ValueError as e:
+      facts[f"{data}x{fsdp}"] = f"ValueError: {e}"
+      continue
+    facts[f"{data}x{fsdp}"] = {"shape": dict(mesh.shape), "types": [t.name for t in mesh.axis_types],
+                               "ids": sorted(d.id for d in mesh.devices.flat)}
+  mesh = sharding.make_mesh(4, 2)
+  for name, shape in [("large", (30522, 32)), ("small", (32, 64))]:
+    x = jax.device_put(np.zeros(shape, np.float32), sharding.fsdp_sharding(mesh, shape))
+    facts[name] = {"shard": list(x.addressable_shards[0].data.shape), "devices": len(x.sharding.device_set)}
+  print(json.dumps(facts))
+
+
+def test_make_mesh_gives_the_requested_shape_on_eight_devices():
+  facts = json.loads(_python("from tests.training.test_sharding import mesh_facts; mesh_facts()", 8))
+  for key, shape in {"8x1": (8, 1), "4x2": (4, 2), "-1x2": (4, 2), "-1x8": (1, 8), "2x4": (2, 4)}.items():
+    assert facts[key]["shape"] == {"data": shape[0], "fsdp": shape[1]}, key
+    assert facts[key]["types"] == ["Auto", "Auto"], key  # As before: the jitted step's shardings are explicit.
+    assert facts[key]["ids"] == list(range(8)), key  # Every device, once.
+  assert facts["-1x3"] == "ValueError: mesh: fsdp=3 does not divide the 8 devices"
+  assert facts["2x2"] == "ValueError: mesh: data=2 x fsdp=2 != 8 devices"  # Not a silent subset of the devices.
+  assert facts["4x0"].startswith("ValueError")
+  assert facts["large"] == {"shard": [15261, 32], "devices": 8}
+  assert facts["small"] == {"shard": [32, 64], "devices": 8}
