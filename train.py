@@ -3,8 +3,12 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
   python train.py --config configs/promptbert.py --config.model.path=bert-base-uncased \
       --config.data.train_file=data/wiki1m_for_simcse.txt --config.workdir=runs/promptbert
 
-Rerunning the same command resumes from the last checkpoint in the workdir.
+Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
+finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
+ended); the same command then resumes.
 """
+
+import signal
 
 from absl import app
 from absl import flags
@@ -12,6 +16,8 @@ from ml_collections import config_flags
 
 from jaxemb import xla
 from jaxemb.training import loop
+
+PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).",
                                           lock_config=True)
@@ -21,7 +27,11 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   xla.use_compilation_cache(_CONFIG.value.compilation_cache_dir)
-  loop.train(_CONFIG.value)
+  try:
+    loop.train(_CONFIG.value)
+  except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
+    return PREEMPTED_EXIT_CODE
+  return 0
 
 
 if __name__ == "__main__":

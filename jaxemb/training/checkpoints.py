@@ -41,6 +41,12 @@ class RunCheckpoints:
         state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
     return restored["state"], restored["meta"]
 
+  def saved_state_shapes(self, step: int) -> Any:
+    """The shapes and dtypes of the train state saved at `step`, a tree of dicts read from the checkpoint's
+    metadata without its arrays: a resumed run builds its abstract state from them, not from pretrained weights."""
+    metadata = ocp.StandardCheckpointHandler().metadata(self.workdir / "checkpoints" / str(step) / "state")
+    return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), metadata)
+
   def wait(self):
     self.periodic.wait_until_finished()
     self.best.wait_until_finished()

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import signal
+import threading
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax.experimental import multihost_utils
 import numpy as np
 import optax
 import tqdm
@@ -79,9 +82,63 @@ def initial_state(config: Any, objective: objectives.Objective, pretrained: dict
   and those shardings (a resumed run restores into them)."""
   params, frozen = _initial_params(config, objective, pretrained, hidden)
   init = lambda p, f: train_state.init_state(p, f, tx, config.train.seed)
-  abstract = jax.eval_shape(init, params, frozen)
-  shardings = sharding.tree_shardings(mesh, abstract)
+  abstract, shardings = abstract_state(config, objective, pretrained, hidden, tx, mesh)
   return jax.jit(init, out_shardings=shardings)(params, frozen), abstract, shardings
+
+
+def abstract_state(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int,
+                   tx: optax.GradientTransformation, mesh: jax.sharding.Mesh):
+  """(abstract, shardings) of the train state at step 0; `pretrained` may be shapes only (jax.ShapeDtypeStruct)."""
+  init = lambda p: train_state.init_state(*_initial_params(config, objective, p, hidden), tx, config.train.seed)
+  abstract = jax.eval_shape(init, pretrained)
+  return abstract, sharding.tree_shardings(mesh, abstract)
+
+
+def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
+  """The pretrained encoder's shapes in a saved train state: its trained and frozen parts in one tree."""
+  return train_state.merge_params(saved["frozen"].get("encoder", {}), saved["params"].get("encoder", {}))
+
+
+class Preempted(Exception):
+  """The run stopped on SIGTERM after saving its state; rerunning the same command resumes it."""
+
+  def __init__(self, step: int):
+    super().__init__(f"preempted at step {step}; checkpoint saved; rerun the same command to resume")
+    self.step = step
+
+
+# Multi-host runs agree on stopping with a collective, a host sync: every this many steps, not every step.
+PREEMPTION_SYNC_EVERY = 10
+
+
+class _Sigterm:
+  """Notes a SIGTERM (a preempted TPU VM, a cluster scheduler) so the loop stops cleanly after its step."""
+
+  def __init__(self):
+    self.received = False
+    self._previous = None
+    self._installed = False
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():  # signal.signal works in the main thread only.
+      self._previous = signal.signal(signal.SIGTERM, self._note)
+      self._installed = True
+    return self
+
+  def __exit__(self, *exc_info):
+    if self._installed:
+      signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+
+  def _note(self, signum, frame):  # pylint: disable=unused-argument
+    self.received = True
+
+  def stop(self, done: int) -> bool:
+    """Whether every process stops after step `done`: one host's SIGTERM stops them all at the same step."""
+    if jax.process_count() == 1:
+      return self.received  # A bool check: a single process pays nothing per step.
+    if done % PREEMPTION_SYNC_EVERY:
+      return False
+    return bool(multihost_utils.process_allgather(np.asarray(self.received)).any())
 
 
 EVAL_METHOD_FIELDS = ("name", "template", "denoise", "head", "tokenization", "bias_positions", "prompt_placement")
@@ -135,7 +192,13 @@ def train(config: Any) -> dict[str, Any]:
   sharding.check_batch_size(config.train.batch_size, mesh)
   workdir = pathlib.Path(config.workdir).absolute()
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
-  model_config, pretrained = load_pretrained(config.model.path)
+  ckpt = checkpoints.RunCheckpoints(workdir, config.train.keep_checkpoints)
+  resume_step = ckpt.latest_step()
+  if resume_step is None:
+    model_config, pretrained = load_pretrained(config.model.path)
+  else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
+    model_config = hf.read_config(workdir / "model")
+    pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   tokenizer = load_tokenizer(config.model.path)
   objective = build_objective(config, tokenizer)
   columns = read_columns(config)
@@ -153,16 +216,18 @@ def train(config: Any) -> dict[str, Any]:
   model = Transformer(model_config, dtype=DTYPES[config.model.dtype], remat=config.model.remat)
   tx = train_state.make_optimizer(config.train, total_steps)
   schedule = train_state.learning_rate_schedule(config.train, total_steps)
-  state, abstract, shardings = initial_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
+  if resume_step is None:
+    state, abstract, shardings = initial_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
+  else:
+    abstract, shardings = abstract_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
   del pretrained
 
-  ckpt = checkpoints.RunCheckpoints(workdir, config.train.keep_checkpoints)
   if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
     hf.write_model_files(workdir / "model", model_config, tokenizer)
     method = eval_method(config)
     run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
-  if ckpt.latest_step() is not None:
+  if resume_step is not None:
     abstract_sharded = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
                                     shardings)
     state, meta = ckpt.restore(abstract_sharded)
@@ -205,31 +270,42 @@ def train(config: Any) -> dict[str, Any]:
 
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   try:
-    for step in range(start_step, total_steps):
-      index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
-                                   jax.process_index(), jax.process_count())
-      batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
-                                  corpus.gather(rows, index)) for name, rows in fields.items()}
-      state, metrics = step_fn(state, batch)
-      if pending:
-        record(*pending)
-      done = step + 1
-      pending = (done, metrics)
-      evaluate = done % config.train.eval_every == 0 or done == total_steps
-      save = done % config.train.save_every == 0 or done == total_steps
-      if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
-        record(*pending)
-        pending = None
-      if evaluate:
-        score = stsb_dev(state)
-        if writer:
-          writer.write(done, {"stsb_dev": score})
-        if score > meta["best_stsb_dev"]:
-          meta.update(best_stsb_dev=score, best_step=done)
-          params = state.all_params
-          ckpt.save_best(done, {**params, "encoder": eval_params(config, params)}, {"step": done, "stsb_dev": score})
-      if save:
-        ckpt.save(state, meta)
+    with _Sigterm() as sigterm:
+      for step in range(start_step, total_steps):
+        index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
+                                     jax.process_index(), jax.process_count())
+        batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
+                                    corpus.gather(rows, index)) for name, rows in fields.items()}
+        state, metrics = step_fn(state, batch)
+        if pending:
+          record(*pending)
+        done = step + 1
+        pending = (done, metrics)
+        evaluate = done % config.train.eval_every == 0 or done == total_steps
+        save = done % config.train.save_every == 0 or done == total_steps
+        if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
+          record(*pending)
+          pending = None
+        if evaluate:
+          score = stsb_dev(state)
+          if writer:
+            writer.write(done, {"stsb_dev": score})
+          if score > meta["best_stsb_dev"]:
+            meta.update(best_stsb_dev=score, best_step=done)
+            params = state.all_params
+            ckpt.save_best(done, {**params, "encoder": eval_params(config, params)},
+                           {"step": done, "stsb_dev": score})
+        if save:
+          ckpt.save(state, meta)
+        if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
+          if pending:  # Its loss must be known finite before it is saved.
+            record(*pending)
+          if not save:
+            ckpt.save(state, meta)
+          ckpt.wait()
+          preempted = Preempted(done)
+          _say(str(preempted))
+          raise preempted
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     progress.close()
     ckpt.wait()

@@ -4,6 +4,7 @@ import importlib
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -137,6 +138,39 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
   assert "resumed from" in resumed.stdout + resumed.stderr
   whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "killed")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_sigterm_saves_exits_preempted_and_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki_head):
+  """A preempted run (SIGTERM) finishes its step, saves it, exits 143; the same command then ends exactly where an
+  uninterrupted run ends. save_every is past the end, so the only checkpoint before the rerun is the preemption's."""
+  num_steps = 40  # Enough steps that the signal lands mid-run on a fast machine.
+  def command(workdir):
+    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
+            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
+            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
+            f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+            "--config.eval.length_multiple=64", "--config.train.batch_size=4", f"--config.train.num_steps={num_steps}",
+            "--config.train.save_every=100", "--config.train.eval_every=100", "--config.train.log_every=1",
+            f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+
+  subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
+  run = subprocess.Popen(command(tmp_path / "preempted"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  metrics, deadline = tmp_path / "preempted" / "metrics.jsonl", time.time() + 300
+  while not (metrics.is_file() and metrics.read_text()) and run.poll() is None and time.time() < deadline:
+    time.sleep(0.05)  # A logged step: the loop, and so the SIGTERM handler, is running.
+  run.send_signal(signal.SIGTERM)
+  output, _ = run.communicate(timeout=300)
+  assert run.returncode == 143, output
+  match = re.search(r"preempted at step (\d+); checkpoint saved; rerun the same command to resume", output)
+  assert match, output
+  step = int(match.group(1))
+  assert 1 <= step < num_steps
+  assert os.listdir(tmp_path / "preempted" / "checkpoints") == [str(step)]
+  resumed = subprocess.run(command(tmp_path / "preempted"), check=True, capture_output=True, text=True)
+  assert f"resumed from {tmp_path / 'preempted' / 'checkpoints'} at step {step}" in resumed.stdout + resumed.stderr
+  whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "preempted")
+  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again), strict=True):
     np.testing.assert_array_equal(a, b)
 
 
