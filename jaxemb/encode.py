@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -10,11 +11,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import tqdm
 
 from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
 from jaxemb.models import EncoderConfig, Transformer, hf, load_pretrained, load_tokenizer, run_dir
+from jaxemb.training import sharding
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
 METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_layer_last_avg", "top2_avg",
@@ -138,7 +141,7 @@ class Encoder:
 
   def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
                dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 4,
-               prompt: jax.Array | None = None):
+               prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None):
     self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
@@ -153,8 +156,12 @@ class Encoder:
         tfidf.idf_vector(tfidf.load_idf(method.idf_path), config.vocab_size))
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
-    self._vectors = xla.jit(functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method,
-                                              template=self.template))
+    # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
+    # vectors come back replicated, so every process reads all of them.
+    self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
+    self._vectors = xla.jit(
+        functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method, template=self.template),
+        out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
@@ -184,6 +191,13 @@ class Encoder:
     method.validate(hf.read_config(model_dir), templates.Template.parse(method.template, tokenizer).num_masks)
     config, params = load_pretrained(model_dir)
     return cls(config, params, tokenizer, method, **kwargs)
+
+  def with_params(self, params: Any, prompt: jax.Array | None = None) -> Encoder:
+    """This encoder (its compiled functions and counters shared) reading `params` and `prompt` instead: training
+    scores each evaluated step's params this way without compiling again."""
+    encoder = copy.copy(self)
+    encoder.params, encoder.prompt = params, prompt
+    return encoder
 
   @property
   def compilations(self) -> int:
@@ -254,6 +268,9 @@ class Encoder:
     self.padded_tokens += batch_size * width
     self.compiled_shapes.add((batch_size, width))
     batch = _pad_batch(rows, batch_size, width, self.template.pad_id)
+    if self._batch_sharding is not None and batch_size % self._batch_sharding.mesh.size == 0:
+      batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__),
+                           batch)
     return self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt)
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:

@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 import torch
@@ -10,6 +11,7 @@ import transformers
 from jaxemb import bias_removal, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.models import load_tokenizer
+from jaxemb.training import sharding
 from tests.conftest import shared_path, write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",
@@ -153,6 +155,22 @@ def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):
   np.testing.assert_allclose(alone[0], vectors[5], atol=1e-5)
   normalized = encoder.encode(sentences[:3], normalize=True)
   np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-6)
+
+
+def test_with_params_reuses_the_compiled_shapes_and_a_mesh_changes_no_vector(tiny_checkpoint):
+  """Training scores each evaluated step through `with_params` (no new compilation); on training's mesh the batch
+  is split over its devices and the vectors come back replicated, equal to the default device's."""
+  _, path = tiny_checkpoint
+  encoder = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=64)
+  expected = encoder.encode(SENTENCES, batch_size=4)
+  zeroed = jax.tree.map(np.zeros_like, encoder.params)
+  other = encoder.with_params(zeroed)
+  assert not np.allclose(other.encode(SENTENCES, batch_size=4), expected)
+  assert encoder.compilations == other.compilations == 1 and other._vectors is encoder._vectors
+  np.testing.assert_array_equal(encoder.encode(SENTENCES, batch_size=4), expected)  # The original is untouched.
+  mesh = sharding.make_mesh(-1, 1)
+  on_mesh = Encoder(encoder.config, encoder.params, encoder.tokenizer, encoder.method, length_multiple=64, mesh=mesh)
+  np.testing.assert_allclose(on_mesh.encode(SENTENCES, batch_size=4), expected, atol=1e-6)
 
 
 def test_partial_batch_takes_the_shortest_rows():

@@ -6,10 +6,9 @@ import pathlib
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
-
-
 
 class RunCheckpoints:
   """Periodic train-state checkpoints plus the best params by STS-B dev."""
@@ -56,8 +55,16 @@ class RunCheckpoints:
     self.best.close()
 
 
+@jax.jit
+def _finite_leaves(tree: Any) -> jax.Array:
+  """[number of leaves] bools, each whether that leaf is all finite: computed where the leaves are (sharded across
+  hosts or not) and reduced to a small replicated vector, so no param is copied to the host."""
+  return jnp.stack([jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(tree)])
+
+
 def _check_finite(params: Any):
-  bad = [jax.tree_util.keystr(path) for path, leaf in jax.tree_util.tree_leaves_with_path(params)
-         if not np.isfinite(np.asarray(jax.device_get(leaf), np.float32)).all()]
+  finite = np.asarray(_finite_leaves(params))
+  bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(jax.tree_util.tree_leaves_with_path(params), finite)
+         if not ok]
   if bad:
     raise FloatingPointError(f"not saving a checkpoint with non-finite params: {bad[:5]}")

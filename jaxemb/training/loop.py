@@ -107,12 +107,13 @@ class Preempted(Exception):
     self.step = step
 
 
-# Multi-host runs agree on stopping with a collective, a host sync: every this many steps, not every step.
-PREEMPTION_SYNC_EVERY = 10
-
-
 class _Sigterm:
-  """Notes a SIGTERM (a preempted TPU VM, a cluster scheduler) so the loop stops cleanly after its step."""
+  """Notes a SIGTERM (a preempted TPU VM, a cluster scheduler) so the loop stops cleanly after a step.
+
+  One process installs its own handler. A multi-host job leaves SIGTERM to JAX's preemption service, which
+  jax.distributed.initialize starts: it tells every host of a notice to any one of them and names a step that all
+  of them reach, so they save the same step together.
+  """
 
   def __init__(self):
     self.received = False
@@ -120,7 +121,8 @@ class _Sigterm:
     self._installed = False
 
   def __enter__(self):
-    if threading.current_thread() is threading.main_thread():  # signal.signal works in the main thread only.
+    # signal.signal works in the main thread only.
+    if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._note)
       self._installed = True
     return self
@@ -133,12 +135,10 @@ class _Sigterm:
     self.received = True
 
   def stop(self, done: int) -> bool:
-    """Whether every process stops after step `done`: one host's SIGTERM stops them all at the same step."""
+    """Whether this process stops after step `done` (each process of a job calls it at every step)."""
     if jax.process_count() == 1:
-      return self.received  # A bool check: a single process pays nothing per step.
-    if done % PREEMPTION_SYNC_EVERY:
-      return False
-    return bool(multihost_utils.process_allgather(np.asarray(self.received)).any())
+      return self.received
+    return multihost_utils.reached_preemption_sync_point(done)
 
 
 EVAL_METHOD_FIELDS = ("name", "template", "denoise", "head", "tokenization", "bias_positions", "prompt_placement")
@@ -186,8 +186,18 @@ def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def train(config: Any) -> dict[str, Any]:
-  """Runs (or resumes) the configured training; returns a summary of the run."""
+  """Runs (or resumes) the configured training; returns a summary of the run.
+
+  Raises:
+    Preempted: on SIGTERM, after saving the state. The handler is installed before anything is loaded, so a
+      SIGTERM that arrives while the run loads data or compiles stops it after its first step.
+  """
   maybe_initialize_distributed(config)
+  with _Sigterm() as sigterm:
+    return _train(config, sigterm)
+
+
+def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
   sharding.check_batch_size(config.train.batch_size, mesh)
   workdir = pathlib.Path(config.workdir).absolute()
@@ -203,12 +213,14 @@ def train(config: Any) -> dict[str, Any]:
   objective = build_objective(config, tokenizer)
   columns = read_columns(config)
   cache_dir = pathlib.Path(config.data.cache_dir or workdir / "cache")
+  hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
     if column not in columns:
       raise ValueError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
     fields.setdefault(_field(column, template.text), corpus.tokenize_cached(
-        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization))
+        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
+        hosts))
   num_examples = len(next(iter(columns.values())))
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
@@ -235,15 +247,15 @@ def train(config: Any) -> dict[str, Any]:
 
   selection = selection_method(config, objective)
   evaluator = Encoder(model_config, None, tokenizer, selection, dtype=DTYPES[config.model.dtype],
-                      length_multiple=config.eval.length_multiple)
+                      length_multiple=config.eval.length_multiple, mesh=mesh)
   # The trainer's batcher joins SentEval's tokens and appends no "."; the evaluation method's rules are the config's.
   preprocess = (run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
                 if config.eval.selection == "training_view" else run.preprocess_from_config(config))
 
   def stsb_dev(state) -> float:
     params = state.all_params
-    evaluator.params, evaluator.prompt = eval_params(config, params), params.get("prompt")
-    embed = lambda sentences: evaluator.encode(sentences, batch_size=config.eval.batch_size)
+    encoder = evaluator.with_params(eval_params(config, params), params.get("prompt"))
+    embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
     return sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
 
   if meta["stsb_dev_before"] is None:
@@ -270,42 +282,41 @@ def train(config: Any) -> dict[str, Any]:
 
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   try:
-    with _Sigterm() as sigterm:
-      for step in range(start_step, total_steps):
-        index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
-                                     jax.process_index(), jax.process_count())
-        batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
-                                    corpus.gather(rows, index)) for name, rows in fields.items()}
-        state, metrics = step_fn(state, batch)
-        if pending:
+    for step in range(start_step, total_steps):
+      index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
+                                   jax.process_index(), jax.process_count())
+      batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
+                                  corpus.gather(rows, index)) for name, rows in fields.items()}
+      state, metrics = step_fn(state, batch)
+      if pending:
+        record(*pending)
+      done = step + 1
+      pending = (done, metrics)
+      evaluate = done % config.train.eval_every == 0 or done == total_steps
+      save = done % config.train.save_every == 0 or done == total_steps
+      if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
+        record(*pending)
+        pending = None
+      if evaluate:
+        score = stsb_dev(state)
+        if writer:
+          writer.write(done, {"stsb_dev": score})
+        if score > meta["best_stsb_dev"]:
+          meta.update(best_stsb_dev=score, best_step=done)
+          params = state.all_params
+          ckpt.save_best(done, {**params, "encoder": eval_params(config, params)},
+                         {"step": done, "stsb_dev": score})
+      if save:
+        ckpt.save(state, meta)
+      if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
+        if pending:  # Its loss must be known finite before it is saved.
           record(*pending)
-        done = step + 1
-        pending = (done, metrics)
-        evaluate = done % config.train.eval_every == 0 or done == total_steps
-        save = done % config.train.save_every == 0 or done == total_steps
-        if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
-          record(*pending)
-          pending = None
-        if evaluate:
-          score = stsb_dev(state)
-          if writer:
-            writer.write(done, {"stsb_dev": score})
-          if score > meta["best_stsb_dev"]:
-            meta.update(best_stsb_dev=score, best_step=done)
-            params = state.all_params
-            ckpt.save_best(done, {**params, "encoder": eval_params(config, params)},
-                           {"step": done, "stsb_dev": score})
-        if save:
+        if not save:
           ckpt.save(state, meta)
-        if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
-          if pending:  # Its loss must be known finite before it is saved.
-            record(*pending)
-          if not save:
-            ckpt.save(state, meta)
-          ckpt.wait()
-          preempted = Preempted(done)
-          _say(str(preempted))
-          raise preempted
+        ckpt.wait()
+        preempted = Preempted(done)
+        _say(str(preempted))
+        raise preempted
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     progress.close()
     ckpt.wait()

@@ -1,8 +1,12 @@
 """Multi-host for real: two processes on 127.0.0.1 (gloo CPU collectives, two simulated devices each), each
-reading its own shard of the data, end with the params of one process with four devices; their checkpoints
-restore in a single process."""
+reading its own shard of every batch, with fsdp over all four devices, so the params are split across the two
+processes. They are checked for NaNs, saved, scored on STS-B dev, preempted and resumed, and end with the params of
+one process with four devices; their checkpoints restore in a single process."""
 
+import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -21,18 +25,47 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _command(model_dir, corpus_file, workdir, cache, *extra):
+def _command(model_dir, corpus_file, workdir, cache, **train):
+  """train.py on the tiny model; `train` overrides config.train fields. STS-B dev in batches of 1024: 3 encoder
+  calls per evaluation, each gathering the split params across the processes. Runs of one test share `cache`,
+  their XLA programs included: a resumed job loads what the preempted one compiled."""
+  train = {"batch_size": 8, "num_steps": 2, "save_every": 2, "eval_every": 100, "adam_eps": 1e-6, **train}
   return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
           f"--config.model.path={model_dir}", f"--config.data.train_file={corpus_file}",
           f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
           f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
-          "--config.eval.length_multiple=64", "--config.train.batch_size=8", "--config.train.num_steps=2",
-          "--config.train.save_every=2", "--config.train.eval_every=100", "--config.train.adam_eps=1e-6",
-          "--config.compilation_cache_dir=", *extra]
+          "--config.eval.length_multiple=64", "--config.eval.batch_size=1024",
+          f"--config.compilation_cache_dir={cache / 'xla'}",
+          *(f"--config.train.{name}={value}" for name, value in train.items())]
 
 
 def _env(devices):
-  return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+  return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
+          "PYTHONUNBUFFERED": "1"}
+
+
+def _start_pair(*args, **train):
+  """Two processes, two devices each, of one train.py job."""
+  port = _free_port()
+  return [subprocess.Popen(
+      _command(*args, **train, **{"distributed.coordinator_address": f"127.0.0.1:{port}",
+                                  "distributed.num_processes": 2, "distributed.process_id": i}),
+      env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+
+
+def _wait(processes, returncode=0):
+  """Each process's (stdout, stderr), once all have exited with `returncode`."""
+  outputs = [process.communicate(timeout=600) for process in processes]
+  for process, (_, stderr) in zip(processes, outputs):
+    assert process.returncode == returncode, stderr[-3000:]
+  return outputs
+
+
+def _corpus(tmp_path):
+  corpus_file = tmp_path / "wiki.txt"
+  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
+  corpus_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return corpus_file
 
 
 def _restore_params(workdir):
@@ -45,26 +78,48 @@ def _restore_params(workdir):
   return state.params if hasattr(state, "params") else state["params"]
 
 
-def test_two_processes_equal_one_process_with_four_devices(tmp_path, tiny_bert):
-  corpus_file = tmp_path / "wiki.txt"
-  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
-  corpus_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
-  cache = tmp_path / "cache"
-  single = subprocess.run(_command(tiny_bert, corpus_file, tmp_path / "single", cache), env=_env(4),
+def _assert_params_close(expected, got):
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(got), strict=True):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert):
+  """fsdp over the four devices of two processes splits the word table across them. Process 1 alone is sent
+  SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143; the
+  same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev on the split
+  params every 4 steps and kept the best in `best/`."""
+  corpus_file, cache = _corpus(tmp_path), tmp_path / "cache"
+  train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
+  single = subprocess.run(_command(tiny_bert, corpus_file, tmp_path / "single", cache, **train), env=_env(4),
                           capture_output=True, text=True, check=False)
   assert single.returncode == 0, single.stderr[-3000:]
-  port = _free_port()
-  pair = [subprocess.Popen(
-      _command(tiny_bert, corpus_file, tmp_path / "pair", cache,
-               f"--config.train.distributed.coordinator_address=127.0.0.1:{port}",
-               "--config.train.distributed.num_processes=2", f"--config.train.distributed.process_id={i}"),
-      env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-  for process in pair:
-    _, stderr = process.communicate(timeout=600)
-    assert process.returncode == 0, stderr[-3000:]
+
+  pair = _start_pair(tiny_bert, corpus_file, tmp_path / "pair", cache, **train)
+  lines = []
+  for line in pair[0].stdout:  # Process 0 reports; the run is in train() with its SIGTERM handling in place.
+    lines.append(line)
+    if "STS-B dev before training" in line:
+      break
+  pair[1].send_signal(signal.SIGTERM)
+  (stdout, _), _ = _wait(pair, returncode=143)
+  match = re.search(r"preempted at step (\d+); checkpoint saved", "".join(lines) + stdout)
+  assert match, "".join(lines) + stdout
+  step = int(match.group(1))
+  assert 1 <= step < train["num_steps"]
+  assert os.listdir(tmp_path / "pair" / "checkpoints") == [str(step)]
+
+  (stdout, _), _ = _wait(_start_pair(tiny_bert, corpus_file, tmp_path / "pair", cache, **train))
+  assert f"resumed from {tmp_path / 'pair' / 'checkpoints'} at step {step}" in stdout, stdout
   expected, got = _restore_params(tmp_path / "single"), _restore_params(tmp_path / "pair")
-  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(expected), jax.tree.leaves(got)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
-  _, best, _ = run_dir.load_best(tmp_path / "pair")  # What evaluate.py reads, in one process.
-  np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],
-                                got["encoder"]["layer_0"]["query"]["kernel"])
+  _assert_params_close(expected, got)
+  metrics = [json.loads(line) for line in (tmp_path / "pair" / "metrics.jsonl").read_text().splitlines()]
+  expected_metrics = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
+  dev = lambda records: {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}
+  assert sorted(dev(metrics)) == [4, 8]
+  for step, score in dev(expected_metrics).items():
+    assert abs(dev(metrics)[step] - score) < 1e-3, (step, dev(metrics), dev(expected_metrics))
+  _, best, meta = run_dir.load_best(tmp_path / "pair")  # What evaluate.py reads, in one process.
+  assert meta["step"] == max(dev(metrics), key=dev(metrics).get)
+  if meta["step"] == train["num_steps"]:
+    np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],
+                                  got["encoder"]["layer_0"]["query"]["kernel"])
