@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 import dataclasses
+import itertools
 
 import flax.struct
 import jax
@@ -223,7 +224,7 @@ def encode_sentences(
   if tokenization == "alone":
     # As is: the authors' `tokenizer.encode(s)` keeps a sentence's outer
     # spaces, which RoBERTa turns into `Ġ` tokens (NLI lines end in them).
-    tokens = tokenizer(sentences, add_special_tokens=False)["input_ids"]
+    tokens = tokenizer(sentences, add_special_tokens=False, **_IDS_ONLY)["input_ids"]
   else:
     tokens = _sentence_tokens(template, tokenizer,
                               [sentence.strip() for sentence in sentences])
@@ -234,16 +235,31 @@ def encode_sentences(
                      "the maximum length; pass max_sentence_tokens")
   width = int(row_lengths.max()) if pad_to is None else pad_to
   _check_row_lengths(row_lengths, width, "pad_to")
-  input_ids = np.full((len(tokens), width), template.pad_id, np.int32)
-  for row_ids, sentence_ids in zip(input_ids, tokens):
-    row = template.row(sentence_ids)
-    row_ids[:len(row)] = row
+  input_ids = _rows(template, tokens, lengths, width)
   attention_mask = np.arange(width) < row_lengths[:, None]
   return TemplateBatch(
       input_ids=input_ids,
       attention_mask=attention_mask.astype(np.int32),
       mask_positions=template.mask_positions(lengths).astype(np.int32),
       sentence_lengths=lengths)
+
+
+def _rows(template: Template, tokens: list[Sequence[int]], lengths: np.ndarray,
+          width: int) -> np.ndarray:
+  """``[len(tokens), width]`` int32: row i is ``template.row(tokens[i])``
+  padded with [PAD], written with a few array operations for all rows."""
+  input_ids = np.full((len(tokens), width), template.pad_id, np.int32)
+  head = (template.cls_id, *template.prefix_ids)
+  tail = (*template.suffix_ids, template.sep_id)
+  input_ids[:, :len(head)] = head
+  row_of_token = np.repeat(np.arange(len(tokens)), lengths)
+  first_token = np.cumsum(lengths) - lengths
+  column = len(head) + np.arange(lengths.sum()) - np.repeat(first_token, lengths)
+  input_ids[row_of_token, column] = np.fromiter(
+      itertools.chain.from_iterable(tokens), np.int32, int(lengths.sum()))
+  tail_columns = len(head) + lengths[:, None] + np.arange(len(tail))
+  input_ids[np.arange(len(tokens))[:, None], tail_columns] = tail
+  return input_ids
 
 
 def check_sentences(sentences: Sequence[str]) -> list[str]:
@@ -260,10 +276,16 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
   return list(sentences)
 
 
+# The tokenizer's masks are not read: not building them as Python lists saves
+# a fifth of the time of tokenising a corpus.
+_IDS_ONLY = dict(return_attention_mask=False, return_token_type_ids=False)
+
+
 def _tokenize(tokenizer: Tokenizer, texts: list[str]) -> list[Encoding]:
   """Ids and char offsets of each text, without special tokens."""
   encoded = tokenizer(
-      texts, add_special_tokens=False, return_offsets_mapping=True)
+      texts, add_special_tokens=False, return_offsets_mapping=True,
+      **_IDS_ONLY)
   return list(zip(encoded["input_ids"], encoded["offset_mapping"]))
 
 

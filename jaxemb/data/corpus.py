@@ -2,14 +2,14 @@
 
 The readers use Hugging Face `datasets` as SimCSE's `train.py` does (`load_dataset("text")` for wiki1m,
 `load_dataset("csv")` for the NLI triples). `tokenize_cached` puts every sentence in a template once, at one
-fixed row width, and caches the arrays as an .npz. Batching is a pure function of (seed, step): the global
+fixed row width, and caches the arrays in .npz chunks. Batching is a pure function of (seed, step): the global
 batch of a step is a contiguous slice of a per-epoch permutation and each host reads its contiguous share, so a
 run resumes exactly from its step alone, on any number of hosts that divides the batch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 import csv
 import dataclasses
 import functools
@@ -26,13 +26,13 @@ import jax
 import numpy as np
 
 from jaxemb.data.sts import DataError
-from jaxemb.templates import Template, TemplateBatch, Tokenizer, encode_sentences
+from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, encode_sentences
 
 logger = logging.getLogger(__name__)
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
 # Bump when what `encode_sentences` writes for the same inputs changes, so that stale caches are not read.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2
 _FIELDS = tuple(field.name for field in dataclasses.fields(TemplateBatch))
 # A cache file that cannot be read back raises one of these from np.load or the zip member reads.
 _CORRUPT_ERRORS = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile)
@@ -89,35 +89,77 @@ def read_nli_triples(path: PathLike, cache_dir: PathLike | None = None) -> dict[
   return triples
 
 
+@dataclasses.dataclass(frozen=True)
+class Hosts:
+  """This process's place among the hosts of a job, and a barrier they all pass (named, as
+  `jax.experimental.multihost_utils.sync_global_devices` takes it)."""
+
+  index: int = 0
+  count: int = 1
+  barrier: Callable[[str], None] = lambda name: None
+
+
+# Sentences per cache file. A chunk is tokenised in one call of the tokenizer's batch API (its Rust core spreads the
+# call over every CPU); its tokens as Python ints (about 150 MB for wiki1m lines) bound the memory used beyond the
+# arrays. wiki1m is 16 chunks.
+CHUNK_ROWS = 2**16
+
+
 def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
-                    cache_dir: PathLike, tokenization: str) -> TemplateBatch:
+                    cache_dir: PathLike, tokenization: str, hosts: Hosts = Hosts()) -> TemplateBatch:
   """`encode_sentences` with every row padded to ``template.num_tokens + max_sentence_tokens``, cached on disk.
 
   Each sentence is truncated to `max_sentence_tokens` tokens (the template never is), so one width fits every
-  row and training compiles one shape. The arrays are saved under `cache_dir` in an .npz named by a hash of the
-  sentences, the template, the tokenizer's full definition, `max_sentence_tokens` and `tokenization` (as
-  `encode_sentences` takes it); a later call with the
-  same inputs loads them without tokenising. An unreadable or mismatched cache file is re-tokenised and
-  overwritten, with a warning.
+  row and training compiles one shape. The rows are cached under `cache_dir` in chunks of CHUNK_ROWS sentences,
+  one .npz each, named by a hash of the sentences, the template, the tokenizer's full definition,
+  `max_sentence_tokens` and `tokenization` (as `encode_sentences` takes it), and the chunk's index; a later call
+  with the same inputs loads them without tokenising, and a call killed midway keeps the chunks it finished. An
+  unreadable or mismatched chunk file is re-tokenised and overwritten, with a warning.
+
+  On several hosts, each tokenises its share of the missing chunks (every `hosts.count`-th, from `hosts.index`),
+  waits at `hosts.barrier`, then reads the others' files: with a shared `cache_dir` each chunk is tokenised once.
+  A chunk it cannot find (a cache_dir local to each host) it tokenises itself.
 
   Returns:
     A `TemplateBatch` of NumPy int32 arrays, ``[len(sentences), width]`` (``[len(sentences), num_masks]`` and
     ``[len(sentences)]`` for the mask positions and sentence lengths).
 
   Raises:
-    ValueError: when `max_sentence_tokens` is not positive, or as `encode_sentences` raises.
+    ValueError: when `max_sentence_tokens` is not positive, or as `encode_sentences` raises (naming the
+      sentence's index in `sentences`).
   """
   if max_sentence_tokens < 1:
     raise ValueError(f"max_sentence_tokens must be positive, got {max_sentence_tokens}")
+  sentences = check_sentences(sentences)
   width = template.num_tokens + max_sentence_tokens
   key = _cache_key(sentences, template, tokenizer, max_sentence_tokens, tokenization)
-  path = pathlib.Path(cache_dir) / f"tokens-{key}.npz"
-  batch = _load_cache(path, len(sentences), width)
-  if batch is None:
-    batch = encode_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens, pad_to=width,
-                             tokenization=tokenization)
-    _save_cache(path, batch)
-  return batch
+  starts = range(0, len(sentences), CHUNK_ROWS)
+  paths = [pathlib.Path(cache_dir) / f"tokens-{key}-{i:05d}.npz" for i in range(len(starts))]
+
+  def tokenize(i: int) -> TemplateBatch:
+    chunk = sentences[starts[i]:starts[i] + CHUNK_ROWS]
+    try:
+      batch = encode_sentences(template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width,
+                               tokenization=tokenization)
+    except ValueError as e:
+      raise ValueError(f"sentences {starts[i]}.. (cache chunk {i}): {e}") from e
+    _save_cache(paths[i], batch)
+    return batch
+
+  for i in range(hosts.index, len(paths), hosts.count):
+    if not paths[i].exists():
+      tokenize(i)
+  hosts.barrier(f"jaxemb tokenize_cached {key}")
+  out = None
+  for i, path in enumerate(paths):
+    rows = min(CHUNK_ROWS, len(sentences) - starts[i])
+    batch = _load_cache(path, rows, width)
+    if batch is None:
+      batch = tokenize(i)
+    if out is None:  # Allocated once: the chunks are copied in, never concatenated.
+      out = jax.tree.map(lambda a: np.empty((len(sentences), *a.shape[1:]), a.dtype), batch)
+    jax.tree.map(lambda whole, part: whole.__setitem__(slice(starts[i], starts[i] + rows), part), out, batch)
+  return out
 
 
 def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
@@ -252,9 +294,14 @@ def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenize
       "tokenizer": [type(tokenizer).__name__, backend],
       "max_sentence_tokens": max_sentence_tokens,
       "tokenization": tokenization,
-      "sentences": list(sentences),
+      "sentences": len(sentences),
   }
-  return hashlib.sha256(json.dumps(key, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:32]
+  digest = hashlib.sha256(json.dumps(key, ensure_ascii=False, sort_keys=True).encode())
+  for start in range(0, len(sentences), CHUNK_ROWS):  # Each sentence's UTF-8 length, then the bytes: unambiguous.
+    encoded = [s.encode("utf-8", "surrogatepass") for s in sentences[start:start + CHUNK_ROWS]]
+    digest.update(np.array([len(e) for e in encoded], np.int64).tobytes())
+    digest.update(b"".join(encoded))
+  return digest.hexdigest()[:32]
 
 
 def _load_cache(path: pathlib.Path, num_rows: int, width: int) -> TemplateBatch | None:

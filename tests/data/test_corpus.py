@@ -31,10 +31,12 @@ class CountingTokenizer:
   def __init__(self, tokenizer):
     self._tokenizer = tokenizer
     self.calls = 0
+    self.texts = 0  # Texts tokenised, over all calls.
 
-  def __call__(self, *args, **kwargs):
+  def __call__(self, texts, *args, **kwargs):
     self.calls += 1
-    return self._tokenizer(*args, **kwargs)
+    self.texts += len(texts)
+    return self._tokenizer(texts, *args, **kwargs)
 
   def __getattr__(self, name):
     return getattr(self._tokenizer, name)
@@ -226,6 +228,56 @@ def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, d
   corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls == 0  # The rebuilt file is good.
   assert [p.name for p in tmp_path.iterdir()] == [path.name]  # No temporary file is left behind.
+
+
+def _chunked(tmp_path, tokenizer, sentences, hosts=corpus.Hosts()):
+  uncounted = tokenizer._tokenizer if isinstance(tokenizer, CountingTokenizer) else tokenizer
+  template = templates.Template.parse(BERT_TEMPLATES[0], uncounted)
+  return corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="alone",
+                                hosts=hosts)
+
+
+def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(tmp_path, bert_tokenizer, sentences,
+                                                                         monkeypatch):
+  monkeypatch.setattr(corpus, "CHUNK_ROWS", 64)
+  tokenizer = CountingTokenizer(bert_tokenizer)
+  batch = _chunked(tmp_path, tokenizer, sentences)
+  assert tokenizer.calls == 5 and tokenizer.texts == len(sentences)  # 303 sentences: 4 chunks of 64 and one of 47.
+  files = sorted(tmp_path.glob("*.npz"))
+  assert [f.name[-9:] for f in files] == [f"{i:05d}.npz" for i in range(5)]
+  template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
+  expected = templates.encode_sentences(template, bert_tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
+                                        pad_to=template.num_tokens + MAX_TOKENS, tokenization="alone")
+  for name in corpus._FIELDS:
+    np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+  files[2].unlink()  # As a run killed while writing chunk 2 leaves it.
+  tokenizer.calls = tokenizer.texts = 0
+  again = _chunked(tmp_path, tokenizer, sentences)
+  assert tokenizer.texts == 64
+  np.testing.assert_array_equal(again.input_ids, expected.input_ids)
+
+
+def test_hosts_tokenise_their_share_and_read_the_rest_from_a_shared_cache(tmp_path, bert_tokenizer, sentences,
+                                                                        monkeypatch):
+  monkeypatch.setattr(corpus, "CHUNK_ROWS", 64)
+  chunks_at_barrier = []
+  barrier = lambda name: chunks_at_barrier.append(sorted(int(p.name[-9:-4]) for p in tmp_path.glob("*.npz")))
+  host0, host1 = CountingTokenizer(bert_tokenizer), CountingTokenizer(bert_tokenizer)
+  alone = _chunked(tmp_path / "local", bert_tokenizer, sentences)
+  # Host 0 alone first: a cache dir only it sees; it tokenises chunks 0, 2, 4, then the rest it cannot find.
+  tmp_path = tmp_path / "shared"
+  first = _chunked(tmp_path, host0, sentences, corpus.Hosts(0, 2, barrier))
+  assert chunks_at_barrier == [[0, 2, 4]] and host0.texts == len(sentences)
+  # Host 1 of the same job, sharing the cache dir: it finds every chunk, and tokenises none.
+  second = _chunked(tmp_path, host1, sentences, corpus.Hosts(1, 2, barrier))
+  assert host1.texts == 0
+  # The same job with host 1's chunks missing: it tokenises those alone (1: 64 sentences, 3: 64).
+  for i in (1, 3):
+    next(tmp_path.glob(f"*-{i:05d}.npz")).unlink()
+  third = _chunked(tmp_path, host1, sentences, corpus.Hosts(1, 2, barrier))
+  assert host1.texts == 128 and chunks_at_barrier[-1] == [0, 1, 2, 3, 4]
+  for batch in (first, second, third):
+    np.testing.assert_array_equal(batch.input_ids, alone.input_ids)
 
 
 def test_tokenize_cached_rejects_non_positive_max_tokens(tmp_path, bert_tokenizer):
