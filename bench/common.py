@@ -29,10 +29,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(REPO))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
+import numpy as np
 import torch
 import transformers
 
 from jaxemb import templates
+from jaxemb.data import corpus
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import loop, sharding, state
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -121,11 +123,14 @@ class JaxembTrainStep:
     self.objective = loop.build_objective(config, tokenizer)
     self.model = Transformer(self.model_config, dtype=loop.DTYPES[config.model.dtype], remat=config.model.remat)
     tokens = config.data.max_sentence_tokens
-    # What corpus.tokenize_cached gives the loop: every row at the template's width plus max_sentence_tokens.
-    self.rows = {view: templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
-                                                  pad_to=template.num_tokens + tokens,
-                                                  tokenization=config.data.tokenization)
-                 for view, template in zip(self.objective.views, self.objective.view_templates)}
+    # What the loop feeds a step: corpus.tokenize_cached's rows (the template's width plus max_sentence_tokens), cut
+    # to the batch's longest row rounded up to data.length_multiple.
+    self.rows = {}
+    for view, template in zip(self.objective.views, self.objective.view_templates):
+      rows = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
+                                        pad_to=template.num_tokens + tokens, tokenization=config.data.tokenization)
+      width = corpus.batch_width(rows.attention_mask.sum(1), config.data.length_multiple, rows.input_ids.shape[1])
+      self.rows[view] = corpus.gather(rows, np.arange(len(sentences)), width)
     tx = state.make_optimizer(config.train, total_steps=SCHEDULE_STEPS)
     with jax.default_prng_impl(prng_impl):
       self.state, _, shardings = loop.initial_state(config, self.objective, pretrained,

@@ -50,7 +50,7 @@ class TorchTrainStep:
                             if v is not None}
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
     offset = views.bias_position_offset(o.bias_positions, jaxemb_step.model_config)
-    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(o.max_sentence_tokens + 1), offset))
+    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(config.data.max_sentence_tokens + 1), offset))
                       for t in o.view_templates if o.denoising == "position_offset"}
     t = config.train
     params = [*self.bert.parameters(), *self.mlp.parameters()]

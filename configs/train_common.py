@@ -31,6 +31,10 @@ def get_config():
   # "in_context", the filled-in string tokenised at once.
   config.data.tokenization = "alone"
   config.data.cache_dir = ""  # Tokenised-corpus cache; "" = <workdir>/cache.
+  # Each global batch (and its template-bias rows) is padded to its longest row rounded up to a multiple of this:
+  # no step runs on 32 sentence tokens when its longest has 20, and at most 1 + 32 / 8 shapes compile. 0 = every
+  # batch at the template's width + max_sentence_tokens.
+  config.data.length_multiple = 8
 
   config.objective = ml_collections.ConfigDict()
   config.objective.columns = ("text", "text")  # The data column each view of the loss reads.
@@ -70,6 +74,7 @@ def get_config():
   config.train.save_every = 125  # Steps between train-state checkpoints (resume restarts from the latest).
   config.train.keep_checkpoints = 2  # Train-state checkpoints kept.
   config.train.log_every = 10  # Steps between metrics.jsonl / TensorBoard records.
+  config.train.prefetch = 2  # Batches gathered and sent to the devices while a step runs; 0 = none.
   config.train.mesh_data = -1  # Devices on the data axis; -1 = all that fsdp leaves.
   config.train.mesh_fsdp = 1  # Devices each param and optimizer state is split over.
   config.train.distributed = ml_collections.ConfigDict()

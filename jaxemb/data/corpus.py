@@ -205,9 +205,26 @@ def batch_indices(num_examples: int, global_batch_size: int, seed: int, step: in
   return _permutation(num_examples, seed, epoch)[start:start + per_process].copy()
 
 
-def gather(batch: TemplateBatch, indices: np.ndarray) -> TemplateBatch:
-  """The rows `indices` of every array of `batch`."""
-  return jax.tree.map(lambda array: array[indices], batch)
+def gather(batch: TemplateBatch, indices: np.ndarray, width: int | None = None) -> TemplateBatch:
+  """The rows `indices` of every array of `batch`, their tokens cut to the first `width` (None: all)."""
+  rows = jax.tree.map(lambda array: array[indices], batch)
+  if width is None:
+    return rows
+  return rows.replace(input_ids=rows.input_ids[:, :width], attention_mask=rows.attention_mask[:, :width])
+
+
+def batch_width(row_lengths: np.ndarray, multiple: int, full_width: int) -> int:
+  """The width a global batch is padded to: its longest row (`row_lengths`, tokens attended) rounded up to a
+  multiple of `multiple`, at most `full_width`; `multiple` 0 keeps `full_width`.
+
+  Rounding up bounds the shapes a run compiles (at most full_width / multiple); the rows and their order do not
+  change, and the authors' data collator too pads each batch to its longest row.
+  """
+  if multiple < 0:
+    raise ValueError(f"length multiple must be non-negative, got {multiple}")
+  if multiple == 0:
+    return full_width
+  return min(full_width, -(-int(row_lengths.max()) // multiple) * multiple)
 
 
 @functools.lru_cache(maxsize=2)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import queue
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, Generator, Iterator, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +28,7 @@ from jaxemb.training import checkpoints, objectives, sharding
 from jaxemb.training import state as train_state
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+T = TypeVar("T")
 
 
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
@@ -37,7 +39,7 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   return objectives.Objective(
       views=tuple(_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed, pooling=o.pooling,
       denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
-      max_sentence_tokens=config.data.max_sentence_tokens, trainable=o.trainable, loss_group_size=o.loss_group_size,
+      trainable=o.trainable, loss_group_size=o.loss_group_size,
       bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
       ddp_world_size=o.ddp_world_size)
 
@@ -280,13 +282,23 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     if writer and (done % config.train.log_every == 0 or done == total_steps):
       writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1))})
 
+  row_lengths = {name: rows.attention_mask.sum(1) for name, rows in fields.items()}
+
+  def place(step: int) -> dict[str, templates.TemplateBatch]:
+    """The global batch of `step` on the mesh: this host's rows of each view, cut to the width of the view's
+    longest row in the global batch (the same width on every host)."""
+    everyone = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step)
+    index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
+                                 jax.process_index(), jax.process_count())
+    widths = {name: corpus.batch_width(row_lengths[name][everyone], config.data.length_multiple,
+                                       rows.input_ids.shape[1]) for name, rows in fields.items()}
+    return {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
+                               corpus.gather(rows, index, widths[name])) for name, rows in fields.items()}
+
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
+  batches = prefetch(map(place, range(start_step, total_steps)), config.train.prefetch)
   try:
-    for step in range(start_step, total_steps):
-      index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
-                                   jax.process_index(), jax.process_count())
-      batch = {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
-                                  corpus.gather(rows, index)) for name, rows in fields.items()}
+    for step, batch in zip(range(start_step, total_steps), batches):
       state, metrics = step_fn(state, batch)
       if pending:
         record(*pending)
@@ -318,6 +330,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
         _say(str(preempted))
         raise preempted
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
+    batches.close()
     progress.close()
     ckpt.wait()
     ckpt.close()
@@ -330,6 +343,52 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   _say(f"done: best STS-B dev {meta['best_stsb_dev']:.2f} at step {meta['best_step']} (before: "
        f"{meta['stsb_dev_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s")
   return summary
+
+
+def prefetch(items: Iterator[T], depth: int) -> Generator[T, None, None]:
+  """`items` in order, produced by a background thread that stays up to `depth` items ahead (0: produced in the
+  caller's thread when asked for). The training loop's items are placed batches: the next ones are gathered, cut
+  and sent to the devices while the current step runs. An exception in `items` is raised here, at its place in
+  the order; closing the generator stops the thread.
+  """
+  if depth == 0:
+    yield from items
+    return
+  ready: queue.Queue = queue.Queue(maxsize=depth)
+  stop = threading.Event()
+  end = object()
+
+  def put(item) -> bool:
+    while not stop.is_set():
+      try:
+        ready.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        continue
+    return False
+
+  def produce():
+    try:
+      for item in items:
+        if not put((item, None)):
+          return
+      put((end, None))
+    except Exception as e:  # pylint: disable=broad-except  # Re-raised in the consumer.
+      put((end, e))
+
+  thread = threading.Thread(target=produce, name="jaxemb-prefetch", daemon=True)
+  thread.start()
+  try:
+    while True:
+      item, error = ready.get()
+      if error is not None:
+        raise error
+      if item is end:
+        return
+      yield item
+  finally:
+    stop.set()
+    thread.join()
 
 
 def _say(message: str):

@@ -39,7 +39,6 @@ class Objective:
       `--mlp_only_train` is off), "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
     loss: one of LOSSES.
     temperature: tau of the cosine logits.
-    max_sentence_tokens: the longest sentence (the bias table has one row per length 0..max).
     trainable: "all", or "prompt" (OptiPrompt: the continuous template vectors and the projection train, the
       encoder does not).
     loss_group_size: rows per loss (0: the global batch). CoT-BERT ran `nn.DataParallel` on 2 GPUs with 128 rows
@@ -63,7 +62,6 @@ class Objective:
   projection: str
   loss: str
   temperature: float
-  max_sentence_tokens: int
   trainable: str = "all"
   loss_group_size: int = 0
   bias_positions: str = "from_zero"
@@ -143,11 +141,11 @@ class _Encoder:
                             rngs={"dropout": jax.random.fold_in(self._rng, self._calls)}, **kwargs)
 
 
-def template_bias_table(objective: Objective, model: Transformer, encode: _Encoder, view: views.View) -> jax.Array:
-  """The template bias for every sentence length 0..max: [max + 1, hidden], one encoder pass for all lengths
-  (kongds/Prompt-BERT `get_delta`, ZBWpro/CoT-BERT `denoising`). Gradients flow through it, as in the reference."""
-  return views.template_bias(view, model, encode, jnp.arange(objective.max_sentence_tokens + 1),
-                             objective.max_sentence_tokens, encode.params.get("prompt"))
+def template_bias_table(model: Transformer, encode: _Encoder, view: views.View, max_len: int) -> jax.Array:
+  """The template bias for every sentence length 0..max_len: [max_len + 1, hidden], one encoder pass for all
+  lengths (kongds/Prompt-BERT `get_delta`, ZBWpro/CoT-BERT `denoising`: a table indexed by length). Gradients flow
+  through it, as in the reference."""
+  return views.template_bias(view, model, encode, jnp.arange(max_len + 1), max_len, encode.params.get("prompt"))
 
 
 def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
@@ -158,8 +156,9 @@ def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
   for field, view in zip(objective.views, objective.view_list):
     bias = None
     if view.denoising != "none":
-      if view.template not in biases:
-        biases[view.template] = template_bias_table(objective, model, encode, view)
+      if view.template not in biases:  # Lengths up to what the batch's width holds (data.length_multiple).
+        max_len = batch[field].input_ids.shape[1] - view.template.num_tokens
+        biases[view.template] = template_bias_table(model, encode, view, max_len)
       bias = biases[view.template][batch[field].sentence_lengths]
     vectors.append(views.vector(view, model, encode.params, encode, batch[field], encode.params.get("prompt"), bias))
   return getattr(losses, objective.loss)(*vectors, temperature=objective.temperature)

@@ -360,3 +360,33 @@ def test_batch_indices_errors(kwargs, match):
   args = dict(num_examples=100, global_batch_size=8, seed=0, step=0) | kwargs
   with pytest.raises(ValueError, match=match):
     corpus.batch_indices(**args)
+
+
+@pytest.mark.parametrize("lengths, multiple, expected", [
+    ([9, 17, 3], 8, 24),  # The longest row, 17, rounded up to 24.
+    ([16, 2], 8, 16),  # Already a multiple.
+    ([45], 8, 46),  # Never past the full width.
+    ([9, 17, 3], 0, 46),  # 0: the full width.
+    ([9, 17, 3], 1, 17),
+])
+def test_batch_width(lengths, multiple, expected):
+  assert corpus.batch_width(np.array(lengths), multiple, 46) == expected
+
+
+def test_batch_width_rejects_a_negative_multiple():
+  with pytest.raises(ValueError, match="length multiple must be non-negative, got -8"):
+    corpus.batch_width(np.array([3]), -8, 46)
+
+
+def test_gather_cuts_rows_to_a_width(bert_tokenizer, sentences):
+  template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
+  batch = templates.encode_sentences(template, bert_tokenizer, sentences[:8], max_sentence_tokens=MAX_TOKENS,
+                                     pad_to=template.num_tokens + MAX_TOKENS)
+  index = np.argsort(batch.attention_mask.sum(1))[[1, 0]]  # The two shortest rows, longer first.
+  width = int(batch.attention_mask[index].sum(1).max())
+  assert width < batch.input_ids.shape[1]
+  rows = corpus.gather(batch, index, width)
+  assert rows.input_ids.shape == rows.attention_mask.shape == (2, width)
+  np.testing.assert_array_equal(rows.input_ids, batch.input_ids[index, :width])
+  assert np.all(batch.input_ids[index, width:] == template.pad_id)  # Only padding is cut.
+  np.testing.assert_array_equal(rows.mask_positions, batch.mask_positions[index])

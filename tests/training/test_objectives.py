@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from jaxemb import templates
+from jaxemb.data import corpus
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import objectives
 from tests.conftest import write_random_checkpoint
@@ -24,7 +25,7 @@ def _cot(tokenizer, group_size):
   from configs import cotbert  # pylint: disable=g-import-not-at-top
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in (cotbert.ANCHOR, cotbert.POSITIVE, cotbert.NEGATIVE))
   return objectives.Objective(views=("a", "p", "n"), view_templates=parsed, pooling="mask", denoising="pad",
-                              projection="mlp", loss="extended_info_nce", temperature=0.05, max_sentence_tokens=8,
+                              projection="mlp", loss="extended_info_nce", temperature=0.05,
                               loss_group_size=group_size)
 
 
@@ -47,3 +48,33 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   assert abs(loss(_cot(tokenizer, 0), SENTENCES) - np.mean(halves)) > 1e-3
   with pytest.raises(ValueError, match="does not split into loss groups of 3"):
     loss(_cot(tokenizer, 3), SENTENCES)
+
+
+def _promptbert(tokenizer):
+  from configs import promptbert  # pylint: disable=g-import-not-at-top
+  parsed = tuple(templates.Template.parse(t, tokenizer) for t in promptbert.get_config().objective.templates)
+  return objectives.Objective(views=("a", "b"), view_templates=parsed, pooling="mask", denoising="position_offset",
+                              projection="mlp", loss="info_nce", temperature=0.05)
+
+
+@pytest.mark.parametrize("make", [_promptbert, lambda tokenizer: _cot(tokenizer, 0)], ids=["position_offset", "pad"])
+def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(tiny, make):
+  """data.length_multiple: rows cut from template + 8 to their batch's longest (and the bias table to the lengths
+  that width holds) change neither the loss nor its gradient: the cut tokens are padding, masked out."""
+  tokenizer, model, encoder = tiny
+  objective = make(tokenizer)
+  params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
+  full = _batch(objective, tokenizer, SENTENCES)
+  cut = {field: corpus.gather(rows, np.arange(len(SENTENCES)), int(rows.attention_mask.sum(1).max()))
+         for field, rows in full.items()}
+  assert all(cut[f].input_ids.shape[1] < full[f].input_ids.shape[1] for f in full)
+  grad = jax.jit(jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b,
+                                                                             jax.random.key(1))[0]))
+  (loss_full, grad_full), (loss_cut, grad_cut) = grad(params, full), grad(params, cut)
+  np.testing.assert_allclose(loss_cut, loss_full, rtol=1e-5, atol=1e-5)  # Float noise only: the loss is ~0.02.
+  # Relative to the largest gradient entry: some leaves' gradients are zero up to float noise (the key bias shifts
+  # every logit of a softmax alike), and noise has no relative precision.
+  scale = max(float(np.abs(a).max()) for a in jax.tree.leaves(grad_full))
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grad_full), jax.tree.leaves(grad_cut), strict=True):
+    np.testing.assert_allclose(np.asarray(b) / scale, np.asarray(a) / scale, atol=1e-5,
+                               err_msg=jax.tree_util.keystr(path))

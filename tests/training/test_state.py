@@ -97,8 +97,7 @@ def test_clipping_equals_torch_clip_grad_norm():
 def _objective(tokenizer, template_text, denoising, projection="mlp"):
   template = templates.Template.parse(template_text, tokenizer)
   return objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="mask",
-                              denoising=denoising, projection=projection, loss="info_nce", temperature=0.05,
-                              max_sentence_tokens=6)
+                              denoising=denoising, projection=projection, loss="info_nce", temperature=0.05)
 
 
 def test_fresh_mlp_is_initialised_as_hf_init_weights(bert_tokenizer):
