@@ -333,11 +333,12 @@ class ReferenceModel(nn.Module):
   trainer's dev batcher + `sentemb_forward`.
   """
 
-  def __init__(self, setting: Setting | str, model_dir, tokenizer=None, seed: int = 0, dropout: float | None = 0.0):
+  def __init__(self, setting: Setting | str, model_dir, tokenizer=None, seed: int = 0, dropout: float | None = 0.0,
+               attn_implementation: str = "eager"):
     super().__init__()
     self.setting = setting = get_setting(setting)
     self.tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(str(model_dir))
-    kwargs = {"attn_implementation": "eager"}
+    kwargs = {"attn_implementation": attn_implementation}  # "eager": transformers 4.2's attention.
     if dropout is not None:
       kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     encoder_cls = transformers.BertModel if setting.family == "bert" else transformers.RobertaModel
