@@ -1,4 +1,5 @@
-"""Contrastive losses of SimCSE, PromptBERT and CoT-BERT on sentence embeddings (REFERENCE.md section 4).
+"""Contrastive losses of SimCSE, PromptBERT and CoT-BERT on sentence embeddings (PromptBERT §4.3, CoT-BERT §3.2;
+SimCSE, Gao et al. 2021, §3-4).
 
 Each loss is a cross-entropy over rows of cosine logits in which row i's label is column i, as the reference
 `cl_forward`s write it (`Similarity` = `nn.CosineSimilarity(dim=-1)` / temp, `nn.CrossEntropyLoss`, `labels =

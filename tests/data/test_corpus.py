@@ -10,7 +10,8 @@ from jaxemb.data import corpus
 from jaxemb.data.sts import DataError
 from tests.conftest import shared_path
 
-# REFERENCE.md section 2: PromptBERT's BERT and RoBERTa templates and CoT-BERT's two-mask ones.
+# PromptBERT's BERT and RoBERTa templates (kongds/Prompt-BERT run.sh) and CoT-BERT's two-mask ones (ZBWpro/CoT-BERT
+# code-for-BERT/train.py), here as spaced strings: the cache must handle any template.
 BERT_TEMPLATES = (
     'This sentence : "[X]" means [MASK] .',
     'This sentence of "[X]" means [MASK] .',
