@@ -271,6 +271,9 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   start_time = time.perf_counter()
   progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True)
 
+  # Training throughput between two metrics records, the STS-B dev evaluations in between left out.
+  clock = {"step": start_step, "time": time.perf_counter(), "evaluating": 0.0}
+
   def record(done: int, metrics: dict[str, jax.Array]):
     """Reads one step's metrics (a host sync), stops on a non-finite loss, and reports them."""
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -280,7 +283,11 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     progress.update(1)
     progress.set_postfix(loss=f"{metrics['loss']:.4f}")
     if writer and (done % config.train.log_every == 0 or done == total_steps):
-      writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1))})
+      now = time.perf_counter()
+      seconds = now - clock["time"] - clock["evaluating"]
+      rate = (done - clock["step"]) * config.train.batch_size / seconds
+      clock.update(step=done, time=now, evaluating=0.0)
+      writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1)), "examples_per_second": rate})
 
   row_lengths = {name: rows.attention_mask.sum(1) for name, rows in fields.items()}
 
@@ -310,7 +317,9 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
         record(*pending)
         pending = None
       if evaluate:
+        start = time.perf_counter()
         score = stsb_dev(state)
+        clock["evaluating"] += time.perf_counter() - start
         if writer:
           writer.write(done, {"stsb_dev": score})
         if score > meta["best_stsb_dev"]:

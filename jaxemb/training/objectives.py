@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+import zlib
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,9 @@ from jaxemb import denoise, losses, templates, views
 from jaxemb.models import Transformer
 
 LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
+# Each loss is the diagonal cross-entropy of its logits (jaxemb.losses); the step reports their accuracy too.
+_LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": losses.hard_negative_logits,
+           "extended_info_nce": losses.extended_info_nce_logits}
 POOLINGS = views.POOLINGS
 DENOISING = denoise.DENOISING
 PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh, the MLM head's transform, none.
@@ -130,10 +134,16 @@ def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict
 
 
 class _Encoder:
-  """The encoder in training mode for one step: every call draws a fresh dropout rng."""
+  """The encoder in training mode for one step. Each part of the step encodes through `named(part)`, whose dropout
+  rng is the step's folded with the part's name (a loss group, a view by its position, a template's bias rows), so
+  the masks do not change when code runs the parts in another order. Calls of one part each draw a fresh rng."""
 
   def __init__(self, model: Transformer, params: dict[str, Any], rng: jax.Array):
     self.model, self.params, self._rng, self._calls = model, params, rng, 0
+
+  def named(self, part: str) -> _Encoder:
+    # crc32, not hash(): str hashes differ between processes, and every host must draw the same masks.
+    return _Encoder(self.model, self.params, jax.random.fold_in(self._rng, zlib.crc32(part.encode())))
 
   def __call__(self, input_ids, attention_mask, **kwargs):
     self._calls += 1
@@ -149,19 +159,24 @@ def template_bias_table(model: Transformer, encode: _Encoder, view: views.View, 
 
 
 def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
-                batch: dict[str, templates.TemplateBatch]) -> jax.Array:
-  """The loss over one group of rows: each template's bias table computed once, shared by the views that use it."""
+                batch: dict[str, templates.TemplateBatch]) -> tuple[jax.Array, jax.Array]:
+  """(loss, contrastive accuracy) over one group of rows: each template's bias table computed once, shared by the
+  views that use it."""
   biases = {}
   vectors = []
-  for field, view in zip(objective.views, objective.view_list):
+  for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
     bias = None
     if view.denoising != "none":
       if view.template not in biases:  # Lengths up to what the batch's width holds (data.length_multiple).
         max_len = batch[field].input_ids.shape[1] - view.template.num_tokens
-        biases[view.template] = template_bias_table(model, encode, view, max_len)
+        biases[view.template] = template_bias_table(model, encode.named(f"bias {view.template.text}"), view, max_len)
       bias = biases[view.template][batch[field].sentence_lengths]
-    vectors.append(views.vector(view, model, encode.params, encode, batch[field], encode.params.get("prompt"), bias))
-  return getattr(losses, objective.loss)(*vectors, temperature=objective.temperature)
+    # By position: SimCSE's two views read the same field and must differ in dropout alone.
+    view_encode = encode.named(f"view {i}")
+    vectors.append(views.vector(view, model, encode.params, view_encode, batch[field], encode.params.get("prompt"),
+                                bias))
+  logits = _LOGITS[objective.loss](*vectors, temperature=objective.temperature)
+  return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
 
 
 def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str, Any],
@@ -173,7 +188,7 @@ def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str,
   size = objective.loss_group_size or rows
   if rows % size:
     raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
-  group_losses = [_group_loss(objective, model, encode, jax.tree.map(lambda x: x[i:i + size], batch))
-                  for i in range(0, rows, size)]
-  loss = sum(group_losses) / len(group_losses)
-  return loss, {"loss": loss}
+  groups = [_group_loss(objective, model, encode.named(f"group {i // size}"),
+                        jax.tree.map(lambda x: x[i:i + size], batch)) for i in range(0, rows, size)]
+  loss = sum(loss for loss, _ in groups) / len(groups)
+  return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}

@@ -156,7 +156,7 @@ def train_step(objective: objectives.Objective, model: Transformer, tx: optax.Gr
     grads = zero_padding_rows(model.config, grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = {**metrics, "grad_norm": optax.tree.norm(grads)}
+  metrics = {**metrics, "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 

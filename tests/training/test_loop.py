@@ -106,7 +106,12 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   assert np.isfinite(summary["stsb_dev_before"]) and np.isfinite(summary["best_stsb_dev"])
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  assert any("stsb_dev" in r for r in records) and any("loss" in r for r in records)
+  assert any("stsb_dev" in r for r in records)
+  trained = [r for r in records if "loss" in r]
+  assert trained and all(r.keys() == {"step", "loss", "contrastive_accuracy", "grad_norm", "param_norm",
+                                      "learning_rate", "examples_per_second"} for r in trained)
+  assert all(0 <= r["contrastive_accuracy"] <= 1 and r["examples_per_second"] > 0 and r["param_norm"] > 0
+             for r in trained)
   assert list((tmp_path / "tensorboard").iterdir())
   config, params, meta = run_dir.load_best(tmp_path)
   assert meta["step"] == summary["best_step"] and config.model_type == "bert"

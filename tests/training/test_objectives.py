@@ -1,5 +1,7 @@
 """Objectives: CoT-BERT's loss groups and the views' shared path."""
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -78,3 +80,36 @@ def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(t
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grad_full), jax.tree.leaves(grad_cut), strict=True):
     np.testing.assert_allclose(np.asarray(b) / scale, np.asarray(a) / scale, atol=1e-5,
                                err_msg=jax.tree_util.keystr(path))
+
+
+def test_contrastive_accuracy_counts_rows_whose_positive_has_the_largest_logit(tiny):
+  """Without dropout, SimCSE's two views of a sentence are the same vector: every row's positive wins (accuracy 1).
+  With the second view's rows shuffled, no row's positive is its own sentence: accuracy 0."""
+  tokenizer, model, encoder = tiny
+  template = templates.Template.parse("[X]", tokenizer)
+  objective = objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="cls",
+                                   denoising="none", projection="mlp", loss="info_nce", temperature=0.05)
+  params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
+  batch = _batch(objective, tokenizer, SENTENCES)
+  metrics = lambda b: objectives.loss_and_metrics(objective, model, params, b, jax.random.key(1))[1]
+  assert float(metrics(batch)["contrastive_accuracy"]) == 1.0
+  shuffled = {**batch, "b": corpus.gather(batch["b"], np.array([1, 2, 3, 0]))}
+  assert float(metrics(shuffled)["contrastive_accuracy"]) == 0.0
+
+
+def test_dropout_masks_follow_the_parts_name_not_the_call_order(tiny):
+  """A part's dropout (a view, a bias table) is the same whatever other parts encoded before it; other names and the
+  same part's second call draw other masks."""
+  tokenizer, model, encoder = tiny
+  dropping = Transformer(dataclasses.replace(model.config, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
+  rows = templates.encode_sentences(templates.Template.parse("[X]", tokenizer), tokenizer, SENTENCES)
+  run = lambda encode: np.asarray(encode(rows.input_ids, rows.attention_mask).last_hidden_state)
+  step = lambda: objectives._Encoder(dropping, {"encoder": encoder}, jax.random.key(3))  # pylint: disable=protected-access
+  first = run(step().named("view 1"))
+  encode = step()
+  run(encode.named("view 0"))
+  run(encode.named("bias t"))
+  view_1 = encode.named("view 1")
+  np.testing.assert_array_equal(run(view_1), first)
+  assert not np.allclose(run(view_1), first)  # Its second call.
+  assert not np.allclose(run(step().named("view 0")), first)
