@@ -22,7 +22,10 @@ def get_config():
 
   config.analysis = ml_collections.ConfigDict()
   config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Anisotropy sentences, one per line (SimCSE wiki1m).
-  config.analysis.sample_size = 100_000  # Anisotropy over the first this many lines (PromptBERT: 100,000).
+  config.analysis.sample_size = 100_000  # Anisotropy over this many lines (PromptBERT: 100,000).
+  # "first": the first lines (kongds/Prompt-BERT's code); "random": a uniform sample (the papers' wording).
+  config.analysis.sample_order = "first"
+  config.analysis.sample_seed = 0  # The random sample's seed.
   config.analysis.sample_max_words = 32  # Keep this many words of each sample line (Prompt-BERT's code); 0 = all.
   config.analysis.sample_lowercase = True  # Lowercase the sample lines, as Prompt-BERT's code does.
   config.analysis.positive_threshold = 4.0  # Alignment positives: STS-B test pairs with gold above this.

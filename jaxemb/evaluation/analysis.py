@@ -194,9 +194,17 @@ def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: str | pat
   return path
 
 
-def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowercase: bool = False) -> list[str]:
-  """The first `size` non-empty lines of a text file, as kongds/Prompt-BERT samples wiki1m for anisotropy
-  (it lowercases them and keeps the first 32 words); `max_words` 0 keeps every word."""
+SAMPLE_ORDERS = ("first", "random")
+
+
+def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowercase: bool = False,
+                order: str = "first", seed: int = 0) -> list[str]:
+  """`size` non-empty lines of a text file: the first ones (order "first"), as kongds/Prompt-BERT's code samples
+  wiki1m for anisotropy (it lowercases them and keeps the first 32 words), or `size` drawn uniformly without
+  replacement with `seed`, kept in file order (order "random": the papers' "randomly sampled" sentences).
+  `max_words` 0 keeps every word."""
+  if order not in SAMPLE_ORDERS:
+    raise ValueError(f"sample order {order!r} is not one of {SAMPLE_ORDERS}")
   path = pathlib.Path(path)
   if not path.is_file():
     raise sts_data.DataError(f"{path}: no such file (the sentence sample for anisotropy)")
@@ -206,8 +214,11 @@ def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowerca
       words = (line.lower() if lowercase else line).split()
       if words:
         sample.append(" ".join(words[:max_words or None]))
-        if len(sample) == size:
+        if order == "first" and len(sample) == size:
           break
+  if order == "random" and len(sample) > size:
+    chosen = np.sort(np.random.default_rng(seed).choice(len(sample), size, replace=False))
+    sample = [sample[i] for i in chosen]
   if len(sample) < 2:
     raise sts_data.DataError(f"{path}: {len(sample)} non-empty lines; anisotropy needs at least 2")
   return sample
@@ -218,7 +229,8 @@ def run_analysis(config: Any) -> dict[str, Any]:
   them as a dict."""
   a = config.analysis
   # Data errors surface before the model is loaded.
-  sample = read_sample(a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase)
+  sample = read_sample(a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase, a.sample_order,
+                       a.sample_seed)
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
   preprocess = run.preprocess_from_config(config)
