@@ -146,19 +146,24 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
     _save_cache(paths[i], batch)
     return batch
 
-  for i in range(hosts.index, len(paths), hosts.count):
-    if not paths[i].exists():
-      tokenize(i)
-  hosts.barrier(f"jaxemb tokenize_cached {key}")
   out = None
-  for i, path in enumerate(paths):
-    rows = min(CHUNK_ROWS, len(sentences) - starts[i])
-    batch = _load_cache(path, rows, width)
-    if batch is None:
-      batch = tokenize(i)
+  filled = set()
+
+  def put(i: int, batch: TemplateBatch):
+    nonlocal out
     if out is None:  # Allocated once: the chunks are copied in, never concatenated.
       out = jax.tree.map(lambda a: np.empty((len(sentences), *a.shape[1:]), a.dtype), batch)
-    jax.tree.map(lambda whole, part: whole.__setitem__(slice(starts[i], starts[i] + rows), part), out, batch)
+    jax.tree.map(lambda whole, part: whole.__setitem__(slice(starts[i], starts[i] + len(part)), part), out, batch)
+    filled.add(i)
+
+  for i in range(hosts.index, len(paths), hosts.count):
+    if not paths[i].exists():
+      put(i, tokenize(i))  # Kept, not read back from its file.
+  hosts.barrier(f"jaxemb tokenize_cached {key}")
+  for i, path in enumerate(paths):
+    if i not in filled:
+      batch = _load_cache(path, min(CHUNK_ROWS, len(sentences) - starts[i]), width)
+      put(i, tokenize(i) if batch is None else batch)
   return out
 
 

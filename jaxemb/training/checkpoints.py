@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+
 class RunCheckpoints:
   """Periodic train-state checkpoints plus the best params by STS-B dev."""
 
