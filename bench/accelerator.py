@@ -156,12 +156,12 @@ def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, toke
   if config.objective.loss_group_size:  # CoT-BERT's two DataParallel replicas, at any batch.
     config.objective.loss_group_size = batch // 2
   step = common.JaxembTrainStep(config, model_dir, sentences, sharding.make_mesh(-1, 1))
-  rows = [tuple(r.input_ids.shape) for r in step.rows.values()]
-  if step.objective.denoising != "none":  # One bias table per template: lengths 0..(width - template).
-    rows += [(r.input_ids.shape[1] - t.num_tokens + 1, t.num_tokens + (r.input_ids.shape[1] - t.num_tokens
-                                                                        if step.objective.denoising == "pad" else 0))
-             for r, t in {t.text: (step.rows[v], t) for v, t in zip(step.objective.views,
-                                                                    step.objective.view_templates)}.values()]
+  o = step.objective
+  rows = [tuple(step.rows[v].input_ids.shape) for v in o.views]  # SimCSE encodes its one field twice.
+  tables = {t: step.rows[v].input_ids.shape[1] - t.num_tokens for v, t in zip(o.views, o.view_templates)}
+  if o.denoising != "none":  # One bias table per template, a row per length 0..max_len (objectives.py).
+    for template, max_len in tables.items():  # [PAD] rows hold the lengths' [PAD]s; position-offset rows do not.
+      rows.append((max_len + 1, template.num_tokens + (max_len if o.denoising == "pad" else 0)))
   return TrainCase(f"jaxemb {dtype}", step, rows, jax_peak_memory)
 
 
