@@ -8,16 +8,12 @@ finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, 
 ended); the same command then resumes.
 """
 
-import signal
-
 from absl import app
 from absl import flags
 from ml_collections import config_flags
 
 from jaxemb import xla
 from jaxemb.training import loop
-
-PREEMPTED_EXIT_CODE = 128 + signal.SIGTERM
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).",
                                           lock_config=True)
@@ -30,7 +26,7 @@ def main(argv):
   try:
     loop.train(_CONFIG.value)
   except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
-    return PREEMPTED_EXIT_CODE
+    return loop.Preempted.exit_code
   return 0
 
 

@@ -51,29 +51,40 @@ def preprocess_from_config(config: Any) -> sts.Preprocess:
 
 def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
   """(the configured test tasks, STS-B dev)."""
-  names = [name.strip() for name in config.eval.tasks.split(",") if name.strip()]
+  return load_sts_tasks(config.data.senteval_dir, config.eval.tasks, config.data.source)
+
+
+def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[list[sts_data.StsTask],
+                                                                             sts_data.StsTask]:
+  """(the test tasks `names` names, comma-separated, under SentEval's `root`; STS-B dev)."""
+  names = [name.strip() for name in names.split(",") if name.strip()]
   unknown = [name for name in names if name not in sts_data.TASKS]
   if unknown:
     raise ValueError(f"eval.tasks: unknown tasks {unknown}; known: {list(sts_data.TASKS)}")
-  root, source = config.data.senteval_dir, config.data.source
   tasks = [sts_data.load_sts_task(root, name, "test", source) for name in names]
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
+
+
+def score_sts(embed: sts.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
+              preprocess: sts.Preprocess) -> dict[str, Any]:
+  """Scores the test tasks and STS-B dev, prints their table; returns `StsResult.to_dict()` plus "stsb_dev"."""
+  result = sts.evaluate_sts(embed, tasks, preprocess)
+  dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
+  print(result.table())
+  print(f"STS-B dev: {dev_spearman:.2f}")
+  return {**result.to_dict(), "stsb_dev": dev_spearman}
 
 
 def run_sts(config: Any) -> dict[str, Any]:
   """Encodes every distinct sentence of the STS tasks once, scores them, prints the table, returns the numbers."""
   tasks, dev = load_tasks(config)  # Data errors surface before the model is loaded.
   encoder = encoder_from_config(config)
-  preprocess = preprocess_from_config(config)
   embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
   start = time.perf_counter()
-  result = sts.evaluate_sts(embed, tasks, preprocess)
-  dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
+  scores = score_sts(embed, tasks, dev, preprocess_from_config(config))
   seconds = time.perf_counter() - start
-  summary = {**result.to_dict(), "stsb_dev": dev_spearman, "method": config.method.to_dict(),
-             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
-  print(result.table())
-  print(f"STS-B dev: {dev_spearman:.2f}")
+  summary = {**scores, "method": config.method.to_dict(), "model": config.model.path, "seconds": seconds,
+             "compilations": encoder.compilations}
   print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
   write_summary(config, summary)
   return summary

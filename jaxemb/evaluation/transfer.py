@@ -378,11 +378,7 @@ def _run(config: Any, with_sts: bool) -> dict[str, Any]:
   start = time.perf_counter()
   scores = {}
   if with_sts:
-    sts_result = sts.evaluate_sts(embed, sts_tasks, preprocess)
-    dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
-    print(sts_result.table())
-    print(f"STS-B dev: {dev_spearman:.2f}")
-    scores["sts"] = {**sts_result.to_dict(), "stsb_dev": dev_spearman}
+    scores["sts"] = run.score_sts(embed, sts_tasks, dev, preprocess)
   result = evaluate_transfer(embed, tasks, preprocess, classifier)
   seconds = time.perf_counter() - start
   print(result.table())

@@ -104,6 +104,8 @@ def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
 class Preempted(Exception):
   """The run stopped on SIGTERM after saving its state; rerunning the same command resumes it."""
 
+  exit_code = 128 + signal.SIGTERM  # The status a command exits with: that of a job the signal ended.
+
   def __init__(self, step: int):
     super().__init__(f"preempted at step {step}; checkpoint saved; rerun the same command to resume")
     self.step = step

@@ -1,0 +1,242 @@
+"""Experiments: a grid of rows (each a config with overrides) × seeds, one run directory per run, and the table.
+
+The papers report unsupervised runs as mean ± std over seeds (PromptBERT Tables 6, 8 and 10: 10 seeds) and ablate
+one setting at a time (PromptBERT Tables 8-9, CoT-BERT Tables 3, 4 and 6). An experiment file
+(configs/experiments/*.py) names its rows; `sweep.py` runs them:
+
+    <workdir>/<row>/seed<s>/   a training row: train.py's run directory, then sts.json, the 7 STS tasks of its best
+                               step evaluated with the run's own method
+    <workdir>/<row>/           an evaluation row (learning-free: one run, no seed): sts.json
+    <workdir>/table.md, .json  mean ± std per row over whatever sts.json files exist
+
+A run with sts.json is finished and skipped; any other resumes from its last checkpoint (train.py's resume). Runs are
+independent, so hosts can split them (`--shard i/n`) and any host can write the table once they are done.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+import json
+import logging
+import pathlib
+import re
+import time
+import zlib
+from typing import Any, Sequence
+
+import ml_collections
+import numpy as np
+
+from jaxemb import xla
+from jaxemb.encode import Encoder
+from jaxemb.evaluation import run as eval_run
+from jaxemb.training import loop
+
+RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
+# The papers' 7 test tasks ("all" setting), with the column names of their tables.
+TASK_COLUMNS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
+                "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One job of an experiment: a row's config for one seed (None for an evaluation row)."""
+
+  row: str
+  seed: int | None
+  config: ml_collections.ConfigDict
+  directory: pathlib.Path
+
+  @property
+  def is_training(self) -> bool:
+    return is_training_config(self.config)
+
+  @property
+  def finished(self) -> bool:
+    return (self.directory / RESULT_FILE).is_file()
+
+
+def is_training_config(config: ml_collections.ConfigDict) -> bool:
+  """Training configs (configs/train_common.py) have an objective; evaluation configs (eval_common.py) a job."""
+  return "objective" in config
+
+
+def base_config(name: str) -> ml_collections.ConfigDict:
+  """`configs/<name>.py`'s config, e.g. "promptbert" or "eval_prompt"."""
+  try:
+    module = importlib.import_module(f"configs.{name}")
+  except ModuleNotFoundError as e:
+    raise ValueError(f"row base {name!r}: there is no configs/{name}.py") from e
+  return module.get_config()
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+  """"a.b=1; c.d='x'; e=(1, 2)" -> {"a.b": 1, "c.d": "x", "e": (1, 2)}: Python literals, else the text as a str."""
+  overrides = {}
+  for item in filter(None, (part.strip() for part in text.split(";"))):
+    key, equals, value = item.partition("=")
+    if not equals or not key.strip():
+      raise ValueError(f"override {item!r} is not key=value (overrides are separated by ';')")
+    try:
+      overrides[key.strip()] = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+      overrides[key.strip()] = value.strip()
+  return overrides
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any], source: str):
+  """Sets each dotted field; an unknown field or a value of the wrong type is an error naming `source`."""
+  for key, value in overrides.items():
+    *parents, leaf = key.split(".")
+    node = config
+    for part in parents:
+      if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+        raise ValueError(f"{source}: {key!r} names no config field")
+      node = node[part]
+    if leaf not in node:
+      raise ValueError(f"{source}: {key!r} names no config field")
+    try:
+      node[leaf] = value
+    except TypeError as e:
+      raise ValueError(f"{source}: {key}={value!r}: {e}") from None
+
+
+def slug(name: str) -> str:
+  """A row name as a directory name: its letters and digits, and the name's crc32, since names that differ only in
+  punctuation (`of [X]` and `of "[X]"`) read the same without it."""
+  return f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')[:48]}-{zlib.crc32(name.encode()):08x}"
+
+
+def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
+  """Every run of the experiment, in row order then seed order."""
+  workdir = pathlib.Path(experiment.workdir)
+  common = parse_overrides(experiment.overrides)
+  names = [slug(row["name"]) for row in experiment.rows]
+  if len(set(names)) != len(names):
+    raise ValueError(f"experiment {experiment.name!r}: row names {names} repeat (as directory names)")
+  runs = []
+  for row, name in zip(experiment.rows, names):
+    unknown = set(row) - {"name", "base", "paper", "set"}
+    if unknown:
+      raise ValueError(f"experiment {experiment.name!r}, row {row['name']!r}: unknown keys {sorted(unknown)}")
+    config = base_config(row.get("base", experiment.base))
+    apply_overrides(config, dict(row.get("set", {})), f"row {row['name']!r}")
+    apply_overrides(config, common, "overrides")  # The command line's, applied to every row.
+    if not is_training_config(config):
+      config.eval.output_json = str(workdir / name / RESULT_FILE)
+      runs.append(Run(row["name"], None, config, workdir / name))
+      continue
+    if not config.data.cache_dir:  # Runs of one corpus and template share its tokenised rows.
+      config.data.cache_dir = str(workdir / "cache")
+    for seed in experiment.seeds:
+      run = config.copy_and_resolve_references()
+      run.train.seed = seed
+      run.workdir = str(workdir / name / f"seed{seed}")
+      runs.append(Run(row["name"], seed, run, pathlib.Path(run.workdir)))
+  return runs
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+  """"i/n" -> (i, n), 0 <= i < n."""
+  match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+  if not match or not int(match[1]) < int(match[2]):
+    raise ValueError(f"--shard {text!r} is not i/n with 0 <= i < n")
+  return int(match[1]), int(match[2])
+
+
+def shard(runs: Sequence[Run], index: int, count: int) -> list[Run]:
+  """Every count-th run from `index`: hosts given 0/n .. n-1/n take disjoint shares that cover the plan."""
+  return list(runs[index::count])
+
+
+def execute(run: Run) -> dict[str, Any]:
+  """Trains (or resumes) a training run and scores its best step on the 7 STS tasks; runs an evaluation row's job.
+  Writes <run>/sts.json last."""
+  if not run.is_training:
+    return eval_run.run_sts(run.config)
+  config = run.config
+  training = loop.train(config)
+  tasks, dev = eval_run.load_sts_tasks(config.eval.senteval_dir, ",".join(TASK_COLUMNS))
+  encoder = Encoder.from_pretrained(config.workdir, dtype=eval_run.DTYPES[config.model.dtype],
+                                    length_multiple=config.eval.length_multiple)
+  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
+  start = time.perf_counter()
+  scores = eval_run.score_sts(embed, tasks, dev, eval_run.preprocess(config.eval.join_tokens, config.eval.add_period))
+  summary = {**scores, "seconds": time.perf_counter() - start, "best_step": training["best_step"],
+             "selection_stsb_dev": training["best_stsb_dev"], "seed": run.seed, "model": config.model.path}
+  (run.directory / RESULT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+  return summary
+
+
+def run_experiment(experiment: ml_collections.ConfigDict, share: tuple[int, int] = (0, 1),
+                   table_only: bool = False) -> str:
+  """Runs this host's share of the unfinished runs in plan order, then writes and returns the table.
+
+  Raises:
+    loop.Preempted: a run was stopped by SIGTERM after saving its state; rerunning resumes it first.
+  """
+  runs = plan(experiment)
+  mine = [] if table_only else shard(runs, *share)
+  todo = [run for run in mine if not run.finished]
+  logging.info("%s: %d runs planned, %d in this share, %d to do", experiment.name, len(runs), len(mine), len(todo))
+  for number, run in enumerate(todo, 1):
+    print(f"[{number}/{len(todo)}] {run.row}" + ("" if run.seed is None else f", seed {run.seed}") +
+          f": {run.directory}", flush=True)
+    xla.use_compilation_cache(run.config.compilation_cache_dir)
+    execute(run)
+  return write_table(experiment, runs)
+
+
+def aggregate(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> list[dict[str, Any]]:
+  """One record per row: the paper's number, and mean / std / min / max of each score over its finished runs."""
+  records = []
+  for row in experiment.rows:
+    mine = [run for run in runs if run.row == row["name"]]
+    results = [json.loads((run.directory / RESULT_FILE).read_text()) for run in mine if run.finished]
+    scores = {"average": [r["average"] for r in results], "stsb_dev": [r["stsb_dev"] for r in results],
+              **{task: [r["tasks"][task]["all"] for r in results if task in r["tasks"]] for task in TASK_COLUMNS}}
+    records.append({"row": row["name"], "paper": row.get("paper", ""), "runs": len(results), "planned": len(mine),
+                    "model": mine[0].config.model.path,
+                    "seeds": [run.seed for run in mine if run.finished],
+                    **{name: _stats(values) for name, values in scores.items()}})
+  return records
+
+
+def _stats(values: list[float]) -> dict[str, float] | None:
+  """Mean, std (population, numpy's default), min and max; None without values."""
+  if not values:
+    return None
+  return {"mean": float(np.mean(values)), "std": float(np.std(values)), "min": float(np.min(values)),
+          "max": float(np.max(values))}
+
+
+def markdown(experiment: ml_collections.ConfigDict, records: Sequence[dict[str, Any]]) -> str:
+  """The table: one line per row, jaxemb's 7-task average as mean ± std beside the paper's number."""
+  header = ["row", "paper", "jaxemb avg (mean ± std)", "min", "max", "runs", *TASK_COLUMNS.values(), "STS-B dev",
+            "model"]
+  lines = [f"### {experiment.name}", "", experiment.description, "",
+           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  for r in records:
+    average = r["average"]
+    cells = [r["row"], r["paper"] or "–",
+             f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "–",
+             *(f"{average[k]:.2f}" if average else "–" for k in ("min", "max")),
+             f"{r['runs']}/{r['planned']}",
+             *(f"{r[task]['mean']:.2f}" if r[task] else "–" for task in TASK_COLUMNS),
+             f"{r['stsb_dev']['mean']:.2f}" if r["stsb_dev"] else "–", r["model"]]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def write_table(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> str:
+  """Writes <workdir>/table.md and table.json from the finished runs; returns the Markdown."""
+  records = aggregate(experiment, runs)
+  text = markdown(experiment, records)
+  workdir = pathlib.Path(experiment.workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / "table.md").write_text(text)
+  (workdir / "table.json").write_text(json.dumps({"experiment": experiment.name, "rows": records}, indent=2) + "\n")
+  return text
+

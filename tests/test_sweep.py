@@ -1,0 +1,172 @@
+"""jaxemb.sweep and sweep.py: experiment plans, shards, resuming a killed sweep, the mean ± std table."""
+
+import importlib
+import json
+
+import numpy as np
+import pytest
+
+from jaxemb import sweep
+from jaxemb.encode import Encoder
+from jaxemb.evaluation import run as eval_run
+from jaxemb.evaluation import sts
+from jaxemb.training import loop
+from tests.conftest import shared_path
+from tests.training.test_loop import tiny_config
+
+EXPERIMENTS = ["seeds", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",
+               "cotbert_table3", "cotbert_table4", "cotbert_table6"]
+
+
+def _experiment(name, workdir, arg=None, **fields):
+  module = importlib.import_module(f"configs.experiments.{name}")
+  config = module.get_config(arg) if arg else module.get_config()
+  config.workdir = str(workdir)
+  for key, value in fields.items():
+    config[key] = value
+  return config
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, bert_tokenizer, roberta_tokenizer):
+  """Each row's overrides name real fields with values of their types, and its objective or method builds."""
+  experiment = _experiment(name, tmp_path)
+  runs = sweep.plan(experiment)
+  training = [sweep.is_training_config(sweep.base_config(row.get("base", experiment.base))) for row in experiment.rows]
+  assert len(runs) == sum(len(experiment.seeds) if t else 1 for t in training)
+  assert len({run.directory for run in runs}) == len(runs)
+  for run in runs:
+    if run.is_training:
+      assert run.config.workdir == str(run.directory) and run.config.train.seed == run.seed
+      assert run.config.data.cache_dir == str(tmp_path / "cache")
+      tokenizer = roberta_tokenizer if "roberta" in run.config.model.path else bert_tokenizer
+      objective = loop.build_objective(run.config, tokenizer)
+      assert [view.template.text for view in objective.view_list] == list(run.config.objective.templates)
+      loop.eval_method(run.config)
+    else:
+      assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
+      eval_run.method_from_config(run.config)
+
+
+def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
+  experiment = _experiment("promptbert_table8", tmp_path, "roberta", seeds=(1, 2),
+                           overrides="train.num_steps=30; model.path='/m'; objective.temperature=0.1")
+  runs = sweep.plan(experiment)
+  assert [(run.row, run.seed) for run in runs] == [(row["name"], seed) for row in experiment.rows for seed in (1, 2)]
+  same, different, default = runs[0].config, runs[2].config, runs[4].config
+  assert same.objective.templates[0] == same.objective.templates[1] == default.objective.templates[0]
+  assert same.objective.denoising == different.objective.denoising == "none"
+  assert different.objective.templates == default.objective.templates
+  assert default.objective.denoising == "position_offset"
+  assert all(run.config.train.num_steps == 30 and run.config.model.path == "/m" for run in runs)
+  assert all(run.config.objective.temperature == 0.1 for run in runs)
+
+
+def test_parse_overrides_reads_python_literals_and_bare_strings():
+  assert sweep.parse_overrides(" a.b=1; c = 'x y' ;d=(1, 2);e=../path/to;f=True;") == {
+      "a.b": 1, "c": "x y", "d": (1, 2), "e": "../path/to", "f": True}
+  with pytest.raises(ValueError, match="'model.path' is not key=value"):
+    sweep.parse_overrides("train.seed=1; model.path")
+
+
+def test_bad_overrides_name_the_field_and_where_it_came_from(tmp_path):
+  with pytest.raises(ValueError, match=r"overrides: 'train.num_stepz' names no config field"):
+    sweep.plan(_experiment("seeds", tmp_path, overrides="train.num_stepz=3"))
+  with pytest.raises(ValueError, match=r"overrides: train.num_steps='three'"):
+    sweep.plan(_experiment("seeds", tmp_path, overrides="train.num_steps=three"))
+  experiment = _experiment("seeds", tmp_path)
+  experiment.rows = ({"name": "x", "set": {"objective.denoise": "none"}},)
+  with pytest.raises(ValueError, match=r"row 'x': 'objective.denoise' names no config field"):
+    sweep.plan(experiment)
+  experiment.rows = ({"name": "x", "sett": {}},)
+  with pytest.raises(ValueError, match=r"unknown keys \['sett'\]"):
+    sweep.plan(experiment)
+  experiment.rows = ({"name": "x", "base": "no_such_config"},)
+  with pytest.raises(ValueError, match="there is no configs/no_such_config.py"):
+    sweep.plan(experiment)
+  with pytest.raises(ValueError, match="is not i/n"):
+    sweep.parse_shard("2/2")
+
+
+def test_shards_are_disjoint_and_cover_the_plan(tmp_path):
+  runs = sweep.plan(_experiment("promptbert_table8", tmp_path, seeds=(1, 2, 3, 4, 5)))
+  shares = [sweep.shard(runs, *sweep.parse_shard(f"{i}/4")) for i in range(4)]
+  assert sorted(str(run.directory) for share in shares for run in share) == sorted(str(r.directory) for r in runs)
+  assert [len(share) for share in shares] == [4, 4, 4, 3]
+
+
+def _fake_result(run, average):
+  run.directory.mkdir(parents=True, exist_ok=True)
+  tasks = {task: {"all": average + i} for i, task in enumerate(sweep.TASK_COLUMNS)}
+  (run.directory / sweep.RESULT_FILE).write_text(json.dumps({"average": average, "stsb_dev": 80.0, "tasks": tasks}))
+
+
+def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
+  experiment = _experiment("promptbert_table10", tmp_path, seeds=(1, 2, 3))
+  runs = sweep.plan(experiment)
+  for run, average in zip(runs[3:], (70.0, 71.0, 75.0)):  # Every PromptBERT run; SimCSE's none.
+    _fake_result(run, average)
+  text = sweep.write_table(experiment, runs)
+  records = json.loads((tmp_path / "table.json").read_text())["rows"]
+  simcse, prompt = records
+  assert simcse["runs"] == 0 and simcse["average"] is None
+  assert prompt["runs"] == 3 and prompt["seeds"] == [1, 2, 3]
+  assert prompt["average"]["mean"] == pytest.approx(72.0)
+  assert prompt["average"]["std"] == pytest.approx(np.std([70.0, 71.0, 75.0]))
+  assert (prompt["average"]["min"], prompt["average"]["max"]) == (70.0, 75.0)
+  assert prompt["STS13"]["mean"] == pytest.approx(73.0)
+  lines = text.splitlines()
+  assert lines[0] == "### PromptBERT Table 10"
+  assert "| SimCSE-BERT base | 75.42 ± 0.86 (max 76.64, min 73.50) | – | – | – | 0/3 |" in text
+  assert f"| PromptBERT base | 78.54 ± 0.15 (max 78.86, min 78.33) | 72.00 ± {np.std([70, 71, 75]):.2f} | 70.00 | " \
+         "75.00 | 3/3 | 72.00 | 73.00 |" in text
+  assert (tmp_path / "table.md").read_text() == text
+
+
+def test_a_killed_sweep_reruns_only_what_did_not_finish(tmp_path, monkeypatch, capsys):
+  """A run preempted mid-sweep stops the sweep; the rerun skips the finished runs, redoes the stopped one first and
+  finishes the rest; a share runs only its runs; table_only runs nothing."""
+  experiment = _experiment("seeds", tmp_path, seeds=(1, 2, 3, 4))
+  calls = []
+
+  def execute(run):
+    calls.append(run.seed)
+    if run.seed == 2 and calls.count(2) == 1:
+      raise loop.Preempted(7)
+    _fake_result(run, 70.0 + run.seed)
+
+  monkeypatch.setattr(sweep, "execute", execute)
+  with pytest.raises(loop.Preempted):
+    sweep.run_experiment(experiment)
+  assert calls == [1, 2]
+  sweep.run_experiment(experiment, share=(1, 2))  # Seeds 2 and 4.
+  assert calls == [1, 2, 2, 4]
+  assert "| promptbert | 78.54 ± 0.15 | 72.33 ± " in sweep.run_experiment(experiment, table_only=True)
+  assert calls == [1, 2, 2, 4]
+  sweep.run_experiment(experiment)
+  assert calls == [1, 2, 2, 4, 3]
+  record = json.loads((tmp_path / "table.json").read_text())["rows"][0]
+  assert record["runs"] == 4 and record["average"]["mean"] == pytest.approx(72.5)
+
+
+def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny_bert, tmp_path):
+  """execute on a tiny model: train.py's run directory, then sts.json with the 7 tasks of the best step, scored with
+  the run's own evaluation method (the same numbers evaluate.py gives for that step)."""
+  experiment = _experiment("seeds", tmp_path, seeds=(5,))
+  (run,) = sweep.plan(experiment)
+  base = tiny_config("promptbert", tiny_bert, run.directory, train_file=shared_path("data", "wiki", "wiki1m_sample.txt"),
+                     num_steps=2)
+  for block in ("model", "data", "eval", "train"):
+    run.config[block] = base[block]
+  run.config.train.seed = 5
+  summary = sweep.execute(run)
+  written = json.loads((run.directory / sweep.RESULT_FILE).read_text())
+  assert written["average"] == pytest.approx(summary["average"]) and written["seed"] == 5
+  assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
+  assert written["best_step"] == 2
+  encoder = Encoder.from_pretrained(run.directory, length_multiple=run.config.eval.length_multiple)
+  tasks, _ = eval_run.load_sts_tasks(run.config.eval.senteval_dir, "STS16")
+  preprocess = eval_run.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
+  sts16 = sts.evaluate_sts(lambda s: encoder.encode(s, batch_size=run.config.eval.batch_size), tasks, preprocess)
+  assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-6)
+  assert run.finished and sweep.plan(experiment)[0].finished
