@@ -23,11 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxemb import denoise, pooling, templates, views
+from jaxemb import templates
 from jaxemb.data import sts as sts_data
-from jaxemb.encode import PROMPT_METHODS, Encoder
+from jaxemb.encode import PROMPT_METHODS, Encoder, Method, sentence_vectors
 from jaxemb.evaluation import run, sts
-from jaxemb.models import EncoderConfig, Transformer, default_position_ids
+from jaxemb.models import EncoderConfig, Transformer
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -128,25 +128,13 @@ def _mask_top_ids(params: Any, batch: templates.TemplateBatch, config: EncoderCo
                   k: int) -> jax.Array:
   """[2, batch, k] token ids at the last [MASK]: row 0 from h, row 1 from h minus the template bias.
 
-  The bias is kongds/Prompt-BERT's: the [MASK] state of the template alone with the positions after the slot
-  shifted by the sentence length n, subtracted from h before the MLM head.
+  h and h - bias are the `prompt` method's vectors without and with `denoise` (kongds/Prompt-BERT's position-offset
+  bias, subtracted before the MLM head): the path evaluation and training take.
   """
   model = Transformer(config)
-  offset = views.bias_position_offset("from_zero", config)  # As the authors' `get_delta` counts.
-  bias_rows = denoise.position_offset_inputs(template, batch.sentence_lengths, offset)
-  width = batch.input_ids.shape[1]  # Sentence rows are never narrower than the template alone.
-
-  def stack(sentence_rows: jax.Array, template_rows: jax.Array, fill: int) -> jax.Array:
-    """The bias rows padded to the sentence rows' width, under them: one encoder pass, compiled once."""
-    padded = jnp.pad(template_rows, ((0, 0), (0, width - template_rows.shape[1])), constant_values=fill)
-    return jnp.concatenate([sentence_rows, padded])
-
-  out = model.apply({"params": params}, stack(batch.input_ids, bias_rows.input_ids, template.pad_id),
-                    stack(batch.attention_mask, bias_rows.attention_mask, 0),
-                    position_ids=stack(default_position_ids(config, batch.input_ids), bias_rows.position_ids, 0))
-  states = pooling.mask_state(out, jnp.concatenate([batch.mask_positions, bias_rows.mask_positions]))
-  hidden, bias = jnp.split(states, 2)
-  logits = model.apply({"params": params}, jnp.stack([hidden, hidden - bias]), method=Transformer.mlm_logits)
+  vectors = [sentence_vectors(model, params, Method("prompt", template=template.text, denoise=denoised), batch,
+                              template=template) for denoised in (False, True)]
+  logits = model.apply({"params": params}, jnp.stack(vectors), method=Transformer.mlm_logits)
   return jax.lax.top_k(logits, k)[1]
 
 
