@@ -35,8 +35,8 @@ import transformers
 
 from jaxemb import templates
 from jaxemb.data import corpus
-from jaxemb.models import Transformer, load_pretrained, load_tokenizer
-from jaxemb.training import loop, sharding, state
+from jaxemb.models import load_pretrained, load_tokenizer
+from jaxemb.training import sharding, trainer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.
@@ -109,8 +109,9 @@ def wiki_sentences(count: int) -> list[str]:
 
 
 class JaxembTrainStep:
-  """One jitted jaxemb train step on a fixed global batch, built as `jaxemb.training.loop.train` builds it: the
-  objective from the config, the encoder plus the objective's heads, AdamW, the sharded and donated step.
+  """One jitted jaxemb train step on a fixed global batch, built by `jaxemb.training.trainer.build_trainer` as
+  train.py's loop builds it: the objective from the config, the encoder plus the objective's heads, AdamW, the sharded
+  and donated step.
 
   Calling it runs one step and returns the loss; `prng_impl` ("threefry2x32", "rbg", "unsafe_rbg") is the
   default PRNG while the state is made and while the step runs (it draws the dropout masks).
@@ -120,8 +121,10 @@ class JaxembTrainStep:
     self.prng_impl = prng_impl
     self.model_config, pretrained = load_pretrained(model_dir)
     tokenizer = load_tokenizer(model_dir)
-    self.objective = loop.build_objective(config, tokenizer)
-    self.model = Transformer(self.model_config, dtype=loop.DTYPES[config.model.dtype], remat=config.model.remat)
+    with jax.default_prng_impl(prng_impl):
+      built = trainer.build_trainer(config, self.model_config, pretrained, tokenizer, mesh, SCHEDULE_STEPS)
+      self.state = built.initial_state(pretrained)
+    self.objective, self.model, self._step = built.objective, built.model, built.step
     tokens = config.data.max_sentence_tokens
     # What the loop feeds a step: corpus.tokenize_cached's rows (the template's width plus max_sentence_tokens), cut
     # to the batch's longest row rounded up to data.length_multiple.
@@ -131,12 +134,7 @@ class JaxembTrainStep:
                                         pad_to=template.num_tokens + tokens, tokenization=config.data.tokenization)
       width = corpus.batch_width(rows.attention_mask.sum(1), config.data.length_multiple, rows.input_ids.shape[1])
       self.rows[view] = corpus.gather(rows, np.arange(len(sentences)), width)
-    tx = state.make_optimizer(config.train, total_steps=SCHEDULE_STEPS)
-    with jax.default_prng_impl(prng_impl):
-      self.state, _, shardings = loop.initial_state(config, self.objective, pretrained,
-                                                    self.model_config.hidden_size, tx, mesh)
-      self._step = state.jit_train_step(self.objective, self.model, tx, mesh, shardings)
-      self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))
+    self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))
     # The step donates the state: a host copy of the starting weights for the PyTorch side and loss checks.
     self.initial_params = jax.device_get(self.state.all_params)
 

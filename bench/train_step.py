@@ -3,7 +3,7 @@ r"""One unsupervised training step: jaxemb's jitted step against a straightforwa
 Two settings, as configs/promptbert.py and configs/simcse.py define them: PromptBERT (two templates, the
 [MASK] state, position-offset template denoising with one bias table per template, the training-only dense +
 tanh MLP, InfoNCE) and SimCSE (the same sentences twice, dropout the only noise, [CLS], MLP, InfoNCE). The
-jaxemb step is built as jaxemb/training/loop.py builds it; the PyTorch step runs HF `BertModel` in train mode
+jaxemb step is built as train.py builds it (jaxemb/training/trainer.py); the PyTorch step runs HF `BertModel` in train mode
 through the same encoder calls (each view, then each template's bias rows), `torch.optim.AdamW` on the same
 linear schedule. Both start from the same weights (the MLP too) and read the same rows: the script first
 checks that their dropout-free losses agree, then times steps alternately, with the jax step once per dropout

@@ -32,6 +32,7 @@ import numpy as np
 from jaxemb import xla
 from jaxemb.encode import Encoder
 from jaxemb.evaluation import run as eval_run
+from jaxemb.models import compute_dtype
 from jaxemb.training import loop
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
@@ -159,7 +160,7 @@ def execute(run: Run) -> dict[str, Any]:
   config = run.config
   training = loop.train(config)
   tasks, dev = eval_run.load_sts_tasks(config.eval.senteval_dir, ",".join(TASK_COLUMNS))
-  encoder = Encoder.from_pretrained(config.workdir, dtype=eval_run.DTYPES[config.model.dtype],
+  encoder = Encoder.from_pretrained(config.workdir, dtype=compute_dtype(config.model.dtype),
                                     length_multiple=config.eval.length_multiple)
   embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
   start = time.perf_counter()

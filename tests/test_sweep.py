@@ -10,7 +10,7 @@ from jaxemb import sweep
 from jaxemb.encode import Encoder
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
-from jaxemb.training import loop
+from jaxemb.training import loop, trainer
 from tests.conftest import shared_path
 from tests.training.test_loop import tiny_config
 
@@ -40,7 +40,7 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
       assert run.config.workdir == str(run.directory) and run.config.train.seed == run.seed
       assert run.config.data.cache_dir == str(tmp_path / "cache")
       tokenizer = roberta_tokenizer if "roberta" in run.config.model.path else bert_tokenizer
-      objective = loop.build_objective(run.config, tokenizer)
+      objective = trainer.build_objective(run.config, tokenizer)
       assert [view.template.text for view in objective.view_list] == list(run.config.objective.templates)
       loop.eval_method(run.config)
     else:

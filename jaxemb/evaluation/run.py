@@ -8,14 +8,11 @@ import pathlib
 import time
 from typing import Any
 
-import jax.numpy as jnp
-
 from jaxemb import bias_removal
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
-
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+from jaxemb.models import compute_dtype
 
 
 def method_from_config(config: Any) -> Method:
@@ -29,10 +26,8 @@ def method_from_config(config: Any) -> Method:
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
-  if config.model.dtype not in DTYPES:
-    raise ValueError(f"model.dtype {config.model.dtype!r} is not one of {sorted(DTYPES)}")
   return Encoder.from_pretrained(
-      config.model.path, method or method_from_config(config), dtype=DTYPES[config.model.dtype],
+      config.model.path, method or method_from_config(config), dtype=compute_dtype(config.model.dtype),
       max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
 
 

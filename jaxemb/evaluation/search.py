@@ -14,7 +14,7 @@ import numpy as np
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
-from jaxemb.models import load_pretrained, load_tokenizer
+from jaxemb.models import compute_dtype, load_pretrained, load_tokenizer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def run_ditto_search(config: Any) -> dict[str, Any]:
 
 def _encoder(config: Any, model: tuple[Any, Any, Any], method: Method) -> Encoder:
   model_config, params, tokenizer = model
-  return Encoder(model_config, params, tokenizer, method, dtype=run.DTYPES[config.model.dtype],
+  return Encoder(model_config, params, tokenizer, method, dtype=compute_dtype(config.model.dtype),
                  max_sentence_tokens=config.eval.max_sentence_tokens or None,
                  length_multiple=config.eval.length_multiple)
 

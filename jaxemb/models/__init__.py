@@ -1,5 +1,5 @@
 """The encoder (BERT/RoBERTa), its heads and Hugging Face checkpoint I/O."""
 
 from jaxemb.models.bert import EncoderOutput, Transformer, default_position_ids
-from jaxemb.models.config import EncoderConfig
+from jaxemb.models.config import EncoderConfig, compute_dtype
 from jaxemb.models.hf import CheckpointError, load_pretrained, load_tokenizer, save_pretrained

@@ -5,10 +5,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import jax.numpy as jnp
+
 MODEL_TYPES = ("bert", "roberta")
 # HF `hidden_act` names -> whether jax.nn.gelu uses the tanh approximation; other activations are named below.
 _GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
 ACTIVATIONS = (*_GELU_APPROXIMATE, "relu", "silu", "swish")
+_COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # config.model.dtype -> the encoder's dtype.
+
+
+def compute_dtype(name: str) -> Any:
+  """The encoder's compute dtype that config.model.dtype names (params stay float32)."""
+  if name not in _COMPUTE_DTYPES:
+    raise ValueError(f"model.dtype {name!r} is not one of {sorted(_COMPUTE_DTYPES)}")
+  return _COMPUTE_DTYPES[name]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,10 +12,8 @@ import time
 from typing import Any, Generator, Iterator, TypeVar
 
 import jax
-import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import numpy as np
-import optax
 import tqdm
 
 from jaxemb import templates
@@ -23,30 +21,12 @@ from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
-from jaxemb.models import Transformer, hf, load_pretrained, load_tokenizer, run_dir
+from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import checkpoints, objectives, sharding
 from jaxemb.training import state as train_state
+from jaxemb.training.trainer import batch_field, build_trainer
 
-DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 T = TypeVar("T")
-
-
-def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
-  o = config.objective
-  if len(o.columns) != len(o.templates):
-    raise ValueError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
-  parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
-  return objectives.Objective(
-      views=tuple(_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed, pooling=o.pooling,
-      denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
-      trainable=o.trainable, loss_group_size=o.loss_group_size,
-      bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
-      ddp_world_size=o.ddp_world_size)
-
-
-def _field(column: str, template: str) -> str:
-  """The batch field of a view: views with the same column and template share one (SimCSE's two dropouts)."""
-  return f"{column}|{template}"
 
 
 def read_columns(config: Any) -> dict[str, list[str]]:
@@ -65,35 +45,6 @@ def maybe_initialize_distributed(config: Any):
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
     jax.distributed.initialize(coordinator_address=d.coordinator_address, num_processes=d.num_processes,
                                process_id=d.process_id)
-
-
-def _initial_params(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int):
-  """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
-  continuous template (initialised from the manual template) and its projection with the encoder frozen."""
-  heads = objectives.init_head_params(objective, hidden, jax.random.key(config.train.seed + 1))
-  trained, frozen = objectives.split_trainable(objective, pretrained)
-  if objective.trainable == "prompt":
-    prompt = objectives.init_prompt_params(objective.view_templates[0], pretrained["embeddings"]["word"]["embedding"])
-    trained = {**trained, "prompt": prompt}
-  return {**trained, **heads}, frozen
-
-
-def initial_state(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int,
-                  tx: optax.GradientTransformation, mesh: jax.sharding.Mesh):
-  """(state, abstract, shardings): the train state at step 0 placed by the sharding rules, its shapes and dtypes,
-  and those shardings (a resumed run restores into them)."""
-  params, frozen = _initial_params(config, objective, pretrained, hidden)
-  init = lambda p, f: train_state.init_state(p, f, tx, config.train.seed)
-  abstract, shardings = abstract_state(config, objective, pretrained, hidden, tx, mesh)
-  return jax.jit(init, out_shardings=shardings)(params, frozen), abstract, shardings
-
-
-def abstract_state(config: Any, objective: objectives.Objective, pretrained: dict[str, Any], hidden: int,
-                   tx: optax.GradientTransformation, mesh: jax.sharding.Mesh):
-  """(abstract, shardings) of the train state at step 0; `pretrained` may be shapes only (jax.ShapeDtypeStruct)."""
-  init = lambda p: train_state.init_state(*_initial_params(config, objective, p, hidden), tx, config.train.seed)
-  abstract = jax.eval_shape(init, pretrained)
-  return abstract, sharding.tree_shardings(mesh, abstract)
 
 
 def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
@@ -214,28 +165,23 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     model_config = hf.read_config(workdir / "model")
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   tokenizer = load_tokenizer(config.model.path)
-  objective = build_objective(config, tokenizer)
   columns = read_columns(config)
+  num_examples = len(next(iter(columns.values())))
+  total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
+      num_examples, config.train.batch_size)
+  trainer = build_trainer(config, model_config, pretrained, tokenizer, mesh, total_steps)
+  objective = trainer.objective
   cache_dir = pathlib.Path(config.data.cache_dir or workdir / "cache")
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
     if column not in columns:
       raise ValueError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
-    fields.setdefault(_field(column, template.text), corpus.tokenize_cached(
+    fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
         columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
         hosts))
-  num_examples = len(next(iter(columns.values())))
-  total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
-      num_examples, config.train.batch_size)
-
-  model = Transformer(model_config, dtype=DTYPES[config.model.dtype], remat=config.model.remat)
-  tx = train_state.make_optimizer(config.train, total_steps)
-  schedule = train_state.learning_rate_schedule(config.train, total_steps)
   if resume_step is None:
-    state, abstract, shardings = initial_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
-  else:
-    abstract, shardings = abstract_state(config, objective, pretrained, model_config.hidden_size, tx, mesh)
+    state = trainer.initial_state(pretrained)
   del pretrained
 
   if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
@@ -244,13 +190,11 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if resume_step is not None:
-    abstract_sharded = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract,
-                                    shardings)
-    state, meta = ckpt.restore(abstract_sharded)
+    state, meta = ckpt.restore(trainer.abstract_sharded())
     _say(f"resumed from {ckpt.workdir / 'checkpoints'} at step {int(state.step)}")
 
   selection = selection_method(config, objective)
-  evaluator = Encoder(model_config, None, tokenizer, selection, dtype=DTYPES[config.model.dtype],
+  evaluator = Encoder(model_config, None, tokenizer, selection, dtype=compute_dtype(config.model.dtype),
                       length_multiple=config.eval.length_multiple, mesh=mesh)
   # The trainer's batcher joins SentEval's tokens and appends no "."; the evaluation method's rules are the config's.
   preprocess = (run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
@@ -266,7 +210,6 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     meta["stsb_dev_before"] = stsb_dev(state)
     _say(f"STS-B dev before training: {meta['stsb_dev_before']:.2f}")
 
-  step_fn = train_state.jit_train_step(objective, model, tx, mesh, shardings)
   batch_sharding = sharding.batch_sharding(mesh)
   writer = _MetricsWriter(workdir) if jax.process_index() == 0 else None
   start_step = int(state.step)
@@ -289,7 +232,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
       seconds = now - clock["time"] - clock["evaluating"]
       rate = (done - clock["step"]) * config.train.batch_size / seconds
       clock.update(step=done, time=now, evaluating=0.0)
-      writer.write(done, {**metrics, "learning_rate": float(schedule(done - 1)), "examples_per_second": rate})
+      writer.write(done, {**metrics, "learning_rate": float(trainer.schedule(done - 1)), "examples_per_second": rate})
 
   row_lengths = {name: rows.attention_mask.sum(1) for name, rows in fields.items()}
 
@@ -308,7 +251,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   batches = prefetch(map(place, range(start_step, total_steps)), config.train.prefetch)
   try:
     for step, batch in zip(range(start_step, total_steps), batches):
-      state, metrics = step_fn(state, batch)
+      state, metrics = trainer.step(state, batch)
       if pending:
         record(*pending)
       done = step + 1

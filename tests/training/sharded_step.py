@@ -10,9 +10,8 @@ import jax
 import numpy as np
 
 from jaxemb.data import corpus
-from jaxemb.models import Transformer, load_pretrained, load_tokenizer
-from jaxemb.training import loop, sharding
-from jaxemb.training import state as train_state
+from jaxemb.models import load_pretrained, load_tokenizer
+from jaxemb.training import loop, sharding, trainer
 from tests.training.test_loop import tiny_config
 
 
@@ -24,20 +23,15 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
   config.train.adam_eps = 1e-6
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  objective = loop.build_objective(config, tokenizer)
-  sentences = loop.read_columns(config)["text"][:8]
   mesh = sharding.make_mesh(data, fsdp)
+  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, mesh, 10)
+  sentences = loop.read_columns(config)["text"][:8]
   batch_sharding = sharding.batch_sharding(mesh)
-  batch = {loop._field("text", t.text): jax.tree.map(  # pylint: disable=protected-access
+  batch = {trainer.batch_field("text", t.text): jax.tree.map(
       lambda x: jax.device_put(x, batch_sharding),
-      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache", tokenization="in_context")) for t in objective.view_templates}
-  tx = train_state.make_optimizer(config.train, 10)
-  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
-  abstract = jax.eval_shape(lambda p, f: train_state.init_state(p, f, tx, 0), params, frozen)
-  shardings = sharding.tree_shardings(mesh, abstract)
-  state = jax.jit(lambda p, f: train_state.init_state(p, f, tx, 0), out_shardings=shardings)(params, frozen)
-  step = train_state.jit_train_step(objective, Transformer(model_config), tx, mesh, shardings)
-  state, metrics = step(state, batch)
+      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache", tokenization="in_context"))
+      for t in built.objective.view_templates}
+  state, metrics = built.step(built.initial_state(pretrained), batch)
   leaves = jax.tree_util.tree_leaves_with_path(state.params)
   # The word table is over the size threshold, so fsdp splits it: as many distinct shards as the fsdp axis.
   words = state.params["encoder"]["embeddings"]["word"]["embedding"]

@@ -17,9 +17,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from jaxemb.data import corpus
-from jaxemb.models import Transformer, load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, sharding
-from jaxemb.training import state as train_state
+from jaxemb.models import load_pretrained, load_tokenizer, run_dir
+from jaxemb.training import loop, sharding, trainer
 from tests.conftest import REPO, shared_path, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
@@ -79,22 +78,17 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   config.train.learning_rate = 1e-4
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  objective = loop.build_objective(config, tokenizer)
+  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), 100)
   columns = loop.read_columns(config)
   batch = {}
-  for column, template in zip(config.objective.columns, objective.view_templates):
+  for column, template in zip(config.objective.columns, built.objective.view_templates):
     rows = corpus.tokenize_cached(columns[column][:4], template, tokenizer, 16, tmp_path / "cache",
                                   config.data.tokenization)
-    batch[loop._field(column, template.text)] = rows  # pylint: disable=protected-access
-  model = Transformer(model_config)
-  tx = train_state.make_optimizer(config.train, 100)
-  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
-  state = train_state.init_state(params, frozen, tx, 0)
-  mesh = sharding.make_mesh(-1, 1)
-  step = train_state.jit_train_step(objective, model, tx, mesh, sharding.tree_shardings(mesh, state))
+    batch[trainer.batch_field(column, template.text)] = rows
+  state = built.initial_state(pretrained)
   losses = []
   for _ in range(6):
-    state, metrics = step(state, batch)
+    state, metrics = built.step(state, batch)
     losses.append(float(metrics["loss"]))
   assert np.isfinite(losses).all(), losses
   assert all(later < earlier for earlier, later in zip(losses, losses[1:])), losses

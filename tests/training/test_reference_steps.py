@@ -7,7 +7,6 @@ DDP ranks of 2) and a larger learning rate (2e-4), so an update is ~2e-4 and its
 keeps about 4 significant digits. Negative controls show the comparison fails with optax's AdamW or without clipping.
 """
 
-import functools
 import importlib
 
 import jax
@@ -20,8 +19,8 @@ from jaxemb import templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
 from jaxemb.evaluation import run
-from jaxemb.models import Transformer, hf, load_pretrained, load_tokenizer
-from jaxemb.training import loop
+from jaxemb.models import hf, load_pretrained, load_tokenizer
+from jaxemb.training import loop, sharding, trainer
 from jaxemb.training import state as train_state
 from tests.conftest import shared_path, write_random_checkpoint
 from tests.training import reference_torch as ref
@@ -79,17 +78,14 @@ def jaxemb_run(config, model_dir, rows):
   """STEPS jaxemb steps on one repeated batch: (losses, per-step updates of all params, initial params)."""
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  objective = loop.build_objective(config, tokenizer)
   columns = ({c: [r[i] for r in rows] for i, c in enumerate(("sent0", "sent1", "hard_neg"))}
              if config.data.format == "nli" else {"text": rows})
   width = config.data.max_sentence_tokens
-  batch = {loop._field(c, t.text): templates.encode_sentences(  # pylint: disable=protected-access
+  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), SCHEDULE)
+  batch = {trainer.batch_field(c, t.text): templates.encode_sentences(
       t, tokenizer, columns[c], max_sentence_tokens=width, pad_to=t.num_tokens + width,
-      tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, objective.view_templates)}
-  tx = train_state.make_optimizer(config.train, SCHEDULE)
-  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
-  state = train_state.init_state(params, frozen, tx, config.train.seed)
-  step = jax.jit(functools.partial(train_state.train_step, objective, Transformer(model_config), tx))
+      tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, built.objective.view_templates)}
+  state, step = built.initial_state(pretrained), built.step
   initial = jax.device_get(state.all_params)
   losses, updates, before = [], [], initial
   for _ in range(STEPS):
@@ -204,8 +200,9 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   config = default_config(name, models[family])
   tokenizer = load_tokenizer(models[family])
   model_config, pretrained = load_pretrained(models[family])
-  objective = loop.build_objective(config, tokenizer)
-  params, frozen = loop._initial_params(config, objective, pretrained, model_config.hidden_size)  # pylint: disable=protected-access
+  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), SCHEDULE)
+  objective = built.objective
+  params, frozen = built.initial_params(pretrained)
   params = train_state.merge_params(frozen, params)
   encoder = Encoder(model_config, loop.eval_params(config, params), tokenizer, loop.selection_method(config, objective),
                     prompt=params.get("prompt"), length_multiple=128)  # One compiled shape.

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 from jaxemb.encode import Method
-from jaxemb.training import loop
+from jaxemb.training import loop, trainer
 
 OF = 'This sentence of "[X]" means[MASK].'
 COLON = 'This sentence : "[X]" means[MASK].'
@@ -37,23 +37,23 @@ EXPECTED = {
 def test_selection_method_follows_the_authors_flags(name, roberta_tokenizer, bert_tokenizer):
   config = importlib.import_module(f"configs.{name}").get_config()
   tokenizer = roberta_tokenizer if "roberta" in name else bert_tokenizer
-  assert loop.selection_method(config, loop.build_objective(config, tokenizer)) == EXPECTED[name]
+  assert loop.selection_method(config, trainer.build_objective(config, tokenizer)) == EXPECTED[name]
 
 
 def test_selection_can_use_the_evaluation_method(bert_tokenizer):
   config = importlib.import_module("configs.promptbert").get_config()
   config.eval.selection = "eval_method"
-  assert loop.selection_method(config, loop.build_objective(config, bert_tokenizer)) == Method("prompt", template=OF)
+  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)) == Method("prompt", template=OF)
   config.eval.selection = "test"
   with pytest.raises(ValueError, match="eval.selection 'test' is not one of"):
-    loop.selection_method(config, loop.build_objective(config, bert_tokenizer))
+    loop.selection_method(config, trainer.build_objective(config, bert_tokenizer))
 
 
 def test_pad_denoising_cannot_be_subtracted_at_selection(bert_tokenizer):
   config = importlib.import_module("configs.cotbert").get_config()
   config.eval.select_denoise = True
   with pytest.raises(ValueError, match="select_denoise"):
-    loop.selection_method(config, loop.build_objective(config, bert_tokenizer))
+    loop.selection_method(config, trainer.build_objective(config, bert_tokenizer))
 
 
 # Each config's evaluation method (recorded in its run directory), read off the authors' evaluation flags: run.sh's

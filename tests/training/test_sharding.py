@@ -107,16 +107,12 @@ def test_rule_splits_only_large_leaves_on_their_largest_divisible_axis(shape, fs
 def abstract_state(tiny_bert):
   """The shapes and dtypes of the tiny PromptBERT train state, as the loop builds it."""
   from jaxemb.models import load_pretrained, load_tokenizer  # pylint: disable=import-outside-toplevel
-  from jaxemb.training import loop  # pylint: disable=import-outside-toplevel
-  from jaxemb.training import state as train_state  # pylint: disable=import-outside-toplevel
+  from jaxemb.training import trainer  # pylint: disable=import-outside-toplevel
   from tests.training.test_loop import tiny_config  # pylint: disable=import-outside-toplevel
   config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
   model_config, pretrained = load_pretrained(tiny_bert)
-  objective = loop.build_objective(config, load_tokenizer(tiny_bert))
-  tx = train_state.make_optimizer(config.train, 10)
-  initial_params = loop._initial_params  # pylint: disable=protected-access
-  params, frozen = initial_params(config, objective, pretrained, model_config.hidden_size)
-  return jax.eval_shape(lambda p, f: train_state.init_state(p, f, tx, 0), params, frozen)
+  return trainer.build_trainer(config, model_config, pretrained, load_tokenizer(tiny_bert), sharding.make_mesh(-1, 1),
+                               10).abstract
 
 
 @pytest.mark.parametrize("fsdp", [2, 8])

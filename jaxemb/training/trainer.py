@@ -1,0 +1,101 @@
+"""What a train step is made of, built once from a training config: the objective, the encoder, the optimizer, the
+state's shapes and shardings on a mesh, and the jitted step. train.py's loop, the benchmarks and the tests all build
+it here."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import optax
+
+from jaxemb import templates
+from jaxemb.models import EncoderConfig, Transformer, compute_dtype
+from jaxemb.training import objectives, sharding
+from jaxemb.training import state as train_state
+
+def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
+  o = config.objective
+  if len(o.columns) != len(o.templates):
+    raise ValueError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
+  parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
+  return objectives.Objective(
+      views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
+      pooling=o.pooling, denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
+      trainable=o.trainable, loss_group_size=o.loss_group_size,
+      bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
+      ddp_world_size=o.ddp_world_size)
+
+
+def batch_field(column: str, template: str) -> str:
+  """The batch field of a view: views with the same column and template share one (SimCSE's two dropouts)."""
+  return f"{column}|{template}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+  """The parts of a training run that do not change while it runs.
+
+  Attributes:
+    objective: the loss's views, denoising, heads and loss (`build_objective`).
+    model: the encoder at the configured dtype.
+    tx: the optimizer, its learning rate following `schedule`.
+    schedule: the learning rate at each step.
+    mesh: the devices the state and the batch are split over.
+    seed: config.train.seed: the heads' initialisation (seed + 1) and the dropout stream (seed).
+    abstract: the train state's shapes and dtypes at step 0.
+    shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
+  """
+
+  objective: objectives.Objective
+  model: Transformer
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  mesh: jax.sharding.Mesh
+  seed: int
+  abstract: Any
+  shardings: Any
+
+  def initial_params(self, pretrained: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
+    continuous template (initialised from the manual template) and its projection with the encoder frozen."""
+    return _initial_params(self.objective, pretrained, self.model.config.hidden_size, self.seed)
+
+  def initial_state(self, pretrained: dict[str, Any]) -> train_state.TrainState:
+    """The train state at step 0, placed by the sharding rules."""
+    init = lambda p, f: train_state.init_state(p, f, self.tx, self.seed)
+    return jax.jit(init, out_shardings=self.shardings)(*self.initial_params(pretrained))
+
+  def abstract_sharded(self) -> Any:
+    """The state's shapes, dtypes and shardings: what a checkpoint restores into."""
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract,
+                        self.shardings)
+
+  @functools.cached_property
+  def step(self):
+    """The jitted, sharded step: (state, batch) -> (state, metrics); the state is donated."""
+    return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings)
+
+
+def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str, Any], tokenizer: Any,
+                  mesh: jax.sharding.Mesh, total_steps: int) -> Trainer:
+  """The Trainer of `config`; `pretrained` may be shapes only (jax.ShapeDtypeStruct), as when a run resumes."""
+  objective = build_objective(config, tokenizer)
+  model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), remat=config.model.remat)
+  tx = train_state.make_optimizer(config.train, total_steps)
+  seed = config.train.seed
+  init = lambda p: train_state.init_state(*_initial_params(objective, p, model_config.hidden_size, seed), tx, seed)
+  abstract = jax.eval_shape(init, pretrained)
+  return Trainer(objective, model, tx, train_state.learning_rate_schedule(config.train, total_steps), mesh, seed,
+                 abstract, sharding.tree_shardings(mesh, abstract))
+
+
+def _initial_params(objective: objectives.Objective, pretrained: dict[str, Any], hidden: int, seed: int):
+  heads = objectives.init_head_params(objective, hidden, jax.random.key(seed + 1))
+  trained, frozen = objectives.split_trainable(objective, pretrained)
+  if objective.trainable == "prompt":
+    prompt = objectives.init_prompt_params(objective.view_templates[0], pretrained["embeddings"]["word"]["embedding"])
+    trained = {**trained, "prompt": prompt}
+  return {**trained, **heads}, frozen
