@@ -62,8 +62,8 @@ class Method:
     if self.name in PROMPT_METHODS and not config.is_masked_lm:
       raise ValueError(
           f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
-          "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4) and has no MLM head "
-          "for; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
+          "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
+          "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
     if self.name == "cls" and not config.has_pooler:
       raise ValueError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
                        "defines none); use cls_before_pooler for the [CLS] state")
