@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pytest
+import safetensors.numpy
 import torch
 import transformers
 
@@ -12,7 +13,7 @@ from configs import eval_ditto
 from jaxemb import tfidf
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run
-from jaxemb.models import Transformer, load_pretrained, save_pretrained
+from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from tests.conftest import shared_path, write_random_checkpoint
 from tests.models.test_hf import _assert_same_params
 from tests.test_encode import PROMPT, SENTENCES, _torch_reference
@@ -52,6 +53,18 @@ def test_discriminator_and_base_layouts_load_alike(electra, tmp_path, caplog):
   base_config, base_params = load_pretrained(tmp_path)
   assert base_config == config
   _assert_same_params(params, base_params)
+
+
+def test_projection_weights_are_required_and_embedding_size_is_electras(tmp_path):
+  write_random_checkpoint(tmp_path, "electra", embedding_size=16)
+  weights = tmp_path / "model.safetensors"
+  state = safetensors.numpy.load_file(str(weights))
+  del state["electra.embeddings_project.weight"]
+  safetensors.numpy.save_file(state, str(weights))
+  with pytest.raises(CheckpointError, match=r"model.safetensors: missing encoder weights.*embeddings_project"):
+    load_pretrained(tmp_path)
+  with pytest.raises(ValueError, match="embedding_size applies to ELECTRA only"):
+    EncoderConfig("bert", 30522, 32, 3, 4, 64, 128, embedding_size=16)
 
 
 def test_hidden_states_and_attentions_match_hf(electra):
