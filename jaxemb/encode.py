@@ -59,6 +59,14 @@ class Method:
     """Rejects a method that cannot run on this model or template, before anything is compiled."""
     if self.name not in METHODS:
       raise ValueError(f"method {self.name!r} is not one of {METHODS}")
+    if self.name in PROMPT_METHODS and not config.is_masked_lm:
+      raise ValueError(
+          f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
+          "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
+          "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
+    if self.name == "cls" and not config.has_pooler:
+      raise ValueError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
+                       "defines none); use cls_before_pooler for the [CLS] state")
     if self.name in PROMPT_METHODS and num_masks == 0:
       raise ValueError(f"method {self.name!r} needs a template with [MASK]; got {self.template!r}")
     if self.name not in PROMPT_METHODS and self.template != templates.SLOT:
@@ -85,6 +93,14 @@ class Method:
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ValueError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
+  def width(self, config: EncoderConfig) -> int:
+    """Width of this method's vectors: hidden_size, or config.embedding_width for those that add up raw word-embedding
+    rows (static_avg, static_remove_biases, Ditto's static variant), which ELECTRA-small has 128 wide, not 256 (no
+    projection: the rows are the static embeddings themselves)."""
+    static = self.name in ("static_avg", "static_remove_biases") or (
+        self.name in _DITTO_METHODS and self.ditto_variant == "static")
+    return config.embedding_width if static else config.hidden_size
+
 
 def prompt_view(method: Method, template: templates.Template) -> views.View:
   """The views.View of a prompt method: its template's last [MASK], denoised or not, through its head."""
@@ -95,7 +111,7 @@ def prompt_view(method: Method, template: templates.Template) -> views.View:
 def sentence_vectors(model: Transformer, params: Any, method: Method, batch: templates.TemplateBatch,
                      idf: jax.Array | None = None, prompt: jax.Array | None = None,
                      template: templates.Template | None = None) -> jax.Array:
-  """[batch, hidden] sentence vectors: one encoder pass with just the outputs the method reads.
+  """[batch, method.width] sentence vectors: one encoder pass with just the outputs the method reads.
 
   `idf` ([vocab_size] token weights) is read by tfidf_first_last only; `prompt` (with its `template`) is an
   OptiPrompt continuous template that replaces the template's word embeddings.
@@ -226,7 +242,7 @@ class Encoder:
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.
       heads = (self.config.num_attention_heads,) if self.method.name == "ditto_all_heads" else ()
-      vectors = np.zeros((0, *heads, self.config.hidden_size), np.float32)
+      vectors = np.zeros((0, *heads, self.method.width(self.config)), np.float32)
     else:
       vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress)
     if single:

@@ -1,7 +1,8 @@
 """Sentence vectors from encoder outputs: every learning-free method of the papers, one small pure function each.
 
 Means run over the attention mask and so include [CLS] and [SEP] (as SimCSE and BERT-whitening do).
-`hidden_states[0]` is the embedding-layer output h0 (what Ditto and BERT-whitening call "first");
+`hidden_states[0]` is the embedding-layer output h0 (what Ditto and BERT-whitening call "first"; for ELECTRA the
+projected one, HF's hidden_states[0]);
 `hidden_states[1]` is the first transformer layer (what SimCSE's `avg_first_last` uses).
 """
 
@@ -44,7 +45,8 @@ def top2_avg(out: EncoderOutput, attention_mask: jax.Array) -> jax.Array:
 
 
 def static_avg(word_embeddings: jax.Array, input_ids: jax.Array, attention_mask: jax.Array) -> jax.Array:
-  """Mean of the word-embedding rows only: no position/type embeddings, no LayerNorm, no encoder pass."""
+  """Mean of the word-embedding rows only: no position/type embeddings, no LayerNorm, no encoder pass (and no
+  ELECTRA projection: the vectors are as wide as the rows)."""
   return masked_mean(word_embeddings[input_ids], attention_mask)
 
 
@@ -84,8 +86,8 @@ def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, v
 
   Each vector is the token vectors weighted by the diagonal of that head's attention matrix, summed (not
   averaged). `variant` (one of DITTO_VARIANTS) picks the vectors; "static" reads `word_vectors`, the rows' raw
-  word embeddings [batch, length, hidden]. Needs `output_attentions=(layer,)` and, for first_last and
-  embedding_output, `output_hidden_states=True`.
+  word embeddings [batch, length, embedding width] (ELECTRA's unprojected). Needs `output_attentions=(layer,)`
+  and, for first_last and embedding_output, `output_hidden_states=True`.
   """
   diagonals = jnp.diagonal(out.attentions[layer], axis1=-2, axis2=-1)  # [batch, heads, length]
   if variant == "first_last":

@@ -36,11 +36,20 @@ FAMILIES = {
     "bert": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128),
     "roberta": dict(tokenizer="roberta-base", vocab_size=50265, max_position_embeddings=130, pad_token_id=1,
                     type_vocab_size=1, layer_norm_eps=1e-5),
+    # google/electra-*-discriminator use bert-base-uncased's vocabulary. ElectraConfig's default embedding_size
+    # is 128; the same width as hidden_size unless a test overrides it (no projection).
+    "electra": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128,
+                    embedding_size=_TINY["hidden_size"]),
 }
+# family -> (HF config class, model with its pretraining head, base model). ELECTRA's head is the discriminator's.
+_HF_CLASSES = {"bert": ("BertConfig", "BertForMaskedLM", "BertModel"),
+               "roberta": ("RobertaConfig", "RobertaForMaskedLM", "RobertaModel"),
+               "electra": ("ElectraConfig", "ElectraForPreTraining", "ElectraModel")}
 
 
 def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int = 0, **overrides):
-  """Writes a randomly initialised HF `*ForMaskedLM` (or `*Model` without the head) with its tokenizer.
+  """Writes a randomly initialised HF model with its pretraining head (`*ForMaskedLM`, ELECTRA's
+  `ElectraForPreTraining`), or `*Model` without it, and its tokenizer.
 
   Weights are drawn wider than HF's init (std 0.1, LayerNorm scales around 1) so attention is peaked and
   every parameter matters to the outputs the tests compare.
@@ -49,11 +58,9 @@ def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int =
   import transformers
   spec = dict(FAMILIES[family])
   tokenizer_name = spec.pop("tokenizer")
-  config_cls = transformers.BertConfig if family == "bert" else transformers.RobertaConfig
-  config = config_cls(**{**_TINY, **spec, **overrides})
-  model_cls = {("bert", True): transformers.BertForMaskedLM, ("bert", False): transformers.BertModel,
-               ("roberta", True): transformers.RobertaForMaskedLM,
-               ("roberta", False): transformers.RobertaModel}[family, head]
+  config_name, head_model_name, base_model_name = _HF_CLASSES[family]
+  config = getattr(transformers, config_name)(**{**_TINY, **spec, **overrides})
+  model_cls = getattr(transformers, head_model_name if head else base_model_name)
   torch.manual_seed(seed)
   model = model_cls(config)
   with torch.no_grad():
@@ -66,9 +73,10 @@ def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int =
   return out_dir
 
 
-@pytest.fixture(scope="session", params=sorted(FAMILIES))
+@pytest.fixture(scope="session", params=["bert", "roberta"])
 def tiny_checkpoint(request, tmp_path_factory):
-  """(family, directory) of a tiny random MLM checkpoint, for BERT and for RoBERTa."""
+  """(family, directory) of a tiny random MLM checkpoint, for BERT and for RoBERTa (ELECTRA has no MLM head:
+  tests/models/test_electra.py writes its own)."""
   out = tmp_path_factory.mktemp(f"tiny-{request.param}")
   return request.param, write_random_checkpoint(out, request.param)
 

@@ -1,4 +1,4 @@
-"""The encoder (BERT/RoBERTa), its heads and Hugging Face checkpoint I/O."""
+"""The encoder (BERT/RoBERTa/ELECTRA), its heads and Hugging Face checkpoint I/O."""
 
 from jaxemb.models.bert import EncoderOutput, Transformer, default_position_ids
 from jaxemb.models.config import EncoderConfig, compute_dtype

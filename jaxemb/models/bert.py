@@ -1,8 +1,9 @@
-"""BERT and RoBERTa encoders as one Flax module, applied functionally to a plain params pytree.
+"""BERT, RoBERTa and ELECTRA encoders as one Flax module, applied functionally to a plain params pytree.
 
 The parameter tree (names say what each weight is; `jaxemb.models.hf` maps it to Hugging Face keys):
 
     embeddings/{word, position, token_type, layer_norm}
+    embeddings/project                    (ELECTRA whose embedding_size differs from hidden_size)
     layer_{i}/{query, key, value, attention_out, attention_norm, ffn_in, ffn_out, ffn_norm}
     pooler/dense                          (when the checkpoint has one)
     mlm_head/{dense, layer_norm, bias}    (when the checkpoint has one)
@@ -67,7 +68,11 @@ def default_position_ids(config: EncoderConfig, input_ids: jax.Array) -> jax.Arr
 
 
 class Embeddings(nn.Module):
-  """Word + position + token-type embeddings, LayerNorm, dropout."""
+  """Word + position + token-type embeddings, LayerNorm, dropout: h0.
+
+  ELECTRA's embeddings are `embedding_size` wide; when that is not hidden_size a dense layer projects them after
+  the dropout (HF `ElectraModel.embeddings_project`), and h0 is the projected output, as HF's hidden_states[0].
+  """
 
   config: EncoderConfig
   dtype: Dtype
@@ -75,13 +80,16 @@ class Embeddings(nn.Module):
 
   def setup(self):
     c = self.config
-    embed = lambda n, name: nn.Embed(n, c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
+    embed = lambda n, name: nn.Embed(n, c.embedding_width, dtype=self.dtype, param_dtype=self.param_dtype,
                                      embedding_init=nn.initializers.normal(0.02), name=name)
     self.word = embed(c.vocab_size, "word")
     self.position = embed(c.max_position_embeddings, "position")
     self.token_type = embed(c.type_vocab_size, "token_type")
     self.layer_norm = nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
     self.dropout = Dropout(c.hidden_dropout_prob)
+    if c.projects_embeddings:
+      self.project = nn.Dense(c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
+                              kernel_init=nn.initializers.normal(0.02))
 
   def __call__(self, input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic):
     words = self.word(input_ids)
@@ -89,7 +97,8 @@ class Embeddings(nn.Module):
       replace = jnp.ones(input_ids.shape, bool) if inputs_embeds_mask is None else inputs_embeds_mask
       words = jnp.where(replace[..., None], inputs_embeds.astype(words.dtype), words)
     x = words + self.position(position_ids) + self.token_type(token_type_ids)
-    return self.dropout(self.layer_norm(x), deterministic=deterministic)
+    x = self.dropout(self.layer_norm(x), deterministic=deterministic)
+    return self.project(x) if self.config.projects_embeddings else x
 
 
 class Layer(nn.Module):
@@ -133,7 +142,7 @@ class Layer(nn.Module):
 
 
 class Transformer(nn.Module):
-  """A BERT or RoBERTa encoder with its optional pooler and MLM head.
+  """A BERT, RoBERTa or ELECTRA encoder with its optional pooler and MLM head (ELECTRA has neither).
 
   Attributes:
     config: the architecture.
@@ -178,11 +187,11 @@ class Transformer(nn.Module):
       attention_mask: [batch, length], 1 for tokens to attend to.
       token_type_ids: [batch, length]; zeros by default.
       position_ids: [batch, length]; Hugging Face's defaults when None (position-offset denoising shifts them).
-      inputs_embeds: [batch, length, hidden] vectors that replace the word embeddings where
+      inputs_embeds: [batch, length, embedding width] vectors that replace the word embeddings where
         `inputs_embeds_mask` is true (everywhere when it is None): OptiPrompt's continuous template tokens.
       inputs_embeds_mask: [batch, length] bool.
       deterministic: False applies dropout (needs a "dropout" rng).
-      output_hidden_states: return h0 (the embedding output) and every layer's output.
+      output_hidden_states: return h0 (the embedding output, projected for ELECTRA) and every layer's output.
       output_attentions: layers (0-based) whose attention probabilities to return; only these layers
         materialise them.
       output_mlm_logits: return MLM logits at every position (needs an MLM head; to score a few positions
@@ -223,7 +232,9 @@ class Transformer(nn.Module):
     return self.pooler(cls_hidden)
 
   def init_all(self, input_ids: jax.Array, attention_mask: jax.Array) -> EncoderOutput:
-    """Touches every submodule, so that `init(..., method="init_all")` creates the full tree."""
-    out = self(input_ids, attention_mask, output_mlm_logits=True)
-    self.pool(out.last_hidden_state[:, 0])
+    """Touches every submodule the architecture has, so that `init(..., method="init_all")` creates the full
+    tree (ELECTRA's has no pooler and no MLM head)."""
+    out = self(input_ids, attention_mask, output_mlm_logits=self.config.is_masked_lm)
+    if self.config.has_pooler:
+      self.pool(out.last_hidden_state[:, 0])
     return out

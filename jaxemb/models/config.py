@@ -1,4 +1,4 @@
-"""The encoder's architecture: the fields of a Hugging Face BERT/RoBERTa config that the model uses."""
+"""The encoder's architecture: the fields of a Hugging Face BERT/RoBERTa/ELECTRA config that the model uses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
-MODEL_TYPES = ("bert", "roberta")
+MODEL_TYPES = ("bert", "roberta", "electra")
 # HF `hidden_act` names -> whether jax.nn.gelu uses the tanh approximation; other activations are named below.
 _GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
 ACTIVATIONS = (*_GELU_APPROXIMATE, "relu", "silu", "swish")
@@ -23,9 +23,13 @@ def compute_dtype(name: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
-  """Architecture of a BERT or RoBERTa encoder (hashable, so it can be a static jit argument)."""
+  """Architecture of a BERT, RoBERTa or ELECTRA encoder (hashable, so it can be a static jit argument).
 
-  model_type: str  # "bert" or "roberta": RoBERTa differs only in where position ids start.
+  ELECTRA (HF `ElectraModel`) is BERT with embeddings `embedding_size` wide, projected to `hidden_size` when the
+  two differ, no pooler, and (its discriminator) no MLM head.
+  """
+
+  model_type: str  # "bert", "roberta" or "electra": RoBERTa differs from BERT only in where position ids start.
   vocab_size: int  # Rows of the word-embedding table.
   hidden_size: int  # Width of every hidden state.
   num_hidden_layers: int  # Transformer layers.
@@ -39,12 +43,18 @@ class EncoderConfig:
   hidden_dropout_prob: float = 0.1  # Dropout on embeddings and block outputs during training.
   attention_probs_dropout_prob: float = 0.1  # Dropout on attention probabilities during training.
   tie_word_embeddings: bool = True  # The MLM decoder reuses the word-embedding matrix.
+  # ELECTRA: width of the word/position/type embeddings, projected to hidden_size after their LayerNorm when it
+  # differs (the small models: 128 vs 256). None (BERT, RoBERTa, whose configs have no such field): hidden_size.
+  embedding_size: int | None = None
 
   def __post_init__(self):
     if self.model_type not in MODEL_TYPES:
       raise ValueError(f"model_type {self.model_type!r} is not supported; expected one of {MODEL_TYPES}")
     if self.hidden_act not in ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; expected one of {ACTIVATIONS}")
+    if self.embedding_size is not None and self.model_type != "electra":
+      raise ValueError(f"embedding_size applies to ELECTRA only; a {self.model_type} model's embeddings are "
+                       f"hidden_size wide (got embedding_size {self.embedding_size})")
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(
           f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
@@ -52,6 +62,27 @@ class EncoderConfig:
   @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_attention_heads
+
+  @property
+  def embedding_width(self) -> int:
+    """Width of the embedding tables and of the static word vectors (the static methods average these rows)."""
+    return self.hidden_size if self.embedding_size is None else self.embedding_size
+
+  @property
+  def projects_embeddings(self) -> bool:
+    """Whether h0 is the embedding output projected to hidden_size (HF `ElectraModel.embeddings_project`)."""
+    return self.embedding_width != self.hidden_size
+
+  @property
+  def is_masked_lm(self) -> bool:
+    """Whether pretraining taught the model to represent [MASK]: not ELECTRA's discriminator, which learnt to tell
+    replaced tokens from original ones and never saw [MASK] (Ditto §4), and has no MLM head."""
+    return self.model_type != "electra"
+
+  @property
+  def has_pooler(self) -> bool:
+    """Whether the HF base model has a pooler (dense + tanh on [CLS]): `ElectraModel` has none."""
+    return self.model_type != "electra"
 
   @property
   def position_offset(self) -> int:
@@ -85,5 +116,6 @@ class EncoderConfig:
       raise ValueError(f"{source}: {e}") from None
 
   def to_hf(self, architecture: str) -> dict[str, Any]:
-    """A Hugging Face config.json dict for `architecture` (e.g. "BertForMaskedLM")."""
-    return {"architectures": [architecture], **dataclasses.asdict(self), "position_embedding_type": "absolute"}
+    """A Hugging Face config.json dict for `architecture` (e.g. "BertForMaskedLM"); unset fields are left out."""
+    fields = {name: value for name, value in dataclasses.asdict(self).items() if value is not None}
+    return {"architectures": [architecture], **fields, "position_embedding_type": "absolute"}

@@ -1,8 +1,9 @@
-"""Hugging Face checkpoints <-> jaxemb params: find, read, convert and write BERT/RoBERTa weights.
+"""Hugging Face checkpoints <-> jaxemb params: find, read, convert and write BERT/RoBERTa/ELECTRA weights.
 
-Reads `BertModel`, `BertForMaskedLM`, `BertForPreTraining`, `RobertaModel` and `RobertaForMaskedLM` layouts
-from a local directory (config.json + model.safetensors, sharded safetensors, or pytorch_model.bin when torch
-is installed) or a hub id, and writes the `*ForMaskedLM` / `*Model` layout back so that transformers loads it.
+Reads `BertModel`, `BertForMaskedLM`, `BertForPreTraining`, `RobertaModel`, `RobertaForMaskedLM`, `ElectraModel`
+and `ElectraForPreTraining` (the discriminator, its replaced-token head ignored) layouts from a local directory
+(config.json + model.safetensors, sharded safetensors, or pytorch_model.bin when torch is installed) or a hub id,
+and writes the `*ForMaskedLM` / `*Model` layout back so that transformers loads it.
 """
 
 from __future__ import annotations
@@ -31,15 +32,20 @@ MODELS_ENV = "JAXEMB_MODELS"
 # Files a model directory may hold besides weights (tokenizer files included), fetched from the hub.
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", SAFETENSORS, "model-*.safetensors"]
 
-# Keys of pretraining-only parts that no method here uses.
-_IGNORED = re.compile(r"(embeddings\.position_ids|cls\.seq_relationship\..*|.*\.decoder\.(weight|bias))$")
+# Keys of pretraining-only parts that no method here uses: BERT's next-sentence head, the decoder bias HF ties to
+# the MLM head's, ELECTRA's replaced-token-detection head (ElectraForPreTraining).
+_IGNORED = re.compile(r"(embeddings\.position_ids|cls\.seq_relationship\..*|.*\.decoder\.(weight|bias)"
+                      r"|discriminator_predictions\..*)$")
+# model_type -> the HF class-name prefix of its family (`BertModel`, `ElectraModel`, ...).
+_FAMILY_NAMES = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 
-# HF key (after the "bert."/"roberta." prefix is removed) -> jaxemb param path. `{i}` is a layer index.
+# HF key (after the "bert."/"roberta."/"electra." prefix is removed) -> jaxemb param path. `{i}` is a layer index.
 _MODULES = {
     "embeddings.word_embeddings": "embeddings/word",
     "embeddings.position_embeddings": "embeddings/position",
     "embeddings.token_type_embeddings": "embeddings/token_type",
     "embeddings.LayerNorm": "embeddings/layer_norm",
+    "embeddings_project": "embeddings/project",
     "encoder.layer.{i}.attention.self.query": "layer_{i}/query",
     "encoder.layer.{i}.attention.self.key": "layer_{i}/key",
     "encoder.layer.{i}.attention.self.value": "layer_{i}/value",
@@ -50,7 +56,12 @@ _MODULES = {
     "encoder.layer.{i}.output.LayerNorm": "layer_{i}/ffn_norm",
     "pooler.dense": "pooler/dense",
 }
-# The MLM head's modules are named differently in the two families (and sit outside the encoder prefix).
+# The modules of _MODULES that only some architectures have: ELECTRA's projection (when embedding_size differs from
+# hidden_size), and the pooler, which ElectraModel lacks.
+_ARCHITECTURE_HAS = {"embeddings/project": lambda config: config.projects_embeddings,
+                     "pooler/dense": lambda config: config.has_pooler}
+# The MLM head's modules are named differently in the two families (and sit outside the encoder prefix); ELECTRA's
+# discriminator has no MLM head.
 _MLM_MODULES = {
     "bert": {"cls.predictions.transform.dense": "mlm_head/dense",
              "cls.predictions.transform.LayerNorm": "mlm_head/layer_norm",
@@ -93,7 +104,7 @@ def _module_rules(hf_module: str, path: str, kind: str) -> list[_Rule]:
 
 def _kind(path: str) -> str:
   leaf = path.rsplit("/", 1)[-1]
-  if path.startswith("embeddings/") and leaf != "layer_norm":
+  if path.startswith("embeddings/") and leaf not in ("layer_norm", "project"):
     return "embedding"
   return {"decoder": "decoder"}.get(leaf, "layer_norm" if leaf.endswith("norm") else "dense")
 
@@ -102,11 +113,15 @@ def _rules(config: EncoderConfig) -> tuple[list[_Rule], list[_Rule]]:
   """(encoder rules with keys relative to the encoder prefix, MLM-head rules with absolute keys)."""
   encoder = []
   for hf_module, path in _MODULES.items():
+    if not _ARCHITECTURE_HAS.get(path, lambda _: True)(config):
+      continue
     layers = range(config.num_hidden_layers) if "{i}" in hf_module else [None]
     for i in layers:
       module, leaf_path = hf_module.format(i=i), path.format(i=i)
       encoder += _module_rules(module, leaf_path, _kind(leaf_path))
   mlm = []
+  if not config.is_masked_lm:
+    return encoder, mlm
   for hf_module, path in _MLM_MODULES[config.model_type].items():
     if path == "mlm_head/decoder" and config.tie_word_embeddings:
       continue
@@ -132,7 +147,7 @@ def state_dict_to_params(state: dict[str, np.ndarray], config: EncoderConfig, so
   pooler or MLM head is allowed (the tree has no `pooler` / `mlm_head`). Keys nothing here uses are logged.
   """
   state = {_normalise_key(k): v for k, v in state.items()}
-  # BertModel checkpoints have no prefix; *ForMaskedLM/*ForPreTraining put the encoder under "bert."/"roberta.".
+  # *Model checkpoints have no prefix; *ForMaskedLM/*ForPreTraining put the encoder under "bert."/"roberta."/"electra.".
   prefix = _encoder_prefix(config)
   if not any(k.startswith(prefix) for k in state):
     prefix = ""
@@ -196,7 +211,7 @@ def params_to_state_dict(params: Params, config: EncoderConfig) -> tuple[dict[st
   if has_head:  # transformers ties decoder.bias to the head's bias; write it so no loader reports it missing.
     bias_key = _MLM_BIAS[config.model_type]
     state[bias_key.replace(".bias", ".decoder.bias")] = state[bias_key]
-  family = {"bert": "Bert", "roberta": "Roberta"}[config.model_type]
+  family = _FAMILY_NAMES[config.model_type]
   return state, f"{family}ForMaskedLM" if has_head else f"{family}Model"
 
 
@@ -303,7 +318,7 @@ def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:
 
 
 def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32) -> tuple[EncoderConfig, Params]:
-  """(config, params) of a Hugging Face BERT/RoBERTa checkpoint, a local directory or a hub id."""
+  """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id."""
   model_dir = resolve_model_dir(name_or_path)
   config = read_config(model_dir)
   state, source = read_state_dict(model_dir)
@@ -321,7 +336,7 @@ def write_model_files(out_dir: str | pathlib.Path, config: EncoderConfig, tokeni
   """config.json (as `*Model`) and the tokenizer files: everything of a Hugging Face model but its weights."""
   out = pathlib.Path(out_dir)
   out.mkdir(parents=True, exist_ok=True)
-  family = {"bert": "Bert", "roberta": "Roberta"}[config.model_type]
+  family = _FAMILY_NAMES[config.model_type]
   (out / "config.json").write_text(json.dumps(config.to_hf(f"{family}Model"), indent=2) + "\n")
   tokenizer.save_pretrained(str(out))
 

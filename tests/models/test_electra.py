@@ -1,0 +1,162 @@
+"""ELECTRA discriminators (Ditto Table 2): HF checkpoints load, every layer and every method without [MASK] equals
+HF PyTorch, the [MASK] and pooler methods are refused, and what jaxemb saves loads in transformers."""
+
+import json
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+import transformers
+
+from configs import eval_ditto
+from jaxemb import tfidf
+from jaxemb.encode import Encoder, Method
+from jaxemb.evaluation import run
+from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
+from tests.conftest import shared_path, write_random_checkpoint
+from tests.models.test_hf import _assert_same_params
+from tests.test_encode import PROMPT, SENTENCES, _torch_reference
+
+HIDDEN = 32  # conftest's tiny hidden_size.
+
+
+@pytest.fixture(scope="module", params=[HIDDEN, 16], ids=["embedding32", "embedding16_projected"])
+def electra(request, tmp_path_factory):
+  """A tiny random `ElectraForPreTraining` directory: embeddings as wide as the hidden states, or 16 wide and
+  projected to 32 (`embeddings_project`, as in the small ELECTRAs)."""
+  out = tmp_path_factory.mktemp(f"electra-{request.param}")
+  return write_random_checkpoint(out, "electra", embedding_size=request.param)
+
+
+def _hf_outputs(path, texts):
+  """(tokenizer batch, ElectraModel outputs with every hidden state and attention, eager attention)."""
+  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  batch = tokenizer(texts, padding=True, return_tensors="np")
+  model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
+  assert isinstance(model, transformers.ElectraModel)
+  with torch.no_grad():
+    out = model(**{k: torch.tensor(v) for k, v in batch.items()}, output_hidden_states=True, output_attentions=True)
+  return batch, out
+
+
+def test_discriminator_and_base_layouts_load_alike(electra, tmp_path, caplog):
+  """ElectraForPreTraining's encoder under "electra.", its replaced-token head ignored without a warning, gives
+  the params an ElectraModel (no prefix) does; the projection is there exactly when the widths differ."""
+  config, params = load_pretrained(electra)
+  assert "not used" not in caplog.text
+  assert config.model_type == "electra" and config.projects_embeddings == (config.embedding_size != HIDDEN)
+  assert set(params) == {"embeddings", *(f"layer_{i}" for i in range(3))}  # No pooler, no MLM head.
+  assert ("project" in params["embeddings"]) == config.projects_embeddings
+  assert params["embeddings"]["word"]["embedding"].shape == (30522, config.embedding_size)
+  transformers.AutoModel.from_pretrained(electra).save_pretrained(tmp_path)
+  base_config, base_params = load_pretrained(tmp_path)
+  assert base_config == config
+  _assert_same_params(params, base_params)
+
+
+def test_projection_weights_are_required_and_embedding_size_is_electras(tmp_path):
+  write_random_checkpoint(tmp_path, "electra", embedding_size=16)
+  weights = tmp_path / "model.safetensors"
+  state = safetensors.numpy.load_file(str(weights))
+  del state["electra.embeddings_project.weight"]
+  safetensors.numpy.save_file(state, str(weights))
+  with pytest.raises(CheckpointError, match=r"model.safetensors: missing encoder weights.*embeddings_project"):
+    load_pretrained(tmp_path)
+  with pytest.raises(ValueError, match="embedding_size applies to ELECTRA only"):
+    EncoderConfig("bert", 30522, 32, 3, 4, 64, 128, embedding_size=16)
+
+
+def test_hidden_states_and_attentions_match_hf(electra):
+  """Every hidden state (h0 after embeddings_project, as HF's hidden_states[0]) and every layer's attention."""
+  config, params = load_pretrained(electra)
+  batch, theirs = _hf_outputs(electra, SENTENCES)
+  ours = Transformer(config).apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                                   output_hidden_states=True, output_attentions=range(3))
+  assert len(ours.hidden_states) == len(theirs.hidden_states) == 4
+  assert theirs.hidden_states[0].shape[-1] == HIDDEN  # HF's h0 is the projected embedding output.
+  for i, (a, b) in enumerate(zip(ours.hidden_states, theirs.hidden_states)):
+    np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=1e-4, err_msg=f"hidden state {i}")
+  for i in range(3):
+    np.testing.assert_allclose(np.asarray(ours.attentions[i]), theirs.attentions[i].numpy(), atol=1e-4,
+                               err_msg=f"attention {i}")
+
+
+ELECTRA_METHODS = [Method("cls_before_pooler"), Method("last_avg"), Method("first_last_avg"),
+                   Method("first_layer_last_avg"), Method("top2_avg"), Method("static_avg"),
+                   Method("static_remove_biases"),
+                   *(Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
+                     for v in ("first_last", "last", "static", "embedding_output"))]
+
+
+def _encode_against_hf(path, method):
+  """jaxemb's vectors (one compiled shape) and the HF PyTorch transcription of the method."""
+  encoder = Encoder.from_pretrained(path, method, length_multiple=32)
+  ours = encoder.encode(SENTENCES, batch_size=8)
+  assert encoder.compilations == 1 and ours.shape == (len(SENTENCES), method.width(encoder.config))
+  return ours, _torch_reference(str(path), method, SENTENCES)
+
+
+@pytest.mark.parametrize("method", ELECTRA_METHODS,
+                         ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
+def test_methods_match_hf(electra, method):
+  """Static vectors are the raw word rows, embedding_size wide (16 for the projected model); the rest hidden_size."""
+  ours, theirs = _encode_against_hf(electra, method)
+  np.testing.assert_allclose(ours, theirs, atol=1e-4)
+  np.testing.assert_array_equal(ours[0], ours[3])
+
+
+def test_tfidf_first_last_matches_hf(electra, tmp_path):
+  idf_path = tmp_path / "idf.json"
+  corpus = shared_path("data", "wiki", "wiki1m_sample.txt").read_text().splitlines()[:500]
+  tfidf.save_idf(idf_path, tfidf.fit_idf(corpus, transformers.AutoTokenizer.from_pretrained(electra)))
+  ours, theirs = _encode_against_hf(electra, Method("tfidf_first_last", idf_path=str(idf_path)))
+  np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_empty_input_has_the_methods_width(electra):
+  config, _ = load_pretrained(electra)
+  widths = {Method("static_avg"): config.embedding_size, Method("last_avg"): HIDDEN,
+            Method("ditto_all_heads", ditto_head=0, ditto_variant="static"): config.embedding_size}
+  for method, width in widths.items():
+    assert Encoder.from_pretrained(electra, method).encode([]).shape[-1] == width
+
+
+@pytest.mark.parametrize("method, message", [
+    (Method("prompt", template=PROMPT), r"trained without \[MASK\] tokens.*Ditto §4"),
+    (Method("prompt_mlm_top_k", template=PROMPT), r"reads the state at \[MASK\].*no MLM head"),
+    (Method("prompt", template=PROMPT, denoise=True, head="mlm_transform"), r"trained without \[MASK\]"),
+    (Method("cls"), r"needs the pretrained pooler, which ELECTRA does not have.*cls_before_pooler"),
+])
+def test_mask_and_pooler_methods_are_refused(electra, method, message):
+  with pytest.raises(ValueError, match=message):
+    Encoder.from_pretrained(electra, method)
+
+
+def test_save_round_trip_loads_in_hf(electra, tmp_path):
+  """save_pretrained writes the ElectraModel layout: transformers loads every weight, jaxemb reloads it exactly."""
+  config, params = load_pretrained(electra)
+  save_pretrained(tmp_path, config, params, transformers.AutoTokenizer.from_pretrained(electra))
+  assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["ElectraModel"]
+  model, info = transformers.AutoModel.from_pretrained(tmp_path, output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+  assert model.config.embedding_size == config.embedding_size
+  config2, params2 = load_pretrained(tmp_path)
+  assert config2 == config
+  _assert_same_params(params, params2)
+  _, theirs = _hf_outputs(electra, SENTENCES)
+  _, saved = _hf_outputs(tmp_path, SENTENCES)
+  np.testing.assert_array_equal(saved.last_hidden_state.numpy(), theirs.last_hidden_state.numpy())
+
+
+def test_eval_ditto_config_runs_sts(electra):
+  """configs/eval_ditto.py on an ELECTRA checkpoint (google/electra-base-discriminator uses layer 0, head 10; the
+  tiny model has 4 heads)."""
+  config = eval_ditto.get_config()
+  config.model.path = str(electra)
+  config.method.ditto_head = 3
+  config.data.senteval_dir = str(shared_path("data", "senteval"))
+  config.eval.tasks = "STS16"
+  config.eval.length_multiple = 32
+  summary = run.run_sts(config)
+  assert summary["tasks"]["STS16"]["pairs"] == 1186 and -100 <= summary["average"] <= 100
