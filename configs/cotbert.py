@@ -21,6 +21,6 @@ def get_config():
   config.objective.loss = "extended_info_nce"
   config.objective.loss_group_size = 128
   config.train.seed = 0
-  config.eval.template = ANCHOR
+  config.method.template = ANCHOR
   config.eval.select_denoise = False
   return config

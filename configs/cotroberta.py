@@ -15,5 +15,5 @@ def get_config():
   config.workdir = "runs/cotroberta"
   config.model.path = "roberta-base"
   config.objective.templates = tuple(roberta(t) + " " for t in config.objective.templates)
-  config.eval.template = roberta(cotbert.ANCHOR)
+  config.method.template = roberta(cotbert.ANCHOR)
   return config

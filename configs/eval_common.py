@@ -4,6 +4,8 @@ import os
 
 import ml_collections
 
+from jaxemb import encode
+
 STS_TASKS = "STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness"
 TRANSFER_TASKS = "MR,CR,SUBJ,MPQA,SST2,TREC,MRPC"
 DATA_ENV = "JAXEMB_DATA"  # Names the data root of the default data paths (default: data).
@@ -12,6 +14,15 @@ DATA_ENV = "JAXEMB_DATA"  # Names the data root of the default data paths (defau
 def data_path(*parts: str) -> str:
   """A default data path: `parts` under $JAXEMB_DATA, read when the config is built."""
   return os.path.join(os.environ.get(DATA_ENV, "data"), *parts)
+
+
+def method_config(name: str) -> ml_collections.ConfigDict:
+  """config.method, the same block in evaluation and training configs: how a sentence becomes a vector. Its fields
+  are those of `jaxemb.encode.Method` (each documented there: template, top_k, ditto_layer/head/variant, denoise,
+  head, tokenization, bias_positions, prompt_placement, idf_path) at Method's defaults, with static_remove_biases's
+  four switches (remove_frequent, remove_subwords, lowercase, remove_punctuation: `jaxemb.bias_removal.BiasFilter`).
+  """
+  return ml_collections.ConfigDict(encode.Method(name).config_fields())
 
 
 def get_config():
@@ -23,25 +34,7 @@ def get_config():
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory of a HF checkpoint.
   config.model.dtype = "float32"  # Compute dtype: float32, or bfloat16 on accelerators.
 
-  config.method = ml_collections.ConfigDict()
-  config.method.name = "cls_before_pooler"  # One of jaxemb.encode.METHODS.
-  config.method.template = "[X]"  # "[X]" = the sentence alone; prompt methods need a [MASK] too.
-  config.method.top_k = 200  # prompt_mlm_top_k: tokens averaged.
-  config.method.ditto_layer = 0  # ditto: layer of the attention head (0-based).
-  config.method.ditto_head = 9  # ditto: head (0-based).
-  config.method.ditto_variant = "first_last"  # ditto: first_last, last, static (raw word rows), embedding_output (h0).
-  config.method.denoise = False  # Prompt methods: subtract the position-offset template bias (supervised runs).
-  config.method.head = "none"  # prompt: none, mlm_transform or pooler, applied after denoising (supervised runs).
-  # "in_context": the filled-in template tokenised at once (the authors' evaluation.py, the published numbers);
-  # "alone": the template ids around the sentence's own tokens (their training rows and dev scoring).
-  config.method.tokenization = "in_context"
-  config.method.bias_positions = "from_zero"  # denoise: template rows' positions from 0 (the authors'), or "model".
-  config.method.prompt_placement = "last_occurrence"  # OptiPrompt runs: "last_occurrence" (the authors') or "template".
-  config.method.idf_path = ""  # tfidf_first_last: IDF table JSON (`jaxemb.tfidf.save_idf`); "" for other methods.
-  config.method.remove_frequent = True  # static_remove_biases: drop the 36 most frequent tokens.
-  config.method.remove_subwords = True  # static_remove_biases: drop subword pieces.
-  config.method.lowercase = True  # static_remove_biases: lowercase the kept words (case bias).
-  config.method.remove_punctuation = True  # static_remove_biases: drop punctuation pieces.
+  config.method = method_config("cls_before_pooler")  # One of jaxemb.encode.METHODS; the eval_*.py files set it.
 
   config.data = ml_collections.ConfigDict()
   config.data.senteval_dir = data_path("senteval")  # SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).
@@ -51,7 +44,7 @@ def get_config():
   config.eval.tasks = STS_TASKS  # Comma-separated; STS-B dev is always reported as well.
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   config.eval.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
-  config.eval.batch_size = 64  # Sentences per encoder call.
+  config.eval.batch_size = encode.BATCH_SIZE  # Sentences per encoder call.
   config.eval.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
   config.eval.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
   config.eval.output_json = ""  # Write the results here as JSON; "" = print only.

@@ -18,5 +18,5 @@ def get_config():
   config.train.epochs = 5
   config.train.eval_every = 1000
   config.train.save_every = 1000
-  config.eval.template = train_common.PROMPTBERT_COLON
+  config.method.template = train_common.PROMPTBERT_COLON
   return config

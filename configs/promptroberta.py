@@ -9,5 +9,5 @@ def get_config():
   config.workdir = "runs/promptroberta"
   config.model.path = "roberta-base"
   config.objective.templates = (train_common.PROMPTROBERTA_THIS, train_common.PROMPTROBERTA_THE)
-  config.eval.template = train_common.PROMPTROBERTA_THIS
+  config.method.template = train_common.PROMPTROBERTA_THIS
   return config

@@ -11,6 +11,6 @@ def get_config():
   config.model.path = "roberta-base"
   config.objective.templates = (train_common.PROMPTROBERTA_THIS,) * 3
   config.objective.projection = "mlp"
-  config.eval.template = train_common.PROMPTROBERTA_THIS
-  config.eval.head = "pooler"  # The trained MLP, saved as the run's pooler.
+  config.method.template = train_common.PROMPTROBERTA_THIS
+  config.method.head = "pooler"  # The trained MLP, saved as the run's pooler.
   return config

@@ -14,7 +14,7 @@ def get_config():
   config.objective.denoising = "none"
   config.train.batch_size = 64
   config.train.learning_rate = 3e-5
-  config.eval.method = "cls_before_pooler"
-  config.eval.template = "[X]"
+  config.method.name = "cls_before_pooler"
+  config.method.template = "[X]"
   config.eval.add_period = False
   return config

@@ -18,5 +18,5 @@ def get_config():
   config.objective.ddp_world_size = 4  # torch.distributed.launch --nproc_per_node 4, 128 rows each.
   config.train.learning_rate = 5e-5
   config.train.epochs = 3
-  config.eval.method = "cls"  # The trained MLP, saved as the run's pooler.
+  config.method.name = "cls"  # The trained MLP, saved as the run's pooler.
   return config

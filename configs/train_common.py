@@ -49,6 +49,9 @@ def get_config():
   config.objective.keep_projection = False
   config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, or extended_info_nce.
   config.objective.temperature = 0.05  # tau of the cosine logits.
+  # info_nce_with_hard_negatives: SimCSE's --hard_negative_weight, log of the weight on each row's own hard negative
+  # (0: all terms weigh 1, as every published run).
+  config.objective.hard_negative_weight = 0.0
   config.objective.loss_group_size = 0  # Rows per loss, losses averaged (CoT-BERT's 2 GPUs x 128); 0 = global batch.
   config.objective.trainable = "all"  # "all", or "prompt": OptiPrompt (encoder frozen).
   # OptiPrompt's vectors go to the last occurrence of each template token id (the authors'), or "template".
@@ -82,14 +85,17 @@ def get_config():
   config.train.distributed.num_processes = 1  # Processes in the job.
   config.train.distributed.process_id = 0  # This process's index.
 
-  # The evaluation method recorded in the run directory (evaluate.py, Encoder.from_pretrained(workdir)): the
-  # authors' evaluation.py flags in run.sh.
+  # The run's evaluation method, recorded in its run directory (evaluate.py, Encoder.from_pretrained(workdir)): the
+  # authors' evaluation.py flags in run.sh. The same block as the evaluation configs' (eval_common.method_config):
+  # name "prompt" with view 1's template, in context; denoise and head (none, mlm_transform for --org_mlp, pooler for
+  # --use_pooler) for the supervised runs. Its position-offset rows and continuous-template placement are the
+  # objective's.
+  config.method = eval_common.method_config("prompt")
+  config.method.template = PROMPTBERT_OF
+  config.method.bias_positions = config.objective.get_ref("bias_positions")
+  config.method.prompt_placement = config.objective.get_ref("prompt_placement")
+
   config.eval = ml_collections.ConfigDict()
-  config.eval.method = "prompt"  # How a sentence is embedded at evaluation (jaxemb.encode.METHODS).
-  config.eval.template = PROMPTBERT_OF  # Evaluation template; "[X]" for non-prompt methods.
-  config.eval.denoise = False  # prompt: subtract the position-offset template bias (supervised PromptBERT).
-  config.eval.head = "none"  # prompt: none, mlm_transform (--org_mlp) or pooler (--use_pooler), after denoising.
-  config.eval.tokenization = "in_context"  # evaluation.py tokenises the filled-in string at once.
   config.eval.add_period = True  # evaluation.py appends "." to sentences without final punctuation.
   config.eval.senteval_dir = eval_common.data_path("senteval")  # SentEval data/downstream folder (STS-B dev).
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.

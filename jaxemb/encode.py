@@ -30,6 +30,7 @@ _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_
 # apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
 # there).
 HEADS = ("none", "mlm_transform", "pooler")
+BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (evaluation configs: eval.batch_size).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,9 @@ class Method:
   top_k: int = 200  # prompt_mlm_top_k: tokens averaged (PromptBERT Table 9 uses 200).
   ditto_layer: int = 0  # ditto: the layer whose attention weights the tokens (0-based).
   ditto_head: int = 9  # ditto: the head (0-based; bert-base-uncased's best on STS-B dev is layer 0, head 9).
-  ditto_variant: str = "first_last"  # ditto: which states are weighted: first_last, last or static.
+  # ditto: which states are weighted: first_last (h0 + hL) / 2, last, static (the raw word-embedding rows, as the
+  # authors' code reads them) or embedding_output (h0).
+  ditto_variant: str = "first_last"
   # static_remove_biases: which biased tokens are dropped before averaging (default: all four, as published).
   bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
   idf_path: str | None = None  # tfidf_first_last: the JSON written by `tfidf.save_idf`.
@@ -54,6 +57,23 @@ class Method:
   tokenization: str = "in_context"
   bias_positions: str = "from_zero"  # denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
   prompt_placement: str = "last_occurrence"  # A continuous template's placement (templates.PLACEMENTS).
+
+  # static_remove_biases's BiasFilter fields that a config block holds flat (its token list is not configurable).
+  _BIAS_FILTER_FIELDS = ("remove_frequent", "remove_subwords", "lowercase", "remove_punctuation")
+
+  def config_fields(self) -> dict[str, Any]:
+    """This method as a flat dict of config values: the `config.method` block of every config is built from
+    `Method(name).config_fields()`, so a field's default is stated here only. No idf_path is ""."""
+    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bias_filter"}
+    fields["idf_path"] = self.idf_path or ""
+    return {**fields, **{name: getattr(self.bias_filter, name) for name in self._BIAS_FILTER_FIELDS}}
+
+  @classmethod
+  def from_config(cls, block: Any) -> Method:
+    """The Method a `config.method` block describes (the inverse of `config_fields`)."""
+    fields = dict(block)
+    bias_filter = bias_removal.BiasFilter(**{name: fields.pop(name) for name in cls._BIAS_FILTER_FIELDS})
+    return cls(**{**fields, "idf_path": fields["idf_path"] or None, "bias_filter": bias_filter})
 
   def validate(self, config: EncoderConfig, num_masks: int):
     """Rejects a method that cannot run on this model or template, before anything is compiled."""
@@ -219,7 +239,7 @@ class Encoder:
   def compilations(self) -> int:
     return len(self.compiled_shapes)
 
-  def encode(self, sentences: str | Iterable[str], batch_size: int = 64, normalize: bool | None = None,
+  def encode(self, sentences: str | Iterable[str], batch_size: int = BATCH_SIZE, normalize: bool | None = None,
              progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
              normalize_embeddings: bool | None = None, show_progress_bar: bool | None = None,
              convert_to_numpy: bool = True) -> np.ndarray | jax.Array:

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 from jaxemb import sweep
-from jaxemb.encode import Encoder
+from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import loop, trainer
 from tests.conftest import shared_path
 from tests.training.test_loop import tiny_config
 
-EXPERIMENTS = ["seeds", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",
+EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",
                "cotbert_table3", "cotbert_table4", "cotbert_table6"]
 
 
@@ -45,7 +45,7 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
       loop.eval_method(run.config)
     else:
       assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
-      eval_run.method_from_config(run.config)
+      Method.from_config(run.config.method)
 
 
 def test_rows_and_command_line_overrides_reach_each_run(tmp_path):

@@ -247,7 +247,7 @@ def test_cot_roberta_training_template_ends_in_a_space_token(roberta_tokenizer):
   anchor = templates.Template.parse(config.objective.templates[0], roberta_tokenizer)
   assert list(anchor.prefix_ids) == roberta_tokenizer.encode("The sentence of '")[1:-1]
   assert list(anchor.suffix_ids) == roberta_tokenizer.encode(suffix)[1:-1]
-  evaluation = templates.Template.parse(config.eval.template, roberta_tokenizer)
+  evaluation = templates.Template.parse(config.method.template, roberta_tokenizer)
   assert evaluation.suffix_ids == anchor.suffix_ids[:-1]
 
 

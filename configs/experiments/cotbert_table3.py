@@ -40,7 +40,7 @@ def get_config():
   config.seeds = (0,)  # configs/cotbert.py's seed (the authors' train.py).
   config.rows = (
       *({"name": name, "paper": PAPER[name],
-         "set": {"objective.templates": templates, "eval.template": templates[0]}}
+         "set": {"objective.templates": templates, "method.template": templates[0]}}
         for name, templates in TEMPLATES.items()),
       {"name": "prefix + suffix", "paper": "79.40"},
   )

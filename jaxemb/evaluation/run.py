@@ -8,26 +8,15 @@ import pathlib
 import time
 from typing import Any
 
-from jaxemb import bias_removal
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
 from jaxemb.models import compute_dtype
 
 
-def method_from_config(config: Any) -> Method:
-  m = config.method
-  bias_filter = bias_removal.BiasFilter(remove_frequent=m.remove_frequent, remove_subwords=m.remove_subwords,
-                                        lowercase=m.lowercase, remove_punctuation=m.remove_punctuation)
-  return Method(name=m.name, template=m.template, top_k=m.top_k, ditto_layer=m.ditto_layer,
-                ditto_head=m.ditto_head, ditto_variant=m.ditto_variant, idf_path=m.idf_path or None,
-                bias_filter=bias_filter, denoise=m.denoise, head=m.head, tokenization=m.tokenization,
-                bias_positions=m.bias_positions, prompt_placement=m.prompt_placement)
-
-
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
   return Encoder.from_pretrained(
-      config.model.path, method or method_from_config(config), dtype=compute_dtype(config.model.dtype),
+      config.model.path, method or Method.from_config(config.method), dtype=compute_dtype(config.model.dtype),
       max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
 
 

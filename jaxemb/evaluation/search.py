@@ -74,7 +74,7 @@ def ditto_head_scores(layer_embed: Callable[[int], sts.Embed], num_layers: int, 
 def run_template_search(config: Any) -> dict[str, Any]:
   """evaluate.py's `template_search` job: greedy search with the prompt method over config.search's candidates."""
   def search(model, dev, preprocess):
-    base = run.method_from_config(config)
+    base = Method.from_config(config.method)
     def score(template: str) -> float:
       encoder = _encoder(config, model, dataclasses.replace(base, template=template))
       return _dev_spearman(encoder, dev, preprocess, config)
@@ -87,7 +87,7 @@ def run_ditto_search(config: Any) -> dict[str, Any]:
   def search(model, dev, preprocess):
     model_config = model[0]
     def layer_embed(layer):
-      method = dataclasses.replace(run.method_from_config(config), name="ditto_all_heads", ditto_layer=layer,
+      method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
                                    ditto_head=0)
       encoder = _encoder(config, model, method)
       return lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)

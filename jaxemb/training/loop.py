@@ -101,10 +101,8 @@ SELECTIONS = ("training_view", "eval_method")
 
 
 def eval_method(config: Any) -> Method:
-  """The run's evaluation method (config.eval), recorded in its run directory."""
-  return Method(name=config.eval.method, template=config.eval.template, denoise=config.eval.denoise,
-                head=config.eval.head, tokenization=config.eval.tokenization,
-                bias_positions=config.objective.bias_positions, prompt_placement=config.objective.prompt_placement)
+  """The run's evaluation method (config.method), recorded in its run directory."""
+  return Method.from_config(config.method)
 
 
 def selection_method(config: Any, objective: objectives.Objective) -> Method:

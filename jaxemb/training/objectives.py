@@ -43,6 +43,8 @@ class Objective:
       `--mlp_only_train` is off), "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
     loss: one of LOSSES.
     temperature: tau of the cosine logits.
+    hard_negative_weight: info_nce_with_hard_negatives only: SimCSE's `--hard_negative_weight`, the log of the weight
+      on each row's own hard negative in the denominator (losses.hard_negative_logits; 0: every term weighs 1).
     trainable: "all", or "prompt" (OptiPrompt: the continuous template vectors and the projection train, the
       encoder does not).
     loss_group_size: rows per loss (0: the global batch). CoT-BERT ran `nn.DataParallel` on 2 GPUs with 128 rows
@@ -66,6 +68,7 @@ class Objective:
   projection: str
   loss: str
   temperature: float
+  hard_negative_weight: float = 0.0
   trainable: str = "all"
   loss_group_size: int = 0
   bias_positions: str = "from_zero"
@@ -84,6 +87,9 @@ class Objective:
                                  ("trainable", self.trainable, ("all", "prompt"))):
       if value not in allowed:
         raise ValueError(f"{name} {value!r} is not one of {allowed}")
+    if self.hard_negative_weight and self.loss != "info_nce_with_hard_negatives":
+      raise ValueError(f"hard_negative_weight {self.hard_negative_weight} applies to info_nce_with_hard_negatives "
+                       f"only; loss is {self.loss!r}")
     if self.ddp_world_size < 1:
       raise ValueError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
     if self.loss_group_size < 0:
@@ -175,7 +181,8 @@ def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
     view_encode = encode.named(f"view {i}")
     vectors.append(views.vector(view, model, encode.params, view_encode, batch[field], encode.params.get("prompt"),
                                 bias))
-  logits = _LOGITS[objective.loss](*vectors, temperature=objective.temperature)
+  weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
+  logits = _LOGITS[objective.loss](*vectors, temperature=objective.temperature, **weight)
   return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
 
 

@@ -16,6 +16,10 @@ from jaxemb.models import EncoderConfig, Transformer, compute_dtype
 from jaxemb.training import objectives, sharding
 from jaxemb.training import state as train_state
 
+# The fresh heads' key: seed + this, apart from the dropout stream's (seed), so the two draws are independent.
+HEAD_INIT_SEED_OFFSET = 1
+
+
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   o = config.objective
   if len(o.columns) != len(o.templates):
@@ -24,6 +28,7 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   return objectives.Objective(
       views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
       pooling=o.pooling, denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
+      hard_negative_weight=o.hard_negative_weight,
       trainable=o.trainable, loss_group_size=o.loss_group_size,
       bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
       ddp_world_size=o.ddp_world_size)
@@ -44,7 +49,7 @@ class Trainer:
     tx: the optimizer, its learning rate following `schedule`.
     schedule: the learning rate at each step.
     mesh: the devices the state and the batch are split over.
-    seed: config.train.seed: the heads' initialisation (seed + 1) and the dropout stream (seed).
+    seed: config.train.seed: the dropout stream (seed) and the heads' initialisation (seed + HEAD_INIT_SEED_OFFSET).
     abstract: the train state's shapes and dtypes at step 0.
     shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
   """
@@ -93,7 +98,7 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
 
 
 def _initial_params(objective: objectives.Objective, pretrained: dict[str, Any], hidden: int, seed: int):
-  heads = objectives.init_head_params(objective, hidden, jax.random.key(seed + 1))
+  heads = objectives.init_head_params(objective, hidden, jax.random.key(seed + HEAD_INIT_SEED_OFFSET))
   trained, frozen = objectives.split_trainable(objective, pretrained)
   if objective.trainable == "prompt":
     prompt = objectives.init_prompt_params(objective.view_templates[0], pretrained["embeddings"]["word"]["embedding"])

@@ -219,7 +219,7 @@ def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path,
                                 pretrained["layer_0"]["query"]["kernel"])  # The encoder stayed frozen...
   assert not np.allclose(best["encoder"]["mlm_head"]["dense"]["kernel"],
                          pretrained["mlm_head"]["dense"]["kernel"])  # ... but for its MLM transform, the head.
-  encoder = Encoder.from_pretrained(tmp_path, Method("prompt", template=config.eval.template))
+  encoder = Encoder.from_pretrained(tmp_path, Method("prompt", template=config.method.template))
   assert encoder.prompt is not None and encoder.prompt.shape == best["prompt"].shape
   assert encoder.encode(["a sentence ."]).shape == (1, 32)
 
@@ -230,7 +230,7 @@ def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tm
   config = tiny_config("promptbert_sup", tiny_bert, tmp_path, num_steps=1, eval_every=1, save_every=1)
   loop.train(config)
   encoder = Encoder.from_pretrained(tmp_path)  # No method: the run's own.
-  assert encoder.method == Method("prompt", template=config.eval.template, denoise=True, head="mlm_transform")
+  assert encoder.method == Method("prompt", template=config.method.template, denoise=True, head="mlm_transform")
   model_config, best, _ = run_dir.load_best(tmp_path)
   explicit = Encoder(model_config, best["encoder"], load_tokenizer(tmp_path / "model"), encoder.method)
   sentences = ["a man plays a guitar .", "two dogs run"]
