@@ -113,3 +113,25 @@ def test_dropout_masks_follow_the_parts_name_not_the_call_order(tiny):
   np.testing.assert_array_equal(run(view_1), first)
   assert not np.allclose(run(view_1), first)  # Its second call.
   assert not np.allclose(run(step().named("view 0")), first)
+
+
+def test_hard_negative_weight_weighs_each_rows_own_hard_negative(tiny):
+  """objective.hard_negative_weight (SimCSE's --hard_negative_weight) reaches the loss: the loss equals
+  losses.info_nce_with_hard_negatives with that weight on the same vectors, and differs from weight 0."""
+  from jaxemb import losses, views  # pylint: disable=g-import-not-at-top
+  tokenizer, model, encoder = tiny
+  parsed = (templates.Template.parse("[X]", tokenizer),) * 3
+  objective = lambda weight: objectives.Objective(
+      views=("a", "p", "n"), view_templates=parsed, pooling="cls", denoising="none", projection="none",
+      loss="info_nce_with_hard_negatives", temperature=0.05, hard_negative_weight=weight)
+  batch = {field: templates.encode_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
+           for i, field in enumerate(("a", "p", "n"))}
+  params = {"encoder": encoder}
+  loss = lambda weight: float(objectives.loss_and_metrics(objective(weight), model, params, batch, jax.random.key(0))[0])
+  encode = lambda ids, mask, **kw: model.apply({"params": encoder}, ids, mask, **kw)
+  vectors = [views.vector(objective(0.0).view_list[0], model, params, encode, batch[f]) for f in ("a", "p", "n")]
+  np.testing.assert_allclose(loss(2.0), losses.info_nce_with_hard_negatives(*vectors, hard_negative_weight=2.0),
+                             rtol=1e-5)
+  assert abs(loss(2.0) - loss(0.0)) > 1e-3
+  with pytest.raises(ValueError, match="applies to info_nce_with_hard_negatives only"):
+    dataclasses.replace(_promptbert(tokenizer), hard_negative_weight=1.0)
