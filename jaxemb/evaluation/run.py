@@ -11,7 +11,7 @@ from typing import Any
 from jaxemb import bias_removal
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import sts
+from jaxemb.evaluation import common, sts
 from jaxemb.models import compute_dtype
 
 
@@ -31,7 +31,7 @@ def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
       max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
 
 
-def preprocess(join_tokens: bool, add_period: bool) -> sts.Preprocess:
+def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:
   """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
   def apply(sentence: str) -> str:
     sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
@@ -39,7 +39,7 @@ def preprocess(join_tokens: bool, add_period: bool) -> sts.Preprocess:
   return apply
 
 
-def preprocess_from_config(config: Any) -> sts.Preprocess:
+def preprocess_from_config(config: Any) -> common.Preprocess:
   """The test-time sentence rules the config turns on."""
   return preprocess(config.eval.join_tokens, config.eval.add_period)
 
@@ -60,8 +60,8 @@ def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[lis
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
-def score_sts(embed: sts.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
-              preprocess: sts.Preprocess) -> dict[str, Any]:
+def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
+              preprocess: common.Preprocess) -> dict[str, Any]:
   """Scores the test tasks and STS-B dev, prints their table; returns `StsResult.to_dict()` plus "stsb_dev"."""
   result = sts.evaluate_sts(embed, tasks, preprocess)
   dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all

@@ -18,15 +18,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
 from jaxemb.data.sts import StsSubset, StsTask, join_tokens, load_sts_task
-
-Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
-Preprocess = Callable[[str], str]
+from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +88,7 @@ class StsResult:
     rows = [[task.name, task.split, f"{task.all:.2f}", f"{task.wmean:.2f}", str(task.pairs)]
             for task in self.tasks.values()]
     rows.append(["Avg.", "", f"{self.average:.2f}", f"{self.average_wmean:.2f}", ""])
-    return _boxed(["Task", "Split", "all", "wmean", "pairs"], rows, left=2)
+    return boxed(["Task", "Split", "all", "wmean", "pairs"], rows, left=2)
 
   def __str__(self) -> str:
     return self.table()
@@ -117,21 +115,12 @@ def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
   names = [task.name for task in tasks]
   if len(set(names)) != len(names):
     raise ValueError(f"tasks {names} repeat a name; evaluate the splits of one task in separate calls")
-  prepare = preprocess or (lambda sentence: sentence)
-  index: dict[str, int] = {}  # Distinct text -> row of the embedding matrix, in first-seen order.
-
-  def lookup(sentences: list[str]) -> np.ndarray:
-    return np.array([index.setdefault(prepare(s), len(index)) for s in sentences], dtype=np.int64)
-
-  rows = [[(subset, lookup(subset.sentences1), lookup(subset.sentences2)) for subset in task.subsets.values()]
-          for task in tasks]
-  vectors = np.asarray(embed(list(index)))
-  if vectors.ndim != 2 or len(vectors) != len(index):
-    raise ValueError(f"embed returned shape {vectors.shape} for {len(index)} sentences; expected "
-                     f"[{len(index)}, dim]")
+  vectors, rows = embed_distinct(embed, [column for task in tasks for subset in task.subsets.values()
+                                         for column in (subset.sentences1, subset.sentences2)], preprocess)
+  rows = iter(rows)
   scores = {}
-  for task, task_rows in zip(tasks, rows):
-    predictions = [(subset, cosine(vectors[rows1], vectors[rows2])) for subset, rows1, rows2 in task_rows]
+  for task in tasks:
+    predictions = [(subset, cosine(vectors[next(rows)], vectors[next(rows)])) for subset in task.subsets.values()]
     scores[task.name] = _score_task(task, predictions)
   return StsResult(scores)
 
@@ -162,11 +151,3 @@ def _spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
 def _pearson(predicted: np.ndarray, gold: np.ndarray) -> float:
   return 100 * float(stats.pearsonr(predicted, gold).statistic)
 
-
-def _boxed(header: list[str], rows: list[list[str]], left: int) -> str:
-  """A text table with +---+ rules; the first `left` columns (text) left-aligned, the numbers right-aligned."""
-  widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-  rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-  line = lambda row: "| " + " | ".join(
-      cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) + " |"
-  return "\n".join([rule, line(header), rule, *map(line, rows), rule])

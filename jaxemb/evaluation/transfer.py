@@ -46,7 +46,7 @@ import functools
 import json
 import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -55,10 +55,8 @@ import optax
 
 from jaxemb.data import transfer as transfer_data
 from jaxemb.data.sts import join_tokens
-from jaxemb.evaluation import run, sts
-
-Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
-Preprocess = Callable[[str], str]
+from jaxemb.evaluation import run
+from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
 
 _INNER_KFOLD_SEED = 1111  # InnerKFoldClassifier's folds: SentEval passes random_state=1111, not the seed.
 _F1_TASKS = ("MRPC",)
@@ -270,8 +268,7 @@ class TransferResult:
              str(t.ntest)] for t in self.tasks.values()]
     rows.append(["Avg.", "", f"{self.average:.2f}", "", "", ""])
     header = ["Task", "dev acc", "test acc", "F1", "ndev", "ntest"]
-    # The STS table's layout, shared rather than copied.
-    return sts._boxed(header, rows, left=1)  # pylint: disable=protected-access
+    return boxed(header, rows, left=1)
 
   def __str__(self) -> str:
     return self.table()
@@ -290,22 +287,16 @@ def evaluate_transfer(embed: Embed, tasks: Sequence[transfer_data.TransferTask],
   names = [task.name for task in tasks]
   if len(set(names)) != len(names):
     raise ValueError(f"tasks {names} repeat a name")
-  prepare = preprocess or (lambda sentence: sentence)
-  index: dict[str, int] = {}  # Distinct text -> row of the embedding matrix, in first-seen order.
-
-  def lookup(sentences: list[str]) -> np.ndarray:
-    return np.array([index.setdefault(prepare(s), len(index)) for s in sentences], dtype=np.int64)
-
-  rows = [{name: [lookup(column) for column in split.columns] for name, split in task.splits.items()}
-          for task in tasks]
   start = time.perf_counter()
-  vectors = np.asarray(embed(list(index)), np.float32)
+  vectors, rows = embed_distinct(embed, [column for task in tasks for split in task.splits.values()
+                                         for column in split.columns], preprocess)
   encode_seconds = time.perf_counter() - start
-  if vectors.ndim != 2 or len(vectors) != len(index):
-    raise ValueError(f"embed returned shape {vectors.shape} for {len(index)} sentences; expected "
-                     f"[{len(index)}, dim]")
-  return TransferResult({task.name: _score_task(task, vectors, task_rows, config)
-                         for task, task_rows in zip(tasks, rows)}, encode_seconds)
+  vectors, rows = vectors.astype(np.float32, copy=False), iter(rows)
+  scores = {}
+  for task in tasks:
+    by_split = {name: [next(rows) for _ in split.columns] for name, split in task.splits.items()}
+    scores[task.name] = _score_task(task, vectors, by_split, config)
+  return TransferResult(scores, encode_seconds)
 
 
 def senteval_order(split: transfer_data.TransferSplit) -> np.ndarray:
