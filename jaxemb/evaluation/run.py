@@ -1,7 +1,12 @@
-"""Evaluation jobs from an `ml_collections` config (configs/eval_*.py): what evaluate.py runs."""
+"""Evaluation jobs from an `ml_collections` config (configs/eval_*.py): what evaluate.py runs.
+
+The STS job (`run_sts`), the transfer job (`run_transfer`) and both with one encoder (`run_sts_transfer`), and
+what they share: the encoder, method, sentence rules and tasks a config names, and the JSON summary.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pathlib
@@ -10,8 +15,9 @@ from typing import Any
 
 from jaxemb import bias_removal
 from jaxemb.data import sts as sts_data
+from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import common, sts
+from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.models import compute_dtype
 
 
@@ -45,7 +51,7 @@ def preprocess_from_config(config: Any) -> common.Preprocess:
 
 
 def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
-  """(the configured test tasks, STS-B dev)."""
+  """(the configured STS test tasks, STS-B dev)."""
   return load_sts_tasks(config.data.senteval_dir, config.eval.tasks, config.data.source)
 
 
@@ -58,6 +64,22 @@ def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[lis
     raise ValueError(f"eval.tasks: unknown tasks {unknown}; known: {list(sts_data.TASKS)}")
   tasks = [sts_data.load_sts_task(root, name, "test", source) for name in names]
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
+
+
+def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
+  """The transfer tasks named in config.transfer.tasks, read from config.data.senteval_dir."""
+  names = [name.strip() for name in config.transfer.tasks.split(",") if name.strip()]
+  unknown = [name for name in names if name not in transfer_data.TASKS]
+  if unknown or not names:
+    raise ValueError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
+  return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
+
+
+def classifier_from_config(config: Any) -> logreg.LogRegConfig:
+  """logreg.MODES[config.transfer.mode] with config.transfer.seed."""
+  if config.transfer.mode not in logreg.MODES:
+    raise ValueError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(logreg.MODES)}")
+  return dataclasses.replace(logreg.MODES[config.transfer.mode], seed=config.transfer.seed)
 
 
 def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
@@ -81,6 +103,39 @@ def run_sts(config: Any) -> dict[str, Any]:
   summary = {**scores, "method": config.method.to_dict(), "model": config.model.path, "seconds": seconds,
              "compilations": encoder.compilations}
   print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
+  write_summary(config, summary)
+  return summary
+
+
+def run_transfer(config: Any) -> dict[str, Any]:
+  """Job "transfer": the transfer tasks of config.transfer; prints the table, returns (and writes) the numbers."""
+  return _run_transfer(config, with_sts=False)
+
+
+def run_sts_transfer(config: Any) -> dict[str, Any]:
+  """Job "sts+transfer": the STS tasks of config.eval.tasks and the transfer tasks, one encoder, one JSON."""
+  return _run_transfer(config, with_sts=True)
+
+
+def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
+  tasks = load_transfer_tasks(config)  # Data and settings errors surface before the model is loaded.
+  sts_tasks, dev = load_tasks(config) if with_sts else ([], None)
+  classifier = classifier_from_config(config)
+  encoder = encoder_from_config(config)
+  prepare = preprocess_from_config(config)
+  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
+  start = time.perf_counter()
+  scores = {}
+  if with_sts:
+    scores["sts"] = score_sts(embed, sts_tasks, dev, prepare)
+  result = transfer.evaluate_transfer(embed, tasks, prepare, classifier)
+  seconds = time.perf_counter() - start
+  print(result.table())
+  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
+        f"the transfer sentences), {encoder.compilations} compiled shapes")
+  scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
+  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
+             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
   write_summary(config, summary)
   return summary
 

@@ -27,10 +27,8 @@ import numpy as np
 
 from jaxemb.data import transfer as transfer_data
 from jaxemb.data.sts import join_tokens
-from jaxemb.evaluation import run
 from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
-from jaxemb.evaluation.logreg import (MODES, LogRegConfig, inner_kfold_classifier, kfold_classifier,
-                                      split_classifier)
+from jaxemb.evaluation.logreg import LogRegConfig, inner_kfold_classifier, kfold_classifier, split_classifier
 
 _F1_TASKS = ("MRPC",)
 
@@ -140,55 +138,6 @@ def _score_task(task: transfer_data.TransferTask, vectors: np.ndarray, rows: dic
     raise ValueError(f"task {task.name}: splits {sorted(data)} match no SentEval protocol")
   return TaskScore(task.name, float(devacc), float(acc), ndev, ntest, time.perf_counter() - start,
                    None if f1 is None else float(f1))
-
-
-def load_tasks(config: Any) -> list[transfer_data.TransferTask]:
-  """The transfer tasks named in config.transfer.tasks, read from config.data.senteval_dir."""
-  names = [name.strip() for name in config.transfer.tasks.split(",") if name.strip()]
-  unknown = [name for name in names if name not in transfer_data.TASKS]
-  if unknown or not names:
-    raise ValueError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
-  return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
-
-
-def classifier_from_config(config: Any) -> LogRegConfig:
-  """MODES[config.transfer.mode] with config.transfer.seed."""
-  if config.transfer.mode not in MODES:
-    raise ValueError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(MODES)}")
-  return dataclasses.replace(MODES[config.transfer.mode], seed=config.transfer.seed)
-
-
-def run_transfer(config: Any) -> dict[str, Any]:
-  """Job "transfer": the transfer tasks of config.transfer; prints the table, returns (and writes) the numbers."""
-  return _run(config, with_sts=False)
-
-
-def run_sts_transfer(config: Any) -> dict[str, Any]:
-  """Job "sts+transfer": the STS tasks of config.eval.tasks and the transfer tasks, one encoder, one JSON."""
-  return _run(config, with_sts=True)
-
-
-def _run(config: Any, with_sts: bool) -> dict[str, Any]:
-  tasks = load_tasks(config)  # Data and settings errors surface before the model is loaded.
-  sts_tasks, dev = run.load_tasks(config) if with_sts else ([], None)
-  classifier = classifier_from_config(config)
-  encoder = run.encoder_from_config(config)
-  preprocess = run.preprocess_from_config(config)
-  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
-  start = time.perf_counter()
-  scores = {}
-  if with_sts:
-    scores["sts"] = run.score_sts(embed, sts_tasks, dev, preprocess)
-  result = evaluate_transfer(embed, tasks, preprocess, classifier)
-  seconds = time.perf_counter() - start
-  print(result.table())
-  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
-        f"the transfer sentences), {encoder.compilations} compiled shapes")
-  scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
-  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
-             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
-  run.write_summary(config, summary)
-  return summary
 
 
 def _f1(predictions: np.ndarray, labels: np.ndarray) -> float:

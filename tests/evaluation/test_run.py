@@ -1,4 +1,4 @@
-"""evaluate.py and the config-driven STS job, on a tiny model and one small task."""
+"""evaluate.py and the config-driven jobs (STS, transfer, both), on a tiny model and one small task each."""
 
 import json
 import pathlib
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from configs import eval_baselines, eval_prompt
+from configs import eval_baselines, eval_prompt, eval_transfer
 from jaxemb.evaluation import run
 from tests.conftest import REPO, shared_path
 
@@ -72,3 +72,42 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   assert pathlib.Path(out).is_file()
   assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.
+
+
+def _transfer_config(model_path, **overrides):
+  """configs/eval_transfer.py on TREC, with SimCSE's quicker classifier settings."""
+  return _config(eval_transfer, model_path, **{"transfer.tasks": "TREC", "transfer.mode": "fasttest", **overrides})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"transfer.tasks": "TREC,SST5"}, r"unknown tasks \['SST5'\]"),
+    ({"transfer.mode": "quick"}, r"transfer.mode 'quick'"),
+    ({"data.senteval_dir": "/nowhere"}, r"/nowhere/TREC: no such directory"),
+])
+def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    run.run_transfer(_transfer_config("/no/model/here", **overrides))
+
+
+def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
+  out = tmp_path / "results.json"
+  config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out)})
+  config.job = "sts+transfer"
+  summary = run.run_sts_transfer(config)
+  assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
+  trec = summary["transfer"]["tasks"]["TREC"]
+  assert (trec["ndev"], trec["ntest"]) == (5452, 500) and 0 <= trec["acc"] <= 100
+  assert summary["classifier"]["kfold"] == 5 and json.loads(out.read_text())["transfer"] == summary["transfer"]
+
+
+@pytest.mark.slow
+def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
+  out = tmp_path / "r.json"
+  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_transfer.py"),
+             f"--config.model.path={tiny_bert}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+             "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest", "--config.eval.length_multiple=32",
+             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "MRPC" in result.stdout and "test acc" in result.stdout
+  assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}

@@ -1,18 +1,14 @@
-"""Tests for jaxemb.evaluation.transfer: the protocols, and the jobs."""
+"""Tests for jaxemb.evaluation.transfer: SentEval's order of a split and the task protocols, on synthetic tasks."""
 
 import itertools
 import json
-import subprocess
-import sys
 import zlib
 
 import numpy as np
 import pytest
 
-from configs import eval_transfer
 from jaxemb.data.transfer import TransferSplit, TransferTask
 from jaxemb.evaluation import transfer
-from tests.conftest import REPO, shared_path
 from tests.evaluation.test_logreg import FAST
 
 
@@ -62,50 +58,3 @@ def test_evaluate_transfer_runs_each_protocol_once_per_distinct_sentence():
 def test_evaluate_transfer_rejects_bad_embeddings():
   with pytest.raises(ValueError, match="embed returned shape"):
     transfer.evaluate_transfer(lambda s: np.zeros((len(s), 2, 3)), _synthetic_tasks()[:1], config=FAST)
-
-
-def _config(model_path, **overrides):
-  config = eval_transfer.get_config()
-  config.model.path = str(model_path)
-  config.data.senteval_dir = str(shared_path("data", "senteval"))
-  config.transfer.tasks = "TREC"
-  config.transfer.mode = "fasttest"
-  config.eval.length_multiple = 32  # Few shapes: compiling dominates on a tiny model.
-  for key, value in overrides.items():
-    section, field = key.split(".")
-    config[section][field] = value
-  return config
-
-
-@pytest.mark.parametrize("overrides, message", [
-    ({"transfer.tasks": "TREC,SST5"}, r"unknown tasks \['SST5'\]"),
-    ({"transfer.mode": "quick"}, r"transfer.mode 'quick'"),
-    ({"data.senteval_dir": "/nowhere"}, r"/nowhere/TREC: no such directory"),
-])
-def test_bad_configs_are_rejected_before_the_model_loads(overrides, message):
-  with pytest.raises(ValueError, match=message):
-    transfer.run_transfer(_config("/no/model/here", **overrides))
-
-
-def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
-  out = tmp_path / "results.json"
-  config = _config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out)})
-  config.job = "sts+transfer"
-  summary = transfer.run_sts_transfer(config)
-  assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
-  trec = summary["transfer"]["tasks"]["TREC"]
-  assert (trec["ndev"], trec["ntest"]) == (5452, 500) and 0 <= trec["acc"] <= 100
-  assert summary["classifier"]["kfold"] == 5 and json.loads(out.read_text())["transfer"] == summary["transfer"]
-
-
-@pytest.mark.slow
-def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
-  out = tmp_path / "r.json"
-  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_transfer.py"),
-             f"--config.model.path={tiny_bert}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-             "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest", "--config.eval.length_multiple=32",
-             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
-  result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "MRPC" in result.stdout and "test acc" in result.stdout
-  assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}
