@@ -84,12 +84,14 @@ def classifier_from_config(config: Any) -> logreg.LogRegConfig:
 
 def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
               preprocess: common.Preprocess) -> dict[str, Any]:
-  """Scores the test tasks and STS-B dev, prints their table; returns `StsResult.to_dict()` plus "stsb_dev"."""
-  result = sts.evaluate_sts(embed, tasks, preprocess)
-  dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
-  print(result.table())
+  """Scores the test tasks and STS-B dev in one `evaluate_sts` call (one `embed` call), prints the test tasks'
+  table and the dev score; returns the test tasks' `StsResult.to_dict()` plus "stsb_dev"."""
+  result = sts.evaluate_sts(embed, [*tasks, dev], preprocess)
+  tests = result.select("test")
+  dev_spearman = result[dev.name, dev.split].all
+  print(tests.table())
   print(f"STS-B dev: {dev_spearman:.2f}")
-  return {**result.to_dict(), "stsb_dev": dev_spearman}
+  return {**tests.to_dict(), "stsb_dev": dev_spearman}
 
 
 def run_sts(config: Any) -> dict[str, Any]:

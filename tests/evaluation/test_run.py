@@ -8,8 +8,10 @@ import sys
 import pytest
 
 from configs import eval_baselines, eval_prompt, eval_transfer
-from jaxemb.evaluation import run
+from jaxemb.data.sts import StsTask, join_tokens
+from jaxemb.evaluation import run, sts
 from tests.conftest import REPO, shared_path
+from tests.evaluation.test_sts import STSB, TASKS, FakeEncoder
 
 
 def _config(module, model_path, **overrides):
@@ -32,6 +34,16 @@ def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint):
   assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 1186
   assert -100 <= summary["stsb_dev"] <= 100 and summary["compilations"] >= 1
   assert json.loads(out.read_text())["average"] == pytest.approx(summary["average"])
+
+
+def test_score_sts_embeds_once_and_reports_dev_apart(capsys):
+  embed = FakeEncoder()
+  scores = run.score_sts(embed, TASKS, StsTask("STSBenchmark", "dev", {"dev": STSB}), join_tokens)
+  alone = sts.evaluate_sts(FakeEncoder(), TASKS)
+  assert len(embed.calls) == 1
+  assert scores == {**alone.to_dict(), "stsb_dev": alone["STSBenchmark"].all}  # Same pairs as STSB test.
+  out = capsys.readouterr().out
+  assert out.count("STSBenchmark") == 1 and f"STS-B dev: {alone['STSBenchmark'].all:.2f}" in out
 
 
 @pytest.mark.parametrize("overrides, message", [
