@@ -28,7 +28,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from jaxemb.data import transfer as transfer_data
 from jaxemb.data.sts import join_tokens
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import transfer
+from jaxemb.evaluation import logreg, transfer
 
 try:
   from sklearn.model_selection import StratifiedKFold
@@ -47,7 +47,7 @@ def stratified_splits(y, n_splits, random_state):
   """StratifiedKFold(n_splits, shuffle=True, random_state).split(y) as a list."""
   if StratifiedKFold is not None:
     return list(StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=random_state).split(y, y))
-  return transfer.stratified_kfold(y, n_splits, random_state)
+  return logreg.stratified_kfold(y, n_splits, random_state)
 
 
 class MLP:
@@ -226,10 +226,10 @@ def main():
   args = parser.parse_args()
   if args.threads:
     torch.set_num_threads(args.threads)
-  print(f"folds: {'sklearn' if StratifiedKFold is not None else 'jaxemb.evaluation.transfer.stratified_kfold'}")
+  print(f"folds: {'sklearn' if StratifiedKFold is not None else 'jaxemb.evaluation.logreg.stratified_kfold'}")
   tasks = transfer_data.load_transfer_tasks(args.senteval, args.tasks.split(","))
   vectors = cached_vectors(args, tasks)
-  config = transfer.MODES[args.mode]
+  config = logreg.MODES[args.mode]
   rows = []
   for task in tasks:
     start = time.perf_counter()

@@ -49,7 +49,7 @@ def get_config():
   config.eval.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
   config.eval.output_json = ""  # Write the results here as JSON; "" = print only.
 
-  # The SentEval transfer tasks (jobs transfer and sts+transfer; jaxemb.evaluation.transfer).
+  # The SentEval transfer tasks (jobs transfer and sts+transfer in jaxemb.evaluation.run; jaxemb.evaluation.transfer).
   config.transfer = ml_collections.ConfigDict()
   config.transfer.tasks = TRANSFER_TASKS  # Comma-separated, of jaxemb.data.transfer.TASKS.
   # Classifier settings of SimCSE's evaluation.py: "test" (the papers' numbers: 10 folds, Adam, batch 64,

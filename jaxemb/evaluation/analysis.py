@@ -26,7 +26,7 @@ from scipy import stats
 from jaxemb import templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import BATCH_SIZE, PROMPT_METHODS, Encoder, Method, sentence_vectors
-from jaxemb.evaluation import run, sts
+from jaxemb.evaluation import common, run, sts
 from jaxemb.models import EncoderConfig, Transformer
 
 
@@ -100,7 +100,7 @@ def pair_alignment_uniformity(first: np.ndarray, second: np.ndarray, gold: np.nd
 
 
 def stsb_pair_vectors(encoder: Encoder, senteval_root: str | pathlib.Path, source: str = "senteval",
-                      preprocess: sts.Preprocess = sts_data.join_tokens,
+                      preprocess: common.Preprocess = sts_data.join_tokens,
                       batch_size: int = BATCH_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(first vectors, second vectors, gold scores) of the STS-B test pairs, encoded in one call."""
   (pairs,) = sts_data.load_sts_task(senteval_root, "STSBenchmark", "test", source).subsets.values()

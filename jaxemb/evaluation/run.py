@@ -1,7 +1,12 @@
-"""Evaluation jobs from an `ml_collections` config (configs/eval_*.py): what evaluate.py runs."""
+"""Evaluation jobs from an `ml_collections` config (configs/eval_*.py): what evaluate.py runs.
+
+The STS job (`run_sts`), the transfer job (`run_transfer`) and both with one encoder (`run_sts_transfer`), and
+what they share: the encoder, method, sentence rules and tasks a config names, and the JSON summary.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import pathlib
@@ -9,8 +14,9 @@ import time
 from typing import Any
 
 from jaxemb.data import sts as sts_data
+from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import sts
+from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.models import compute_dtype
 
 
@@ -20,7 +26,7 @@ def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
       max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
 
 
-def preprocess(join_tokens: bool, add_period: bool) -> sts.Preprocess:
+def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:
   """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
   def apply(sentence: str) -> str:
     sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
@@ -28,13 +34,13 @@ def preprocess(join_tokens: bool, add_period: bool) -> sts.Preprocess:
   return apply
 
 
-def preprocess_from_config(config: Any) -> sts.Preprocess:
+def preprocess_from_config(config: Any) -> common.Preprocess:
   """The test-time sentence rules the config turns on."""
   return preprocess(config.eval.join_tokens, config.eval.add_period)
 
 
 def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
-  """(the configured test tasks, STS-B dev)."""
+  """(the configured STS test tasks, STS-B dev)."""
   return load_sts_tasks(config.data.senteval_dir, config.eval.tasks, config.data.source)
 
 
@@ -49,14 +55,32 @@ def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[lis
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
-def score_sts(embed: sts.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
-              preprocess: sts.Preprocess) -> dict[str, Any]:
-  """Scores the test tasks and STS-B dev, prints their table; returns `StsResult.to_dict()` plus "stsb_dev"."""
-  result = sts.evaluate_sts(embed, tasks, preprocess)
-  dev_spearman = sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
-  print(result.table())
+def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
+  """The transfer tasks named in config.transfer.tasks, read from config.data.senteval_dir."""
+  names = [name.strip() for name in config.transfer.tasks.split(",") if name.strip()]
+  unknown = [name for name in names if name not in transfer_data.TASKS]
+  if unknown or not names:
+    raise ValueError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
+  return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
+
+
+def classifier_from_config(config: Any) -> logreg.LogRegConfig:
+  """logreg.MODES[config.transfer.mode] with config.transfer.seed."""
+  if config.transfer.mode not in logreg.MODES:
+    raise ValueError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(logreg.MODES)}")
+  return dataclasses.replace(logreg.MODES[config.transfer.mode], seed=config.transfer.seed)
+
+
+def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
+              preprocess: common.Preprocess) -> dict[str, Any]:
+  """Scores the test tasks and STS-B dev in one `evaluate_sts` call (one `embed` call), prints the test tasks'
+  table and the dev score; returns the test tasks' `StsResult.to_dict()` plus "stsb_dev"."""
+  result = sts.evaluate_sts(embed, [*tasks, dev], preprocess)
+  tests = result.select("test")
+  dev_spearman = result[dev.name, dev.split].all
+  print(tests.table())
   print(f"STS-B dev: {dev_spearman:.2f}")
-  return {**result.to_dict(), "stsb_dev": dev_spearman}
+  return {**tests.to_dict(), "stsb_dev": dev_spearman}
 
 
 def run_sts(config: Any) -> dict[str, Any]:
@@ -70,6 +94,39 @@ def run_sts(config: Any) -> dict[str, Any]:
   summary = {**scores, "method": config.method.to_dict(), "model": config.model.path, "seconds": seconds,
              "compilations": encoder.compilations}
   print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
+  write_summary(config, summary)
+  return summary
+
+
+def run_transfer(config: Any) -> dict[str, Any]:
+  """Job "transfer": the transfer tasks of config.transfer; prints the table, returns (and writes) the numbers."""
+  return _run_transfer(config, with_sts=False)
+
+
+def run_sts_transfer(config: Any) -> dict[str, Any]:
+  """Job "sts+transfer": the STS tasks of config.eval.tasks and the transfer tasks, one encoder, one JSON."""
+  return _run_transfer(config, with_sts=True)
+
+
+def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
+  tasks = load_transfer_tasks(config)  # Data and settings errors surface before the model is loaded.
+  sts_tasks, dev = load_tasks(config) if with_sts else ([], None)
+  classifier = classifier_from_config(config)
+  encoder = encoder_from_config(config)
+  prepare = preprocess_from_config(config)
+  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
+  start = time.perf_counter()
+  scores = {}
+  if with_sts:
+    scores["sts"] = score_sts(embed, sts_tasks, dev, prepare)
+  result = transfer.evaluate_transfer(embed, tasks, prepare, classifier)
+  seconds = time.perf_counter() - start
+  print(result.table())
+  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
+        f"the transfer sentences), {encoder.compilations} compiled shapes")
+  scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
+  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
+             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
   write_summary(config, summary)
   return summary
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import run, sts
+from jaxemb.evaluation import common, run, sts
 from jaxemb.models import compute_dtype, load_pretrained, load_tokenizer
 
 
@@ -50,8 +50,8 @@ def greedy_template_search(score: Callable[[str], float], relations: Sequence[st
   return scored
 
 
-def ditto_head_scores(layer_embed: Callable[[int], sts.Embed], num_layers: int, num_heads: int,
-                      dev: sts_data.StsTask, preprocess: sts.Preprocess) -> list[Candidate]:
+def ditto_head_scores(layer_embed: Callable[[int], common.Embed], num_layers: int, num_heads: int,
+                      dev: sts_data.StsTask, preprocess: common.Preprocess) -> list[Candidate]:
   """STS-B dev Spearman of every (layer, head), in grid order.
 
   `layer_embed(layer)` embeds sentences as [n, heads, hidden] (one encoder pass per layer); every head is then
@@ -103,7 +103,7 @@ def _encoder(config: Any, model: tuple[Any, Any, Any], method: Method) -> Encode
                  length_multiple=config.eval.length_multiple)
 
 
-def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: sts.Preprocess, config: Any) -> float:
+def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess, config: Any) -> float:
   embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
   return sts.evaluate_sts(embed, [dev], preprocess)[dev.name].all
 

@@ -8,25 +8,25 @@ with the gold scores by rank correlation. Per task:
   wmean  the subsets' Spearmans averaged, weighted by subset size (BERT-flow and BERT-whitening report this)
   mean   the subsets' Spearmans averaged
 
-STS Benchmark and SICK-R have one subset per split, so all = wmean = mean there. The headline number is the
-average of "all" over the tasks: with the seven test tasks, the papers' average. Every correlation in a
-result is x100, as the papers print them.
+STS Benchmark and SICK-R have one subset per split, so all = wmean = mean there. Tasks are keyed by (name,
+split), so STS-B dev can be scored in the same call as the test tasks; the headline number is the average of
+"all" over the test tasks only: with the seven, the papers' average. Every correlation in a result is x100, as
+the papers print them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
 from jaxemb.data.sts import StsSubset, StsTask, join_tokens, load_sts_task
-
-Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
-Preprocess = Callable[[str], str]
+from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,40 +57,59 @@ class TaskScore:
 
 @dataclasses.dataclass(frozen=True)
 class StsResult:
-  """Scores of the tasks of one `evaluate_sts` call, by task name."""
+  """Scores of the tasks of one `evaluate_sts` call, by (task name, split)."""
 
-  tasks: dict[str, TaskScore]
+  tasks: dict[tuple[str, str], TaskScore]
 
   @property
   def average(self) -> float:
-    """Mean "all" Spearman over the tasks (x100): the papers' average for the seven test tasks."""
-    return float(np.mean([task.all for task in self.tasks.values()]))
+    """Mean "all" Spearman over the test tasks (x100): the papers' average for the seven (NaN without one)."""
+    return _mean([task.all for task in self._tests])
 
   @property
   def average_wmean(self) -> float:
-    """Mean "wmean" Spearman over the tasks (x100): the average BERT-flow and BERT-whitening report."""
-    return float(np.mean([task.wmean for task in self.tasks.values()]))
+    """Mean "wmean" Spearman over the test tasks (x100): the average BERT-flow and BERT-whitening report."""
+    return _mean([task.wmean for task in self._tests])
 
-  def __getitem__(self, name: str) -> TaskScore:
-    return self.tasks[name]
+  @property
+  def _tests(self) -> list[TaskScore]:
+    return [task for task in self.tasks.values() if task.split == "test"]
+
+  def __getitem__(self, key: str | tuple[str, str]) -> TaskScore:
+    """The task scored as `key`: a (name, split) pair, or a name scored on one split only."""
+    if isinstance(key, tuple):
+      return self.tasks[key]
+    splits = [split for name, split in self.tasks if name == key]
+    if len(splits) != 1:
+      raise KeyError(f"{key} was scored on splits {splits}; ask for (name, split)" if splits else key)
+    return self.tasks[key, splits[0]]
+
+  def select(self, split: str) -> StsResult:
+    """The tasks scored on `split`."""
+    return StsResult({key: task for key, task in self.tasks.items() if key[1] == split})
 
   def to_dict(self) -> dict[str, Any]:
-    tasks = {name: {"split": task.split, "all": task.all, "wmean": task.wmean, "mean": task.mean,
-                    "pairs": task.pairs,
-                    "subsets": {s.name: {"spearman": s.spearman, "pearson": s.pearson, "pairs": s.pairs}
-                                for s in task.subsets}}
-             for name, task in self.tasks.items()}
+    """The averages and each task by name (`select` a split first where a name has several)."""
+    names = [name for name, _ in self.tasks]
+    if len(set(names)) != len(names):
+      raise ValueError(f"tasks {list(self.tasks)} repeat a name; select one split to key them by name")
+    tasks = {task.name: {"split": task.split, "all": task.all, "wmean": task.wmean, "mean": task.mean,
+                         "pairs": task.pairs,
+                         "subsets": {s.name: {"spearman": s.spearman, "pearson": s.pearson, "pairs": s.pairs}
+                                     for s in task.subsets}}
+             for task in self.tasks.values()}
     return {"average": self.average, "average_wmean": self.average_wmean, "tasks": tasks}
 
   def to_json(self, indent: int | None = 2) -> str:
     return json.dumps(self.to_dict(), indent=indent)
 
   def table(self) -> str:
-    """One row per task (all, wmean, pairs), then the average, boxed like SimCSE's PrettyTable output."""
+    """One row per task (all, wmean, pairs), then the test tasks' average, boxed like SimCSE's PrettyTable output."""
     rows = [[task.name, task.split, f"{task.all:.2f}", f"{task.wmean:.2f}", str(task.pairs)]
             for task in self.tasks.values()]
-    rows.append(["Avg.", "", f"{self.average:.2f}", f"{self.average_wmean:.2f}", ""])
-    return _boxed(["Task", "Split", "all", "wmean", "pairs"], rows, left=2)
+    if self._tests:
+      rows.append(["Avg.", "", f"{self.average:.2f}", f"{self.average_wmean:.2f}", ""])
+    return boxed(["Task", "Split", "all", "wmean", "pairs"], rows, left=2)
 
   def __str__(self) -> str:
     return self.table()
@@ -114,25 +133,16 @@ def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
   """
   if not tasks:
     raise ValueError("no tasks to evaluate")
-  names = [task.name for task in tasks]
-  if len(set(names)) != len(names):
-    raise ValueError(f"tasks {names} repeat a name; evaluate the splits of one task in separate calls")
-  prepare = preprocess or (lambda sentence: sentence)
-  index: dict[str, int] = {}  # Distinct text -> row of the embedding matrix, in first-seen order.
-
-  def lookup(sentences: list[str]) -> np.ndarray:
-    return np.array([index.setdefault(prepare(s), len(index)) for s in sentences], dtype=np.int64)
-
-  rows = [[(subset, lookup(subset.sentences1), lookup(subset.sentences2)) for subset in task.subsets.values()]
-          for task in tasks]
-  vectors = np.asarray(embed(list(index)))
-  if vectors.ndim != 2 or len(vectors) != len(index):
-    raise ValueError(f"embed returned shape {vectors.shape} for {len(index)} sentences; expected "
-                     f"[{len(index)}, dim]")
+  keys = [(task.name, task.split) for task in tasks]
+  if len(set(keys)) != len(keys):
+    raise ValueError(f"tasks {keys} repeat a name and split")
+  vectors, rows = embed_distinct(embed, [column for task in tasks for subset in task.subsets.values()
+                                         for column in (subset.sentences1, subset.sentences2)], preprocess)
+  rows = iter(rows)
   scores = {}
-  for task, task_rows in zip(tasks, rows):
-    predictions = [(subset, cosine(vectors[rows1], vectors[rows2])) for subset, rows1, rows2 in task_rows]
-    scores[task.name] = _score_task(task, predictions)
+  for task in tasks:
+    predictions = [(subset, cosine(vectors[next(rows)], vectors[next(rows)])) for subset in task.subsets.values()]
+    scores[task.name, task.split] = _score_task(task, predictions)
   return StsResult(scores)
 
 
@@ -155,6 +165,10 @@ def _score_task(task: StsTask, predictions: list[tuple[StsSubset, np.ndarray]]) 
                    mean=float(np.mean(spearmans)), subsets=subsets)
 
 
+def _mean(values: list[float]) -> float:
+  return float(np.mean(values)) if values else math.nan
+
+
 def _spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
   return 100 * float(stats.spearmanr(predicted, gold).statistic)
 
@@ -162,11 +176,3 @@ def _spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
 def _pearson(predicted: np.ndarray, gold: np.ndarray) -> float:
   return 100 * float(stats.pearsonr(predicted, gold).statistic)
 
-
-def _boxed(header: list[str], rows: list[list[str]], left: int) -> str:
-  """A text table with +---+ rules; the first `left` columns (text) left-aligned, the numbers right-aligned."""
-  widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-  rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-  line = lambda row: "| " + " | ".join(
-      cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) + " |"
-  return "\n".join([rule, line(header), rule, *map(line, rows), rule])

@@ -1,4 +1,4 @@
-"""evaluate.py and the config-driven STS job, on a tiny model and one small task."""
+"""evaluate.py and the config-driven jobs (STS, transfer, both), on a tiny model and one small task each."""
 
 import json
 import pathlib
@@ -7,9 +7,11 @@ import sys
 
 import pytest
 
-from configs import eval_baselines, eval_prompt
-from jaxemb.evaluation import run
+from configs import eval_baselines, eval_prompt, eval_transfer
+from jaxemb.data.sts import StsTask, join_tokens
+from jaxemb.evaluation import run, sts
 from tests.conftest import REPO, shared_path
+from tests.evaluation.test_sts import STSB, TASKS, FakeEncoder
 
 
 def _config(module, model_path, **overrides):
@@ -32,6 +34,16 @@ def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint):
   assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 1186
   assert -100 <= summary["stsb_dev"] <= 100 and summary["compilations"] >= 1
   assert json.loads(out.read_text())["average"] == pytest.approx(summary["average"])
+
+
+def test_score_sts_embeds_once_and_reports_dev_apart(capsys):
+  embed = FakeEncoder()
+  scores = run.score_sts(embed, TASKS, StsTask("STSBenchmark", "dev", {"dev": STSB}), join_tokens)
+  alone = sts.evaluate_sts(FakeEncoder(), TASKS)
+  assert len(embed.calls) == 1
+  assert scores == {**alone.to_dict(), "stsb_dev": alone["STSBenchmark"].all}  # Same pairs as STSB test.
+  out = capsys.readouterr().out
+  assert out.count("STSBenchmark") == 1 and f"STS-B dev: {alone['STSBenchmark'].all:.2f}" in out
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -72,3 +84,42 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   assert pathlib.Path(out).is_file()
   assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.
+
+
+def _transfer_config(model_path, **overrides):
+  """configs/eval_transfer.py on TREC, with SimCSE's quicker classifier settings."""
+  return _config(eval_transfer, model_path, **{"transfer.tasks": "TREC", "transfer.mode": "fasttest", **overrides})
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"transfer.tasks": "TREC,SST5"}, r"unknown tasks \['SST5'\]"),
+    ({"transfer.mode": "quick"}, r"transfer.mode 'quick'"),
+    ({"data.senteval_dir": "/nowhere"}, r"/nowhere/TREC: no such directory"),
+])
+def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    run.run_transfer(_transfer_config("/no/model/here", **overrides))
+
+
+def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
+  out = tmp_path / "results.json"
+  config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out)})
+  config.job = "sts+transfer"
+  summary = run.run_sts_transfer(config)
+  assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
+  trec = summary["transfer"]["tasks"]["TREC"]
+  assert (trec["ndev"], trec["ntest"]) == (5452, 500) and 0 <= trec["acc"] <= 100
+  assert summary["classifier"]["kfold"] == 5 and json.loads(out.read_text())["transfer"] == summary["transfer"]
+
+
+@pytest.mark.slow
+def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
+  out = tmp_path / "r.json"
+  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_transfer.py"),
+             f"--config.model.path={tiny_bert}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+             "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest", "--config.eval.length_multiple=32",
+             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "MRPC" in result.stdout and "test acc" in result.stdout
+  assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}

@@ -129,9 +129,26 @@ def test_bad_calls():
   with pytest.raises(ValueError, match="embed returned shape"):
     sts.evaluate_sts(lambda sentences: np.zeros((len(sentences) - 1, 4)), TASKS)
   with pytest.raises(ValueError, match="repeat a name"):
-    sts.evaluate_sts(FakeEncoder(), [TASKS[1], StsTask("STSBenchmark", "dev", {"dev": STSB})])
+    sts.evaluate_sts(FakeEncoder(), [TASKS[1], TASKS[1]])
   with pytest.raises(ValueError, match="no tasks"):
     sts.evaluate_sts(FakeEncoder(), [])
+
+
+def test_splits_of_one_task_are_scored_in_one_call():
+  embed = FakeEncoder()
+  result = sts.evaluate_sts(embed, [*TASKS, StsTask("STSBenchmark", "dev", {"dev": STSB})])
+  alone = sts.evaluate_sts(FakeEncoder(), TASKS)
+  assert len(embed.calls) == 1 and list(result.tasks) == [("STS12", "test"), ("STSBenchmark", "test"),
+                                                           ("STSBenchmark", "dev")]
+  assert result["STS12"] == result["STS12", "test"] == alone["STS12"]
+  assert result["STSBenchmark", "dev"].all == alone["STSBenchmark"].all  # The same pairs.
+  with pytest.raises(KeyError, match=r"splits \['test', 'dev'\]; ask for \(name, split\)"):
+    result["STSBenchmark"]  # pylint: disable=pointless-statement
+  # The averages are the test tasks': dev is scored, not averaged in.
+  assert (result.average, result.average_wmean) == (alone.average, alone.average_wmean)
+  assert result.select("test").to_dict() == alone.to_dict()
+  with pytest.raises(ValueError, match="select one split"):
+    result.to_dict()
 
 
 def test_stsb_dev_spearman(tmp_path):
