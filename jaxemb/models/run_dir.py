@@ -1,4 +1,5 @@
-"""The run directory (what train.py writes): its layout, read and written through `RunDir` alone.
+"""The run directory (what train.py writes): its layout, read and written through `RunDir` alone, and the
+model sources that encoding and export load (a Hugging Face checkpoint or a run directory's best step).
 
     <workdir>/model/         the encoder's config.json and tokenizer (Hugging Face format), written at start,
                              and eval_method.json: how the run embeds a sentence at evaluation
@@ -10,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from typing import Any
@@ -79,8 +81,26 @@ def abstract_on_one_device(item_dir: pathlib.Path) -> Any:
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
 
 
-def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path):
-  """Writes the best step's encoder as a Hugging Face checkpoint (with the run's tokenizer)."""
-  config, params, _ = load_best(workdir)
-  tokenizer = hf.load_tokenizer(RunDir(workdir).model_dir)
-  hf.save_pretrained(out_dir, config, params["encoder"], tokenizer)
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+  """A model to encode with or export: a Hugging Face checkpoint (local directory or hub id) or a run directory's
+  best step. Its config and tokenizer are read when it is opened, so a method can be checked against them before
+  `load_params` reads the weights."""
+
+  run: RunDir | None  # None for a Hugging Face checkpoint.
+  model_dir: pathlib.Path  # config.json and the tokenizer: the checkpoint's directory, or the run's model/.
+  config: EncoderConfig
+  tokenizer: Any
+
+  def load_params(self) -> dict[str, Any]:
+    """{"encoder"} of a checkpoint; the best step's tree of a run ({"encoder", "mlp"?, "prompt"?})."""
+    if self.run is None:
+      return {"encoder": hf.load_pretrained(self.model_dir)[1]}
+    return load_best(self.run.path)[1]
+
+
+def open_source(name_or_path: str | pathlib.Path) -> ModelSource:
+  """The run directory or Hugging Face checkpoint `name_or_path` names, its config and tokenizer read."""
+  run = RunDir(name_or_path) if is_run_dir(name_or_path) else None
+  model_dir = hf.resolve_model_dir(name_or_path) if run is None else run.model_dir
+  return ModelSource(run, model_dir, hf.read_config(model_dir), hf.load_tokenizer(model_dir))
