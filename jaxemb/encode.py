@@ -147,11 +147,11 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
 
 def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
                methods: tuple[str, ...] = METHODS) -> tuple[run_dir.ModelSource, Method]:
-  """(the model source `name_or_path` names, its weights not yet read; the method to run on it), the method
-  checked against the source's config and tokenizer.
+  """(the model source `name_or_path` names, its config and tokenizer read but not its weights; the method to run
+  on it, checked against them).
 
-  `method` is a Method, a method name, or None: a run directory's own evaluation method (for anything else None
-  is refused, naming `methods`).
+  `method` is a Method, a method name, or None for a run directory's own evaluation method (refused for anything
+  else, naming `methods`).
   """
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
