@@ -16,7 +16,7 @@ import numpy as np
 import tqdm
 
 from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
-from jaxemb.models import EncoderConfig, Transformer, hf, load_pretrained, load_tokenizer, run_dir
+from jaxemb.models import EncoderConfig, Transformer, run_dir
 from jaxemb.training import sharding
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
@@ -165,6 +165,24 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
   return getattr(pooling, method.name)(out, mask)
 
 
+def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
+               methods: tuple[str, ...] = METHODS) -> tuple[run_dir.ModelSource, Method]:
+  """(the model source `name_or_path` names, its config and tokenizer read but not its weights; the method to run
+  on it, checked against them).
+
+  `method` is a Method, a method name, or None for a run directory's own evaluation method (refused for anything
+  else, naming `methods`).
+  """
+  if method is None:
+    if not run_dir.is_run_dir(name_or_path):
+      raise ValueError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
+    method = Method(**run_dir.load_eval_method(name_or_path))
+  method = Method(method) if isinstance(method, str) else method
+  source = run_dir.open_source(name_or_path)
+  method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
+  return source, method
+
+
 class Encoder:
   """Encodes lists of sentences with one method; each distinct sentence is encoded once.
 
@@ -212,21 +230,9 @@ class Encoder:
     (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked
     before the weights load. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple).
     """
-    is_run = run_dir.is_run_dir(name_or_path)
-    if method is None:
-      if not is_run:
-        raise ValueError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {METHODS})")
-      method = Method(**run_dir.load_eval_method(name_or_path))
-    method = Method(method) if isinstance(method, str) else method
-    if is_run:
-      tokenizer = load_tokenizer(pathlib.Path(name_or_path) / "model")
-      config, params, _ = run_dir.load_best(name_or_path)
-      return cls(config, params["encoder"], tokenizer, method, prompt=params.get("prompt"), **kwargs)
-    model_dir = hf.resolve_model_dir(name_or_path)
-    tokenizer = load_tokenizer(model_dir)
-    method.validate(hf.read_config(model_dir), templates.Template.parse(method.template, tokenizer).num_masks)
-    config, params = load_pretrained(model_dir)
-    return cls(config, params, tokenizer, method, **kwargs)
+    source, method = open_model(name_or_path, method)
+    params = source.load_params()
+    return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"), **kwargs)
 
   def with_params(self, params: Any, prompt: jax.Array | None = None) -> Encoder:
     """This encoder (its compiled functions and counters shared) reading `params` and `prompt` instead: training

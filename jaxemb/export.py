@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from jaxemb import templates, views
-from jaxemb.encode import HEADS, Method
-from jaxemb.models import hf, load_pretrained, load_tokenizer, run_dir
+from jaxemb.encode import HEADS, Method, open_model
+from jaxemb.models import hf
 
 # sentence-transformers' pooling mode of each method, in the legacy config keys that every release since 2.0 reads.
 _POOLING = {"last_avg": "mean_tokens", "cls_before_pooler": "cls_token", "cls": "cls_token"}
@@ -67,36 +67,24 @@ def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method
 
 def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any, dict[str, Any], Any, Method]:
   """(config, encoder params, tokenizer, method) of the source, the method checked before the weights load."""
-  is_run = run_dir.is_run_dir(source)
-  if method is None:
-    if not is_run:
-      raise ValueError(f"{source} is not a jaxemb run directory: name a method (one of {EXPORTABLE})")
-    method = Method(**run_dir.load_eval_method(source))
-  method = Method(method) if isinstance(method, str) else method
-  model_dir = pathlib.Path(source) / "model" if is_run else hf.resolve_model_dir(source)
-  tokenizer = load_tokenizer(model_dir)
-  config = hf.read_config(model_dir)
-  method.validate(config, templates.Template.parse(method.template, tokenizer).num_masks)
+  model, method = open_model(source, method, EXPORTABLE)
   if method.name not in EXPORTABLE:
     raise NotImplementedError(f"method {method.name!r} has no sentence-transformers or plain-transformers form "
                               f"here; exportable methods: {EXPORTABLE}")
   if method.tokenization != "in_context":
     raise NotImplementedError(f"tokenization {method.tokenization!r}: the exported code tokenises the filled-in "
                               "template (tokenization 'in_context', as evaluation.py does)")
-  if is_run:
-    config, params, _ = run_dir.load_best(source)
-    if "prompt" in params:
-      raise NotImplementedError(f"{source} trained a continuous (OptiPrompt) template, which has no text form "
-                                "for a tokenizer; only runs of manual templates export")
-    params = params["encoder"]
-  else:
-    config, params = load_pretrained(model_dir)
+  params = model.load_params()
+  if "prompt" in params:
+    raise NotImplementedError(f"{source} trained a continuous (OptiPrompt) template, which has no text form "
+                              "for a tokenizer; only runs of manual templates export")
+  params = params["encoder"]
   needed = ("pooler" if method.name == "cls" or method.head == "pooler" else
             "mlm_head" if method.head == "mlm_transform" else None)
   if needed and needed not in params:
     raise ValueError(f"method {method.name!r} (head {method.head!r}) needs the checkpoint's {needed} weights; "
                      f"{source} has none")
-  return config, params, tokenizer, method
+  return model.config, params, model.tokenizer, method
 
 
 def _write_json(path: pathlib.Path, value: Any):

@@ -21,9 +21,14 @@ from jaxemb.models import compute_dtype
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
-  return Encoder.from_pretrained(
-      config.model.path, method or Method.from_config(config.method), dtype=compute_dtype(config.model.dtype),
-      max_sentence_tokens=config.eval.max_sentence_tokens or None, length_multiple=config.eval.length_multiple)
+  return Encoder.from_pretrained(config.model.path, method or Method.from_config(config.method),
+                                 **encoder_options(config))
+
+
+def encoder_options(config: Any) -> dict[str, Any]:
+  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple."""
+  return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
+          "length_multiple": config.eval.length_multiple}
 
 
 def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:

@@ -14,7 +14,7 @@ import numpy as np
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common, run, sts
-from jaxemb.models import compute_dtype, load_pretrained, load_tokenizer
+from jaxemb.models import run_dir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +76,7 @@ def run_template_search(config: Any) -> dict[str, Any]:
   def search(model, dev, preprocess):
     base = Method.from_config(config.method)
     def score(template: str) -> float:
-      encoder = _encoder(config, model, dataclasses.replace(base, template=template))
+      encoder = Encoder(*model, dataclasses.replace(base, template=template), **run.encoder_options(config))
       return _dev_spearman(encoder, dev, preprocess, config)
     return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
   return _run_search(config, search)
@@ -89,18 +89,11 @@ def run_ditto_search(config: Any) -> dict[str, Any]:
     def layer_embed(layer):
       method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
                                    ditto_head=0)
-      encoder = _encoder(config, model, method)
+      encoder = Encoder(*model, method, **run.encoder_options(config))
       return lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
     return ditto_head_scores(layer_embed, model_config.num_hidden_layers, model_config.num_attention_heads, dev,
                              preprocess)
   return _run_search(config, search)
-
-
-def _encoder(config: Any, model: tuple[Any, Any, Any], method: Method) -> Encoder:
-  model_config, params, tokenizer = model
-  return Encoder(model_config, params, tokenizer, method, dtype=compute_dtype(config.model.dtype),
-                 max_sentence_tokens=config.eval.max_sentence_tokens or None,
-                 length_multiple=config.eval.length_multiple)
 
 
 def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess, config: Any) -> float:
@@ -109,10 +102,11 @@ def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Pr
 
 
 def _run_search(config: Any, search: Callable[..., list[Candidate]]) -> dict[str, Any]:
-  """Loads the model and STS-B dev once, runs `search(model, dev, preprocess)`, prints the ranking."""
+  """Loads the model (a Hugging Face checkpoint, or a run directory's best encoder) and STS-B dev once, runs
+  `search(model, dev, preprocess)`, prints the ranking."""
   dev = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
-  model_config, params = load_pretrained(config.model.path)
-  model = (model_config, params, load_tokenizer(config.model.path))
+  source = run_dir.open_source(config.model.path)
+  model = (source.config, source.load_params()["encoder"], source.tokenizer)
   start = time.perf_counter()
   scored = search(model, dev, run.preprocess_from_config(config))
   seconds = time.perf_counter() - start

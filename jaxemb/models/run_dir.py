@@ -1,13 +1,17 @@
-"""Reading a jaxemb run directory (what train.py writes) for evaluation, encoding and export.
+"""The run directory (what train.py writes): its layout, read and written through `RunDir` alone, and the
+model sources that encoding and export load (a Hugging Face checkpoint or a run directory's best step).
 
     <workdir>/model/         the encoder's config.json and tokenizer (Hugging Face format), written at start,
                              and eval_method.json: how the run embeds a sentence at evaluation
     <workdir>/checkpoints/N  the full train state every `save_every` steps (resume restarts from the latest)
     <workdir>/best/N         the params of the best STS-B dev step: {"encoder", "mlp"?, "prompt"?}
+    <workdir>/metrics.jsonl  the logged scalars, one JSON object a line; tensorboard/ holds the same as events
+    <workdir>/cache/         the tokenised training rows, unless data.cache_dir names another place
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from typing import Any
@@ -19,35 +23,51 @@ from jaxemb.models import hf
 from jaxemb.models.config import EncoderConfig
 
 
+class RunDir:
+  """The paths of a run directory (absolute, as Orbax wants them)."""
+
+  def __init__(self, path: str | pathlib.Path):
+    self.path = pathlib.Path(path).absolute()
+    self.model_dir = self.path / "model"
+    self.config_file = self.model_dir / "config.json"
+    self.eval_method_file = self.model_dir / "eval_method.json"
+    self.checkpoints_dir = self.path / "checkpoints"
+    self.best_dir = self.path / "best"
+    self.metrics_file = self.path / "metrics.jsonl"
+    self.tensorboard_dir = self.path / "tensorboard"
+    self.cache_dir = self.path / "cache"
+
+
 def is_run_dir(path: str | pathlib.Path) -> bool:
-  path = pathlib.Path(path)
-  return (path / "model" / "config.json").is_file() and (path / "best").is_dir()
+  """Whether `path` is a run directory with a best step to read: model/config.json and best/."""
+  run = RunDir(path)
+  return run.config_file.is_file() and run.best_dir.is_dir()
 
 
 def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
   """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory."""
-  workdir = pathlib.Path(workdir).absolute()
-  if not is_run_dir(workdir):
-    raise FileNotFoundError(f"{workdir} is not a jaxemb run directory (needs model/config.json and best/)")
-  manager = ocp.CheckpointManager(workdir / "best")
+  run = RunDir(workdir)
+  if not is_run_dir(run.path):
+    raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
+  manager = ocp.CheckpointManager(run.best_dir)
   step = manager.latest_step()
   if step is None:
-    raise FileNotFoundError(f"{workdir / 'best'} holds no checkpoint yet")
-  target = abstract_on_one_device(workdir / "best" / str(step) / "params")
+    raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
+  target = abstract_on_one_device(run.best_dir / str(step) / "params")
   restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
                                                            meta=ocp.args.JsonRestore()))
   manager.close()
-  return hf.read_config(workdir / "model"), restored["params"], restored["meta"]
+  return hf.read_config(run.model_dir), restored["params"], restored["meta"]
 
 
 def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
   """Records the run's evaluation method (`jaxemb.encode.Method` fields) in <workdir>/model/eval_method.json."""
-  (pathlib.Path(workdir) / "model" / "eval_method.json").write_text(json.dumps(fields, indent=2) + "\n")
+  RunDir(workdir).eval_method_file.write_text(json.dumps(fields, indent=2) + "\n")
 
 
 def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
   """The `jaxemb.encode.Method` fields the run was evaluated with during training."""
-  path = pathlib.Path(workdir) / "model" / "eval_method.json"
+  path = RunDir(workdir).eval_method_file
   if not path.is_file():
     raise FileNotFoundError(f"{path} is missing (a run from an older jaxemb?): pass the method explicitly")
   return json.loads(path.read_text())
@@ -61,8 +81,26 @@ def abstract_on_one_device(item_dir: pathlib.Path) -> Any:
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
 
 
-def export_hf(workdir: str | pathlib.Path, out_dir: str | pathlib.Path):
-  """Writes the best step's encoder as a Hugging Face checkpoint (with the run's tokenizer)."""
-  config, params, _ = load_best(workdir)
-  tokenizer = hf.load_tokenizer(pathlib.Path(workdir) / "model")
-  hf.save_pretrained(out_dir, config, params["encoder"], tokenizer)
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+  """A model to encode with or export: a Hugging Face checkpoint (local directory or hub id) or a run directory's
+  best step. Its config and tokenizer are read when it is opened, so a method can be checked against them before
+  `load_params` reads the weights."""
+
+  run: RunDir | None  # None for a Hugging Face checkpoint.
+  model_dir: pathlib.Path  # config.json and the tokenizer: the checkpoint's directory, or the run's model/.
+  config: EncoderConfig
+  tokenizer: Any
+
+  def load_params(self) -> dict[str, Any]:
+    """{"encoder"} of a checkpoint; the best step's tree of a run ({"encoder", "mlp"?, "prompt"?})."""
+    if self.run is None:
+      return {"encoder": hf.load_pretrained(self.model_dir)[1]}
+    return load_best(self.run.path)[1]
+
+
+def open_source(name_or_path: str | pathlib.Path) -> ModelSource:
+  """The run directory or Hugging Face checkpoint `name_or_path` names, its config and tokenizer read."""
+  run = RunDir(name_or_path) if is_run_dir(name_or_path) else None
+  model_dir = hf.resolve_model_dir(name_or_path) if run is None else run.model_dir
+  return ModelSource(run, model_dir, hf.read_config(model_dir), hf.load_tokenizer(model_dir))

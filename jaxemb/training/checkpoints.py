@@ -1,4 +1,4 @@
-"""Writing Orbax checkpoints of a run directory (the layout is in `jaxemb.models.run_dir`, which reads them)."""
+"""Writing Orbax checkpoints into a run directory (`jaxemb.models.run_dir` owns its layout and reads them back)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxemb.models import run_dir
+
 
 class RunCheckpoints:
   """Periodic train-state checkpoints plus the best params by STS-B dev."""
 
   def __init__(self, workdir: str | pathlib.Path, keep: int):
-    self.workdir = pathlib.Path(workdir).absolute()
+    self.run = run_dir.RunDir(workdir)
     options = lambda n: ocp.CheckpointManagerOptions(max_to_keep=n, create=True)
-    self.periodic = ocp.CheckpointManager(self.workdir / "checkpoints", options=options(keep))
-    self.best = ocp.CheckpointManager(self.workdir / "best", options=options(1))
+    self.periodic = ocp.CheckpointManager(self.run.checkpoints_dir, options=options(keep))
+    self.best = ocp.CheckpointManager(self.run.best_dir, options=options(1))
 
   def latest_step(self) -> int | None:
     return self.periodic.latest_step()
@@ -44,7 +46,7 @@ class RunCheckpoints:
   def saved_state_shapes(self, step: int) -> Any:
     """The shapes and dtypes of the train state saved at `step`, a tree of dicts read from the checkpoint's
     metadata without its arrays: a resumed run builds its abstract state from them, not from pretrained weights."""
-    metadata = ocp.StandardCheckpointHandler().metadata(self.workdir / "checkpoints" / str(step) / "state")
+    metadata = ocp.StandardCheckpointHandler().metadata(self.run.checkpoints_dir / str(step) / "state")
     return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), metadata)
 
   def wait(self):

@@ -153,14 +153,14 @@ def train(config: Any) -> dict[str, Any]:
 def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
   sharding.check_batch_size(config.train.batch_size, mesh)
-  workdir = pathlib.Path(config.workdir).absolute()
+  workdir = run_dir.RunDir(config.workdir)
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
-  ckpt = checkpoints.RunCheckpoints(workdir, config.train.keep_checkpoints)
+  ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints)
   resume_step = ckpt.latest_step()
   if resume_step is None:
     model_config, pretrained = load_pretrained(config.model.path)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = hf.read_config(workdir / "model")
+    model_config = hf.read_config(workdir.model_dir)
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   tokenizer = load_tokenizer(config.model.path)
   columns = read_columns(config)
@@ -169,7 +169,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
       num_examples, config.train.batch_size)
   trainer = build_trainer(config, model_config, pretrained, tokenizer, mesh, total_steps)
   objective = trainer.objective
-  cache_dir = pathlib.Path(config.data.cache_dir or workdir / "cache")
+  cache_dir = pathlib.Path(config.data.cache_dir or workdir.cache_dir)
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
@@ -182,14 +182,14 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     state = trainer.initial_state(pretrained)
   del pretrained
 
-  if jax.process_index() == 0 and not (workdir / "model" / "config.json").is_file():
-    hf.write_model_files(workdir / "model", model_config, tokenizer)
+  if jax.process_index() == 0 and not workdir.config_file.is_file():
+    hf.write_model_files(workdir.model_dir, model_config, tokenizer)
     method = eval_method(config)
-    run_dir.save_eval_method(workdir, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
+    run_dir.save_eval_method(workdir.path, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if resume_step is not None:
     state, meta = ckpt.restore(trainer.abstract_sharded())
-    _say(f"resumed from {ckpt.workdir / 'checkpoints'} at step {int(state.step)}")
+    _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
 
   selection = selection_method(config, objective)
   evaluator = Encoder(model_config, None, tokenizer, selection, dtype=compute_dtype(config.model.dtype),
@@ -222,7 +222,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     if not np.isfinite(metrics["loss"]):
       raise FloatingPointError(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last "
-                               f"good checkpoint in {workdir / 'checkpoints'} is kept")
+                               f"good checkpoint in {workdir.checkpoints_dir} is kept")
     progress.update(1)
     progress.set_postfix(loss=f"{metrics['loss']:.4f}")
     if writer and (done % config.train.log_every == 0 or done == total_steps):
@@ -291,7 +291,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   seconds = time.perf_counter() - start_time
   steps_run = total_steps - start_step
   summary = {**meta, "steps": total_steps, "steps_run": steps_run,
-             "steps_per_second": steps_run / seconds if steps_run else None, "workdir": str(workdir)}
+             "steps_per_second": steps_run / seconds if steps_run else None, "workdir": str(workdir.path)}
   _say(f"done: best STS-B dev {meta['best_stsb_dev']:.2f} at step {meta['best_step']} (before: "
        f"{meta['stsb_dev_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s")
   return summary
@@ -352,11 +352,11 @@ def _say(message: str):
 class _MetricsWriter:
   """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard."""
 
-  def __init__(self, workdir: pathlib.Path):
+  def __init__(self, workdir: run_dir.RunDir):
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    workdir.mkdir(parents=True, exist_ok=True)
-    self._file = open(workdir / "metrics.jsonl", "a", encoding="utf-8")  # pylint: disable=consider-using-with
-    self._tensorboard = SummaryWriter(str(workdir / "tensorboard"))
+    workdir.path.mkdir(parents=True, exist_ok=True)
+    self._file = open(workdir.metrics_file, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+    self._tensorboard = SummaryWriter(str(workdir.tensorboard_dir))
 
   def write(self, step: int, scalars: dict[str, float]):
     self._file.write(json.dumps({"step": step, **scalars}) + "\n")

@@ -16,6 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from jaxemb import export
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, sharding, trainer
@@ -109,7 +110,7 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   assert list((tmp_path / "tensorboard").iterdir())
   config, params, meta = run_dir.load_best(tmp_path)
   assert meta["step"] == summary["best_step"] and config.model_type == "bert"
-  run_dir.export_hf(tmp_path, tmp_path / "hf")
+  export.export_model(tmp_path, tmp_path / "hf", "last_avg")
   _, exported = load_pretrained(tmp_path / "hf")
   np.testing.assert_array_equal(exported["layer_0"]["query"]["kernel"], params["encoder"]["layer_0"]["query"]["kernel"])
 
