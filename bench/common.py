@@ -14,9 +14,6 @@ import time
 from typing import Any, Callable
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", REPO.parent / "shared"))
-MINILM = SHARED / "models" / "all-MiniLM-L6-v2"
-BERT_TOKENIZER = SHARED / "tokenizers" / "bert-base-uncased"
 SCHEDULE_STEPS = 10_000  # The learning-rate schedule's length in the timed train steps (either side).
 # bert-base-uncased's architecture.
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -30,13 +27,13 @@ sys.path.insert(0, str(REPO))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import jax
 import numpy as np
-import torch
 import transformers
 
 from jaxemb import templates
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import sharding, trainer
+from tests.support import SHARED, write_random_checkpoint
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.
@@ -70,19 +67,13 @@ def ratio(ours: float, theirs: float) -> str:
   return f"{ours / theirs:.2f}x"
 
 
-def write_random_bert(out_dir: pathlib.Path, seed: int = 0, **overrides) -> pathlib.Path:
-  """A randomly initialised HF `BertModel` (bert-base-sized unless overridden) with bert-base-uncased's tokenizer,
-  saved to `out_dir` so that HF PyTorch and `jaxemb.models.load_pretrained` read the same weights."""
-  torch.manual_seed(seed)
-  transformers.BertModel(transformers.BertConfig(**{**BERT_BASE, **overrides})).save_pretrained(out_dir)
-  transformers.AutoTokenizer.from_pretrained(BERT_TOKENIZER).save_pretrained(out_dir)
-  return out_dir
+MINILM = SHARED / "models" / "all-MiniLM-L6-v2"
 
 
 def model_dir(name: str, tmp: pathlib.Path) -> pathlib.Path:
   """The checkpoint a --model flag names: "minilm", "bert-base" (written into `tmp`), or a HF directory."""
   if name == "bert-base":
-    return write_random_bert(tmp / "bert-base")
+    return write_random_checkpoint(tmp / "bert-base", "bert", head=False, init_std=None, **BERT_BASE)
   return MINILM if name == "minilm" else pathlib.Path(name)
 
 

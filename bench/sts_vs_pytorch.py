@@ -26,21 +26,9 @@ from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method, sentence_vectors
 from jaxemb.evaluation import sts
 from jaxemb.models import Transformer
+from tests.support import HIDDEN_STATE_POOLINGS
 
 BATCH = 128  # SentEval's default batch size.
-
-
-def torch_pool(method: str, out, mask: torch.Tensor) -> torch.Tensor:
-  """SimCSE's evaluation poolers (`cls_before_pooler`, `avg`) and BERT-whitening's first-last (h0 + hL)."""
-  hidden = out.hidden_states
-  mean = lambda x: (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
-  if method == "cls_before_pooler":
-    return hidden[-1][:, 0]
-  if method == "last_avg":
-    return mean(hidden[-1])
-  if method == "first_last_avg":
-    return mean((hidden[0] + hidden[-1]) / 2)
-  raise ValueError(f"no PyTorch reference for {method}")
 
 
 def senteval_loop(model, tokenizer, method: str, tasks) -> tuple[dict[str, float], int]:
@@ -53,7 +41,8 @@ def senteval_loop(model, tokenizer, method: str, tasks) -> tuple[dict[str, float
     batch = tokenizer([sts_data.join_tokens(s) for s in sentences], padding=True, return_tensors="pt")
     with torch.no_grad():
       out = model(**batch, output_hidden_states=True)
-    return torch_pool(method, out, batch["attention_mask"].float()).double().numpy()
+    hidden = [h.double().numpy() for h in out.hidden_states]
+    return HIDDEN_STATE_POOLINGS[method](hidden, batch["attention_mask"].double().numpy()[..., None])
 
   results = {}
   for task in tasks:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxemb import Encoder, Method, similarity
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def test_package_import_stays_light():

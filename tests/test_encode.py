@@ -12,7 +12,7 @@ from jaxemb import bias_removal, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.models import load_tokenizer
 from jaxemb.training import sharding
-from tests.conftest import shared_path, write_random_checkpoint
+from tests.support import HIDDEN_STATE_POOLINGS, shared_path, write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
@@ -46,16 +46,8 @@ def _torch_reference(path, method: Method, sentences):
   encoder = model.base_model
   if method.name == "cls":
     return out.pooler_output.numpy()
-  if method.name == "cls_before_pooler":
-    return hidden[-1][:, 0]
-  if method.name == "last_avg":
-    return mean(hidden[-1])
-  if method.name == "first_last_avg":
-    return mean((hidden[0] + hidden[-1]) / 2)
-  if method.name == "first_layer_last_avg":
-    return mean((hidden[1] + hidden[-1]) / 2)
-  if method.name == "top2_avg":
-    return mean((hidden[-2] + hidden[-1]) / 2)
+  if method.name in HIDDEN_STATE_POOLINGS:
+    return HIDDEN_STATE_POOLINGS[method.name](hidden, mask)
   if method.name in ("static_avg", "static_remove_biases"):
     ids = batch["input_ids"].numpy()
     words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[ids]

@@ -8,7 +8,7 @@ import pytest
 from jaxemb import export
 from jaxemb.encode import Encoder, Method
 from jaxemb.training import loop
-from tests.conftest import shared_path, write_random_checkpoint
+from tests.support import shared_path, write_random_checkpoint
 from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
 
 SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",

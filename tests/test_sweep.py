@@ -11,7 +11,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import loop, trainer
-from tests.conftest import shared_path
+from tests.support import shared_path
 from tests.training.test_loop import tiny_config
 
 EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",

@@ -8,7 +8,7 @@ import pytest
 from jaxemb import templates
 from jaxemb.data import corpus
 from jaxemb.data.sts import DataError
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 # PromptBERT's BERT and RoBERTa templates (kongds/Prompt-BERT run.sh) and CoT-BERT's two-mask ones (ZBWpro/CoT-BERT
 # code-for-BERT/train.py), here as spaced strings: the cache must handle any template.

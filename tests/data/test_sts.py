@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from jaxemb.data import sts
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 # SentEval's "all" setting: pairs with a gold score, per task (test splits).
 SIZES = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STSBenchmark": 1379,

@@ -6,7 +6,7 @@ import pytest
 
 from jaxemb.data import transfer
 from jaxemb.data.sts import DataError
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 # SentEval's counts (binary tasks: blank lines included, as SentEval keeps them).
 SIZES = {"MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},

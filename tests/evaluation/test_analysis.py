@@ -13,7 +13,7 @@ import transformers
 from configs import eval_analysis
 from jaxemb.evaluation import analysis
 from jaxemb.models import load_pretrained, load_tokenizer
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
 SENTENCES = ["i am sad.", "i am not happy.", "the man is playing the guitar.",

@@ -10,7 +10,7 @@ import pytest
 from configs import eval_baselines, eval_prompt, eval_transfer
 from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
-from tests.conftest import REPO, shared_path
+from tests.support import REPO, shared_path
 from tests.evaluation.test_sts import STSB, TASKS, FakeEncoder
 
 

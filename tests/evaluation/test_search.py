@@ -10,7 +10,7 @@ from jaxemb import pooling
 from jaxemb.data import sts as sts_data
 from jaxemb.evaluation import search
 from jaxemb.models import EncoderOutput
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 
 def test_greedy_template_search_uses_the_best_relation_for_the_prefixes():

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from jaxemb.models import EncoderConfig, Transformer, bert, default_position_ids, heads, load_pretrained
-from tests.conftest import shared_path
+from tests.support import shared_path
 
 TOL = 1e-4
 SENTENCES = ["a man is playing a guitar .", "hello", "the quick brown fox jumps over the lazy dog twice today ."]

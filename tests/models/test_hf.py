@@ -13,7 +13,7 @@ import transformers
 
 from jaxemb.models import CheckpointError, Transformer, load_pretrained, save_pretrained
 from jaxemb.models import hf
-from tests.conftest import shared_path, write_random_checkpoint
+from tests.support import shared_path, write_random_checkpoint
 
 
 def _leaves(params):

@@ -20,7 +20,7 @@ from jaxemb import export
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, sharding, trainer
-from tests.conftest import REPO, shared_path, write_random_checkpoint
+from tests.support import REPO, shared_path, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
            "simcse_sup", "optiprompt"]

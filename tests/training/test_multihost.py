@@ -16,7 +16,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from jaxemb.models import run_dir
-from tests.conftest import REPO, shared_path
+from tests.support import REPO, shared_path
 
 
 def _free_port() -> int:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import transformers
 
-from tests.conftest import shared_path, write_random_checkpoint
+from tests.support import shared_path, write_random_checkpoint
 from tests.training import reference_torch as R
 
 # Dropout 0 so a step is deterministic; 192 positions so the dev bias table (128 offset rows) fits.

@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from jaxemb.training import sharding
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def _env(devices):
