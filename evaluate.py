@@ -10,13 +10,14 @@ from ml_collections import config_flags
 
 from jaxemb import xla
 from jaxemb.evaluation import analysis
+from jaxemb.evaluation import ditto_analysis
 from jaxemb.evaluation import run
 from jaxemb.evaluation import search
 from jaxemb.evaluation import transfer
 
 JOBS = {"sts": run.run_sts, "analysis": analysis.run_analysis, "template_search": search.run_template_search,
-        "ditto_search": search.run_ditto_search, "transfer": transfer.run_transfer,
-        "sts+transfer": transfer.run_sts_transfer}
+        "ditto_search": search.run_ditto_search, "ditto_analysis": ditto_analysis.run_ditto_analysis,
+        "transfer": transfer.run_transfer, "sts+transfer": transfer.run_sts_transfer}
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config file (configs/eval_*.py).",
                                           lock_config=True)
