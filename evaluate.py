@@ -1,4 +1,5 @@
-r"""Evaluates sentence embeddings: the STS and transfer tasks, analyses and searches (config.job picks which).
+r"""Evaluates sentence embeddings: the STS and transfer tasks, analyses and searches, and fits the IDF table of
+the TF-IDF method (config.job picks which).
 
   python evaluate.py --config configs/eval_prompt.py --config.model.path=bert-base-uncased \
       --config.data.senteval_dir=../shared/data/senteval
@@ -17,7 +18,7 @@ from jaxemb.evaluation import transfer
 
 JOBS = {"sts": run.run_sts, "analysis": analysis.run_analysis, "template_search": search.run_template_search,
         "ditto_search": search.run_ditto_search, "ditto_analysis": ditto_analysis.run_ditto_analysis,
-        "transfer": transfer.run_transfer, "sts+transfer": transfer.run_sts_transfer}
+        "transfer": transfer.run_transfer, "sts+transfer": transfer.run_sts_transfer, "fit_idf": run.run_fit_idf}
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config file (configs/eval_*.py).",
                                           lock_config=True)

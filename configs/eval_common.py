@@ -16,7 +16,8 @@ def data_path(*parts: str) -> str:
 
 def get_config():
   config = ml_collections.ConfigDict()
-  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search, ditto_search or ditto_analysis.
+  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search, ditto_search, ditto_analysis
+  # or fit_idf.
   config.job = "sts"
   config.compilation_cache_dir = "~/.cache/jaxemb/xla"  # Persistent XLA compilation cache ("": none).
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jaxemb import bias_removal
+from jaxemb import bias_removal, tfidf
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
+from jaxemb.models import load_tokenizer
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -76,6 +77,21 @@ def run_sts(config: Any) -> dict[str, Any]:
   print(f"STS-B dev: {dev_spearman:.2f}")
   print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
   write_summary(config, summary)
+  return summary
+
+
+def run_fit_idf(config: Any) -> dict[str, Any]:
+  """evaluate.py's `fit_idf` job: the IDF table of config.idf.corpus with model.path's tokenizer, written to
+  config.idf.output for method tfidf_first_last (`method.idf_path`) and the ditto_analysis job."""
+  if not config.idf.output:
+    raise ValueError("idf.output is empty: name the JSON file to write the IDF table to")
+  sentences = tfidf.corpus_sentences(config.idf.corpus)  # A missing corpus fails before the tokenizer loads.
+  start = time.perf_counter()
+  idf = tfidf.fit_idf(sentences, load_tokenizer(config.model.path), config.idf.chunk_size)
+  tfidf.save_idf(config.idf.output, idf)
+  summary = {"corpus": config.idf.corpus, "output": config.idf.output, "model": config.model.path,
+             "token_ids": len(idf), "seconds": time.perf_counter() - start}
+  print(f"{len(idf)} token ids from {config.idf.corpus} -> {config.idf.output} ({summary['seconds']:.1f} s)")
   return summary
 
 
