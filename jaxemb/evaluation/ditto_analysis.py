@@ -19,6 +19,7 @@ unlike that code, which masks all pieces of a word together, each piece is maske
 from __future__ import annotations
 
 import functools
+import logging
 import pathlib
 import time
 from typing import Any, Sequence
@@ -179,6 +180,7 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   weights = [sentence_tfidf(row[1:-1], idf, a.tfidf_normalize) for row in rows]
   head_pearson, head_spearman = tfidf_correlation(diagonals, weights)
   summary["seconds"]["head_tfidf"] = time.perf_counter() - start
+  logging.info("diagonal attention vs TF-IDF: %d sentences in %.1f s", len(sample), summary["seconds"]["head_tfidf"])
 
   start = time.perf_counter()
   encoders = (model_config, params, tokenizer)
@@ -191,6 +193,8 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   top = [grid[k] for k in ranked[:a.top_heads]]
   test = search.head_sts_results(search.ditto_layer_embed(config, encoders), top, tasks, preprocess)
   summary["seconds"]["head_search"] = time.perf_counter() - start
+  logging.info("heads scored on STS-B dev, top %d on the test tasks in %.1f s", len(top),
+               summary["seconds"]["head_search"])
   summary["heads"] = [
       {"layer": layer, "head": head, "stsb_dev": dev_scores[k].stsb_dev,
        "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
@@ -202,7 +206,11 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   impact = xla.jit(functools.partial(impact_matrix, model, mask_id=tokenizer.mask_token_id,
                                      batch_size=a.impact_batch_size))
   impact_rows = _sentence_rows(tokenizer, sample[:a.impact_size], a.impact_max_tokens)
-  impacts = [token_impact(impact(params, jnp.asarray(row))) for row in impact_rows]
+  impacts = []
+  for k, row in enumerate(impact_rows):
+    impacts.append(token_impact(impact(params, jnp.asarray(row))))
+    if (k + 1) % 10 == 0:
+      logging.info("impact matrices: %d of %d sentences", k + 1, len(impact_rows))
   impact_weights = [sentence_tfidf(row[1:-1], idf, a.tfidf_normalize) for row in impact_rows]
   impact_pearson, impact_spearman = tfidf_correlation(impacts, impact_weights)
   summary["impact"] = {"sentences": len(impact_rows), "max_tokens": a.impact_max_tokens,
