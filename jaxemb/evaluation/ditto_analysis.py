@@ -152,9 +152,10 @@ def impact_heatmap(impact: np.ndarray, tokens: Sequence[str], path: str | pathli
 
 def attention_heatmap(attention: np.ndarray, tokens: Sequence[str], path: str | pathlib.Path, title: str = "",
                       top_diagonal: int = 5) -> pathlib.Path:
-  """Ditto Fig. 2 as a heatmap: one head's attention matrix (query rows, key columns) over every token,
-  [CLS] and [SEP] included, with its `top_diagonal` largest diagonal values outlined (blue in the figure)."""
-  marked = np.argsort(-np.diagonal(attention), kind="stable")[:top_diagonal]
+  """Ditto Fig. 2 as a heatmap: one head's attention matrix (query rows, key columns) over every token of
+  `[CLS] x_1 .. x_N [SEP]`, with the `top_diagonal` largest diagonal values of the sentence tokens outlined (blue
+  in the figure, which marks words only)."""
+  marked = 1 + np.argsort(-np.diagonal(attention)[1:-1], kind="stable")[:top_diagonal]
   return _heatmap(attention, tokens, tokens, path, title, "key", "query", marked.tolist())
 
 
