@@ -184,15 +184,15 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   logging.info("diagonal attention vs TF-IDF: %d sentences in %.1f s", len(sample), summary["seconds"]["head_tfidf"])
 
   start = time.perf_counter()
-  encoders = (model_config, params, tokenizer)
+  layer_embed = search.ditto_layer_embed(config, (model_config, params, tokenizer))
   preprocess = run.preprocess_from_config(config)
-  dev_scores = search.ditto_head_scores(search.ditto_layer_embed(config, encoders), model_config.num_hidden_layers,
+  dev_scores = search.ditto_head_scores(layer_embed, model_config.num_hidden_layers,
                                         model_config.num_attention_heads, dev, preprocess)
   grid = [(layer, head) for layer in range(model_config.num_hidden_layers)
           for head in range(model_config.num_attention_heads)]
   ranked = sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)
   top = [grid[k] for k in ranked[:a.top_heads]]
-  test = search.head_sts_results(search.ditto_layer_embed(config, encoders), top, tasks, preprocess)
+  test = search.head_sts_results(layer_embed, top, tasks, preprocess)
   summary["seconds"]["head_search"] = time.perf_counter() - start
   logging.info("heads scored on STS-B dev, top %d on the test tasks in %.1f s", len(top),
                summary["seconds"]["head_search"])
@@ -206,17 +206,8 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   start = time.perf_counter()
   impact = xla.jit(functools.partial(impact_matrix, model, mask_id=tokenizer.mask_token_id,
                                      batch_size=a.impact_batch_size))
-  impact_rows = _sentence_rows(tokenizer, sample[:a.impact_size], a.impact_max_tokens)
-  impacts = []
-  for k, row in enumerate(impact_rows):
-    impacts.append(token_impact(impact(params, jnp.asarray(row))))
-    if (k + 1) % 10 == 0:
-      logging.info("impact matrices: %d of %d sentences", k + 1, len(impact_rows))
-  impact_weights = [sentence_tfidf(row[1:-1], idf, a.tfidf_normalize) for row in impact_rows]
-  impact_pearson, impact_spearman = tfidf_correlation(impacts, impact_weights)
-  summary["impact"] = {"sentences": len(impact_rows), "max_tokens": a.impact_max_tokens,
-                       "tokens": int(sum(len(w) for w in impact_weights)),
-                       "pearson": float(impact_pearson), "spearman": float(impact_spearman)}
+  summary["impact"] = _impact_correlation(impact, params, _sentence_rows(tokenizer, sample[:a.impact_size],
+                                                                         a.impact_max_tokens), idf, a)
   summary["seconds"]["impact"] = time.perf_counter() - start
 
   summary["figures"] = _figures(config, model, params, tokenizer, impact, top[0])
@@ -234,6 +225,21 @@ def _sentence_rows(tokenizer: templates.Tokenizer, sentences: Sequence[str], max
   batch = templates.encode_sentences(templates.Template.parse(templates.SLOT, tokenizer), tokenizer, sentences,
                                      max_sentence_tokens=max_tokens or None)
   return [row[:n + 2] for row, n in zip(batch.input_ids, batch.sentence_lengths)]
+
+
+def _impact_correlation(impact: Any, params: Any, rows: Sequence[np.ndarray], idf: np.ndarray,
+                        options: Any) -> dict[str, Any]:
+  """Table 3's row: the correlation of each token's mean impact (`impact(params, row)` jitted) with its TF-IDF;
+  `options` is config.ditto_analysis."""
+  impacts = []
+  for k, row in enumerate(rows):
+    impacts.append(token_impact(impact(params, jnp.asarray(row))))
+    if (k + 1) % 10 == 0:
+      logging.info("impact matrices: %d of %d sentences", k + 1, len(rows))
+  weights = [sentence_tfidf(row[1:-1], idf, options.tfidf_normalize) for row in rows]
+  pearson, spearman = tfidf_correlation(impacts, weights)
+  return {"sentences": len(rows), "max_tokens": options.impact_max_tokens, "tokens": int(sum(len(w) for w in weights)),
+          "pearson": float(pearson), "spearman": float(spearman)}
 
 
 def _diagonals(model: Transformer, params: Any, rows: Sequence[np.ndarray], batch_size: int) -> list[np.ndarray]:
