@@ -1,4 +1,5 @@
-r"""Evaluates sentence embeddings: the STS and transfer tasks, analyses and searches (config.job picks which).
+r"""Evaluates sentence embeddings: the STS and transfer tasks, analyses and searches, and fits the IDF table of
+the TF-IDF method (config.job picks which).
 
   python evaluate.py --config configs/eval_prompt.py --config.model.path=bert-base-uncased \
       --config.data.senteval_dir=../shared/data/senteval
@@ -10,11 +11,13 @@ from ml_collections import config_flags
 
 from jaxemb import xla
 from jaxemb.evaluation import analysis
+from jaxemb.evaluation import ditto_analysis
 from jaxemb.evaluation import run
 from jaxemb.evaluation import search
 
 JOBS = {"sts": run.run_sts, "analysis": analysis.run_analysis, "template_search": search.run_template_search,
-        "ditto_search": search.run_ditto_search, "transfer": run.run_transfer, "sts+transfer": run.run_sts_transfer}
+        "ditto_search": search.run_ditto_search, "ditto_analysis": ditto_analysis.run_ditto_analysis,
+        "transfer": run.run_transfer, "sts+transfer": run.run_sts_transfer, "fit_idf": run.run_fit_idf}
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Evaluation config file (configs/eval_*.py).",
                                           lock_config=True)

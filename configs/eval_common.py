@@ -27,7 +27,9 @@ def method_config(name: str) -> ml_collections.ConfigDict:
 
 def get_config():
   config = ml_collections.ConfigDict()
-  config.job = "sts"  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search or ditto_search.
+  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search, ditto_search, ditto_analysis
+  # or fit_idf.
+  config.job = "sts"
   config.compilation_cache_dir = "~/.cache/jaxemb/xla"  # Persistent XLA compilation cache ("": none).
 
   config.model = ml_collections.ConfigDict()

@@ -80,6 +80,12 @@ def mlm_top_k(mask_logits: jax.Array, word_embeddings: jax.Array, k: int) -> jax
 DITTO_VARIANTS = ("first_last", "last", "static", "embedding_output")
 
 
+def diagonal_attention(out: EncoderOutput, layer: int) -> jax.Array:
+  """Ditto §2 Observation 2: each token's attention to itself, A_ii, for every head of `layer`:
+  [batch, heads, length]. Needs `output_attentions` to include `layer`."""
+  return jnp.diagonal(out.attentions[layer], axis1=-2, axis2=-1)
+
+
 def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, variant: str,
                     word_vectors: jax.Array | None = None) -> jax.Array:
   """Ditto for every head of `layer` at once: [batch, heads, hidden] (the head search scores them all).
@@ -89,7 +95,7 @@ def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, v
   word embeddings [batch, length, embedding width] (ELECTRA's unprojected). Needs `output_attentions=(layer,)`
   and, for first_last and embedding_output, `output_hidden_states=True`.
   """
-  diagonals = jnp.diagonal(out.attentions[layer], axis1=-2, axis2=-1)  # [batch, heads, length]
+  diagonals = diagonal_attention(out, layer)
   if variant == "first_last":
     states = (out.hidden_states[0] + out.hidden_states[-1]) / 2
   elif variant == "last":

@@ -1,32 +1,64 @@
-"""IDF per token id for Ditto's first-last TF-IDF baseline (Ditto Table 1), fitted on a sentence corpus.
+"""IDF per token id for Ditto's first-last TF-IDF baseline (Ditto Table 1, App. A.2), fitted on a sentence corpus.
 
-Ditto learns its TF-IDF weights with gensim on 10^6 Wikipedia sentences; gensim's `TfidfModel` defaults give a term
-IDF log2(N / df) over N documents, and nothing to terms outside its dictionary. Here a document is one sentence and a
-term is one token id of the model's tokenizer, since the weights multiply token states (`pooling.tfidf_first_last`).
+Ditto learns its TF-IDF weights with gensim on 10^6 Wikipedia sentences; gensim's `TfidfModel` defaults
+(`wglobal=df2idf`, `log_base=2.0`, `add=0.0`) give a term IDF log2(N / df) over N documents, df the documents that
+hold the term, and nothing to terms outside its dictionary. Here a document is one sentence and a term is one token id
+of the model's tokenizer, since the weights multiply token states (`pooling.tfidf_first_last`).
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 import itertools
 import json
 import math
 import os
+import pathlib
 
 import numpy as np
 
 from jaxemb import templates
 
 
-def fit_idf(sentences: Iterable[str], tokenizer: templates.Tokenizer) -> dict[int, float]:
+def fit_idf(sentences: Iterable[str], tokenizer: templates.Tokenizer, chunk_size: int = 10_000) -> dict[int, float]:
   """log2(N / df) for every token id the corpus holds, each sentence a document; special tokens are not added.
 
   Ids the corpus lacks get no entry (weight 0 when pooling, as gensim drops unknown terms); ids in every sentence get 0.
+  `sentences` is read once, `chunk_size` at a time through the tokenizer's batch call: a corpus file streams.
   """
-  ids = tokenizer(list(sentences), add_special_tokens=False)["input_ids"]
-  document_frequency = collections.Counter(itertools.chain.from_iterable(map(set, ids)))
-  return {token: math.log2(len(ids) / df) for token, df in sorted(document_frequency.items())}
+  sentences = iter(sentences)
+  document_frequency, documents = collections.Counter(), 0
+  for chunk in iter(lambda: list(itertools.islice(sentences, chunk_size)), []):
+    ids = tokenizer(chunk, add_special_tokens=False, return_attention_mask=False,
+                    return_token_type_ids=False)["input_ids"]
+    document_frequency.update(itertools.chain.from_iterable(map(set, ids)))
+    documents += len(chunk)
+  return {token: math.log2(documents / df) for token, df in sorted(document_frequency.items())}
+
+
+def corpus_sentences(path: str | os.PathLike) -> Iterator[str]:
+  """The non-empty lines of a corpus file (one sentence per line, as SimCSE's wiki1m), stripped, read lazily.
+
+  Raises:
+    FileNotFoundError: at once, when there is no such file; ValueError: once read, when the file has no
+      non-empty line. Both name the path.
+  """
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"{path}: no such file (the IDF corpus, one sentence per line)")
+  return _non_empty_lines(path)
+
+
+def _non_empty_lines(path: pathlib.Path) -> Iterator[str]:
+  empty = True
+  with path.open(encoding="utf-8") as lines:
+    for line in lines:
+      if line.strip():
+        empty = False
+        yield line.strip()
+  if empty:
+    raise ValueError(f"{path}: no non-empty lines (the IDF corpus, one sentence per line)")
 
 
 def save_idf(path: str | os.PathLike, idf: dict[int, float]):

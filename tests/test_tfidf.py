@@ -5,7 +5,10 @@ import math
 import numpy as np
 import pytest
 
+from configs import fit_idf
 from jaxemb import tfidf
+from jaxemb.evaluation import run
+from tests.support import shared_path
 
 
 def test_fit_idf_counts_documents_not_occurrences(bert_tokenizer):
@@ -25,3 +28,38 @@ def test_save_load_and_vector(tmp_path, bert_tokenizer):
   assert np.count_nonzero(vector) == 2  # "cat" and "dog"; "a" is in every sentence.
   with pytest.raises(ValueError, match="another tokenizer"):
     tfidf.idf_vector(idf, 100)
+
+
+def test_fit_idf_by_hand_in_chunks(bert_tokenizer):
+  corpus = ["the cat sat", "the dog sat", "a cat ran", "the cat"]
+  the, cat, sat, dog, a, ran = bert_tokenizer.convert_tokens_to_ids(["the", "cat", "sat", "dog", "a", "ran"])
+  # N = 4 documents; df: the 3, cat 3, sat 2, dog 1, a 1, ran 1.
+  expected = {the: math.log2(4 / 3), cat: math.log2(4 / 3), sat: 1.0, dog: 2.0, a: 2.0, ran: 2.0}
+  for chunk_size in (1, 3, 100):  # Counts carry across chunks; a last partial chunk counts too.
+    assert tfidf.fit_idf(iter(corpus), bert_tokenizer, chunk_size) == pytest.approx(expected)
+
+
+def test_corpus_sentences_skip_empty_lines_and_name_a_bad_file(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("  a cat \n\n   \nthe dog\n")
+  assert list(tfidf.corpus_sentences(corpus)) == ["a cat", "the dog"]
+  with pytest.raises(FileNotFoundError, match="missing.txt: no such file"):
+    tfidf.corpus_sentences(tmp_path / "missing.txt")
+  (tmp_path / "empty.txt").write_text("\n \n")
+  with pytest.raises(ValueError, match="empty.txt: no non-empty lines"):
+    list(tfidf.corpus_sentences(tmp_path / "empty.txt"))
+
+
+def test_fit_idf_job_writes_the_table(tmp_path, bert_tokenizer):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("the cat sat\nthe dog sat\n")
+  config = fit_idf.get_config()
+  config.model.path = str(shared_path("tokenizers", "bert-base-uncased"))
+  config.idf.corpus, config.idf.output, config.idf.chunk_size = str(corpus), str(tmp_path / "idf.json"), 1
+  assert run.run_fit_idf(config)["token_ids"] == 4
+  dog, cat = bert_tokenizer.convert_tokens_to_ids(["dog", "cat"])
+  idf = tfidf.load_idf(tmp_path / "idf.json")
+  assert idf[dog] == 1.0 and idf[cat] == 1.0 and len(idf) == 4  # "the", "sat": 0.
+  config.idf.corpus = str(tmp_path / "missing.txt")
+  with pytest.raises(FileNotFoundError, match="missing.txt"):
+    run.run_fit_idf(config)

@@ -13,11 +13,12 @@ import pathlib
 import time
 from typing import Any
 
+from jaxemb import tfidf
 from jaxemb.data import sts as sts_data
 from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common, logreg, sts, transfer
-from jaxemb.models import compute_dtype
+from jaxemb.models import compute_dtype, load_tokenizer
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
@@ -132,6 +133,22 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
   summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
              "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
+  write_summary(config, summary)
+  return summary
+
+
+def run_fit_idf(config: Any) -> dict[str, Any]:
+  """evaluate.py's `fit_idf` job: the IDF table of config.idf.corpus with model.path's tokenizer, written to
+  config.idf.output for method tfidf_first_last (`method.idf_path`) and the ditto_analysis job."""
+  if not config.idf.output:
+    raise ValueError("idf.output is empty: name the JSON file to write the IDF table to")
+  sentences = tfidf.corpus_sentences(config.idf.corpus)  # A missing corpus fails before the tokenizer loads.
+  start = time.perf_counter()
+  idf = tfidf.fit_idf(sentences, load_tokenizer(config.model.path), config.idf.chunk_size)
+  tfidf.save_idf(config.idf.output, idf)
+  summary = {"corpus": config.idf.corpus, "output": config.idf.output, "model": config.model.path,
+             "token_ids": len(idf), "seconds": time.perf_counter() - start}
+  print(f"{len(idf)} token ids from {config.idf.corpus} -> {config.idf.output} ({summary['seconds']:.1f} s)")
   write_summary(config, summary)
   return summary
 

@@ -57,18 +57,28 @@ def ditto_head_scores(layer_embed: Callable[[int], common.Embed], num_layers: in
   `layer_embed(layer)` embeds sentences as [n, heads, hidden] (one encoder pass per layer); every head is then
   scored on its slice of those vectors.
   """
+  heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
+  results = head_sts_results(layer_embed, heads, [dev], preprocess)
+  return [Candidate("grid", f"layer {layer} head {head}", results[layer, head][dev.name].all)
+          for layer, head in heads]
+
+
+def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence[tuple[int, int]],
+                     tasks: Sequence[sts_data.StsTask], preprocess: common.Preprocess
+                     ) -> dict[tuple[int, int], sts.StsResult]:
+  """The STS result of each (layer, head) of `heads` on `tasks`: one `layer_embed(layer)` pass per distinct layer
+  over the tasks' distinct sentences, each head scored on its slice."""
   prepare = preprocess or (lambda sentence: sentence)
-  sentences = list(dict.fromkeys(prepare(s) for subset in dev.subsets.values()
+  sentences = list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
                                  for s in (*subset.sentences1, *subset.sentences2)))
   row = {sentence: i for i, sentence in enumerate(sentences)}
-  scored = []
-  for layer in range(num_layers):
+  results = {}
+  for layer in dict.fromkeys(layer for layer, _ in heads):
     vectors = layer_embed(layer)(sentences)
-    for head in range(num_heads):
+    for head in (h for l, h in heads if l == layer):
       embed = lambda batch, h=head: vectors[[row[s] for s in batch], h]
-      spearman = sts.evaluate_sts(embed, [dev], preprocess)[dev.name].all
-      scored.append(Candidate("grid", f"layer {layer} head {head}", spearman))
-  return scored
+      results[layer, head] = sts.evaluate_sts(embed, tasks, preprocess)
+  return results
 
 
 def run_template_search(config: Any) -> dict[str, Any]:
@@ -86,14 +96,20 @@ def run_ditto_search(config: Any) -> dict[str, Any]:
   """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.ditto_variant`."""
   def search(model, dev, preprocess):
     model_config = model[0]
-    def layer_embed(layer):
-      method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
-                                   ditto_head=0)
-      encoder = Encoder(*model, method, **run.encoder_options(config))
-      return lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
-    return ditto_head_scores(layer_embed, model_config.num_hidden_layers, model_config.num_attention_heads, dev,
-                             preprocess)
+    return ditto_head_scores(ditto_layer_embed(config, model), model_config.num_hidden_layers,
+                             model_config.num_attention_heads, dev, preprocess)
   return _run_search(config, search)
+
+
+def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
+  """`layer -> embed`, embed giving Ditto's `method.ditto_variant` vectors of every head of `layer`
+  ([n, heads, hidden]); `model` is (config, params, tokenizer)."""
+  def layer_embed(layer: int) -> common.Embed:
+    method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
+                                 ditto_head=0)
+    encoder = Encoder(*model, method, **run.encoder_options(config))
+    return lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
+  return layer_embed
 
 
 def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess, config: Any) -> float:

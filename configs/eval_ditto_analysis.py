@@ -1,0 +1,39 @@
+r"""Ditto's analyses of word importance (Ditto Tables 3-4, Figs. 1-2): diagonal attention of every head and the
+perturbed-masking impact matrix, each against TF-IDF, with the heads ranked by Ditto's STS-B dev score.
+
+  python evaluate.py --config configs/eval_ditto_analysis.py --config.model.path=bert-base-uncased \
+      --config.data.senteval_dir=../shared/data/senteval \
+      --config.ditto_analysis.sample_file=../shared/data/wiki/wiki1m_sample.txt \
+      --config.ditto_analysis.idf_path=idf.json --config.ditto_analysis.output_md=ditto.md \
+      --config.ditto_analysis.impact_png=impact.png --config.ditto_analysis.attention_png=attention.png
+"""
+
+import ml_collections
+
+from configs import eval_common
+
+
+def get_config():
+  config = eval_common.get_config()
+  config.job = "ditto_analysis"
+  config.method.name = "ditto"  # The heads are ranked by Ditto with method.ditto_variant (first_last: Table 4's).
+
+  config.ditto_analysis = ml_collections.ConfigDict()
+  config.ditto_analysis.idf_path = ""  # Required: the IDF table (evaluate.py --config configs/fit_idf.py).
+  # Sentences, one per line. Ditto uses STS-B's for Table 4 and 1K English PUD treebank ones for Table 3.
+  config.ditto_analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")
+  config.ditto_analysis.sample_size = 200  # Sentences for the head correlations (the impact uses a prefix).
+  config.ditto_analysis.sample_order = "random"  # "random" (seeded uniform, the papers' wording) or "first".
+  config.ditto_analysis.sample_seed = 0  # The random sample's seed.
+  config.ditto_analysis.tfidf_normalize = True  # Unit-length TF-IDF per sentence, gensim TfidfModel's default.
+  config.ditto_analysis.top_heads = 4  # Heads (best on STS-B dev) also scored on the eval.tasks test sets.
+  config.ditto_analysis.impact_size = 100  # The impact matrix of the sample's first this many sentences.
+  config.ditto_analysis.impact_max_tokens = 32  # Truncate those to this many tokens (cost grows as N^3); 0 = all.
+  config.ditto_analysis.impact_batch_size = 256  # Masked copies per encoder call.
+  # The sentence of the PNGs (Ditto Figs. 1-2's).
+  config.ditto_analysis.figure_sentence = ("For those who follow social media transitions on Capitol Hill, "
+                                           "this will be a little different.")
+  config.ditto_analysis.impact_png = ""  # Its impact matrix heatmap here; "" = none.
+  config.ditto_analysis.attention_png = ""  # Its attention heatmap of the best STS-B dev head here; "" = none.
+  config.ditto_analysis.output_md = ""  # The Markdown tables here; "" = print only.
+  return config
