@@ -30,7 +30,6 @@ import numpy as np
 
 from jaxemb.data import sts as sts_data  # pylint: disable=g-bad-import-order
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import sts
 from jaxemb.training import sharding
 
 

