@@ -167,7 +167,7 @@ def execute(run: Run) -> dict[str, Any]:
   scores = eval_run.score_sts(embed, tasks, dev, eval_run.preprocess(config.eval.join_tokens, config.eval.add_period))
   summary = {**scores, "seconds": time.perf_counter() - start, "best_step": training["best_step"],
              "selection_stsb_dev": training["best_stsb_dev"], "seed": run.seed, "model": config.model.path}
-  (run.directory / RESULT_FILE).write_text(json.dumps(summary, indent=2) + "\n")
+  eval_run.write_json(run.directory / RESULT_FILE, summary)
   return summary
 
 

@@ -156,7 +156,15 @@ def run_fit_idf(config: Any) -> dict[str, Any]:
 def write_summary(config: Any, summary: dict[str, Any]):
   """Writes a job's results as JSON to config.eval.output_json, when it is set."""
   if config.eval.output_json:
-    path = pathlib.Path(config.eval.output_json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(summary, indent=2) + "\n")
-    logging.info("wrote %s", path)
+    write_json(config.eval.output_json, summary)
+    logging.info("wrote %s", config.eval.output_json)
+
+
+def write_json(path: str | pathlib.Path, value: Any):
+  """Writes `value` as JSON whole or not at all (a temporary file renamed into place): a killed job leaves no half
+  file, which sweep.py would take for a finished run."""
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  partial = path.with_name(path.name + ".partial")
+  partial.write_text(json.dumps(value, indent=2) + "\n")
+  partial.replace(path)
