@@ -14,8 +14,7 @@ BASE = {"bert": "cotbert", "roberta": "cotroberta"}
 
 
 def get_config(model: str = "bert"):
-  if model not in BASE:
-    raise ValueError(f"cotbert_table4: model {model!r} is not one of {sorted(BASE)}")
+  common.check_model("cotbert_table4", model, BASE)
   without, with_term = PAPER[model]
   config = common.get_config()
   config.name = f"CoT-BERT Table 4 ({model})"

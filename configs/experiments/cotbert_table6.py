@@ -11,8 +11,7 @@ BASE = {"bert": "cotbert", "roberta": "cotroberta"}
 
 
 def get_config(model: str = "bert"):
-  if model not in BASE:
-    raise ValueError(f"cotbert_table6: model {model!r} is not one of {sorted(BASE)}")
+  common.check_model("cotbert_table6", model, BASE)
   none, position, pad = PAPER[model]
   config = common.get_config()
   config.name = f"CoT-BERT Table 6 ({model})"

@@ -24,8 +24,7 @@ SWITCHES = ("remove_frequent", "remove_subwords", "lowercase", "remove_punctuati
 
 
 def get_config(model: str = "uncased"):
-  if model not in MODELS:
-    raise ValueError(f"promptbert_table3: model {model!r} is not one of {sorted(MODELS)}")
+  common.check_model("promptbert_table3", model, MODELS)
   column = ("cased", "uncased", "roberta").index(model)
   config = common.get_config()
   config.name = f"PromptBERT Table 3 ({MODELS[model]})"

@@ -17,8 +17,7 @@ VIEW_1 = {"bert": train_common.PROMPTBERT_OF, "roberta": train_common.PROMPTROBE
 
 
 def get_config(model: str = "bert"):
-  if model not in BASE:
-    raise ValueError(f"promptbert_table8: model {model!r} is not one of {sorted(BASE)}")
+  common.check_model("promptbert_table8", model, BASE)
   same, different, denoised = PAPER[model]
   config = common.get_config()
   config.name = f"PromptBERT Table 8 ({model})"

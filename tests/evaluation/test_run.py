@@ -72,14 +72,21 @@ def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
     run.run_sts(config)
 
 
+def _evaluate_py(tmp_path, config_file, model_path, out, *flags):
+  """evaluate.py run as a user would: configs/<config_file> on the shared SentEval data, results to `out`, the
+  compiled programs kept under tmp_path/xla."""
+  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / config_file),
+             f"--config.model.path={model_path}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+             *flags, "--config.eval.length_multiple=32", f"--config.eval.output_json={out}",
+             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+
+
 def test_evaluate_py_command_line(tmp_path, tiny_bert):
   path = tiny_bert
   out = tmp_path / "r.json"
-  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_baselines.py"),
-             f"--config.model.path={path}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-             "--config.eval.tasks=STS16", "--config.method.name=last_avg", "--config.eval.length_multiple=32",
-             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
-  result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+  result = _evaluate_py(tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16",
+                        "--config.method.name=last_avg")
   assert result.returncode == 0, result.stderr[-2000:]
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   assert pathlib.Path(out).is_file()
@@ -115,11 +122,8 @@ def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
 @pytest.mark.slow
 def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   out = tmp_path / "r.json"
-  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_transfer.py"),
-             f"--config.model.path={tiny_bert}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-             "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest", "--config.eval.length_multiple=32",
-             f"--config.eval.output_json={out}", f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
-  result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+  result = _evaluate_py(tmp_path, "eval_transfer.py", tiny_bert, out, "--config.transfer.tasks=MRPC",
+                        "--config.transfer.mode=fasttest")
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout
   assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}
