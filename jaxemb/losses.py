@@ -44,17 +44,17 @@ def cosine_similarity_matrix(a: jax.Array, b: jax.Array, eps: float = 1e-8) -> j
 
 
 def diagonal_cross_entropy(logits: jax.Array) -> jax.Array:
-  """mean_i -log softmax(logits_i)_i, label i for row i: [n, k n] -> (), computed relative to each row's positive.
+  """mean_i -log softmax(x_i)_i of logits x, row i's label column i: [n, k n] -> (), computed against the positives.
 
-  With x the logits and r_i = logsumexp_{j != i} x_ij - x_ii (the negatives against the positive), row i's loss
-  logsumexp_j x_ij - x_ii = log(1 + e^{r_i}) = softplus(r_i). Written as logsumexp - x_ii, a trained model's loss (0.02
-  at 1 / tau = 20) is the difference of two numbers near 20, each rounded to ~1e-6: 1e-5 of it is lost (a log-softmax,
-  1 + 0.02 rounded, 1e-6). softplus turns an absolute error in r into a relative one in the loss, and r is computed
-  from small numbers: r_i = (m_i - x_ii) + log sum_{j != i} e^{x_ij - m_i}, m_i = max_{j != i} x_ij, where every term
-  of the sum is at most 1 and the sum at least 1 whether or not the positive is the row's largest logit (or ties with
-  others), and softplus(r) is stable for either sign of r. The gradient is the same function's: autodiff gives
-  dl_i/dx_ii = -sigmoid(r_i) = softmax_ii - 1 without computing 1 - 1 + small, and m_i, which r does not depend on,
-  carries none (as in jax.nn.logsumexp).
+  Row i's loss logsumexp_j x_ij - x_ii = log(1 + sum_{j != i} e^{x_ij - x_ii}) = softplus(r_i), with r_i =
+  logsumexp_{j != i} x_ij - x_ii. Computed as logsumexp - x_ii, a trained model's loss (0.02 at 1 / tau = 20) is the
+  difference of two float32 numbers near 20, each rounded by ~1e-6, and loses 1e-5 of itself (a log-softmax, which
+  rounds 1 + 0.02, 1e-6). softplus(r) = log1p(e^r) turns an absolute error in r into the same relative error in the
+  loss, and r is of the size of log(loss) (-4), not of the logits: r_i = (m_i - x_ii) + log sum_{j != i} e^{x_ij - m_i},
+  m_i = max_{j != i} x_ij, a sum of terms at most 1 and at least 1 in all whether the positive is its row's largest
+  logit, is not, or ties; jax.nn.softplus is stable for r of either sign. Autodiff of this form gives the same gradient,
+  (softmax - [i = j]) / n, with dl_i/dx_ii = -sigmoid(r_i) computed directly rather than as softmax_ii - 1; m_i, on
+  which r does not depend, is held constant, as jax.nn.logsumexp holds its max.
   """
   logits = logits.astype(jnp.float32)
   n, width = logits.shape

@@ -104,7 +104,7 @@ def test_loss_and_gradients_match_torch_reference(name, seed):
 
 
 def np_diagonal_cross_entropy(logits: np.ndarray) -> tuple[float, np.ndarray]:
-  """The float64 loss mean_i (logsumexp_j x_ij - x_ii) of float32 logits x and its gradient (softmax(x) - [i = j]) / n."""
+  """In float64, mean_i (logsumexp_j x_ij - x_ii) of float32 logits x and its gradient (softmax(x) - [i = j]) / n."""
   x = logits.astype(np.float64)
   n = len(x)
   top = x.max(axis=1, keepdims=True)
@@ -141,7 +141,7 @@ def test_near_trained_loss_and_gradient_match_float64(n, k):
 
 def test_loss_and_gradient_match_float64_whichever_logit_is_largest():
   """Rows where the positive is the largest logit, is not, ties with others, or is 100 above or below the rest (where
-  e^{x_ij - x_ii} would overflow): the loss and gradient of float64, finite; a single column (a batch of one) gives 0."""
+  e^{x_ij - x_ii} would overflow): float64's loss and gradient, finite; a single column (a batch of one) gives 0."""
   rng = np.random.default_rng(0)
   logits = rng.normal(scale=5, size=(N, 3 * N)).astype(np.float32)  # Cosines / TAU span +-20.
   logits[0, 0] = logits[0].max() + 1  # The positive is the largest.
@@ -160,6 +160,7 @@ def test_loss_and_gradient_match_float64_whichever_logit_is_largest():
   np.testing.assert_allclose(grad[2], (1 / (3 * N) - np.eye(N, 3 * N)[2]) / N, rtol=1e-6)
   single, single_grad = jax.value_and_grad(losses.diagonal_cross_entropy)(np.full((1, 1), 3.0, np.float32))
   assert single == 0 and single_grad == 0
+
 
 def test_cosine_similarity_matrix_matches_torch_including_tiny_and_zero_rows():
   rng = np.random.default_rng(0)
