@@ -1,6 +1,7 @@
 """What a training config decides, checked before train.py loads weights, reads the corpus, compiles or writes to
 its workdir: a bad value stops the run in seconds, as one line naming the field and what to do, instead of after
-the weights, the corpus and the first STS-B dev evaluation (or never, leaving a run that evaluation refuses)."""
+the weights, the corpus and the first STS-B dev evaluation (or never, leaving a run that evaluation refuses). Once
+the corpus is read, `check_corpus_size` refuses a batch larger than it before anything is tokenised."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def check(config: Any, mesh: Mesh):
   """Raises ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on
   `mesh`. Reads config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
   _check_counts(config, mesh)
+  _check_columns(config)
   _check_files(config)
   tokenizer = _check_method(config)
   try:
@@ -62,6 +64,9 @@ def _check_counts(config: Any, mesh: Mesh):
     _count(config, field, 0)
   if config.train.num_steps == 0:
     _count(config, "train.epochs", 1, "must be a positive int when config.train.num_steps is 0 (or set num_steps)")
+
+
+def _check_columns(config: Any):
   if config.data.format not in _COLUMNS:
     raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(_COLUMNS)}")
   unknown = [c for c in config.objective.columns if c not in _COLUMNS[config.data.format]]

@@ -7,7 +7,7 @@ import pytest
 
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.training import loop, preflight, sharding
-from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
+from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
 
 
 @pytest.fixture(name="heavy_steps_fail")
@@ -105,3 +105,10 @@ def test_missing_files_are_named(tmp_path, tiny_bert, wiki_head, field, message)
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: "/nonexistent/corpus.txt"})
   with pytest.raises(DataError, match=message):
     preflight.check(config, sharding.make_mesh(-1, 1))
+
+
+def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
+  family, model_dir = tiny_checkpoint
+  for name in [n for n in CONFIGS if ("roberta" in n) == (family == "roberta")]:
+    preflight.check(tiny_config(name, model_dir, tmp_path / name), sharding.make_mesh(-1, 1))
+    assert not (tmp_path / name).exists()
