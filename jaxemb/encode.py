@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import functools
 import math
+import numbers
 import pathlib
 from typing import Any, Callable, Iterable, Iterator
 
@@ -16,6 +17,7 @@ import numpy as np
 import tqdm
 
 from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
+from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, run_dir
 from jaxemb.training import sharding
 
@@ -188,9 +190,10 @@ class Encoder:
 
   Sentences are sorted by tokenised length and cut into batches of `batch_size` (a partial batch takes the
   shortest, so its filler rows are short), each padded to a multiple of `length_multiple` tokens, so the encoder
-  compiles once per bucket length (`compilations` counts them). `padded_tokens / real_tokens` is the padding:
-  1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's tokenizer, batches of 128; 11 shapes), 1.28
-  with 8 (7 shapes).
+  compiles once per bucket length (`compilations` counts them). Fewer distinct sentences than `batch_size` run as
+  one batch of just their rows (on a mesh, rounded up to a multiple of its devices): no filler beyond them.
+  `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's
+  tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   """
 
   def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
@@ -259,9 +262,12 @@ class Encoder:
     `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
 
     Raises:
+      ConfigError: `batch_size` is not a positive int (a bool or a str included).
       TypeError: `sentences` is neither a str nor an iterable of str (a non-str sentence is named by index), or
         an alias and its jaxemb name are given different values.
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+      raise ConfigError(f"encode(batch_size={batch_size!r}): must be a positive int, the sentences per encoder call")
     normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
     single = isinstance(sentences, str)
@@ -279,6 +285,7 @@ class Encoder:
                    progress: Callable[[int], None] | None, show_progress: bool | None) -> np.ndarray:
     """`encode` of a non-empty list of checked sentences."""
     unique = list(dict.fromkeys(sentences))
+    batch_size = self._rows_per_call(int(batch_size), len(unique))
     rows = self._rows(unique)
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
@@ -301,6 +308,13 @@ class Encoder:
       vectors = _unit(vectors)
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
+
+  def _rows_per_call(self, batch_size: int, num_sentences: int) -> int:
+    """`batch_size`, or `num_sentences` when fewer (3 sentences at batch_size=32768 run as 3 rows, not 32768);
+    rounded up to a multiple of the mesh's devices when `batch_size` is one, so the batch still splits over them."""
+    rows = min(batch_size, num_sentences)
+    devices = 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
+    return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
 
   def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int) -> jax.Array:
     """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, a multiple of

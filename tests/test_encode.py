@@ -1,6 +1,8 @@
 """Every sentence-vector method against a direct HF PyTorch computation of the same definition."""
 
 import json
+import re
+import types
 
 import jax
 import numpy as np
@@ -10,6 +12,7 @@ import transformers
 
 from jaxemb import bias_removal, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
+from jaxemb.errors import ConfigError
 from jaxemb.models import load_tokenizer
 from jaxemb.training import sharding
 from tests.support import HIDDEN_STATE_POOLINGS, shared_path, write_random_checkpoint
@@ -193,6 +196,29 @@ def test_token_counters_measure_the_padding(tiny_checkpoint):
   # Rows of 3, 4, 8, 9, 10 tokens: batches [3] (filled to 2 rows) of width 4, [4, 8] of 8, [9, 10] of 12.
   assert encoder.real_tokens == 34
   assert encoder.padded_tokens == 2 * 4 + 2 * 8 + 2 * 12
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, "8", True, 8.0])
+def test_batch_size_must_be_a_positive_int(tiny_bert, batch_size):
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"))
+  message = rf"^encode\(batch_size={re.escape(repr(batch_size))}\): must be a positive int"
+  with pytest.raises(ConfigError, match=message):
+    encoder.encode(SENTENCES, batch_size=batch_size)
+  assert encoder.compilations == 0
+
+
+def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
+  """Three sentences at batch_size=32768 were padded to 32768 rows (72 s and 6 GB on MiniLM); now to 3, with the
+  vectors of smaller batches."""
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=64)
+  vectors = encoder.encode(SENTENCES[:3], batch_size=32768)
+  assert encoder.compiled_shapes == {(3, 64)} and encoder.padded_tokens == 3 * 64
+  np.testing.assert_allclose(vectors, encoder.encode(SENTENCES[:3], batch_size=2), atol=1e-6)
+  assert encoder.compiled_shapes == {(3, 64), (2, 64)}  # Enough sentences for a full batch: batch_size rows.
+  mesh_of_8 = types.SimpleNamespace(mesh=types.SimpleNamespace(size=8))  # The row count reads the device count.
+  encoder._batch_sharding = mesh_of_8  # pylint: disable=protected-access
+  # A batch that splits over the devices stays split: 3 sentences take 8 rows; 12 rows never split over 8.
+  assert [encoder._rows_per_call(b, n) for b, n in [(128, 3), (128, 9), (128, 500), (12, 3)]] == [8, 16, 128, 3]
 
 
 @pytest.mark.parametrize("method, message", [

@@ -30,15 +30,18 @@ import json
 import logging
 import os
 import pathlib
+import pickle
 import re
 import shutil
 import tarfile
 from typing import Any
 import urllib.error
 import urllib.request
+import zipfile
 
 import tqdm
 
+from jaxemb.errors import DataError
 from jaxemb.models import hf
 from jaxemb.models import run_dir
 
@@ -75,6 +78,10 @@ _CORPUS_BY_FORMAT = {"text": "wiki1m", "nli": "nli"}
 _CHUNK = 1 << 20
 # Errors of a connection that broke or timed out; the download is resumed. (HTTP error statuses are not retried.)
 _RETRIABLE = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
+# The longest safetensors header read: the reference reader's limit (huggingface/safetensors
+# `safetensors/src/tensor.rs` MAX_HEADER_SIZE).
+_SAFETENSORS_MAX_HEADER = 100_000_000
+_FETCH_AGAIN = "delete it and download the model again (prepare.py fetches a hub id anew)"
 
 
 class PrepareError(RuntimeError):
@@ -138,6 +145,7 @@ def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapp
   Raises:
     PrepareError: naming the file, when it cannot be fetched or its size or sha256 is not what was expected.
     FileNotFoundError, hf.CheckpointError: when the model cannot be found or is not a model directory.
+    DataError: naming the model's weights file, when it is truncated or corrupt (`check_weights`).
   """
   source = pathlib.Path(source) if source is not None else None
   if source is not None and not source.is_dir():
@@ -158,10 +166,72 @@ def prepare_model(name_or_path: str) -> pathlib.Path:
     return pathlib.Path(name_or_path)
   model_dir = hf.resolve_model_dir(name_or_path)
   hf.read_config(model_dir)
-  weights = (hf.SAFETENSORS, hf.SAFETENSORS_INDEX, hf.TORCH_BIN)
-  if not any((model_dir / name).is_file() for name in weights):
-    raise hf.CheckpointError(f"{model_dir}: no weights found (looked for {', '.join(weights)})")
+  check_weights(model_dir)
   return model_dir
+
+
+def check_weights(model_dir: pathlib.Path):
+  """Checks the weights files of a Hugging Face model directory by their headers, without reading the tensors: a
+  truncated or corrupt download is named now, not when a run loads it. Raises DataError naming the file."""
+  if (model_dir / hf.SAFETENSORS).is_file():
+    _check_safetensors(model_dir / hf.SAFETENSORS)
+  elif (model_dir / hf.SAFETENSORS_INDEX).is_file():
+    index = model_dir / hf.SAFETENSORS_INDEX
+    try:
+      shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+      raise DataError(f"{index}: not a safetensors index ({type(e).__name__}: {e}); {_FETCH_AGAIN}") from None
+    for name in shards:
+      if not (model_dir / name).is_file():
+        raise DataError(f"{model_dir / name}: missing, though {index} lists it; {_FETCH_AGAIN}")
+      _check_safetensors(model_dir / name)
+  elif (model_dir / hf.TORCH_BIN).is_file():
+    _check_torch_bin(model_dir / hf.TORCH_BIN)
+  else:
+    weights = (hf.SAFETENSORS, hf.SAFETENSORS_INDEX, hf.TORCH_BIN)
+    raise hf.CheckpointError(f"{model_dir}: no weights found (looked for {', '.join(weights)})")
+
+
+def _check_safetensors(path: pathlib.Path):
+  """The safetensors layout (huggingface/safetensors README, "Format"): an 8-byte little-endian header length N,
+  N bytes of UTF-8 JSON starting with "{" ({name: {dtype, shape, data_offsets: [begin, end]}} and an optional
+  "__metadata__"), then the tensor bytes, which the offsets index from the end of the header."""
+  size = path.stat().st_size
+  with open(path, "rb") as f:
+    length = int.from_bytes(f.read(8), "little") if size >= 8 else None
+    if length is None or length > min(size - 8, _SAFETENSORS_MAX_HEADER):
+      raise _corrupt(path, f"{size} bytes, too short for its header" if length is None else
+                     f"its header length field says {length} bytes; the file has {size}")
+    raw = f.read(length)
+  try:
+    header = json.loads(raw.decode("utf-8")) if raw.startswith(b"{") else None
+    end = max((int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"),
+              default=0)
+  except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError, ValueError):
+    raise _corrupt(path, "its header is not a safetensors JSON header") from None
+  if size < 8 + length + end:
+    raise _corrupt(path, f"{size} bytes, but its header places tensor bytes up to byte {8 + length + end}")
+
+
+def _check_torch_bin(path: pathlib.Path):
+  """A PyTorch checkpoint: a zip holding data.pkl (torch.save since 1.6; the zip's directory is at its end, so a
+  truncated file has none) or a legacy pickle (starting with pickle's PROTO opcode; its end is not checked)."""
+  if zipfile.is_zipfile(path):
+    try:
+      with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    except (zipfile.BadZipFile, OSError) as e:
+      raise _corrupt(path, f"not a readable zip ({e})") from None
+    if not any(name.endswith("data.pkl") for name in names):
+      raise _corrupt(path, "a zip without the data.pkl of torch.save")
+    return
+  with open(path, "rb") as f:
+    if f.read(1) != pickle.PROTO:
+      raise _corrupt(path, "neither a whole zip (torch.save) nor a pickle")
+
+
+def _corrupt(path: pathlib.Path, detail: str) -> DataError:
+  return DataError(f"{path}: truncated or corrupt weights file ({detail}); {_FETCH_AGAIN}")
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
 from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import checkpoints, objectives, sharding
+from jaxemb.training import checkpoints, objectives, preflight, sharding
 from jaxemb.training import state as train_state
 from jaxemb.training.trainer import batch_field, build_trainer
 
@@ -152,7 +152,7 @@ def train(config: Any) -> dict[str, Any]:
 
 def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
-  sharding.check_batch_size(config.train.batch_size, mesh)
+  preflight.check(config, mesh)  # Before anything is loaded or written: a bad field costs seconds, not a run.
   workdir = run_dir.RunDir(config.workdir)
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints)
@@ -165,6 +165,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   tokenizer = load_tokenizer(config.model.path)
   columns = read_columns(config)
   num_examples = len(next(iter(columns.values())))
+  preflight.check_corpus_size(config, num_examples)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
   trainer = build_trainer(config, model_config, pretrained, tokenizer, mesh, total_steps)

@@ -9,6 +9,8 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from jaxemb.errors import ConfigError
+
 BATCH_AXES = ("data", "fsdp")  # The global batch is split over both axes.
 
 # Leaves with fewer elements than this (1 MiB in float32) stay replicated over `fsdp`, as in big_vision's and
@@ -62,6 +64,9 @@ def tree_shardings(mesh: Mesh, tree: Any, min_size: int = FSDP_MIN_SIZE) -> Any:
   return jax.tree.map(lambda x: fsdp_sharding(mesh, tuple(x.shape), min_size), tree)
 
 
-def check_batch_size(global_batch_size: int, mesh: Mesh):
+def check_batch_size(global_batch_size: int, mesh: Mesh, name: str = "batch size"):
+  """Raises ConfigError, naming the value as `name` (e.g. its config field), when the batch does not split evenly
+  over the mesh's devices."""
   if global_batch_size % mesh.size:
-    raise ValueError(f"batch size {global_batch_size} is not divisible by the {mesh.size} devices of the mesh")
+    raise ConfigError(f"{name} {global_batch_size} is not divisible by the {mesh.size} devices of the mesh; use a "
+                      f"multiple of {mesh.size}")

@@ -5,14 +5,18 @@ import hashlib
 import http.server
 import io
 import json
+import pathlib
 import re
 import tarfile
 import threading
 
+import numpy as np
 import pytest
+import safetensors.numpy
 
 from configs import eval_prompt, promptbert, promptbert_sup
 from jaxemb.data import prepare
+from jaxemb.errors import DataError
 
 WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
 NLI = b"sent0,sent1,hard_neg\n" + b"a man sleeps .,a person rests .,a man runs .\n" * 50
@@ -94,13 +98,14 @@ def _server():
 
 @pytest.fixture(name="model")
 def _model(tmp_path):
-  """A model directory as prepare checks it: a readable config.json and a weights file."""
+  """A model directory as prepare checks it: a readable config.json and a whole weights file."""
   out = tmp_path / "model"
   out.mkdir()
   (out / "config.json").write_text(json.dumps(dict(model_type="bert", vocab_size=8, hidden_size=4, num_hidden_layers=1,
                                                    num_attention_heads=1, intermediate_size=4,
                                                    max_position_embeddings=8)))
-  (out / "model.safetensors").write_bytes(b"")
+  safetensors.numpy.save_file({"a": np.ones((3, 4), np.float32), "b": np.zeros(5, np.float32)},
+                              out / "model.safetensors", metadata={"format": "np"})
   return str(out)
 
 
@@ -264,3 +269,60 @@ def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
   assert eval_prompt.get_config().data.senteval_dir == "/big/disk/senteval"
   monkeypatch.delenv("JAXEMB_DATA")
   assert eval_prompt.get_config().data.senteval_dir == "data/senteval"
+
+
+def _damaged(data: bytes, damage: str) -> bytes:
+  header_end = 8 + int.from_bytes(data[:8], "little")
+  return {"last byte cut": data[:-1], "cut in the header": data[:20], "empty": b"",
+          "header length garbage": b"\xff" * 8 + data[8:],
+          "header not JSON": data[:8] + b"{" + b"\x00" * (header_end - 9) + data[header_end:],
+          "header not a dict of tensors": data[:8] + b'{"a": 1}'.ljust(header_end - 8) + data[header_end:]}[damage]
+
+
+@pytest.mark.parametrize("damage, detail", [
+    ("last byte cut", r"\d+ bytes, but its header places tensor bytes up to byte \d+"),
+    ("cut in the header", r"its header length field says \d+ bytes; the file has 20"),
+    ("empty", r"0 bytes, too short for its header"),
+    ("header length garbage", r"its header length field says 18446744073709551615 bytes"),
+    ("header not JSON", r"its header is not a safetensors JSON header"),
+    ("header not a dict of tensors", r"its header is not a safetensors JSON header"),
+])
+def test_truncated_or_corrupt_safetensors_is_refused(model, damage, detail):
+  """Case 6: prepare.py said "model in ..." (exit 0) for a truncated model.safetensors, which training then failed
+  to load."""
+  path = pathlib.Path(model) / "model.safetensors"
+  assert prepare.prepare_model(model) == path.parent  # The whole file passes.
+  path.write_bytes(_damaged(path.read_bytes(), damage))
+  with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: truncated or corrupt weights file \({detail}"):
+    prepare.prepare_model(model)
+
+
+def test_sharded_safetensors_need_every_shard_whole(model):
+  model_dir = pathlib.Path(model)
+  whole = (model_dir / "model.safetensors").read_bytes()
+  (model_dir / "model.safetensors").unlink()
+  (model_dir / "model-00001-of-00002.safetensors").write_bytes(whole)
+  (model_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+      "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+  with pytest.raises(DataError, match=r"model-00002-of-00002.safetensors: missing, though .*index.json lists it"):
+    prepare.prepare_model(model)
+  (model_dir / "model-00002-of-00002.safetensors").write_bytes(whole[:-4])
+  with pytest.raises(DataError, match=r"model-00002-of-00002.safetensors: truncated or corrupt weights file"):
+    prepare.prepare_model(model)
+  (model_dir / "model-00002-of-00002.safetensors").write_bytes(whole)
+  assert prepare.prepare_model(model) == model_dir
+
+
+@pytest.mark.parametrize("zipped", [True, False])
+def test_truncated_pytorch_bin_is_refused(model, zipped):
+  """torch.save's zip (since torch 1.6) and its legacy pickle both pass whole; a cut zip has no directory left."""
+  import torch  # pylint: disable=g-import-not-at-top
+  model_dir = pathlib.Path(model)
+  (model_dir / "model.safetensors").unlink()
+  path = model_dir / "pytorch_model.bin"
+  torch.save({"a": torch.ones(3, 4)}, path, _use_new_zipfile_serialization=zipped)
+  assert prepare.prepare_model(model) == model_dir
+  path.write_bytes(path.read_bytes()[:-100] if zipped else b"PK\x03\x04 not a pickle")
+  with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: truncated or corrupt weights file \(neither a "
+                                      r"whole zip \(torch.save\) nor a pickle\)"):
+    prepare.prepare_model(model)

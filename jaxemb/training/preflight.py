@@ -1,0 +1,101 @@
+"""What a training config decides, checked before train.py loads weights, reads the corpus, compiles or writes to
+its workdir: a bad value stops the run in seconds, as one line naming the field and what to do, instead of after
+the weights, the corpus and the first STS-B dev evaluation (or never, leaving a run that evaluation refuses). Once
+the corpus is read, `check_corpus_size` refuses a batch larger than it before anything is tokenised."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from jax.sharding import Mesh
+
+from jaxemb.data import corpus
+from jaxemb.data import sts as sts_data
+from jaxemb.encode import Method, open_model
+from jaxemb.errors import ConfigError, DataError
+from jaxemb.models import hf
+from jaxemb.training import sharding, trainer
+
+# The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
+_POSITIVE = ("train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
+             "eval.length_multiple", "data.max_sentence_tokens")
+_NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
+_COLUMNS = {"text": ("text",), "nli": corpus.NLI_COLUMNS}  # The columns `loop.read_columns` gives each format.
+
+
+def check(config: Any, mesh: Mesh):
+  """Raises ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on
+  `mesh`. Reads config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
+  _check_counts(config, mesh)
+  _check_columns(config)
+  _check_files(config)
+  tokenizer = _check_method(config)
+  try:
+    trainer.build_objective(config, tokenizer)  # Each view's template, pooling and denoising, and the loss.
+  except ValueError as e:
+    raise ConfigError(f"config.objective: {e}") from None
+
+
+def check_corpus_size(config: Any, num_examples: int):
+  """Raises ConfigError when the corpus read has no full global batch, so no step could run."""
+  if num_examples < config.train.batch_size:
+    raise ConfigError(f"config.train.batch_size={config.train.batch_size}: larger than the {num_examples} examples "
+                      f"of {config.data.train_file} (no full step); use a batch of at most {num_examples} or a "
+                      "larger corpus")
+
+
+def _count(config: Any, field: str, least: int, hint: str = "") -> int:
+  """The int at `field` ("section.name"), at least `least`; a bool or any other type is refused."""
+  section, name = field.split(".")
+  value = config[section][name]
+  if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    raise ConfigError(f"config.{field}={value!r}: " + (hint or f"must be an int >= {least}"))
+  return value
+
+
+def _check_counts(config: Any, mesh: Mesh):
+  devices = f"must be a positive multiple of the {mesh.size} devices"
+  batch_size = _count(config, "train.batch_size", 1, devices)
+  sharding.check_batch_size(batch_size, mesh, "config.train.batch_size")
+  for field in _POSITIVE:
+    _count(config, field, 1, "must be a positive int")
+  for field in _NON_NEGATIVE:
+    _count(config, field, 0)
+  if config.train.num_steps == 0:
+    _count(config, "train.epochs", 1, "must be a positive int when config.train.num_steps is 0 (or set num_steps)")
+
+
+def _check_columns(config: Any):
+  if config.data.format not in _COLUMNS:
+    raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(_COLUMNS)}")
+  unknown = [c for c in config.objective.columns if c not in _COLUMNS[config.data.format]]
+  if unknown:
+    raise ConfigError(f"config.objective.columns names {unknown[0]!r}; a {config.data.format!r} corpus "
+                      f"({config.data.train_file}) has {list(_COLUMNS[config.data.format])}")
+
+
+def _check_files(config: Any):
+  """The corpus and STS-B dev (read here: it is small, and model selection needs it)."""
+  if not pathlib.Path(config.data.train_file).is_file():
+    raise DataError(f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
+                    "point the field at the corpus")
+  try:
+    sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")
+  except ValueError as e:  # jaxemb.data.sts.DataError: a missing or unreadable file.
+    raise DataError(f"config.eval.senteval_dir={config.eval.senteval_dir}: no STS-B dev ({e}); fetch SentEval "
+                    "with prepare.py") from None
+
+
+def _check_method(config: Any) -> Any:
+  """config.method against the model's config and tokenizer, as evaluation and export check it (open_model), so a
+  run never records an evaluation method they refuse; returns the tokenizer."""
+  try:
+    source, _ = open_model(config.model.path, Method.from_config(config.method))
+  except FileNotFoundError as e:
+    raise ConfigError(f"config.model.path={config.model.path}: {e}") from None
+  except hf.CheckpointError as e:
+    raise DataError(f"config.model.path={config.model.path}: {e}") from None
+  except ValueError as e:
+    raise ConfigError(f"config.method: {e}; set config.method to a method evaluate.py can run") from None
+  return source.tokenizer

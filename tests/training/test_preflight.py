@@ -1,0 +1,114 @@
+"""train.py's checks before loading: each bad field stops the run as one ConfigError/DataError line, quickly, with
+nothing loaded and nothing written to the workdir."""
+
+import types
+
+import pytest
+
+from jaxemb.errors import ConfigError, DataError
+from jaxemb.training import loop, preflight, sharding
+from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
+
+
+@pytest.fixture(name="heavy_steps_fail")
+def _heavy_steps_fail(monkeypatch):
+  """Makes loading the weights or reading the corpus fail the test: a refused config must not reach them."""
+  def called(*args, **kwargs):
+    raise AssertionError("loaded before the config was checked")
+  monkeypatch.setattr(loop, "load_pretrained", called)
+  monkeypatch.setattr(loop, "read_columns", called)
+
+
+def _config(tiny_bert, tmp_path, wiki_head, **changes):  # pylint: disable=redefined-outer-name
+  config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head)
+  for field, value in changes.items():
+    section, name = field.split("__")
+    config[section][name] = value
+  return config
+
+
+def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(tmp_path, tiny_bert, wiki_head,
+                                                                             heavy_steps_fail):
+  """Case 6: train.py used to run to exit 0 and record an eval_method.json that evaluation and export refuse."""
+  config = _config(tiny_bert, tmp_path, wiki_head, method__template='This sentence of "[X]" means.')
+  with pytest.raises(ConfigError, match=r"^config\.method: method 'prompt' needs a template with \[MASK\]; got "):
+    loop.train(config)
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("batch_size, message", [
+    (0, r"^config\.train\.batch_size=0: must be a positive multiple of the 1 devices$"),
+    (-8, r"^config\.train\.batch_size=-8: must be a positive multiple of the 1 devices$"),
+])
+def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(tmp_path, tiny_bert, wiki_head,
+                                                                        heavy_steps_fail, batch_size, message):
+  config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=batch_size)
+  with pytest.raises(ConfigError, match=message):
+    loop.train(config)
+  assert not (tmp_path / "run").exists()
+
+
+def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
+  eight_devices = types.SimpleNamespace(size=8)  # The checks read the device count alone.
+  config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=12)
+  with pytest.raises(ConfigError, match=r"^config\.train\.batch_size 12 is not divisible by the 8 devices of the "
+                                        r"mesh; use a multiple of 8$"):
+    preflight.check(config, eight_devices)
+  config.train.batch_size = 16
+  preflight.check(config, eight_devices)
+
+
+def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tiny_bert, wiki_head, monkeypatch):
+  def tokenize(*args, **kwargs):
+    raise AssertionError("tokenised a corpus without a full batch")
+  monkeypatch.setattr(loop.corpus, "tokenize_cached", tokenize)
+  config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=128)
+  with pytest.raises(ConfigError, match=rf"^config\.train\.batch_size=128: larger than the 64 examples of "
+                                        rf"{wiki_head} \(no full step\)"):
+    loop.train(config)
+  assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("train__num_steps", -1, r"config\.train\.num_steps=-1: must be an int >= 0"),
+    ("train__eval_every", 0, r"config\.train\.eval_every=0: must be a positive int"),
+    ("train__save_every", -2, r"config\.train\.save_every=-2: must be a positive int"),
+    ("train__log_every", 0, r"config\.train\.log_every=0: must be a positive int"),
+    ("train__keep_checkpoints", 0, r"config\.train\.keep_checkpoints=0: must be a positive int"),
+    ("eval__batch_size", 0, r"config\.eval\.batch_size=0: must be a positive int"),
+    ("data__max_sentence_tokens", 0, r"config\.data\.max_sentence_tokens=0: must be a positive int"),
+    ("data__format", "tsv", r"config\.data\.format='tsv': must be one of \['nli', 'text'\]"),
+    ("objective__templates", ('This sentence of "[X]" means.', 'This sentence : "[X]" means[MASK].'),
+     r"^config\.objective: mask pooling and denoising need a template with \[MASK\]"),
+    ("model__path", "/nonexistent/model", r"^config\.model\.path=/nonexistent/model: Model '/nonexistent/model' not "
+     r"found"),
+])
+def test_bad_field_is_named(tmp_path, tiny_bert, wiki_head, field, value, message):
+  config = _config(tiny_bert, tmp_path, wiki_head, **{field: value})
+  with pytest.raises(ConfigError, match=message):
+    preflight.check(config, sharding.make_mesh(-1, 1))
+
+
+def test_epochs_must_be_positive_when_they_decide_the_steps(tmp_path, tiny_bert, wiki_head):
+  config = _config(tiny_bert, tmp_path, wiki_head, train__epochs=0)
+  preflight.check(config, sharding.make_mesh(-1, 1))  # num_steps=4 decides: epochs are not read.
+  config.train.num_steps = 0
+  with pytest.raises(ConfigError, match=r"config\.train\.epochs=0: must be a positive int when"):
+    preflight.check(config, sharding.make_mesh(-1, 1))
+
+
+@pytest.mark.parametrize("field, message", [
+    ("data__train_file", r"^config\.data\.train_file=/nonexistent/corpus\.txt: no such file"),
+    ("eval__senteval_dir", r"^config\.eval\.senteval_dir=/nonexistent/corpus\.txt: no STS-B dev"),
+])
+def test_missing_files_are_named(tmp_path, tiny_bert, wiki_head, field, message):
+  config = _config(tiny_bert, tmp_path, wiki_head, **{field: "/nonexistent/corpus.txt"})
+  with pytest.raises(DataError, match=message):
+    preflight.check(config, sharding.make_mesh(-1, 1))
+
+
+def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
+  family, model_dir = tiny_checkpoint
+  for name in [n for n in CONFIGS if ("roberta" in n) == (family == "roberta")]:
+    preflight.check(tiny_config(name, model_dir, tmp_path / name), sharding.make_mesh(-1, 1))
+    assert not (tmp_path / name).exists()
