@@ -39,6 +39,7 @@ import urllib.request
 
 import tqdm
 
+from jaxemb.errors import UserError
 from jaxemb.models import hf
 from jaxemb.models import run_dir
 
@@ -77,7 +78,7 @@ _CHUNK = 1 << 20
 _RETRIABLE = (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError)
 
 
-class PrepareError(RuntimeError):
+class PrepareError(UserError, RuntimeError):
   """Something a config needs that cannot be fetched or fails its check; the message names the file."""
 
 
