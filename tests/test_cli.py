@@ -54,7 +54,8 @@ def test_the_sweeps_overrides_name_the_closest_field():
 def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   a_file = tmp_path / "not-a-model"
   a_file.write_text("")
-  evaluate = _command("evaluate.py", "eval_prompt.py", f"--config.model.path={a_file}")
+  evaluate = _command("evaluate.py", "eval_prompt.py", f"--config.model.path={a_file}",
+                      f"--config.data.senteval_dir={shared_path('data', 'senteval')}")
   assert _one_error_line(*evaluate) == f"{a_file} is a file; a model is a directory with config.json and weights"
   train = _command("train.py", "promptbert.py", f"--config.workdir={tmp_path / 'run'}",
                    f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
