@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import logging
 import os
 import pathlib
 import re
@@ -19,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from absl import app
 from absl import flags
-from absl import logging
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from jaxemb import config_fields
@@ -57,7 +58,7 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   verbose = _VERBOSE.value or _verbose_env()
   if not verbose and not flags.FLAGS["verbosity"].present:  # An explicit --verbosity is the user's to keep.
-    logging.set_verbosity(logging.WARNING)  # Orbax logs ~50 INFO lines per checkpoint; jax and absl some more.
+    absl_logging.get_absl_handler().addFilter(_ours_or_a_warning)
   try:
     return main(config.value)
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, below.
@@ -65,6 +66,12 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
     if message is None or verbose:
       raise
     return _fail(message)
+
+
+def _ours_or_a_warning(record: logging.LogRecord) -> bool:
+  """Whether a log record is shown by default: jaxemb's own (its modules' loggers and the root logger they use)
+  and every library's warnings; not the libraries' INFO lines (orbax logs ~50 a checkpoint, jax some more)."""
+  return record.levelno >= logging.WARNING or record.name == "root" or record.name.startswith("jaxemb")
 
 
 def user_message(error: BaseException) -> str | None:

@@ -2,6 +2,7 @@
 a bug or --verbose keeps the traceback. Each command fails here before it loads a model, so each run is short."""
 
 import errno
+import logging
 import os
 import subprocess
 import sys
@@ -85,3 +86,13 @@ def test_user_message_names_what_the_user_can_fix_and_nothing_else():
   assert cli.user_message(OSError(errno.ECONNREFUSED, "Connection refused")) is None
   assert cli.user_message(ValueError("a bug")) is None
   assert cli.user_message(KeyError("a bug")) is None
+
+
+def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():
+  def shown(name, level):
+    record = logging.LogRecord(name, level, __file__, 1, "message", None, None)
+    return cli._ours_or_a_warning(record)  # pylint: disable=protected-access
+
+  assert not shown("absl", logging.INFO) and not shown("jax._src.xla_bridge", logging.INFO)
+  assert shown("absl", logging.WARNING) and shown("jax._src.xla_bridge", logging.ERROR)
+  assert shown("jaxemb.data.corpus", logging.INFO) and shown("root", logging.INFO)

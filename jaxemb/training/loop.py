@@ -175,7 +175,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
     if column not in columns:
-      raise ValueError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
+      raise ConfigError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
     fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
         columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
         hosts))
