@@ -8,25 +8,20 @@ Paths are the config's (default: under $JAXEMB_DATA, itself "data" by default); 
 the first fetched and fetches nothing. See jaxemb/data/prepare.py.
 """
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from jaxemb import cli
 from jaxemb.data import prepare
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training or evaluation config file (configs/*.py).",
-                                          lock_config=True)
+_CONFIG = cli.define_config("Training or evaluation config file (configs/*.py).")
 _SOURCE = flags.DEFINE_string("source", None, "Local folder to copy the data from (offline), laid out as "
                               "../shared/data; default: download from the public URLs.")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  for path, done in prepare.prepare(_CONFIG.value, source=_SOURCE.value).items():
+def main(config):
+  for path, done in prepare.prepare(config, source=_SOURCE.value).items():
     print(f"{path}: {done}")
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, _CONFIG)

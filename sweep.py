@@ -10,29 +10,24 @@ share with --shard=i/n (every n-th run from i); --table_only then writes the tab
 On SIGTERM the current run saves its state and the sweep exits with status 143, as train.py does.
 """
 
-from absl import app
 from absl import flags
-from ml_collections import config_flags
 
+from jaxemb import cli
 from jaxemb import sweep
 from jaxemb.training import loop
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment file (configs/experiments/*.py).",
-                                          lock_config=True)
+_CONFIG = cli.define_config("Experiment file (configs/experiments/*.py).")
 _SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run every n-th run of the plan, starting at the i-th.")
 _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Run nothing; write the table from the finished runs.")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+def main(config) -> int:
   try:
-    print(sweep.run_experiment(_CONFIG.value, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
+    print(sweep.run_experiment(config, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
   except loop.Preempted:  # The run saved its state; the status tells the scheduler, as train.py's.
     return loop.Preempted.exit_code
   return 0
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, _CONFIG)

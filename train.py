@@ -5,31 +5,24 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
 
 Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
 finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
-ended); the same command then resumes.
+ended); the same command then resumes. An error a user can act on is one line and exit status 1 (see jaxemb/cli.py).
 """
 
-from absl import app
-from absl import flags
-from ml_collections import config_flags
-
+from jaxemb import cli
 from jaxemb import xla
 from jaxemb.training import loop
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).",
-                                          lock_config=True)
+_CONFIG = cli.define_config("Training config file (configs/*.py).")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  xla.use_compilation_cache(_CONFIG.value.compilation_cache_dir)
+def main(config) -> int:
+  xla.use_compilation_cache(config.compilation_cache_dir)
   try:
-    loop.train(_CONFIG.value)
+    loop.train(config)
   except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
     return loop.Preempted.exit_code
   return 0
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  cli.run(main, _CONFIG)

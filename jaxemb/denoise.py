@@ -15,6 +15,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from jaxemb.errors import ConfigError
 from jaxemb.templates import Template
 
 DENOISING = ("none", "position_offset", "pad")  # No denoising, PromptBERT's, CoT-BERT's.
@@ -117,4 +118,4 @@ def template_inputs(template: Template, lengths: jax.Array, denoising: str, posi
     return position_offset_inputs(template, lengths, position_offset)
   if denoising == "pad":
     return pad_inputs(template, lengths, max_len)
-  raise ValueError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")
+  raise ConfigError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")

@@ -80,40 +80,40 @@ class Method:
   def validate(self, config: EncoderConfig, num_masks: int):
     """Rejects a method that cannot run on this model or template, before anything is compiled."""
     if self.name not in METHODS:
-      raise ValueError(f"method {self.name!r} is not one of {METHODS}")
+      raise ConfigError(f"method {self.name!r} is not one of {METHODS}")
     if self.name in PROMPT_METHODS and not config.is_masked_lm:
-      raise ValueError(
+      raise ConfigError(
           f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
           "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
           "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
     if self.name == "cls" and not config.has_pooler:
-      raise ValueError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
+      raise ConfigError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
                        "defines none); use cls_before_pooler for the [CLS] state")
     if self.name in PROMPT_METHODS and num_masks == 0:
-      raise ValueError(f"method {self.name!r} needs a template with [MASK]; got {self.template!r}")
+      raise ConfigError(f"method {self.name!r} needs a template with [MASK]; got {self.template!r}")
     if self.name not in PROMPT_METHODS and self.template != templates.SLOT:
-      raise ValueError(f"method {self.name!r} takes no template; got {self.template!r}")
+      raise ConfigError(f"method {self.name!r} takes no template; got {self.template!r}")
     if self.name != "static_remove_biases" and self.bias_filter != bias_removal.BiasFilter():
-      raise ValueError(f"method {self.name!r} takes no bias filter; got {self.bias_filter}")
+      raise ConfigError(f"method {self.name!r} takes no bias filter; got {self.bias_filter}")
     if (self.name == "tfidf_first_last") != (self.idf_path is not None):
-      raise ValueError(f"method {self.name!r} needs an idf_path" if self.idf_path is None else
+      raise ConfigError(f"method {self.name!r} needs an idf_path" if self.idf_path is None else
                        f"method {self.name!r} takes no idf_path; got {self.idf_path!r}")
     if self.name in _DITTO_METHODS:
       if not (0 <= self.ditto_layer < config.num_hidden_layers and 0 <= self.ditto_head < config.num_attention_heads):
-        raise ValueError(f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
+        raise ConfigError(f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
                          f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads")
       if self.ditto_variant not in pooling.DITTO_VARIANTS:
-        raise ValueError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
+        raise ConfigError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
     if self.denoise and self.name not in PROMPT_METHODS:
-      raise ValueError(f"denoising applies to the prompt methods {PROMPT_METHODS} only; got {self.name!r}")
+      raise ConfigError(f"denoising applies to the prompt methods {PROMPT_METHODS} only; got {self.name!r}")
     if self.head != "none" and self.name != "prompt":
-      raise ValueError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
+      raise ConfigError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
     if self.tokenization not in templates.TOKENIZATIONS:
-      raise ValueError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
+      raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
     if self.head not in HEADS:
-      raise ValueError(f"head {self.head!r} is not one of {HEADS}")
+      raise ConfigError(f"head {self.head!r} is not one of {HEADS}")
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
-      raise ValueError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
+      raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
   def width(self, config: EncoderConfig) -> int:
     """Width of this method's vectors: hidden_size, or config.embedding_width for those that add up raw word-embedding
@@ -177,7 +177,7 @@ def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
   """
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
-      raise ValueError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
+      raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
     method = Method(**run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
@@ -205,9 +205,9 @@ class Encoder:
     method.validate(config, self.template.num_masks)
     needed = {"mlm_transform": "mlm_head", "pooler": "pooler"}.get(method.head)
     if params is not None and needed and needed not in params:
-      raise ValueError(f"head {method.head!r} needs the checkpoint's {needed} weights; this checkpoint has none")
+      raise ConfigError(f"head {method.head!r} needs the checkpoint's {needed} weights; this checkpoint has none")
     if prompt is not None and (method.name not in PROMPT_METHODS or prompt.shape[0] != self.template.num_tokens - 2):
-      raise ValueError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
+      raise ConfigError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
                        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
     self.idf = None if method.idf_path is None else jnp.asarray(
         tfidf.idf_vector(tfidf.load_idf(method.idf_path), config.vocab_size))

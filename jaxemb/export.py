@@ -21,6 +21,7 @@ import numpy as np
 
 from jaxemb import templates, views
 from jaxemb.encode import HEADS, Method, open_model
+from jaxemb.errors import ConfigError
 from jaxemb.models import hf
 
 # sentence-transformers' pooling mode of each method, in the legacy config keys that every release since 2.0 reads.
@@ -82,7 +83,7 @@ def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any,
   needed = ("pooler" if method.name == "cls" or method.head == "pooler" else
             "mlm_head" if method.head == "mlm_transform" else None)
   if needed and needed not in params:
-    raise ValueError(f"method {method.name!r} (head {method.head!r}) needs the checkpoint's {needed} weights; "
+    raise ConfigError(f"method {method.name!r} (head {method.head!r}) needs the checkpoint's {needed} weights; "
                      f"{source} has none")
   return model.config, params, model.tokenizer, method
 

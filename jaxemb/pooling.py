@@ -11,6 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxemb.errors import ConfigError
 from jaxemb.models.bert import EncoderOutput
 
 
@@ -105,7 +106,7 @@ def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, v
   elif variant == "embedding_output":
     states = out.hidden_states[0]
   else:
-    raise ValueError(f"Ditto variant {variant!r} is not one of {DITTO_VARIANTS}")
+    raise ConfigError(f"Ditto variant {variant!r} is not one of {DITTO_VARIANTS}")
   weights = (diagonals * attention_mask[:, None, :]).astype(states.dtype)
   return jnp.einsum("bnt,bth->bnh", weights, states)
 

@@ -29,8 +29,10 @@ from typing import Any, Sequence
 import ml_collections
 import numpy as np
 
+from jaxemb import config_fields
 from jaxemb import xla
 from jaxemb.encode import Encoder
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run as eval_run
 from jaxemb.models import compute_dtype
 from jaxemb.training import loop
@@ -69,7 +71,7 @@ def base_config(name: str) -> ml_collections.ConfigDict:
   try:
     module = importlib.import_module(f"configs.{name}")
   except ModuleNotFoundError as e:
-    raise ValueError(f"row base {name!r}: there is no configs/{name}.py") from e
+    raise ConfigError(f"row base {name!r}: there is no configs/{name}.py") from e
   return module.get_config()
 
 
@@ -79,7 +81,7 @@ def parse_overrides(text: str) -> dict[str, Any]:
   for item in filter(None, (part.strip() for part in text.split(";"))):
     key, equals, value = item.partition("=")
     if not equals or not key.strip():
-      raise ValueError(f"override {item!r} is not key=value (overrides are separated by ';')")
+      raise ConfigError(f"override {item!r} is not key=value (overrides are separated by ';')")
     try:
       overrides[key.strip()] = ast.literal_eval(value.strip())
     except (ValueError, SyntaxError):
@@ -90,18 +92,17 @@ def parse_overrides(text: str) -> dict[str, Any]:
 def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any], source: str):
   """Sets each dotted field; an unknown field or a value of the wrong type is an error naming `source`."""
   for key, value in overrides.items():
+    reason = config_fields.unknown_field(config, key)
+    if reason:
+      raise ConfigError(f"{source}: {key!r} names no config field: {reason}")
     *parents, leaf = key.split(".")
     node = config
     for part in parents:
-      if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-        raise ValueError(f"{source}: {key!r} names no config field")
       node = node[part]
-    if leaf not in node:
-      raise ValueError(f"{source}: {key!r} names no config field")
     try:
       node[leaf] = value
     except TypeError as e:
-      raise ValueError(f"{source}: {key}={value!r}: {e}") from None
+      raise ConfigError(f"{source}: {key}={value!r}: {e}") from None
 
 
 def slug(name: str) -> str:
@@ -116,12 +117,12 @@ def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
   common = parse_overrides(experiment.overrides)
   names = [slug(row["name"]) for row in experiment.rows]
   if len(set(names)) != len(names):
-    raise ValueError(f"experiment {experiment.name!r}: row names {names} repeat (as directory names)")
+    raise ConfigError(f"experiment {experiment.name!r}: row names {names} repeat (as directory names)")
   runs = []
   for row, name in zip(experiment.rows, names):
     unknown = set(row) - {"name", "base", "paper", "set"}
     if unknown:
-      raise ValueError(f"experiment {experiment.name!r}, row {row['name']!r}: unknown keys {sorted(unknown)}")
+      raise ConfigError(f"experiment {experiment.name!r}, row {row['name']!r}: unknown keys {sorted(unknown)}")
     config = base_config(row.get("base", experiment.base))
     apply_overrides(config, dict(row.get("set", {})), f"row {row['name']!r}")
     apply_overrides(config, common, "overrides")  # The command line's, applied to every row.
@@ -143,7 +144,7 @@ def parse_shard(text: str) -> tuple[int, int]:
   """"i/n" -> (i, n), 0 <= i < n."""
   match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
   if not match or not int(match[1]) < int(match[2]):
-    raise ValueError(f"--shard {text!r} is not i/n with 0 <= i < n")
+    raise ConfigError(f"--shard {text!r} is not i/n with 0 <= i < n")
   return int(match[1]), int(match[2])
 
 

@@ -19,6 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from transformers import tokenization_utils_base
 
+from jaxemb.errors import ConfigError
+
 SLOT = "[X]"
 MASK = "[MASK]"
 # The row limit when the tokenizer declares none (HF's "very large" sentinel,
@@ -80,7 +82,7 @@ class Template:
         when its mask tokens do not match its ``[MASK]`` count.
     """
     if text.count(SLOT) != 1:
-      raise ValueError(
+      raise ConfigError(
           f"Template {text!r} must contain exactly one {SLOT}, "
           f"found {text.count(SLOT)}.")
     prefix_text, suffix_text = text.replace(
@@ -92,7 +94,7 @@ class Template:
     (alone,) = _tokenize_alone(tokenizer, _trailing_space(prefix_text),
                                [_PROBE])
     if probe_ids != alone:
-      raise ValueError(
+      raise ConfigError(
           f"Template {text!r}: the {SLOT} slot merges with the template text "
           "into one token; separate it with a space or punctuation.")
     template = cls(
@@ -106,7 +108,7 @@ class Template:
         pad_id=tokenizer.pad_token_id,
         mask_id=tokenizer.mask_token_id)
     if template.num_masks != text.count(MASK):
-      raise ValueError(
+      raise ConfigError(
           f"Template {text!r} has {text.count(MASK)} {MASK} but "
           f"{template.num_masks} mask tokens after tokenisation.")
     return template
@@ -219,7 +221,7 @@ def encode_sentences(
   """
   sentences = check_sentences(sentences)
   if tokenization not in TOKENIZATIONS:
-    raise ValueError(
+    raise ConfigError(
         f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
   if tokenization == "alone":
     # As is: the authors' `tokenizer.encode(s)` keeps a sentence's outer
@@ -378,7 +380,7 @@ def continuous_template_inputs(template: Template, prompt: jax.Array, input_ids:
   the authors write them in template order. A jittable transform.
   """
   if placement not in PLACEMENTS:
-    raise ValueError(f"placement {placement!r} is not one of {PLACEMENTS}")
+    raise ConfigError(f"placement {placement!r} is not one of {PLACEMENTS}")
   ids = template.prefix_ids + template.suffix_ids
   batch, width = input_ids.shape
   index = jnp.arange(len(ids))

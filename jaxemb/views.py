@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxemb import denoise, pooling, templates
+from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, heads
 
 POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] state (SimCSE).
@@ -57,9 +58,9 @@ class View:
                                  ("head", self.head, HEADS), ("bias_positions", self.bias_positions, BIAS_POSITIONS),
                                  ("prompt_placement", self.prompt_placement, templates.PLACEMENTS)):
       if value not in allowed:
-        raise ValueError(f"{name} {value!r} is not one of {allowed}")
+        raise ConfigError(f"{name} {value!r} is not one of {allowed}")
     if (self.pooling == "mask" or self.denoising != "none") and self.template.num_masks == 0:
-      raise ValueError(f"mask pooling and denoising need a template with [MASK]; got {self.template.text!r}")
+      raise ConfigError(f"mask pooling and denoising need a template with [MASK]; got {self.template.text!r}")
 
 
 def prompt_inputs(view: View, prompt: jax.Array | None, input_ids: jax.Array,

@@ -25,7 +25,7 @@ import datasets
 import jax
 import numpy as np
 
-from jaxemb.data.sts import DataError
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, encode_sentences
 
 logger = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
       sentence's index in `sentences`).
   """
   if max_sentence_tokens < 1:
-    raise ValueError(f"max_sentence_tokens must be positive, got {max_sentence_tokens}")
+    raise ConfigError(f"max_sentence_tokens must be positive, got {max_sentence_tokens}")
   sentences = check_sentences(sentences)
   width = template.num_tokens + max_sentence_tokens
   key = _cache_key(sentences, template, tokenizer, max_sentence_tokens, tokenization)
@@ -176,9 +176,9 @@ def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
     ValueError: when a size is not positive, or the corpus is smaller than one batch (naming both sizes).
   """
   if global_batch_size < 1:
-    raise ValueError(f"global_batch_size must be positive, got {global_batch_size}")
+    raise ConfigError(f"global_batch_size must be positive, got {global_batch_size}")
   if num_examples < global_batch_size:
-    raise ValueError(f"the corpus has {num_examples} examples, fewer than one global batch of {global_batch_size}")
+    raise ConfigError(f"the corpus has {num_examples} examples, fewer than one global batch of {global_batch_size}")
   return num_examples // global_batch_size
 
 

@@ -41,7 +41,7 @@ import zipfile
 
 import tqdm
 
-from jaxemb.errors import DataError
+from jaxemb.errors import DataError, UserError
 from jaxemb.models import hf
 from jaxemb.models import run_dir
 
@@ -84,7 +84,7 @@ _SAFETENSORS_MAX_HEADER = 100_000_000
 _FETCH_AGAIN = "delete it and download the model again (prepare.py fetches a hub id anew)"
 
 
-class PrepareError(RuntimeError):
+class PrepareError(UserError, RuntimeError):
   """Something a config needs that cannot be fetched or fails its check; the message names the file."""
 
 

@@ -39,6 +39,8 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxemb.errors import ConfigError, DataError  # DataError: a dataset file missing or malformed (named).
+
 STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
 TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 SOURCES = ("senteval", "raw")
@@ -63,10 +65,6 @@ _STSB_FOLDER = {"senteval": "STS/STSBenchmark", "raw": "STSBenchmark/stsbenchmar
 _SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 SPLITS = {**{name: ("test",) for name in STS_YEARS},
           "STSBenchmark": ("train", "dev", "test"), "SICKRelatedness": tuple(_SICK_FILES)}
-
-
-class DataError(ValueError):
-  """A dataset file that is missing or malformed; the message names the file and, where known, the line."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,11 +121,11 @@ def add_period(sentence: str) -> str:
 def load_sts_task(root: str | pathlib.Path, name: str, split: str = "test", source: str = "senteval") -> StsTask:
   """Reads one task (a name in TASKS) at one split (see SPLITS) from `root` laid out as `source` says."""
   if name not in TASKS:
-    raise ValueError(f"unknown STS task {name!r}; expected one of {TASKS}")
+    raise ConfigError(f"unknown STS task {name!r}; expected one of {TASKS}")
   if split not in SPLITS[name]:
-    raise ValueError(f"{name} has no split {split!r}; it has {SPLITS[name]}")
+    raise ConfigError(f"{name} has no split {split!r}; it has {SPLITS[name]}")
   if source not in SOURCES:
-    raise ValueError(f"unknown source {source!r}; expected one of {SOURCES}")
+    raise ConfigError(f"unknown source {source!r}; expected one of {SOURCES}")
   root = pathlib.Path(root)
   if name in STS_YEARS:
     subsets = _load_year(root, name, source)

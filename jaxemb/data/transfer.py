@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from jaxemb.data.sts import DataError
+from jaxemb.errors import ConfigError, DataError
 
 TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 BINARY_TASKS = ("MR", "CR", "SUBJ", "MPQA")
@@ -80,7 +80,7 @@ class TransferTask:
 def load_transfer_task(root: str | pathlib.Path, name: str) -> TransferTask:
   """Reads one task (a name in TASKS) from SentEval's downstream folder `root`."""
   if name not in TASKS:
-    raise ValueError(f"unknown transfer task {name!r}; expected one of {TASKS}")
+    raise ConfigError(f"unknown transfer task {name!r}; expected one of {TASKS}")
   folder = pathlib.Path(root) / ("SST/binary" if name == "SST2" else name)
   if not folder.is_dir():
     raise DataError(f"{folder}: no such directory (looked for {name} in SentEval's downstream layout)")

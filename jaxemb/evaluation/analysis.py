@@ -26,6 +26,7 @@ from scipy import stats
 from jaxemb import templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import BATCH_SIZE, PROMPT_METHODS, Encoder, Method, sentence_vectors
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import EncoderConfig, Transformer
 
@@ -143,11 +144,11 @@ def mask_top_tokens(config: EncoderConfig, params: Any, tokenizer: templates.Tok
   """PromptBERT Table 7: the k tokens the MLM head ranks highest at the template's (last) [MASK] per sentence,
   without and with position-offset template denoising. Needs params with an `mlm_head`."""
   if "mlm_head" not in params:
-    raise ValueError("mask_top_tokens needs a checkpoint with an MLM head (a *ForMaskedLM checkpoint); "
+    raise ConfigError("mask_top_tokens needs a checkpoint with an MLM head (a *ForMaskedLM checkpoint); "
                      "these params have none")
   parsed = templates.Template.parse(template, tokenizer)
   if parsed.num_masks == 0:
-    raise ValueError(f"template {template!r} has no [MASK]")
+    raise ConfigError(f"template {template!r} has no [MASK]")
   batch = templates.encode_sentences(parsed, tokenizer, sentences, max_length=config.max_length)
   ids = np.asarray(_mask_top_ids(params, batch, config, parsed, k))
   return [MaskTopTokens(sentence, tuple(tokenizer.convert_ids_to_tokens(raw.tolist())),
@@ -192,7 +193,7 @@ def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowerca
   replacement with `seed`, kept in file order (order "random": the papers' "randomly sampled" sentences).
   `max_words` 0 keeps every word."""
   if order not in SAMPLE_ORDERS:
-    raise ValueError(f"sample order {order!r} is not one of {SAMPLE_ORDERS}")
+    raise ConfigError(f"sample order {order!r} is not one of {SAMPLE_ORDERS}")
   path = pathlib.Path(path)
   if not path.is_file():
     raise sts_data.DataError(f"{path}: no such file (the sentence sample for anisotropy)")

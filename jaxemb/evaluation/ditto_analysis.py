@@ -30,6 +30,7 @@ import numpy as np
 from scipy import stats
 
 from jaxemb import pooling, templates, tfidf, xla
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import analysis, run, search
 from jaxemb.models import Transformer, run_dir
 
@@ -165,7 +166,7 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   a = config.ditto_analysis
   # Data errors surface before the model is loaded.
   if not a.idf_path:
-    raise ValueError("ditto_analysis.idf_path is empty: fit an IDF table first (configs/fit_idf.py)")
+    raise ConfigError("ditto_analysis.idf_path is empty: fit an IDF table first (configs/fit_idf.py)")
   idf_table = tfidf.load_idf(a.idf_path)
   sample = analysis.read_sample(a.sample_file, a.sample_size, order=a.sample_order, seed=a.sample_seed)
   tasks, dev = run.load_tasks(config)

@@ -40,6 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from jaxemb.errors import ConfigError
+
 _INNER_KFOLD_SEED = 1111  # InnerKFoldClassifier's folds: SentEval passes random_state=1111, not the seed.
 # SentEval's optimiser names, with torch's defaults: Adam(lr=1e-3), RMSprop(lr=1e-2, alpha=0.99, eps outside sqrt).
 _OPTIMIZERS = {"adam": lambda: optax.adam(1e-3),
@@ -63,7 +65,7 @@ class LogRegConfig:
 
   def __post_init__(self):
     if self.optim not in _OPTIMIZERS:
-      raise ValueError(f"optim {self.optim!r} is not one of {sorted(_OPTIMIZERS)}")
+      raise ConfigError(f"optim {self.optim!r} is not one of {sorted(_OPTIMIZERS)}")
     if self.kfold < 2 or min(self.batch_size, self.epoch_size, self.max_epoch + 1) < 1 or not self.regs:
       raise ValueError(f"bad classifier settings: {self}")
 

@@ -17,6 +17,7 @@ from jaxemb import tfidf
 from jaxemb.data import sts as sts_data
 from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.models import compute_dtype, load_tokenizer
 
@@ -56,7 +57,7 @@ def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[lis
   names = [name.strip() for name in names.split(",") if name.strip()]
   unknown = [name for name in names if name not in sts_data.TASKS]
   if unknown:
-    raise ValueError(f"eval.tasks: unknown tasks {unknown}; known: {list(sts_data.TASKS)}")
+    raise ConfigError(f"eval.tasks: unknown tasks {unknown}; known: {list(sts_data.TASKS)}")
   tasks = [sts_data.load_sts_task(root, name, "test", source) for name in names]
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
@@ -66,14 +67,14 @@ def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
   names = [name.strip() for name in config.transfer.tasks.split(",") if name.strip()]
   unknown = [name for name in names if name not in transfer_data.TASKS]
   if unknown or not names:
-    raise ValueError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
+    raise ConfigError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
   return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
 
 
 def classifier_from_config(config: Any) -> logreg.LogRegConfig:
   """logreg.MODES[config.transfer.mode] with config.transfer.seed."""
   if config.transfer.mode not in logreg.MODES:
-    raise ValueError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(logreg.MODES)}")
+    raise ConfigError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(logreg.MODES)}")
   return dataclasses.replace(logreg.MODES[config.transfer.mode], seed=config.transfer.seed)
 
 
@@ -141,7 +142,7 @@ def run_fit_idf(config: Any) -> dict[str, Any]:
   """evaluate.py's `fit_idf` job: the IDF table of config.idf.corpus with model.path's tokenizer, written to
   config.idf.output for method tfidf_first_last (`method.idf_path`) and the ditto_analysis job."""
   if not config.idf.output:
-    raise ValueError("idf.output is empty: name the JSON file to write the IDF table to")
+    raise ConfigError("idf.output is empty: name the JSON file to write the IDF table to")
   sentences = tfidf.corpus_sentences(config.idf.corpus)  # A missing corpus fails before the tokenizer loads.
   start = time.perf_counter()
   idf = tfidf.fit_idf(sentences, load_tokenizer(config.model.path), config.idf.chunk_size)

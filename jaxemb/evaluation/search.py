@@ -13,6 +13,7 @@ import numpy as np
 
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import run_dir
 
@@ -34,7 +35,7 @@ def relation_template(relation: str) -> str:
 def wrapped_template(wrapper: str, relation: str) -> str:
   """The second stage: a prefix wrapping [X] (e.g. `This sentence : "[X]"`) before the chosen relation."""
   if wrapper.count("[X]") != 1:
-    raise ValueError(f"template search wrapper {wrapper!r} must contain [X] exactly once")
+    raise ConfigError(f"template search wrapper {wrapper!r} must contain [X] exactly once")
   return relation_template(relation).replace("[X]", wrapper, 1)
 
 

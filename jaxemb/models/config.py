@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 import jax.numpy as jnp
 
+from jaxemb.errors import ConfigError
+
 MODEL_TYPES = ("bert", "roberta", "electra")
 # HF `hidden_act` names -> whether jax.nn.gelu uses the tanh approximation; other activations are named below.
 _GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_pytorch_tanh": True, "gelu_fast": True}
@@ -17,7 +19,7 @@ _COMPUTE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}  # config.m
 def compute_dtype(name: str) -> Any:
   """The encoder's compute dtype that config.model.dtype names (params stay float32)."""
   if name not in _COMPUTE_DTYPES:
-    raise ValueError(f"model.dtype {name!r} is not one of {sorted(_COMPUTE_DTYPES)}")
+    raise ConfigError(f"model.dtype {name!r} is not one of {sorted(_COMPUTE_DTYPES)}")
   return _COMPUTE_DTYPES[name]
 
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxemb.errors import DataError
 from jaxemb.models.config import EncoderConfig
 
 Params = dict[str, Any]
@@ -75,7 +76,7 @@ _MLM_BIAS = {"bert": "cls.predictions.bias", "roberta": "lm_head.bias"}
 _LEGACY_NAMES = {"gamma": "weight", "beta": "bias"}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(DataError):
   """A checkpoint that cannot be found, read or converted; the message names the file."""
 
 

@@ -20,6 +20,7 @@ from jaxemb import templates
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run, sts
 from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import checkpoints, objectives, preflight, sharding
@@ -35,7 +36,7 @@ def read_columns(config: Any) -> dict[str, list[str]]:
     return {"text": corpus.read_sentences(config.data.train_file, cache_dir=config.data.cache_dir or None)}
   if config.data.format == "nli":
     return corpus.read_nli_triples(config.data.train_file, cache_dir=config.data.cache_dir or None)
-  raise ValueError(f"data.format {config.data.format!r} is not 'text' or 'nli'")
+  raise ConfigError(f"data.format {config.data.format!r} is not 'text' or 'nli'")
 
 
 def maybe_initialize_distributed(config: Any):
@@ -114,7 +115,7 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   config.eval.select_denoise (CoT-BERT: not), the projection when it is kept (`--mlp_only_train` off).
   """
   if config.eval.selection not in SELECTIONS:
-    raise ValueError(f"eval.selection {config.eval.selection!r} is not one of {SELECTIONS}")
+    raise ConfigError(f"eval.selection {config.eval.selection!r} is not one of {SELECTIONS}")
   if config.eval.selection == "eval_method":
     return eval_method(config)
   (view, *_) = objective.view_list
@@ -122,7 +123,7 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   if view.pooling == "cls":
     return Method("cls" if keep and objective.projection == "mlp" else "cls_before_pooler")
   if config.eval.select_denoise and view.denoising not in ("none", "position_offset"):
-    raise ValueError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
+    raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
                      f"denoises with {view.denoising!r} (set --config.eval.select_denoise=False)")
   head = {"mlp": "pooler", "mlm_transform": "mlm_transform", "none": "none"}[objective.projection] if keep else "none"
   return Method("prompt", template=view.template.text, head=head, tokenization="alone",
@@ -175,7 +176,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
     if column not in columns:
-      raise ValueError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
+      raise ConfigError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
     fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
         columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
         hosts))
@@ -210,8 +211,8 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     _say(f"STS-B dev before training: {meta['stsb_dev_before']:.2f}")
 
   batch_sharding = sharding.batch_sharding(mesh)
-  writer = _MetricsWriter(workdir) if jax.process_index() == 0 else None
   start_step = int(state.step)
+  writer = _MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
   start_time = time.perf_counter()
   progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True)
 
@@ -351,13 +352,20 @@ def _say(message: str):
 
 
 class _MetricsWriter:
-  """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard."""
+  """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard.
 
-  def __init__(self, workdir: run_dir.RunDir):
+  A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes each later step again:
+  the records an earlier process wrote past that step (before it was killed) are dropped first, so each step's
+  scalars are there once.
+  """
+
+  def __init__(self, workdir: run_dir.RunDir, start_step: int):
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
     workdir.path.mkdir(parents=True, exist_ok=True)
+    _drop_records_after(workdir.metrics_file, start_step)
     self._file = open(workdir.metrics_file, "a", encoding="utf-8")  # pylint: disable=consider-using-with
-    self._tensorboard = SummaryWriter(str(workdir.tensorboard_dir))
+    # TensorBoard discards the events at purge_step and later from the files already there.
+    self._tensorboard = SummaryWriter(str(workdir.tensorboard_dir), purge_step=start_step + 1)
 
   def write(self, step: int, scalars: dict[str, float]):
     self._file.write(json.dumps({"step": step, **scalars}) + "\n")
@@ -368,3 +376,21 @@ class _MetricsWriter:
   def close(self):
     self._file.close()
     self._tensorboard.close()
+
+
+def _drop_records_after(path: pathlib.Path, step: int):
+  """Rewrites the metrics file `path` without its records past `step`, and without a last line cut short by a
+  kill; whole or not at all (a temporary file renamed into place)."""
+  if not path.is_file():
+    return
+  kept = []
+  for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      continue
+    if record["step"] <= step:
+      kept.append(line + "\n")
+  partial = path.with_name(path.name + ".partial")
+  partial.write_text("".join(kept), encoding="utf-8")
+  partial.replace(path)

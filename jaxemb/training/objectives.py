@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxemb import denoise, losses, templates, views
+from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
 
 LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
@@ -79,23 +80,23 @@ class Objective:
   def __post_init__(self):
     expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3}
     if self.loss not in expected:
-      raise ValueError(f"loss {self.loss!r} is not one of {LOSSES}")
+      raise ConfigError(f"loss {self.loss!r} is not one of {LOSSES}")
     if len(self.views) != expected[self.loss] or len(self.view_templates) != len(self.views):
-      raise ValueError(f"loss {self.loss!r} needs {expected[self.loss]} views, each with a template; got "
+      raise ConfigError(f"loss {self.loss!r} needs {expected[self.loss]} views, each with a template; got "
                        f"{self.views} and {len(self.view_templates)} templates")
     for name, value, allowed in (("projection", self.projection, PROJECTIONS),
                                  ("trainable", self.trainable, ("all", "prompt"))):
       if value not in allowed:
-        raise ValueError(f"{name} {value!r} is not one of {allowed}")
+        raise ConfigError(f"{name} {value!r} is not one of {allowed}")
     if self.hard_negative_weight and self.loss != "info_nce_with_hard_negatives":
-      raise ValueError(f"hard_negative_weight {self.hard_negative_weight} applies to info_nce_with_hard_negatives "
+      raise ConfigError(f"hard_negative_weight {self.hard_negative_weight} applies to info_nce_with_hard_negatives "
                        f"only; loss is {self.loss!r}")
     if self.ddp_world_size < 1:
-      raise ValueError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
+      raise ConfigError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
     if self.loss_group_size < 0:
-      raise ValueError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
+      raise ConfigError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
     if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
-      raise ValueError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
+      raise ConfigError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
     for view in self.view_list:  # Validates pooling, denoising and the templates' masks.
       del view
 
@@ -132,7 +133,7 @@ def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict
   if objective.projection != "mlm_transform":
     return {}, {"encoder": encoder}
   if "mlm_head" not in encoder:
-    raise ValueError("projection 'mlm_transform' needs a checkpoint with an MLM head; this one has none")
+    raise ConfigError("projection 'mlm_transform' needs a checkpoint with an MLM head; this one has none")
   head = encoder["mlm_head"]
   transform = {k: head[k] for k in ("dense", "layer_norm")}
   rest = {**encoder, "mlm_head": {k: v for k, v in head.items() if k not in transform}}

@@ -24,10 +24,10 @@ def make_mesh(data: int, fsdp: int) -> Mesh:
   """A (data, fsdp) mesh over all devices of all processes; data = -1 takes what fsdp leaves."""
   count = jax.device_count()
   if fsdp < 1 or count % fsdp:
-    raise ValueError(f"mesh: fsdp={fsdp} does not divide the {count} devices")
+    raise ConfigError(f"mesh: fsdp={fsdp} does not divide the {count} devices")
   data = count // fsdp if data == -1 else data
   if data * fsdp != count:  # jax.make_mesh would silently take a subset of the devices.
-    raise ValueError(f"mesh: data={data} x fsdp={fsdp} != {count} devices")
+    raise ConfigError(f"mesh: data={data} x fsdp={fsdp} != {count} devices")
   # jax.make_mesh orders the devices by the interconnect (TPU torus, GPU ids); Auto axes as before, so the jitted
   # step's in/out shardings place the arrays and the compiler propagates the rest (jax.make_mesh defaults to Explicit).
   return jax.make_mesh((data, fsdp), ("data", "fsdp"), axis_types=(AxisType.Auto, AxisType.Auto))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxemb import xla
+from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
 from jaxemb.training import objectives, sharding
 
@@ -109,7 +110,7 @@ def make_optimizer(config: Any, total_steps: int) -> optax.GradientTransformatio
   AdamW (config.optimizer: the authors' transformers 4.2 AdamW or optax's) on the linear schedule; weight decay
   skips biases and LayerNorm scales as HF's Trainer does."""
   if config.optimizer not in OPTIMIZERS:
-    raise ValueError(f"train.optimizer {config.optimizer!r} is not one of {OPTIMIZERS}")
+    raise ConfigError(f"train.optimizer {config.optimizer!r} is not one of {OPTIMIZERS}")
   schedule = learning_rate_schedule(config, total_steps)
   decay_mask = lambda params: jax.tree_util.tree_map_with_path(
       lambda path, _: getattr(path[-1], "key", None) not in ("bias", "scale"), params)

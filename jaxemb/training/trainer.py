@@ -12,6 +12,7 @@ import jax
 import optax
 
 from jaxemb import templates
+from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, compute_dtype
 from jaxemb.training import objectives, sharding
 from jaxemb.training import state as train_state
@@ -23,7 +24,7 @@ HEAD_INIT_SEED_OFFSET = 1
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   o = config.objective
   if len(o.columns) != len(o.templates):
-    raise ValueError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
+    raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
   return objectives.Objective(
       views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,

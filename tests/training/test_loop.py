@@ -6,6 +6,7 @@ import os
 import pathlib
 import re
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from tensorboardX.proto import event_pb2
 
 from jaxemb import export
 from jaxemb.data import corpus
@@ -115,6 +117,35 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   np.testing.assert_array_equal(exported["layer_0"]["query"]["kernel"], params["encoder"]["layer_0"]["query"]["kernel"])
 
 
+def _tensorboard_events(directory):
+  """The events of every TensorBoard file in `directory` (TFRecord: length, its crc, the event, its crc)."""
+  events = []
+  for path in sorted(directory.iterdir()):
+    data, offset = path.read_bytes(), 0
+    while offset < len(data):
+      (length,) = struct.unpack("<Q", data[offset:offset + 8])
+      events.append(event_pb2.Event.FromString(data[offset + 12:offset + 12 + length]))
+      offset += 12 + length + 4
+  return events
+
+
+def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_path):
+  """Resumed at step 2, the killed process having logged steps 3 and 4 (its last line cut short by the kill):
+  metrics.jsonl keeps steps 1-2 and its stsb_dev record, and TensorBoard discards the events from step 3 on."""
+  records = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "stsb_dev": 70.0},
+             {"step": 3, "loss": 3.0}, {"step": 4, "stsb_dev": 71.0}]
+  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
+  writer = loop._MetricsWriter(run_dir.RunDir(tmp_path), 2)  # pylint: disable=protected-access
+  writer.write(3, {"loss": 30.0})
+  writer.close()
+  written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert written == [*records[:3], {"step": 3, "loss": 30.0}]
+  assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "tensorboard"]  # No temporary file left.
+  events = _tensorboard_events(tmp_path / "tensorboard")
+  assert [e.step for e in events if e.session_log.status == event_pb2.SessionLog.START] == [3]
+  assert [(e.step, e.summary.value[0].simple_value) for e in events if e.summary.value] == [(3, 30.0)]
+
+
 def _final_params(workdir):
   manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
   restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
@@ -122,15 +153,21 @@ def _final_params(workdir):
   return restored["state"]["params"]
 
 
+def _steps(metrics_file, scalar):
+  """The steps of the records of `scalar` in a metrics.jsonl file, in file order."""
+  return [r["step"] for r in map(json.loads, metrics_file.read_text().splitlines()) if scalar in r]
+
+
 def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki_head):
-  """A run killed mid-way and started again ends exactly where an uninterrupted run ends."""
+  """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl has
+  each step once (the steps logged after the checkpoint it resumes from are replayed)."""
   def command(workdir):
     return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
             f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
             "--config.eval.length_multiple=64", "--config.train.batch_size=4", "--config.train.num_steps=6",
-            "--config.train.save_every=2", "--config.train.eval_every=100",
+            "--config.train.save_every=2", "--config.train.eval_every=100", "--config.train.log_every=1",
             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
@@ -143,6 +180,8 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
   assert not (tmp_path / "killed" / "checkpoints" / "6").exists(), "the run ended before it was killed"
   resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
   assert "resumed from" in resumed.stdout + resumed.stderr
+  assert _steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
+  assert _steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev") == [6]
   whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "killed")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
     np.testing.assert_array_equal(a, b)
@@ -169,6 +208,10 @@ def test_sigterm_saves_exits_preempted_and_rerun_resumes_to_the_same_params(tmp_
   run.send_signal(signal.SIGTERM)
   output, _ = run.communicate(timeout=300)
   assert run.returncode == 143, output
+  # No library INFO logs among the user's lines (absl's format: I<mmdd> <time> <thread> <file>:<line>]; orbax logs
+  # ~50 a checkpoint): only jaxemb's own.
+  sources = re.findall(r"I\d{4} [\d:.]+ +\d+ (\S+):\d+\]", output)
+  assert all(list(REPO.glob(f"jaxemb/**/{source}")) for source in sources), output
   match = re.search(r"preempted at step (\d+); checkpoint saved; rerun the same command to resume", output)
   assert match, output
   step = int(match.group(1))

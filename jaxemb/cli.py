@@ -1,0 +1,153 @@
+"""What the four commands (train.py, evaluate.py, prepare.py, sweep.py) share: their --config flag, an error a user
+can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose.
+
+An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSError` that names its path (a missing
+file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
+exception is a bug and keeps its traceback; --verbose (or JAXEMB_VERBOSE=1) shows the traceback of all of them and
+the INFO logs of orbax, absl and jax, which a normal run leaves out.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import pathlib
+import re
+import sys
+from typing import Any, Callable, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+from ml_collections import config_flags
+
+from jaxemb import config_fields
+from jaxemb.errors import ConfigError, UserError
+
+CONFIG = "config"  # The name of every command's config flag: --config FILE, --config.train.batch_size=8.
+VERBOSE_ENV = "JAXEMB_VERBOSE"
+
+_VERBOSE = flags.DEFINE_bool("verbose", False, "Show the traceback of every error and the INFO logs of orbax, absl "
+                             f"and jax (also: {VERBOSE_ENV}=1).")
+
+# File-system errors whose message names the path (jaxemb raises FileNotFoundError("<path> ...") for a missing
+# model, run directory or corpus), and the errnos of a write the file system refused.
+_FILE_SYSTEM_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+_FILE_SYSTEM_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
+Main = Callable[[Any], "int | None"]
+
+
+def define_config(help_string: str) -> flags.FlagHolder:
+  """The command's --config flag: a config file (configs/*.py), its fields overridable as --config.a.b=value."""
+  return config_flags.DEFINE_config_file(CONFIG, None, help_string, lock_config=True)
+
+
+def run(main: Main, config: flags.FlagHolder):
+  """Runs `main(config)` as the command: absl's app.run with the project's flag parsing and error handling.
+
+  `main` returns the exit status (None: 0).
+  """
+  flags.mark_flag_as_required(config.name)
+  app.run(functools.partial(_main, main, config), flags_parser=_parse_flags)
+
+
+def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | None:
+  if len(argv) > 1:
+    raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+  verbose = _VERBOSE.value or _verbose_env()
+  if not verbose and not flags.FLAGS["verbosity"].present:  # An explicit --verbosity is the user's to keep.
+    absl_logging.get_absl_handler().addFilter(_ours_or_a_warning)
+  try:
+    return main(config.value)
+  except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, below.
+    message = user_message(e)
+    if message is None or verbose:
+      raise
+    return _fail(message)
+
+
+def _ours_or_a_warning(record: logging.LogRecord) -> bool:
+  """Whether a log record is shown by default: jaxemb's own (its modules' loggers and the root logger they use)
+  and every library's warnings; not the libraries' INFO lines (orbax logs ~50 a checkpoint, jax some more)."""
+  return record.levelno >= logging.WARNING or record.name == "root" or record.name.startswith("jaxemb")
+
+
+def user_message(error: BaseException) -> str | None:
+  """The one line that tells a user what went wrong, for an error the user can act on; None for a bug."""
+  if isinstance(error, UserError):
+    return str(error)
+  if isinstance(error, OSError) and (error.filename is not None or isinstance(error, _FILE_SYSTEM_ERRORS) or
+                                     error.errno in _FILE_SYSTEM_ERRNOS):
+    return f"{error.filename}: {error.strerror}" if error.filename is not None and error.strerror else str(error)
+  return None
+
+
+def _fail(message: str) -> int:
+  print(f"error: {message}", file=sys.stderr)
+  return 1
+
+
+def _verbose_env() -> bool:
+  return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a bad flag, a missing config file or an unknown config field said in one line."""
+  try:
+    _check_config_file(argv)
+    return flags.FLAGS(argv)
+  except ConfigError as e:
+    error, cause = e, None
+  except flags.Error as e:  # A bad value (--config.train.batch_size=abc), --config missing, get_config refused.
+    error, cause = _innermost_user_error(e) or ConfigError(str(e).removeprefix("flag ")), e
+  except (AttributeError, KeyError) as e:  # ml_collections' config_flags looks an overridden field up and fails.
+    error, cause = _unknown_override(argv), e
+    if error is None:
+      raise
+  if _verbose_env() or any(re.fullmatch(r"--?verbose(=(true|1))?", arg, re.IGNORECASE) for arg in argv):
+    raise error from cause
+  sys.exit(_fail(str(error)))
+
+
+def _innermost_user_error(error: BaseException) -> UserError | None:
+  """The UserError a config file's get_config raised (configs/experiments/seeds.py:<model>), which absl and
+  ml_collections wrap in errors whose message holds its traceback; None when there is none."""
+  found = None
+  while error is not None:
+    if isinstance(error, UserError):
+      found = error
+    error = error.__cause__ or error.__context__
+  return found
+
+
+def _config_argument(argv: Sequence[str]) -> str | None:
+  """The value of --config in `argv` (FILE or FILE:argument), None when it is not there."""
+  for i, arg in enumerate(argv):
+    match = re.fullmatch(rf"--?{CONFIG}(=(.*))?", arg)
+    if match:
+      return match.group(2) if match.group(1) else (argv[i + 1] if i + 1 < len(argv) else None)
+  return None
+
+
+def _check_config_file(argv: Sequence[str]):
+  """A --config file that is not there: ml_collections would say so later in a many-line message."""
+  value = _config_argument(flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False))
+  if value is not None and not pathlib.Path(value.split(":", 1)[0]).is_file():
+    raise ConfigError(f"--{CONFIG} {value}: no such file")
+
+
+def _unknown_override(argv: Sequence[str]) -> ConfigError | None:
+  """The error for the first --config.a.b in `argv` that names no field of the config; None when each names one."""
+  argv = flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False)
+  value = _config_argument(argv)
+  if value is None:
+    return None
+  config = flags.FLAGS[CONFIG].parser.parse(value)  # The config file as the flag loads it.
+  for arg in argv:
+    match = re.match(rf"--?(?:no)?{CONFIG}\.([^=]+)", arg)
+    reason = match and config_fields.unknown_field(config, match.group(1))
+    if reason:
+      return ConfigError(f"--{CONFIG}.{match.group(1)}: {reason}")
+  return None

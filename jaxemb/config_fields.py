@@ -1,0 +1,26 @@
+"""Dotted config fields (`train.batch_size`) and what to say when one names no field of a config."""
+
+from __future__ import annotations
+
+import difflib
+
+import ml_collections
+
+
+def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:
+  """Why the dotted `path` names no field of `config`, with the closest field names; None when it names one.
+
+  `unknown_field(config, "train.batchsize")` -> "no field 'batchsize' in config.train (did you mean 'batch_size'?)".
+  """
+  node, where = config, "config"
+  for part in path.split("."):
+    if not isinstance(node, ml_collections.ConfigDict):
+      return f"{where} is a value ({type(node).__name__}), not a group of fields"
+    if part not in node:
+      names = sorted(node.keys())
+      close = difflib.get_close_matches(part, names, n=3)
+      hint = (f"did you mean {' or '.join(map(repr, close))}?" if close else
+              f"its fields: {', '.join(names)}" if names else "it has no fields")
+      return f"no field {part!r} in {where} ({hint})"
+    node, where = node[part], f"{where}.{part}"
+  return None

@@ -1,0 +1,98 @@
+"""The four commands' shared handling (jaxemb/cli.py): an error a user can act on is one line and exit status 1,
+a bug or --verbose keeps the traceback. Each command fails here before it loads a model, so each run is short."""
+
+import errno
+import logging
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxemb import cli
+from jaxemb.errors import ConfigError, StorageError
+from tests.support import REPO, shared_path
+
+
+def _command(script, config, *flags, env=None):
+  """Runs `python <script> --config configs/<config> <flags>`: (exit status, stdout, stderr)."""
+  done = subprocess.run([sys.executable, str(REPO / script), "--config", str(REPO / "configs" / config), *flags],
+                        capture_output=True, text=True, cwd=REPO, timeout=300,
+                        env={**os.environ, **(env or {})})
+  return done.returncode, done.stdout, done.stderr
+
+
+def _one_error_line(status, stdout, stderr):
+  """The message of a command that failed as a user error: exit 1, one `error: ` line, no traceback."""
+  assert status == 1, stderr
+  assert "Traceback" not in stdout + stderr
+  assert stderr.endswith("\n") and stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+  return stderr[len("error: "):].strip()
+
+
+@pytest.mark.parametrize("script, config", [("train.py", "promptbert.py"), ("evaluate.py", "eval_prompt.py"),
+                                            ("prepare.py", "promptbert.py"),
+                                            ("sweep.py", "experiments/promptbert_table8.py")])
+def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, config):
+  field = "--config.workdri=x" if script == "sweep.py" else "--config.model.pth=x"
+  message = _one_error_line(*_command(script, config, field))
+  assert message == ("--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)"
+                     if script == "sweep.py" else "--config.model.pth: no field 'pth' in config.model (did you mean "
+                     "'path'?)")
+
+
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_flag():
+  message = _one_error_line(*_command("train.py", "promptbert.py", "--config.train.batch_size=abc"))
+  assert message.startswith("--config.train.batch_size=abc: ") and "'abc'" in message
+
+
+def test_the_sweeps_overrides_name_the_closest_field():
+  message = _one_error_line(*_command("sweep.py", "experiments/seeds.py", "--config.overrides=train.batchsize=8"))
+  assert message == ("overrides: 'train.batchsize' names no config field: no field 'batchsize' in config.train "
+                     "(did you mean 'batch_size'?)")
+
+
+def test_bad_paths_are_one_line_naming_the_path(tmp_path):
+  a_file = tmp_path / "not-a-model"
+  a_file.write_text("")
+  evaluate = _command("evaluate.py", "eval_prompt.py", f"--config.model.path={a_file}",
+                      f"--config.data.senteval_dir={shared_path('data', 'senteval')}")
+  assert _one_error_line(*evaluate) == f"{a_file} is a file; a model is a directory with config.json and weights"
+  train = _command("train.py", "promptbert.py", f"--config.workdir={tmp_path / 'run'}",
+                   f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
+                   f"--config.eval.senteval_dir={tmp_path / 'senteval'}")
+  assert _one_error_line(*train).startswith(f"{tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory")
+  prepare = _command("prepare.py", "promptbert.py", f"--source={tmp_path / 'nowhere'}")
+  assert _one_error_line(*prepare) == f"source {tmp_path / 'nowhere'} is not a directory"
+  sweep = _command("sweep.py", "experiments/no_such_table.py")
+  assert _one_error_line(*sweep) == f"--config {REPO / 'configs' / 'experiments' / 'no_such_table.py'}: no such file"
+
+
+@pytest.mark.parametrize("flag, env", [("--verbose", None), ("--config.workdir=x", {cli.VERBOSE_ENV: "1"})])
+def test_verbose_shows_the_traceback(flag, env):
+  status, _, stderr = _command("train.py", "promptbert.py", "--config.model.pth=x", flag, env=env)
+  assert status == 1
+  assert "Traceback" in stderr and "ConfigError: --config.model.pth: no field 'pth'" in stderr
+
+
+def test_user_message_names_what_the_user_can_fix_and_nothing_else():
+  assert cli.user_message(ConfigError("config.x: bad")) == "config.x: bad"
+  assert cli.user_message(StorageError("/runs/a: disk full")) == "/runs/a: disk full"
+  assert cli.user_message(FileNotFoundError(errno.ENOENT, "No such file or directory", "/a/b")) == (
+      "/a/b: No such file or directory")
+  assert cli.user_message(FileNotFoundError("/runs/a is not a jaxemb run directory")) == (
+      "/runs/a is not a jaxemb run directory")
+  assert cli.user_message(OSError(errno.ENOSPC, "No space left on device")) == "[Errno 28] No space left on device"
+  assert cli.user_message(OSError(errno.ECONNREFUSED, "Connection refused")) is None
+  assert cli.user_message(ValueError("a bug")) is None
+  assert cli.user_message(KeyError("a bug")) is None
+
+
+def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():
+  def shown(name, level):
+    record = logging.LogRecord(name, level, __file__, 1, "message", None, None)
+    return cli._ours_or_a_warning(record)  # pylint: disable=protected-access
+
+  assert not shown("absl", logging.INFO) and not shown("jax._src.xla_bridge", logging.INFO)
+  assert shown("absl", logging.WARNING) and shown("jax._src.xla_bridge", logging.ERROR)
+  assert shown("jaxemb.data.corpus", logging.INFO) and shown("root", logging.INFO)
