@@ -67,15 +67,15 @@ def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any
       raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
     step_dir = run.best_dir / str(step)
     cause = checkpoint_problem(step_dir, BEST_ITEMS)
-    try:
-      if cause is None:
+    if cause is None:
+      try:
         target = abstract_on_one_device(step_dir / "params")
         restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
                                                                  meta=ocp.args.JsonRestore()))
-    except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of this step is re-raised.
-      cause = read_failure(e, step_dir)
-      if cause is None:
-        raise
+      except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
+        cause = read_failure(e, step_dir)
+        if cause is None:
+          raise
     if cause is not None:
       raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   finally:
@@ -115,25 +115,36 @@ def checkpoint_problem(step_dir: pathlib.Path, items: Sequence[str]) -> str | No
 def read_failure(error: BaseException, step_dir: pathlib.Path) -> str | None:
   """`error`'s short cause when it is a failure to read the files of `step_dir` (a missing or truncated file); None
   for anything else (a bug, a tree that does not match), which is no reason to set the checkpoint aside."""
-  if isinstance(error, (OSError, json.JSONDecodeError)) or str(step_dir) in str(error):
+  if any(isinstance(e, (OSError, json.JSONDecodeError)) or str(step_dir) in str(e) for e in error_chain(error)):
     return short_cause(error)
   return None
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+  """`error` and the errors it was raised from, outermost first: Orbax wraps TensorStore's, which names the file
+  and what went wrong."""
+  chain = [error]
+  while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and cause not in chain:
+    chain.append(cause)
+  return chain
 
 
 def short_cause(error: BaseException) -> str:
   """One short line for a file error: "No space left on device (errno 28)", or TensorStore's status code, the
   file it names and its last clause instead of the several hundred characters of its message."""
-  text = str(error)
-  code = error.errno if isinstance(error, OSError) and error.errno else None
-  if code is None and (found := re.search(r"os_error_code='(\d+)'", text)):
-    code = int(found.group(1))
-  if code is not None:
-    return f"{os.strerror(code)} (errno {code})"
+  chain = error_chain(error)
+  for e in chain:
+    found = re.search(r"os_error_code='(\d+)'", str(e))
+    code = e.errno if isinstance(e, OSError) and e.errno else int(found.group(1)) if found else None
+    if code is not None:
+      return f"{os.strerror(code)} (errno {code})"
+  statuses = [e for e in chain if re.match(r"[A-Z_]+: ", str(e))]
+  text = str(statuses[-1] if statuses else error)
   text = re.sub(r"\s*\[(tensorstore_spec|source locations|os_error_code)=.*", "", text, flags=re.S)
   status = re.match(r"([A-Z_]+): ", text)
-  files = re.findall(r'(?:local )?file "([^"]+)"', text)
   if not status:
-    return text.splitlines()[0] if text else type(error).__name__
+    return " ".join(text.split()) or type(error).__name__
+  files = re.findall(r'(?:local )?file "([^"]+)"', text)
   return f"{status.group(1)} reading {files[-1] if files else '?'}: {text.rsplit(': ', 1)[-1]}"
 
 

@@ -7,6 +7,7 @@ Every start leaves the run resumable: it removes the temporary folders of saves 
 from __future__ import annotations
 
 import contextlib
+import functools
 import pathlib
 import shutil
 import time
@@ -38,9 +39,7 @@ class RunCheckpoints:
     self.run = run_dir.RunDir(workdir)
     self._say = say
     run_dir.quiet_orbax_failures()
-    self._on_first_process(self._remove_partial_saves)
-    self._on_first_process(lambda: self._set_aside_unreadable(self.run.checkpoints_dir, run_dir.PERIODIC_ITEMS))
-    self._on_first_process(lambda: self._set_aside_unreadable(self.run.best_dir, run_dir.BEST_ITEMS))
+    self._on_first_process(self._tidy)
     self.periodic = _Saves(self.run.checkpoints_dir, keep)
     self.best = _Saves(self.run.best_dir, 1)
 
@@ -79,9 +78,9 @@ class RunCheckpoints:
         cause = run_dir.read_failure(e, step_dir)
         if cause is None:
           raise
-        self._on_first_process(lambda: self._set_aside(step_dir, cause))  # pylint: disable=cell-var-from-loop
+        self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
         self.periodic.manager.reload()
-    self._say(f"no readable checkpoint left in {self.run.checkpoints_dir}: starting from the first step")
+    self._say_starting_again()
     return None
 
   def saved_state_shapes(self, step: int) -> Any:
@@ -103,24 +102,27 @@ class RunCheckpoints:
     if jax.process_index() == 0:
       change()
     if jax.process_count() > 1:
-      multihost_utils.sync_global_devices(f"jaxemb checkpoints {change.__name__}")
+      multihost_utils.sync_global_devices("jaxemb.training.checkpoints: run directory changed")
 
-  def _remove_partial_saves(self):
+  def _tidy(self):
+    """Removes the temporary folders of saves a kill interrupted and sets aside the step folders whose small files
+    do not read, before Orbax lists the steps."""
     partial = sorted(p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE))
     for path in partial:
       shutil.rmtree(path)
     if partial:
       self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
+    for directory, items in ((self.run.checkpoints_dir, run_dir.PERIODIC_ITEMS), (self.run.best_dir,
+                                                                                  run_dir.BEST_ITEMS)):
+      unreadable = [(p, run_dir.checkpoint_problem(p, items)) for p in directory.glob("*") if p.name.isdigit()]
+      for step_dir, cause in unreadable:
+        if cause is not None:
+          self._set_aside(step_dir, cause)
+      if directory == self.run.checkpoints_dir and unreadable and all(cause for _, cause in unreadable):
+        self._say_starting_again()
 
-  def _set_aside_unreadable(self, directory: pathlib.Path, items: Sequence[str]):
-    """Sets aside the step folders of `directory` whose small files do not read, before Orbax lists them."""
-    steps = sorted((p for p in directory.glob("*") if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
-    for step_dir in steps:
-      cause = run_dir.checkpoint_problem(step_dir, items)
-      if cause is not None:
-        self._set_aside(step_dir, cause)
-    if steps and directory == self.run.checkpoints_dir and not any(p.is_dir() for p in steps):
-      self._say(f"no readable checkpoint left in {directory}: starting from the first step")
+  def _say_starting_again(self):
+    self._say(f"no readable checkpoint left in {self.run.checkpoints_dir}: starting from the first step")
 
   def _set_aside(self, step_dir: pathlib.Path, cause: str):
     """Renames an unreadable step folder to a name Orbax does not list as a step (kept for a look, never deleted)."""
@@ -176,11 +178,12 @@ class _Saves:
 
 
 def _is_write_failure(error: BaseException) -> bool:
-  """Whether `error` is the file system refusing a write: an OSError, or TensorStore's error for one (a ValueError
-  whose message carries the OS error code or a RESOURCE_EXHAUSTED / PERMISSION_DENIED status)."""
-  text = str(error)
-  return isinstance(error, OSError) or any(s in text for s in ("os_error_code=", "RESOURCE_EXHAUSTED",
-                                                               "PERMISSION_DENIED"))
+  """Whether `error` (or one it was raised from) is the file system refusing a write: an OSError, or TensorStore's
+  error for one (a ValueError whose message carries the OS error code or a RESOURCE_EXHAUSTED / PERMISSION_DENIED
+  status)."""
+  return any(isinstance(e, OSError) or any(s in str(e) for s in ("os_error_code=", "RESOURCE_EXHAUSTED",
+                                                                  "PERMISSION_DENIED"))
+             for e in run_dir.error_chain(error))
 
 
 @jax.jit
