@@ -10,6 +10,7 @@ import contextlib
 import functools
 import pathlib
 import shutil
+import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
 
@@ -40,8 +41,9 @@ class RunCheckpoints:
     self._say = say
     run_dir.quiet_orbax_failures()
     self._on_first_process(self._tidy)
-    self.periodic = _Saves(self.run.checkpoints_dir, keep)
-    self.best = _Saves(self.run.best_dir, 1)
+    failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
+    self.periodic = _Saves(self.run.checkpoints_dir, keep, failed)
+    self.best = _Saves(self.run.best_dir, 1, failed)
 
   def latest_step(self) -> int | None:
     return self.periodic.latest_step()
@@ -133,14 +135,15 @@ class RunCheckpoints:
 
 class _Saves:
   """One Orbax checkpoint manager's saves: a failed write (a full disk, an I/O error), synchronous or found when
-  its background thread is waited on, is raised once as a StorageError naming the step folder."""
+  its background thread is waited on, is raised as a StorageError naming the step folder, once: after it (set in
+  `failed`), waiting and closing raise nothing, so the loop's `finally` closes what it opened."""
 
-  def __init__(self, directory: pathlib.Path, keep: int):
+  def __init__(self, directory: pathlib.Path, keep: int, failed: threading.Event):
     self.directory = directory
     self.manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
                                                                                            create=True))
     self._writing = directory  # The step folder of the save in flight.
-    self._failed = False  # Orbax raises a failed save again at every wait: it is reported once.
+    self._failed = failed
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -151,29 +154,27 @@ class _Saves:
   def save(self, step: int, args: ocp.args.Composite):
     self.wait()
     self._writing = self.directory / str(step)
-    with self._storage_errors():
+    with self._storage_errors(waiting=False):
       self.manager.save(step, args=args, force=True)
 
   def wait(self):
-    if not self._failed:
-      with self._storage_errors():
-        self.manager.wait_until_finished()
+    with self._storage_errors(waiting=True):
+      self.manager.wait_until_finished()
 
   def close(self):
-    if self._failed:  # Closing waits on the failed save, which would raise its error again.
-      with contextlib.suppress(Exception):
-        self.manager.close()
-    else:
+    with self._storage_errors(waiting=True):  # Closing waits on the save in flight too.
       self.manager.close()
 
   @contextlib.contextmanager
-  def _storage_errors(self) -> Iterator[None]:
+  def _storage_errors(self, waiting: bool) -> Iterator[None]:
     try:
       yield
     except Exception as e:  # pylint: disable=broad-except  # Anything but a write failure is re-raised.
       if not _is_write_failure(e):
         raise
-      self._failed = True
+      if waiting and self._failed.is_set():  # Orbax raises a failed save again at every wait: reported once.
+        return
+      self._failed.set()
       raise StorageError(f"cannot write checkpoint {self._writing}: {run_dir.short_cause(e)}") from e
 
 
