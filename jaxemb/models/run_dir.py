@@ -3,7 +3,8 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 
     <workdir>/model/         the encoder's config.json and tokenizer (Hugging Face format), written at start,
                              and eval_method.json: how the run embeds a sentence at evaluation
-    <workdir>/checkpoints/N  the full train state every `save_every` steps (resume restarts from the latest)
+    <workdir>/checkpoints/N  the full train state every `save_every` steps (resume restarts from the latest
+                             readable one); an unreadable one is set aside as checkpoints/corrupt-N-<time>
     <workdir>/best/N         the params of the best STS-B dev step: {"encoder", "mlp"?, "prompt"?}
     <workdir>/metrics.jsonl  the logged scalars, one JSON object a line; tensorboard/ holds the same as events
     <workdir>/cache/         the tokenised training rows, unless data.cache_dir names another place
@@ -13,12 +14,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
 import pathlib
-from typing import Any
+import re
+import sys
+from typing import Any, Sequence
 
 import jax
 import orbax.checkpoint as ocp
 
+from jaxemb.errors import DataError
 from jaxemb.models import hf
 from jaxemb.models.config import EncoderConfig
 
@@ -45,19 +51,131 @@ def is_run_dir(path: str | pathlib.Path) -> bool:
 
 
 def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
-  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory."""
+  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory.
+
+  Raises:
+    DataError: the best step is unreadable (a missing or truncated file, garbled metadata, no commit marker).
+  """
   run = RunDir(workdir)
   if not is_run_dir(run.path):
     raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
+  quiet_orbax_failures()
   manager = ocp.CheckpointManager(run.best_dir)
-  step = manager.latest_step()
-  if step is None:
-    raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
-  target = abstract_on_one_device(run.best_dir / str(step) / "params")
-  restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
-                                                           meta=ocp.args.JsonRestore()))
-  manager.close()
+  try:
+    step = manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
+    step_dir = run.best_dir / str(step)
+    cause = checkpoint_problem(step_dir, BEST_ITEMS)
+    if cause is None:
+      try:
+        target = abstract_on_one_device(step_dir / "params")
+        restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
+                                                                 meta=ocp.args.JsonRestore()))
+      except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
+        cause = read_failure(e, step_dir)
+        if cause is None:
+          raise
+    if cause is not None:
+      raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
+  finally:
+    manager.close()
   return hf.read_config(run.model_dir), restored["params"], restored["meta"]
+
+
+# What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,
+# each with its JSON meta.
+PERIODIC_ITEMS = ("state", "meta")
+BEST_ITEMS = ("params", "meta")
+# Orbax (0.12, orbax/checkpoint/_src/path/atomicity.py) writes this file last into a step's temporary folder, then
+# renames the folder into place: a step folder without it never finished its save.
+COMMIT_MARKER = "commit_success.txt"
+STEP_METADATA = "_CHECKPOINT_METADATA"  # Orbax's JSON of the step (its time); the step is listed by reading it.
+
+
+def checkpoint_problem(step_dir: pathlib.Path, items: Sequence[str]) -> str | None:
+  """Why the step folder `step_dir` cannot be restored, found from its small files (commit marker, JSON meta, the
+  arrays' metadata); None when they read. A missing or truncated array file shows only when the arrays are read
+  (`read_failure`)."""
+  if not (step_dir / COMMIT_MARKER).is_file():
+    return f"no {COMMIT_MARKER}: its save never finished"
+  for path in [step_dir / STEP_METADATA] + [step_dir / item for item in items]:
+    try:
+      if path.name == "meta":
+        json.loads((path / "metadata").read_text())
+      elif path.name == STEP_METADATA:
+        json.loads(path.read_text())
+      else:
+        ocp.StandardCheckpointHandler().metadata(path)
+    except (OSError, ValueError) as e:
+      return f"{path}: {short_cause(e)}"
+  return None
+
+
+def read_failure(error: BaseException, step_dir: pathlib.Path) -> str | None:
+  """`error`'s short cause when it is a failure to read the files of `step_dir` (a missing or truncated file); None
+  for anything else (a bug, a tree that does not match), which is no reason to set the checkpoint aside."""
+  if any(isinstance(e, (OSError, json.JSONDecodeError)) or str(step_dir) in str(e) for e in error_chain(error)):
+    return short_cause(error)
+  return None
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+  """`error` and the errors it was raised from, outermost first: Orbax wraps TensorStore's, which names the file
+  and what went wrong."""
+  chain = [error]
+  while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and cause not in chain:
+    chain.append(cause)
+  return chain
+
+
+def short_cause(error: BaseException) -> str:
+  """One short line for a file error: "No space left on device (errno 28)", or TensorStore's status code, the
+  file it names and its last clause instead of the several hundred characters of its message."""
+  chain = error_chain(error)
+  for e in chain:
+    found = re.search(r"os_error_code='(\d+)'", str(e))
+    code = e.errno if isinstance(e, OSError) and e.errno else int(found.group(1)) if found else None
+    if code is not None:
+      return f"{os.strerror(code)} (errno {code})"
+  statuses = [e for e in chain if re.match(r"[A-Z_]+: ", str(e))]
+  text = str(statuses[-1] if statuses else error)
+  text = re.sub(r"\s*\[(tensorstore_spec|source locations|os_error_code)=.*", "", text, flags=re.S)
+  status = re.match(r"([A-Z_]+): ", text)
+  if not status:
+    return " ".join(text.split()) or type(error).__name__
+  files = re.findall(r'(?:local )?file "([^"]+)"', text)
+  return f"{status.group(1)} reading {files[-1] if files else '?'}: {text.rsplit(': ', 1)[-1]}"
+
+
+class _OrbaxBackgroundErrors(logging.Filter):
+  """Drops the error records Orbax's background threads log, each with its traceback (a full disk logs one per
+  thread): the same error is raised again where the caller waits, and reported there as one line."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+_QUIET = _OrbaxBackgroundErrors()
+
+
+def quiet_orbax_failures():
+  """Keeps a failed checkpoint read or write to the one line its caller reports: Orbax's logged duplicates are
+  dropped, and so is "Event loop is closed", raised by TensorStore callbacks of the failed operation's other reads
+  that complete after Orbax closed their event loop (Python prints each as an unraisable exception)."""
+  logger = logging.getLogger("absl")
+  if _QUIET not in logger.filters:
+    logger.addFilter(_QUIET)
+  previous = sys.unraisablehook
+  if getattr(previous, "quiet_orbax", False):
+    return
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
+      previous(unraisable)
+
+  hook.quiet_orbax = True
+  sys.unraisablehook = hook
 
 
 def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):

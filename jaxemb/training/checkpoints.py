@@ -1,26 +1,49 @@
-"""Writing Orbax checkpoints into a run directory (`jaxemb.models.run_dir` owns its layout and reads them back)."""
+"""Writing Orbax checkpoints into a run directory (`jaxemb.models.run_dir` owns its layout and reads them back).
+
+Every start leaves the run resumable: it removes the temporary folders of saves a kill interrupted and sets aside
+(renames, never deletes) the checkpoints that cannot be read, so the run resumes from the newest readable one.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import pathlib
-from typing import Any
+import shutil
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxemb.errors import StorageError
 from jaxemb.models import run_dir
+
+# Orbax writes a step into <step>.orbax-checkpoint-tmp (older versions add -<timestamp>), renamed once committed.
+PARTIAL_SAVE = "*.orbax-checkpoint-tmp*"
 
 
 class RunCheckpoints:
-  """Periodic train-state checkpoints plus the best params by STS-B dev."""
+  """Periodic train-state checkpoints plus the best params by STS-B dev.
 
-  def __init__(self, workdir: str | pathlib.Path, keep: int):
+  Args:
+    workdir: the run directory.
+    keep: how many periodic checkpoints to keep.
+    say: prints a line for the person running the job (what was removed or set aside).
+  """
+
+  def __init__(self, workdir: str | pathlib.Path, keep: int, say: Callable[[str], None] = print):
     self.run = run_dir.RunDir(workdir)
-    options = lambda n: ocp.CheckpointManagerOptions(max_to_keep=n, create=True)
-    self.periodic = ocp.CheckpointManager(self.run.checkpoints_dir, options=options(keep))
-    self.best = ocp.CheckpointManager(self.run.best_dir, options=options(1))
+    self._say = say
+    run_dir.quiet_orbax_failures()
+    self._on_first_process(self._tidy)
+    failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
+    self.periodic = _Saves(self.run.checkpoints_dir, keep, failed)
+    self.best = _Saves(self.run.best_dir, 1, failed)
 
   def latest_step(self) -> int | None:
     return self.periodic.latest_step()
@@ -28,20 +51,39 @@ class RunCheckpoints:
   def save(self, state: Any, meta: dict[str, Any]):
     """Saves the state at its step; refuses a state with a non-finite param so a NaN never replaces a good one."""
     _check_finite(state.params)
-    step = int(state.step)
-    self.periodic.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                     meta=ocp.args.JsonSave(meta)), force=True)
+    self.periodic.save(int(state.step), ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                           meta=ocp.args.JsonSave(meta)))
 
   def save_best(self, step: int, params: Any, meta: dict[str, Any]):
-    _check_finite(params)
-    self.best.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
-                                                 meta=ocp.args.JsonSave(meta)), force=True)
+    """Saves the params of a new best step, unless best/ holds this step or a later one.
 
-  def restore(self, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
-    """(state, meta) of the latest periodic checkpoint, placed with the shardings of `abstract_state`."""
-    restored = self.periodic.restore(self.latest_step(), args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
-    return restored["state"], restored["meta"]
+    A run killed after its best save and before its next periodic one resumes from an earlier step and replays the
+    steps after it bit for bit: it scores `step` again and finds it saved (kept, not saved twice), or finds a later
+    best step, which outscored this one in the run before the kill and will again when the replay reaches it.
+    """
+    _check_finite(params)
+    if any(saved >= step for saved in self.best.all_steps()):
+      return
+    self.best.save(step, ocp.args.Composite(params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
+
+  def restore(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
+    """(state, meta) of the newest readable periodic checkpoint, placed with the shardings of `abstract_state`; a
+    checkpoint whose files fail to read is set aside (said in one line) and the one before it tried. None when none
+    is left: the run starts from its first step."""
+    for step in reversed(self.periodic.all_steps()):
+      step_dir = self.run.checkpoints_dir / str(step)
+      try:
+        restored = self.periodic.manager.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        return restored["state"], restored["meta"]
+      except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of this step is re-raised.
+        cause = run_dir.read_failure(e, step_dir)
+        if cause is None:
+          raise
+        self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
+        self.periodic.manager.reload()
+    self._say_starting_again()
+    return None
 
   def saved_state_shapes(self, step: int) -> Any:
     """The shapes and dtypes of the train state saved at `step`, a tree of dicts read from the checkpoint's
@@ -50,12 +92,99 @@ class RunCheckpoints:
     return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), metadata)
 
   def wait(self):
-    self.periodic.wait_until_finished()
-    self.best.wait_until_finished()
+    self.periodic.wait()
+    self.best.wait()
 
   def close(self):
     self.periodic.close()
     self.best.close()
+
+  def _on_first_process(self, change: Callable[[], None]):
+    """Runs a change to the run directory on process 0 alone; the other processes of a job wait until it is done."""
+    if jax.process_index() == 0:
+      change()
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("jaxemb.training.checkpoints: run directory changed")
+
+  def _tidy(self):
+    """Removes the temporary folders of saves a kill interrupted and sets aside the step folders whose small files
+    do not read, before Orbax lists the steps."""
+    partial = sorted(p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE))
+    for path in partial:
+      shutil.rmtree(path)
+    if partial:
+      self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
+    for directory, items in ((self.run.checkpoints_dir, run_dir.PERIODIC_ITEMS), (self.run.best_dir,
+                                                                                  run_dir.BEST_ITEMS)):
+      unreadable = [(p, run_dir.checkpoint_problem(p, items)) for p in directory.glob("*") if p.name.isdigit()]
+      for step_dir, cause in unreadable:
+        if cause is not None:
+          self._set_aside(step_dir, cause)
+      if directory == self.run.checkpoints_dir and unreadable and all(cause for _, cause in unreadable):
+        self._say_starting_again()
+
+  def _say_starting_again(self):
+    self._say(f"no readable checkpoint left in {self.run.checkpoints_dir}: starting from the first step")
+
+  def _set_aside(self, step_dir: pathlib.Path, cause: str):
+    """Renames an unreadable step folder to a name Orbax does not list as a step (kept for a look, never deleted)."""
+    aside = step_dir.with_name(f"corrupt-{step_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}")
+    step_dir.rename(aside)
+    self._say(f"checkpoint {step_dir} is unreadable ({cause}); set aside as {aside.name}")
+
+
+class _Saves:
+  """One Orbax checkpoint manager's saves: a failed write (a full disk, an I/O error), synchronous or found when
+  its background thread is waited on, is raised as a StorageError naming the step folder, once: after it (set in
+  `failed`), waiting and closing raise nothing, so the loop's `finally` closes what it opened."""
+
+  def __init__(self, directory: pathlib.Path, keep: int, failed: threading.Event):
+    self.directory = directory
+    self.manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
+                                                                                           create=True))
+    self._writing = directory  # The step folder of the save in flight.
+    self._failed = failed
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def all_steps(self) -> Sequence[int]:
+    return self.manager.all_steps()
+
+  def save(self, step: int, args: ocp.args.Composite):
+    self.wait()
+    self._writing = self.directory / str(step)
+    with self._storage_errors(waiting=False):
+      self.manager.save(step, args=args, force=True)
+
+  def wait(self):
+    with self._storage_errors(waiting=True):
+      self.manager.wait_until_finished()
+
+  def close(self):
+    with self._storage_errors(waiting=True):  # Closing waits on the save in flight too.
+      self.manager.close()
+
+  @contextlib.contextmanager
+  def _storage_errors(self, waiting: bool) -> Iterator[None]:
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except  # Anything but a write failure is re-raised.
+      if not _is_write_failure(e):
+        raise
+      if waiting and self._failed.is_set():  # Orbax raises a failed save again at every wait: reported once.
+        return
+      self._failed.set()
+      raise StorageError(f"cannot write checkpoint {self._writing}: {run_dir.short_cause(e)}") from e
+
+
+def _is_write_failure(error: BaseException) -> bool:
+  """Whether `error` (or one it was raised from) is the file system refusing a write: an OSError, or TensorStore's
+  error for one (a ValueError whose message carries the OS error code or a RESOURCE_EXHAUSTED / PERMISSION_DENIED
+  status)."""
+  return any(isinstance(e, OSError) or any(s in str(e) for s in ("os_error_code=", "RESOURCE_EXHAUSTED",
+                                                                  "PERMISSION_DENIED"))
+             for e in run_dir.error_chain(error))
 
 
 @jax.jit

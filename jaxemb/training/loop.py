@@ -156,7 +156,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
   preflight.check(config, mesh)  # Before anything is loaded or written: a bad field costs seconds, not a run.
   workdir = run_dir.RunDir(config.workdir)
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
-  ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints)
+  ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   resume_step = ckpt.latest_step()
   if resume_step is None:
     model_config, pretrained = load_pretrained(config.model.path)
@@ -190,8 +190,12 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     run_dir.save_eval_method(workdir.path, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if resume_step is not None:
-    state, meta = ckpt.restore(trainer.abstract_sharded())
-    _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
+    restored = ckpt.restore(trainer.abstract_sharded())
+    if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
+      state = trainer.initial_state(load_pretrained(config.model.path)[1])
+    else:
+      state, meta = restored
+      _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
 
   selection = selection_method(config, objective)
   evaluator = Encoder(model_config, None, tokenizer, selection, dtype=compute_dtype(config.model.dtype),

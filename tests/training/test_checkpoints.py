@@ -1,11 +1,25 @@
-"""RunCheckpoints refuses non-finite params, found on device without copying them to the host."""
+"""RunCheckpoints: non-finite params refused (found on device, not copied to the host); runs that resume after a
+kill at any stage of a save, an unreadable checkpoint (set aside, the one before restored) or a full disk."""
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
-from jaxemb.training import checkpoints
+from jaxemb.errors import DataError, StorageError
+from jaxemb.models import run_dir
+from jaxemb.training import checkpoints, loop
+from tests.support import REPO
+from tests.training import checkpoint_kill
+from tests.training.test_loop import wiki_head  # pylint: disable=unused-import  # A fixture.
 
 
 def test_a_nan_param_is_named_and_nothing_is_written(tmp_path):
@@ -30,3 +44,204 @@ def test_finiteness_is_one_small_replicated_vector():
   flags = checkpoints._finite_leaves({"a": jnp.ones((4, 4)), "b": jnp.array([0.0, -jnp.inf])})  # pylint: disable=protected-access
   assert isinstance(flags, jax.Array) and flags.shape == (2,)
   np.testing.assert_array_equal(np.asarray(flags), [True, False])
+
+
+# A whole tiny run, and runs killed at each stage of a save (tests/training/checkpoint_kill.py) and run again. Each
+# subprocess costs ~20-40 s: CI runs the reference and two stages, "after best" (the best save of step 2 committed,
+# its periodic save not: the rerun from step 1 scores step 2 again and finds it saved) and "during periodic" (a
+# half-written step left in its temporary folder); the other four stages run with -m slow.
+_KILLS_IN_CI = ("after best", "during periodic")
+
+
+def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
+                         str(train_file), str(xla_cache), stage], cwd=REPO, capture_output=True, text=True,
+                        check=False)
+
+
+@pytest.fixture(scope="module")
+def whole_run(tmp_path_factory, tiny_bert, wiki_head):
+  """(run directory of the uninterrupted kill_config run, its XLA cache, shared by every run of this module)."""
+  root = tmp_path_factory.mktemp("whole")
+  done = _kill_driver(tiny_bert, root / "run", wiki_head, root / "xla", "none")
+  assert done.returncode == 0, done.stderr
+  return root / "run", root / "xla"
+
+
+def _restore(directory: pathlib.Path, step: int | None, items=("state", "meta")):
+  """The saved items of `step` (None: the newest) in a checkpoint folder, as saved (no target tree)."""
+  manager = ocp.CheckpointManager(directory)
+  step = manager.latest_step() if step is None else step
+  args = {item: ocp.args.JsonRestore() if item == "meta" else ocp.args.StandardRestore() for item in items}
+  restored = manager.restore(step, args=ocp.args.Composite(**args))
+  manager.close()
+  return step, restored
+
+
+def _saved(workdir: pathlib.Path) -> dict:
+  """Every array and meta of the newest periodic checkpoint and of the best step, as saved."""
+  return {"checkpoints": _restore(workdir / "checkpoints", None), "best": _restore(workdir / "best", None,
+                                                                                   ("params", "meta"))}
+
+
+def _assert_same_run(a: pathlib.Path, b: pathlib.Path):
+  saved_a, saved_b = _saved(a), _saved(b)
+  for folder, (step, restored) in saved_a.items():
+    assert saved_b[folder][0] == step, folder
+    leaves_a = jax.tree_util.tree_leaves_with_path(dict(restored))
+    leaves_b = jax.tree_util.tree_leaves_with_path(dict(saved_b[folder][1]))
+    assert [p for p, _ in leaves_a] == [p for p, _ in leaves_b]
+    for (path, x), (_, y) in zip(leaves_a, leaves_b):
+      np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{folder} {jax.tree_util.keystr(path)}")
+
+
+@pytest.mark.parametrize("stage", [s if s in _KILLS_IN_CI else pytest.param(s, marks=pytest.mark.slow)
+                                   for s in checkpoint_kill.STAGES])
+def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, whole_run, tiny_bert, wiki_head,
+                                                                          tmp_path):
+  whole, xla_cache = whole_run
+  killed = _kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, stage)
+  assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
+  if stage.startswith("during"):
+    assert list((tmp_path / "run").glob("*/*.orbax-checkpoint-tmp*")), "the kill left no half-written step"
+  rerun = _kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, "none")
+  assert rerun.returncode == 0, rerun.stderr
+  if stage.startswith("during"):
+    assert "removed the unfinished saves a stopped run left" in rerun.stdout
+  assert not list((tmp_path / "run").glob("*/*.orbax-checkpoint-tmp*"))
+  assert "Traceback" not in rerun.stderr
+  _assert_same_run(whole, tmp_path / "run")
+
+
+def _largest_data_file(item_dir):
+  """The largest of an item's OCDBT data files (the arrays' chunks; their metadata sits in a small file)."""
+  return max(item_dir.glob("**/d/*"), key=lambda p: p.stat().st_size)
+
+
+def _truncate_a_data_file(step_dir):
+  data = _largest_data_file(step_dir / "state")
+  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  return f"OUT_OF_RANGE reading {step_dir / 'state'}/: Requested byte range"
+
+
+def _delete_a_data_file(step_dir):
+  data = _largest_data_file(step_dir / "state")
+  data.unlink()
+  return f" reading {step_dir / 'state'}/: "
+
+
+def _garble_the_meta(step_dir):
+  (step_dir / "meta" / "metadata").write_text('{"best_stsb_dev": 24.')
+  return f"{step_dir / 'meta'}: Expecting"
+
+
+def _remove_the_commit_marker(step_dir):
+  (step_dir / "commit_success.txt").unlink()
+  return "no commit_success.txt: its save never finished"
+
+
+@pytest.mark.parametrize("corrupt", [_truncate_a_data_file, _delete_a_data_file, _garble_the_meta,
+                                     _remove_the_commit_marker])
+def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored(corrupt, whole_run, tmp_path):
+  whole, _ = whole_run
+  shutil.copytree(whole, tmp_path / "run")
+  cause = corrupt(tmp_path / "run" / "checkpoints" / "3")
+  said = []
+  ckpt = checkpoints.RunCheckpoints(tmp_path / "run", keep=2, say=said.append)
+  abstract = run_dir.abstract_on_one_device(whole / "checkpoints" / "2" / "state")
+  state, meta = ckpt.restore(abstract)
+  ckpt.close()
+  (line,) = said
+  assert line.startswith(f"checkpoint {tmp_path / 'run' / 'checkpoints' / '3'} is unreadable (") and cause in line
+  (aside,) = (tmp_path / "run" / "checkpoints").glob("corrupt-3-*")
+  assert line.endswith(f"set aside as {aside.name}") and sorted(os.listdir(aside)) != []
+  assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", aside.name]
+  _, expected = _restore(whole / "checkpoints", 2)
+  assert meta == expected["meta"]
+  for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(expected["state"]), strict=True):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_with_every_checkpoint_unreadable_the_run_starts_again_and_says_so(whole_run, tmp_path):
+  whole, _ = whole_run
+  shutil.copytree(whole, tmp_path / "run")
+  _truncate_a_data_file(tmp_path / "run" / "checkpoints" / "2")
+  _garble_the_meta(tmp_path / "run" / "checkpoints" / "3")
+  said = []
+  ckpt = checkpoints.RunCheckpoints(tmp_path / "run", keep=2, say=said.append)
+  if ckpt.latest_step() is not None:  # As the loop does: found unreadable when its arrays are read.
+    assert ckpt.restore(run_dir.abstract_on_one_device(whole / "checkpoints" / "2" / "state")) is None
+  ckpt.close()
+  assert len(said) == 3 and said[-1] == (f"no readable checkpoint left in {tmp_path / 'run' / 'checkpoints'}: "
+                                         "starting from the first step")
+  assert len(list((tmp_path / "run" / "checkpoints").glob("corrupt-*"))) == 2
+
+
+@pytest.mark.parametrize("corrupt", [_truncate_a_data_file, _garble_the_meta])
+def test_an_unreadable_best_step_is_one_data_error_naming_it(corrupt, whole_run, tmp_path):
+  whole, _ = whole_run
+  shutil.copytree(whole, tmp_path / "run")
+  (best,) = (tmp_path / "run" / "best").iterdir()
+  if corrupt is _truncate_a_data_file:
+    data = _largest_data_file(best / "params")
+    data.write_bytes(data.read_bytes()[:10])
+  else:
+    corrupt(best)
+  with pytest.raises(DataError, match=f"^best checkpoint {re.escape(str(best))} is unreadable: .*; restore it"):
+    run_dir.load_best(tmp_path / "run")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 1 MiB file system of its own (remount it to resize) (a tmpfs; mounting one needs root, else the test is skipped)."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                    check=False).returncode:
+    pytest.skip("mounting a tmpfs needs root")
+  yield disk
+  subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_is_one_storage_error_and_the_next_start_cleans_up_and_saves(small_disk, capfd, caplog):
+  params = {"kernel": jax.random.normal(jax.random.key(0), (400, 400))}  # 640 kB: one fits, two do not.
+  ckpt = checkpoints.RunCheckpoints(small_disk / "run", keep=2, say=print)
+  ckpt.save_best(1, params, {"step": 1})
+  ckpt.wait()
+  best = small_disk / "run" / "best"
+  with pytest.raises(StorageError) as raised:  # Raised by the save, or by the wait on its background writes.
+    ckpt.save_best(2, params, {"step": 2})
+    ckpt.wait()
+  assert str(raised.value) == f"cannot write checkpoint {best / '2'}: No space left on device (errno 28)"
+  ckpt.wait()  # Reported once: not raised again at the loop's last wait and close.
+  ckpt.close()
+  assert [p.name for p in best.glob("*.orbax-checkpoint-tmp*")] == ["2.orbax-checkpoint-tmp"]
+  err = capfd.readouterr().err
+  assert "Traceback" not in err and "Event loop is closed" not in err, err
+  assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+  subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)  # Space is back.
+  ckpt = checkpoints.RunCheckpoints(small_disk / "run", keep=2, say=print)
+  assert capfd.readouterr().out == f"removed the unfinished saves a stopped run left: {best}/2.orbax-checkpoint-tmp\n"
+  ckpt.save_best(2, params, {"step": 2})
+  ckpt.close()
+  assert os.listdir(best) == ["2"]
+  np.testing.assert_array_equal(_restore(best, 2, ("params",))[1]["params"]["kernel"], params["kernel"])
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_with_one_line_and_the_rerun_continues(small_disk, tiny_bert, wiki_head, tmp_path,
+                                                                         capfd):
+  """The loop on a 1 MiB disk grown to 6 MiB: step 1's train state fits (4 MB), step 2's best params do not."""
+  subprocess.run(["mount", "-o", "remount,size=6m", str(small_disk)], check=True)
+  config = checkpoint_kill.kill_config(tiny_bert, small_disk / "run", wiki_head, "")
+  config.data.cache_dir = str(tmp_path / "cache")
+  with pytest.raises(StorageError, match=r"^cannot write checkpoint .*/run/(best|checkpoints)/2: No space left on "
+                                         r"device \(errno 28\)$"):
+    loop.train(config)
+  assert "Traceback" not in capfd.readouterr().err
+  subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
+  assert loop.train(config)["steps_run"] == 2
+  out = capfd.readouterr().out
+  assert "removed the unfinished saves a stopped run left" in out and "resumed from" in out
+  assert not list((small_disk / "run").glob("*/*.orbax-checkpoint-tmp*"))
