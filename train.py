@@ -5,7 +5,9 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
 
 Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
 finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
-ended); the same command then resumes.
+ended); the same command then resumes. A rerun whose fields differ from those the workdir's run was made with
+(<workdir>/fingerprint.json) is refused, listing them; --resume_changed continues it with the new ones. A second
+process on a workdir in use is refused at once.
 """
 
 from absl import app
@@ -17,6 +19,9 @@ from jaxemb.training import loop
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training config file (configs/*.py).",
                                           lock_config=True)
+_RESUME_CHANGED = flags.DEFINE_bool(
+    "resume_changed", False, "Continue the workdir's run although fields of its fingerprint (model, data, objective, "
+    "optimizer, batch, schedule, seed, method) changed; the new fields are recorded.")
 
 
 def main(argv):
@@ -24,7 +29,7 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   xla.use_compilation_cache(_CONFIG.value.compilation_cache_dir)
   try:
-    loop.train(_CONFIG.value)
+    loop.train(_CONFIG.value, _RESUME_CHANGED.value)
   except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
     return loop.Preempted.exit_code
   return 0
