@@ -16,7 +16,7 @@ from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
 from tests.support import REPO, shared_path
-from tests.training.test_loop import tiny_config
+from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  # A fixture.
 
 
 def _config(tmp_path, **fields):
@@ -137,15 +137,32 @@ def test_a_workdir_without_a_saved_step_is_no_run_its_fingerprint_replaced(tmp_p
     workdir.check_fingerprint(run, fixed, False, said.append)
 
 
-def test_train_refuses_a_changed_model_path_and_continues_when_told(tmp_path, tiny_bert, wiki_head):
-  """A run stopped by a bad corpus path reruns with the right one; then another model.path (the same weights,
-  elsewhere) is refused before anything is loaded, and continued with resume_changed."""
-  config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head, num_steps=2)
+def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert,
+                                                                                        wiki_head):
+  """loop.train claims the workdir first: a run stopped before its first step (a bad corpus path, a bad column)
+  reruns with the corrected field; once a step is saved, another model.path is refused before anything is read."""
+  config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head)
   config.data.train_file = str(tmp_path / "missing.txt")
   with pytest.raises((OSError, ValueError), match="missing.txt"):
     loop.train(config)
   config.data.train_file = str(wiki_head)
+  config.objective.columns = ("text", "label")
+  with pytest.raises(ValueError, match="'label'"):  # Past the claim: the fingerprint was replaced.
+    loop.train(config)
+  _save_a_step(run_dir.RunDir(config.workdir))
+  config.model.path = str(tmp_path / "missing-model")
+  with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(tiny_bert.resolve())!r} -> "
+                                                   f"{str(tmp_path / 'missing-model')!r}")):
+    loop.train(config)
+
+
+@pytest.mark.slow
+def test_train_continues_a_changed_run_when_told(tmp_path, tiny_bert, wiki_head):
+  """A trained run rerun unchanged resumes; with another model.path (the same weights, elsewhere) it is refused,
+  and continued with resume_changed, which records the new fields."""
+  config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head, num_steps=2)
   assert loop.train(config)["steps_run"] == 2
+  assert loop.train(config)["steps_run"] == 0
   moved = tmp_path / "moved"
   moved.mkdir()
   for item in os.listdir(tiny_bert):
