@@ -90,10 +90,10 @@ def check_fingerprint(run: run_dir.RunDir, fields: dict[str, Any], resume_change
       raise WorkdirError(f"{run.path} holds a run of another command ({run.fingerprint_file}): {_listing(changed)}. "
                          "Rerun with its values, choose another --config.workdir, or pass train.py --resume_changed "
                          "to continue it with the new ones")
+    changes = recorded.get("changes", [])
     if changed:
       say(f"continuing {run.path} with changed fields: {_listing(changed)}; recorded in {run.fingerprint_file}")
-    changes = recorded.get("changes", []) + ([{k: {"from": o, "to": n} for k, (o, n) in changed.items()}]
-                                             if changed else [])
+      changes = [*changes, {key: {"from": old, "to": new} for key, (old, new) in changed.items()}]
   write_json(run.fingerprint_file, {"fields": fields, "changes": changes})
 
 
