@@ -5,20 +5,28 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
 
 Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
 finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
-ended); the same command then resumes. An error a user can act on is one line and exit status 1 (see jaxemb/cli.py).
+ended); the same command then resumes. A rerun whose fields differ from those the workdir's run was made with
+(<workdir>/fingerprint.json) is refused, listing them; --resume_changed continues it with the new ones. A second
+process on a workdir in use is refused at once. An error a user can act on is one line and exit status 1 (see
+jaxemb/cli.py).
 """
+
+from absl import flags
 
 from jaxemb import cli
 from jaxemb import xla
 from jaxemb.training import loop
 
 _CONFIG = cli.define_config("Training config file (configs/*.py).")
+_RESUME_CHANGED = flags.DEFINE_bool(
+    "resume_changed", False, "Continue the workdir's run although fields of its fingerprint (model, data, objective, "
+    "optimizer, batch, schedule, seed, method) changed; the new fields are recorded.")
 
 
 def main(config) -> int:
   xla.use_compilation_cache(config.compilation_cache_dir)
   try:
-    loop.train(config)
+    loop.train(config, _RESUME_CHANGED.value)
   except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
     return loop.Preempted.exit_code
   return 0

@@ -7,6 +7,7 @@ one setting at a time (PromptBERT Tables 8-9, CoT-BERT Tables 3, 4 and 6). An ex
     <workdir>/<row>/seed<s>/   a training row: train.py's run directory, then sts.json, the 7 STS tasks of its best
                                step evaluated with the run's own method
     <workdir>/<row>/           an evaluation row (learning-free: one run, no seed): sts.json
+    (<row> is `slug`: the row's name and a hash of its overrides, so a command with other overrides makes new runs)
     <workdir>/table.md, .json  mean ± std per row over whatever sts.json files exist
 
 A run with sts.json is finished and skipped; any other resumes from its last checkpoint (train.py's resume). Runs are
@@ -105,27 +106,31 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]
       raise ConfigError(f"{source}: {key}={value!r}: {e}") from None
 
 
-def slug(name: str) -> str:
-  """A row name as a directory name: its letters and digits, and the name's crc32, since names that differ only in
-  punctuation (`of [X]` and `of "[X]"`) read the same without it."""
-  return f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')[:48]}-{zlib.crc32(name.encode()):08x}"
+def slug(name: str, base: str, overrides: dict[str, Any]) -> str:
+  """A row's directory name: its name's letters and digits, then the crc32 of its name, base config and complete
+  overrides (the row's and the command line's), canonicalised: a command with other overrides never reuses a run,
+  and names that differ only in punctuation (`of [X]` and `of "[X]"`) get their own directories."""
+  identity = json.dumps([name, base, overrides], sort_keys=True, default=repr)
+  return f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')[:48]}-{zlib.crc32(identity.encode()):08x}"
 
 
 def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
   """Every run of the experiment, in row order then seed order."""
   workdir = pathlib.Path(experiment.workdir)
   common = parse_overrides(experiment.overrides)
-  names = [slug(row["name"]) for row in experiment.rows]
+  names = [row["name"] for row in experiment.rows]
   if len(set(names)) != len(names):
-    raise ConfigError(f"experiment {experiment.name!r}: row names {names} repeat (as directory names)")
+    raise ConfigError(f"experiment {experiment.name!r}: row names {names} repeat")
   runs = []
-  for row, name in zip(experiment.rows, names):
+  for row in experiment.rows:
     unknown = set(row) - {"name", "base", "paper", "set"}
     if unknown:
       raise ConfigError(f"experiment {experiment.name!r}, row {row['name']!r}: unknown keys {sorted(unknown)}")
-    config = base_config(row.get("base", experiment.base))
+    base = row.get("base", experiment.base)
+    config = base_config(base)
     apply_overrides(config, dict(row.get("set", {})), f"row {row['name']!r}")
     apply_overrides(config, common, "overrides")  # The command line's, applied to every row.
+    name = slug(row["name"], base, {**dict(row.get("set", {})), **common})
     if not is_training_config(config):
       config.eval.output_json = str(workdir / name / RESULT_FILE)
       runs.append(Run(row["name"], None, config, workdir / name))

@@ -123,6 +123,31 @@ def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
   assert (tmp_path / "table.md").read_text() == text
 
 
+def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
+  """A run directory is named by its row and a hash of the row's complete overrides (its own and the command
+  line's): other overrides never reuse, or skip as finished, a run of another command, and the table reads the new
+  runs; the same overrides however written plan the same directories."""
+  def plan(overrides, **fields):
+    return sweep.plan(_experiment("promptbert_table8", tmp_path, seeds=(1,), overrides=overrides, **fields))
+
+  first = plan("train.num_steps=30; model.path='/m'")
+  _fake_result(first[0], 70.0)
+  same = plan(" model.path = '/m' ;train.num_steps=30;")
+  assert [run.directory for run in same] == [run.directory for run in first] and same[0].finished
+  other = plan("train.num_steps=31; model.path='/m'")
+  assert not {run.directory for run in other} & {run.directory for run in first}
+  assert not any(run.finished for run in other)
+  records = sweep.aggregate(_experiment("promptbert_table8", tmp_path), other)
+  assert records[0]["runs"] == 0 and records[0]["average"] is None
+  experiment = _experiment("seeds", tmp_path, seeds=(1,))
+  directories = []
+  for row in ({"name": "x", "set": {"train.learning_rate": 1e-5}}, {"name": "x", "set": {"train.learning_rate": 3e-5}},
+              {"name": "x", "base": "promptroberta", "set": {"train.learning_rate": 3e-5}}):
+    experiment.rows = (row,)
+    directories.append(sweep.plan(experiment)[0].directory)
+  assert len(set(directories)) == 3
+
+
 def test_a_killed_sweep_reruns_only_what_did_not_finish(tmp_path, monkeypatch, capsys):
   """A run preempted mid-sweep stops the sweep; the rerun skips the finished runs, redoes the stopped one first and
   finishes the rest; a share runs only its runs; table_only runs nothing."""

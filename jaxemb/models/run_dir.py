@@ -8,6 +8,8 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
     <workdir>/best/N         the params of the best STS-B dev step: {"encoder", "mlp"?, "prompt"?}
     <workdir>/metrics.jsonl  the logged scalars, one JSON object a line; tensorboard/ holds the same as events
     <workdir>/cache/         the tokenised training rows, unless data.cache_dir names another place
+    <workdir>/lock           held (flock) by the process training in it; names its pid and host
+    <workdir>/fingerprint.json  the fields that define the run (jaxemb.training.workdir), written at start
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ class RunDir:
     self.metrics_file = self.path / "metrics.jsonl"
     self.tensorboard_dir = self.path / "tensorboard"
     self.cache_dir = self.path / "cache"
+    self.lock_file = self.path / "lock"
+    self.fingerprint_file = self.path / "fingerprint.json"
+
+  def has_step(self) -> bool:
+    """Whether a step was saved (a periodic checkpoint or a best step): a directory without one holds no run yet."""
+    return any(directory.is_dir() and any(child.name.isdigit() for child in directory.iterdir())
+               for directory in (self.checkpoints_dir, self.best_dir))
 
 
 def is_run_dir(path: str | pathlib.Path) -> bool:

@@ -26,6 +26,7 @@ from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, ru
 from jaxemb.training import checkpoints, objectives, preflight, sharding
 from jaxemb.training import state as train_state
 from jaxemb.training.trainer import batch_field, build_trainer
+from jaxemb.training.workdir import claim_workdir
 
 T = TypeVar("T")
 
@@ -139,15 +140,18 @@ def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
   return params["encoder"]
 
 
-def train(config: Any) -> dict[str, Any]:
-  """Runs (or resumes) the configured training; returns a summary of the run.
+def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
+  """Runs (or resumes) the configured training; returns a summary of the run. `resume_changed` continues a run
+  made with other fields (train.py --resume_changed).
 
   Raises:
     Preempted: on SIGTERM, after saving the state. The handler is installed before anything is loaded, so a
       SIGTERM that arrives while the run loads data or compiles stops it after its first step.
+    WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
+      another command (workdir.claim_workdir).
   """
   maybe_initialize_distributed(config)
-  with _Sigterm() as sigterm:
+  with _Sigterm() as sigterm, claim_workdir(config, resume_changed, _say):
     return _train(config, sigterm)
 
 
