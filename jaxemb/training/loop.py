@@ -151,13 +151,19 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
       another command (workdir.claim_workdir).
   """
   maybe_initialize_distributed(config)
-  with _Sigterm() as sigterm, claim_workdir(config, resume_changed, _say):
-    return _train(config, sigterm)
+  with _Sigterm() as sigterm:
+    mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
+    # Before anything is loaded or written: a bad field or a corpus too small for one batch costs seconds, not a
+    # run, and leaves the workdir as it was (reading the corpus writes nothing there).
+    preflight.check(config, mesh)
+    columns = read_columns(config)
+    preflight.check_corpus_size(config, len(next(iter(columns.values()))))
+    with claim_workdir(config, resume_changed, _say):
+      return _train(config, sigterm, mesh, columns)
 
 
-def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
-  mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
-  preflight.check(config, mesh)  # Before anything is loaded or written: a bad field costs seconds, not a run.
+def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]]
+           ) -> dict[str, Any]:
   workdir = run_dir.RunDir(config.workdir)
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
@@ -168,9 +174,7 @@ def _train(config: Any, sigterm: _Sigterm) -> dict[str, Any]:
     model_config = hf.read_config(workdir.model_dir)
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   tokenizer = load_tokenizer(config.model.path)
-  columns = read_columns(config)
   num_examples = len(next(iter(columns.values())))
-  preflight.check_corpus_size(config, num_examples)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
   trainer = build_trainer(config, model_config, pretrained, tokenizer, mesh, total_steps)
