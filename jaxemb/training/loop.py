@@ -26,7 +26,7 @@ from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, ru
 from jaxemb.training import checkpoints, objectives, preflight, sharding
 from jaxemb.training import state as train_state
 from jaxemb.training.trainer import batch_field, build_trainer
-from jaxemb.training.workdir import claim_workdir
+from jaxemb.training.workdir import claim_workdir, refuse_if_busy
 
 T = TypeVar("T")
 
@@ -152,6 +152,8 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
   """
   maybe_initialize_distributed(config)
   with _Sigterm() as sigterm:
+    if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
+      refuse_if_busy(run_dir.RunDir(config.workdir))
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
     # Before anything is loaded or written: a bad field or a corpus too small for one batch costs seconds, not a
     # run, and leaves the workdir as it was (reading the corpus writes nothing there).

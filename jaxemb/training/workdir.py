@@ -124,15 +124,7 @@ def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
   run.path.mkdir(parents=True, exist_ok=True)
   fd = os.open(run.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
   try:
-    try:
-      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-      raise WorkdirError(f"{run.path} is in use by {_holder(fd) or 'another process'} (lock {run.lock_file}): wait "
-                         "for it to end or stop it, or choose another --config.workdir") from None
-    except OSError as e:
-      if e.errno not in _NO_LOCKS:
-        raise
-      say(f"cannot lock {run.lock_file} ({e.strerror}): a second process on this workdir will not be detected")
+    _flock(run, fd, say)
     stale = _holder(fd)
     if stale:
       say(f"took over {run.lock_file} from {stale}, which ended without releasing it")
@@ -144,6 +136,32 @@ def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
       os.ftruncate(fd, 0)  # An empty lock file is a free one.
   finally:
     os.close(fd)  # Releases the flock.
+
+
+def refuse_if_busy(run: run_dir.RunDir):
+  """Raises WorkdirError at once when another process holds the workdir's lock; creates nothing (a config that
+  fails its checks afterwards leaves the workdir as it was). `lock` takes the lock itself later."""
+  try:
+    fd = os.open(run.lock_file, os.O_RDWR)
+  except FileNotFoundError:
+    return
+  try:
+    _flock(run, fd, lambda _: None)
+  finally:
+    os.close(fd)  # Releases the flock, if taken.
+
+
+def _flock(run: run_dir.RunDir, fd: int, say: Callable[[str], None]):
+  """flock(fd) without waiting; a file system without locks is said once and let through."""
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    raise WorkdirError(f"{run.path} is in use by {_holder(fd) or 'another process'} (lock {run.lock_file}): wait "
+                       "for it to end or stop it, or choose another --config.workdir") from None
+  except OSError as e:
+    if e.errno not in _NO_LOCKS:
+      raise
+    say(f"cannot lock {run.lock_file} ({e.strerror}): a second process on this workdir will not be detected")
 
 
 def _holder(fd: int) -> str:

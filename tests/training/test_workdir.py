@@ -139,20 +139,33 @@ def test_a_workdir_without_a_saved_step_is_no_run_its_fingerprint_replaced(tmp_p
 
 def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert,
                                                                                         wiki_head):
-  """loop.train claims the workdir first: a run stopped before its first step (a bad corpus path, a bad column)
-  reruns with the corrected field; once a step is saved, another model.path is refused before anything is read."""
+  """loop.train checks the config, then claims the workdir: a refused config (a bad corpus path, a bad column)
+  leaves no workdir; a run that claimed it and saved no step is rerun with other fields; once a step is saved,
+  another model.path is refused before any weight is read."""
   config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head)
   config.data.train_file = str(tmp_path / "missing.txt")
   with pytest.raises((OSError, ValueError), match="missing.txt"):
     loop.train(config)
   config.data.train_file = str(wiki_head)
   config.objective.columns = ("text", "label")
-  with pytest.raises(ValueError, match="'label'"):  # Past the claim: the fingerprint was replaced.
+  with pytest.raises(ValueError, match="'label'"):
     loop.train(config)
+  assert not (tmp_path / "run").exists()
+  config.objective.columns = ("text", "text")
+  config.train.seed = 7
+  with workdir.claim_workdir(config, say=lambda _: None):  # A run killed before its first save.
+    pass
+  config.train.seed = 42
+  with workdir.claim_workdir(config, say=lambda _: None):  # No step saved: not a run, its fingerprint replaced.
+    pass
   _save_a_step(run_dir.RunDir(config.workdir))
-  config.model.path = str(tmp_path / "missing-model")
+  moved = tmp_path / "moved"  # The same checkpoint elsewhere: preflight passes, the fingerprint differs.
+  moved.mkdir()
+  for item in os.listdir(tiny_bert):
+    (moved / item).symlink_to(tiny_bert / item)
+  config.model.path = str(moved)
   with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(tiny_bert.resolve())!r} -> "
-                                                   f"{str(tmp_path / 'missing-model')!r}")):
+                                                   f"{str(moved.resolve())!r}")):
     loop.train(config)
 
 
