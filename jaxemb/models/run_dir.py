@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from jaxemb.models import hf
+from jaxemb.models import bert, hf
 from jaxemb.models.config import EncoderConfig
 
 
@@ -45,7 +45,8 @@ def is_run_dir(path: str | pathlib.Path) -> bool:
 
 
 def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
-  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory."""
+  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory; the encoder per
+  layer (`layer_{i}/...`) as a Hugging Face checkpoint reads, whether or not the run scanned its layers."""
   run = RunDir(workdir)
   if not is_run_dir(run.path):
     raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
@@ -57,7 +58,8 @@ def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any
   restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
                                                            meta=ocp.args.JsonRestore()))
   manager.close()
-  return hf.read_config(run.model_dir), restored["params"], restored["meta"]
+  params = {**restored["params"], "encoder": bert.unstack_layers(restored["params"]["encoder"])}
+  return hf.read_config(run.model_dir), params, restored["meta"]
 
 
 def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
