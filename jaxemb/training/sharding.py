@@ -66,7 +66,7 @@ def tree_shardings(mesh: Mesh, tree: Any, min_size: int = FSDP_MIN_SIZE) -> Any:
   def leaf_sharding(path, x):
     if jax.tree_util.DictKey(bert.STACKED) in path:
       per_layer = fsdp_spec(tuple(x.shape[1:]), mesh.shape["fsdp"], min_size)
-      return NamedSharding(mesh, P(None, *per_layer))
+      return NamedSharding(mesh, P(None, *per_layer) if per_layer else P())
     return fsdp_sharding(mesh, tuple(x.shape), min_size)
   return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
 
