@@ -41,7 +41,8 @@ def _is_policy(f: Any) -> bool:
 
 # config.model.remat_policy: "none" keeps every layer's activations for the backward pass; "full" recomputes each
 # layer whole (nn.remat's default, nothing saved); the others name jax.checkpoint_policies, as maxtext's
-# `remat_policy` does (e.g. "dots_saveable": keep the matmul outputs, recompute the rest).
+# `remat_policy` does (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.set_remat_policy`; e.g.
+# "dots_saveable": keep the matmul outputs, recompute the rest).
 REMAT_POLICIES = ("none", "full", *sorted(n for n, f in vars(jax.checkpoint_policies).items()
                                           if not n.startswith("_") and _is_policy(f)))
 
@@ -201,7 +202,8 @@ class Transformer(nn.Module):
     scan_layers: run the layers as one `nn.scan` over params stacked on a leading axis (`layers/...`), as maxtext's
       decoder does: XLA compiles one layer instead of num_hidden_layers copies. Deterministic outputs equal the
       unrolled model's (`layer_{i}/...`) to float32 rounding; dropout masks differ, the per-layer rngs being split
-      by the scan rather than folded in by layer name.
+      by the scan rather than folded in by layer name. False by default: the layout `load_pretrained` returns
+      unless asked (training's config.model.scan_layers is True).
     remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":
       nothing, recomputed: about one more forward pass of compute for less memory); the same params and outputs.
   """
@@ -268,7 +270,8 @@ class Transformer(nn.Module):
       position_ids = default_position_ids(self.config, input_ids)
     x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic)
     run = self._scanned if self.scan_layers else self._unrolled
-    layer_outputs, attentions = run(x, attention_mask, deterministic, tuple(output_attentions), output_hidden_states)
+    attention_layers = tuple(dict.fromkeys(output_attentions))  # Each layer once, in the order asked.
+    layer_outputs, attentions = run(x, attention_mask, deterministic, attention_layers, output_hidden_states)
     last = layer_outputs[-1]
     return EncoderOutput(
         last_hidden_state=last,
@@ -288,10 +291,11 @@ class Transformer(nn.Module):
     return outputs, attentions
 
   def _scanned(self, x, attention_mask, deterministic, attention_layers, output_hidden_states):
-    """`_unrolled`'s results from one scan over the stacked layers (maxtext's decoder: `nn.scan` with the params
-    split on axis 0 and an rng per layer). Only the last output is kept unless `output_hidden_states`; the
-    requested layers' probs go to slots of a buffer carried through the scan (a last slot takes the others'),
-    so it holds len(attention_layers) maps however many layers there are."""
+    """`_unrolled`'s results from one scan over the stacked layers, as maxtext's decoder scans its layers
+    (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.scan_decoder_layers`: `nn.scan` with the params
+    split on axis 0 and a params and dropout rng per layer). Only the last output is kept unless
+    `output_hidden_states`; the requested layers' probs go to slots of a buffer carried through the scan (a last
+    slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are."""
     num_layers = self.config.num_hidden_layers
     slots = jnp.asarray([attention_layers.index(i) if i in attention_layers else len(attention_layers)
                          for i in range(num_layers)])

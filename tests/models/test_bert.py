@@ -54,9 +54,9 @@ def _assert_matches(ours, theirs, attention_mask, mlm: bool):
 
 def _apply(config, params, input_ids, attention_mask, **kwargs):
   """Every layer's states and attentions, from the model (scanned or not) that reads `params`' layout."""
-  return Transformer(config, scan_layers=bert.is_stacked(params)).apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(attention_mask),
-                                   output_hidden_states=True,
-                                   output_attentions=tuple(range(config.num_hidden_layers)), **kwargs)
+  model = Transformer(config, scan_layers=bert.is_stacked(params))
+  return model.apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(attention_mask), output_hidden_states=True,
+                     output_attentions=tuple(range(config.num_hidden_layers)), **kwargs)
 
 
 def _padded_batch(path):
