@@ -155,8 +155,8 @@ def test_dropout_uses_the_given_rng(tiny_checkpoint, scan_layers):
   config, params, _ = _load(str(path), scan_layers)
   ids, mask = _padded_batch(path)
   model = Transformer(config, scan_layers=scan_layers)
-  run = lambda seed: model.apply({"params": params}, ids, mask, deterministic=False,
-                                 rngs={"dropout": jax.random.key(seed)}).last_hidden_state
+  run = jax.jit(lambda seed: model.apply({"params": params}, ids, mask, deterministic=False,
+                                         rngs={"dropout": jax.random.key(seed)}).last_hidden_state)
   np.testing.assert_array_equal(run(0), run(0))
   assert not np.allclose(run(0), run(1), atol=1e-3)
   clean = model.apply({"params": params}, ids, mask).last_hidden_state
