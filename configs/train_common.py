@@ -20,7 +20,14 @@ def get_config():
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory to start from.
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
-  config.model.remat = False  # Recompute each layer in the backward pass: less activation memory, more compute.
+  # Run the layers as one nn.scan over params stacked on a leading axis (`layers/...`, maxtext's pattern): XLA
+  # compiles one layer instead of every one (bench/scan_layers.py). False: a module per layer (`layer_{i}/...`).
+  # Checkpoints written for Hugging Face and a run's best step read back per layer either way.
+  config.model.scan_layers = True
+  # What each layer keeps for the backward pass: "none" (everything), "full" (nothing: recomputed, about one more
+  # forward pass of compute for less activation memory), or a jax.checkpoint_policies name such as "dots_saveable"
+  # (keep the matmul outputs): jaxemb.models.bert.REMAT_POLICIES.
+  config.model.remat_policy = "none"
 
   config.data = ml_collections.ConfigDict()
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).

@@ -18,7 +18,7 @@ import tqdm
 
 from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
 from jaxemb.errors import ConfigError
-from jaxemb.models import EncoderConfig, Transformer, run_dir
+from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
 from jaxemb.training import sharding
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
@@ -216,9 +216,10 @@ class Encoder:
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
-    self._vectors = xla.jit(
-        functools.partial(sentence_vectors, Transformer(config, dtype=dtype), method=method, template=self.template),
-        out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
+    def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
+      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
+      return sentence_vectors(model, params, method, template=self.template, **inputs)
+    self._vectors = xla.jit(vectors, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.

@@ -5,17 +5,20 @@ The parameter tree (names say what each weight is; `jaxemb.models.hf` maps it to
     embeddings/{word, position, token_type, layer_norm}
     embeddings/project                    (ELECTRA whose embedding_size differs from hidden_size)
     layer_{i}/{query, key, value, attention_out, attention_norm, ffn_in, ffn_out, ffn_norm}
+    layers/{query, ...}                   (scanned: the same leaves stacked, a leading [num_hidden_layers] axis)
     pooler/dense                          (when the checkpoint has one)
     mlm_head/{dense, layer_norm, bias}    (when the checkpoint has one)
 
 Usage: `Transformer(config).apply({"params": params}, input_ids, attention_mask, ...)`; for dropout pass
-`deterministic=False, rngs={"dropout": key}`.
+`deterministic=False, rngs={"dropout": key}`. `stack_layers` / `unstack_layers` convert between the two layouts
+(Hugging Face checkpoints are read and written per layer).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import flax
 import flax.linen as nn
@@ -26,6 +29,54 @@ from jaxemb.models import heads
 from jaxemb.models.config import EncoderConfig
 
 Dtype = Any
+
+STACKED = "layers"  # The scanned layers' params: every layer's leaves stacked on a leading axis.
+
+
+def _is_policy(f: Any) -> bool:
+  """Whether a jax.checkpoint_policies attribute is a policy (called with a primitive and its **params), not a
+  factory of policies (save_only_these_names, ...), which needs arguments this config does not have."""
+  return callable(f) and any(p.kind is p.VAR_KEYWORD for p in inspect.signature(f).parameters.values())
+
+
+# config.model.remat_policy: "none" keeps every layer's activations for the backward pass; "full" recomputes each
+# layer whole (nn.remat's default, nothing saved); the others name jax.checkpoint_policies, as maxtext's
+# `remat_policy` does (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.set_remat_policy`; e.g.
+# "dots_saveable": keep the matmul outputs, recompute the rest).
+REMAT_POLICIES = ("none", "full", *sorted(n for n, f in vars(jax.checkpoint_policies).items()
+                                          if not n.startswith("_") and _is_policy(f)))
+
+
+def checkpoint_policy(name: str) -> Callable[..., bool] | None:
+  """The jax.checkpoint policy `name` (one of REMAT_POLICIES but "none") names; None for "full"."""
+  if name not in REMAT_POLICIES:
+    raise ValueError(f"remat_policy {name!r} is not one of {REMAT_POLICIES}")
+  return None if name in ("none", "full") else getattr(jax.checkpoint_policies, name)
+
+
+def is_stacked(params: Any) -> bool:
+  """Whether an encoder params tree has the scanned layout (`layers/...`, stacked) rather than `layer_{i}/...`."""
+  return STACKED in params
+
+
+def stack_layers(params: dict[str, Any], num_layers: int) -> dict[str, Any]:
+  """The scanned layout of an encoder tree (unchanged when it already is): `layer_{i}/...` -> `layers/...` with a
+  leading [num_layers] axis."""
+  if is_stacked(params):
+    return params
+  layers = [params[f"layer_{i}"] for i in range(num_layers)]
+  rest = {k: v for k, v in params.items() if not k.startswith("layer_")}
+  return {**rest, STACKED: jax.tree.map(lambda *leaves: jnp.stack(leaves), *layers)}
+
+
+def unstack_layers(params: dict[str, Any]) -> dict[str, Any]:
+  """The per-layer layout of an encoder tree (unchanged when it already is): `layers/...` -> `layer_{i}/...`."""
+  if not is_stacked(params):
+    return params
+  stacked = params[STACKED]
+  num_layers = jax.tree.leaves(stacked)[0].shape[0]
+  rest = {k: v for k, v in params.items() if k != STACKED}
+  return {**rest, **{f"layer_{i}": jax.tree.map(lambda a: a[i], stacked) for i in range(num_layers)}}
 
 
 @flax.struct.dataclass
@@ -148,21 +199,33 @@ class Transformer(nn.Module):
     config: the architecture.
     dtype: compute dtype (bfloat16 on accelerators); params stay in `param_dtype`.
     param_dtype: dtype of the parameters.
-    remat: recompute each layer's activations in the backward pass instead of keeping them (less memory for
-      large batches, about one more forward pass of compute); the same params and outputs.
+    scan_layers: run the layers as one `nn.scan` over params stacked on a leading axis (`layers/...`), as maxtext's
+      decoder does: XLA compiles one layer instead of num_hidden_layers copies. Deterministic outputs equal the
+      unrolled model's (`layer_{i}/...`) to float32 rounding; dropout masks differ, the per-layer rngs being split
+      by the scan rather than folded in by layer name. False by default: the layout `load_pretrained` returns
+      unless asked (training's config.model.scan_layers is True).
+    remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":
+      nothing, recomputed: about one more forward pass of compute for less memory); the same params and outputs.
   """
 
   config: EncoderConfig
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-  remat: bool = False
+  scan_layers: bool = False
+  remat_policy: str = "none"
 
   def setup(self):
     kwargs = dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype)
     self.embeddings = Embeddings(**kwargs)
-    # Layer(x, mask, deterministic, return_attention): the two flags are static (argument 0 is the module).
-    layer = nn.remat(Layer, static_argnums=(3, 4)) if self.remat else Layer
-    self.layers = [layer(**kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+    policy = checkpoint_policy(self.remat_policy)
+    # Layer(x, mask, deterministic, return_attention): the two flags are static (argument 0 is the module). A scan
+    # body is not merged with its neighbours by CSE, so only unrolled layers need remat's CSE barrier (maxtext).
+    layer = Layer if self.remat_policy == "none" else nn.remat(
+        Layer, policy=policy, prevent_cse=not self.scan_layers, static_argnums=(3, 4))
+    if self.scan_layers:
+      self.layers = layer(**kwargs, name=STACKED)
+    else:
+      self.layers = [layer(**kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
     self.pooler = heads.DenseTanh(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
     self.mlm_head = heads.MLMHead(**kwargs)
 
@@ -192,8 +255,8 @@ class Transformer(nn.Module):
       inputs_embeds_mask: [batch, length] bool.
       deterministic: False applies dropout (needs a "dropout" rng).
       output_hidden_states: return h0 (the embedding output, projected for ELECTRA) and every layer's output.
-      output_attentions: layers (0-based) whose attention probabilities to return; only these layers
-        materialise them.
+      output_attentions: layers (0-based) whose attention probabilities to return; only these layers' are kept
+        (unrolled, only these layers materialise them; scanned, every layer computes them unfused).
       output_mlm_logits: return MLM logits at every position (needs an MLM head; to score a few positions
         gather them first and call `mlm_logits`).
     """
@@ -206,18 +269,50 @@ class Transformer(nn.Module):
     if position_ids is None:
       position_ids = default_position_ids(self.config, input_ids)
     x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic)
-    hidden_states, attentions = [x], {}
+    run = self._scanned if self.scan_layers else self._unrolled
+    attention_layers = tuple(dict.fromkeys(output_attentions))  # Each layer once, in the order asked.
+    layer_outputs, attentions = run(x, attention_mask, deterministic, attention_layers, output_hidden_states)
+    last = layer_outputs[-1]
+    return EncoderOutput(
+        last_hidden_state=last,
+        hidden_states=(x, *layer_outputs) if output_hidden_states else None,
+        attentions=attentions or None,
+        mlm_logits=self.mlm_logits(last) if output_mlm_logits else None,
+    )
+
+  def _unrolled(self, x, attention_mask, deterministic, attention_layers, _):
+    """(every layer's output, {layer: probs} of `attention_layers`) of the layers called one by one."""
+    outputs, attentions = [], {}
     for i, layer in enumerate(self.layers):
-      x, probs = layer(x, attention_mask, deterministic, i in output_attentions)
-      hidden_states.append(x)
+      x, probs = layer(x, attention_mask, deterministic, i in attention_layers)
+      outputs.append(x)
       if probs is not None:
         attentions[i] = probs
-    return EncoderOutput(
-        last_hidden_state=x,
-        hidden_states=tuple(hidden_states) if output_hidden_states else None,
-        attentions=attentions or None,
-        mlm_logits=self.mlm_logits(x) if output_mlm_logits else None,
-    )
+    return outputs, attentions
+
+  def _scanned(self, x, attention_mask, deterministic, attention_layers, output_hidden_states):
+    """`_unrolled`'s results from one scan over the stacked layers, as maxtext's decoder scans its layers
+    (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.scan_decoder_layers`: `nn.scan` with the params
+    split on axis 0 and a params and dropout rng per layer). Only the last output is kept unless
+    `output_hidden_states`; the requested layers' probs go to slots of a buffer carried through the scan (a last
+    slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are."""
+    num_layers = self.config.num_hidden_layers
+    slots = jnp.asarray([attention_layers.index(i) if i in attention_layers else len(attention_layers)
+                         for i in range(num_layers)])
+    heads_shape = (x.shape[0], self.config.num_attention_heads, x.shape[1], x.shape[1])
+    buffer = jnp.zeros((len(attention_layers) + 1, *heads_shape), self.dtype) if attention_layers else None
+
+    def body(layer, carry, slot):
+      x, buffer = carry
+      x, probs = layer(x, attention_mask, deterministic, bool(attention_layers))
+      if buffer is not None:
+        buffer = jax.lax.dynamic_update_index_in_dim(buffer, probs, slot, 0)
+      return (x, buffer), (x if output_hidden_states else None)
+
+    scan = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True}, length=num_layers)
+    (x, buffer), outputs = scan(self.layers, (x, buffer), slots)
+    attentions = {layer: buffer[slot] for slot, layer in enumerate(attention_layers)}
+    return (list(outputs) if output_hidden_states else [x]), attentions
 
   def mlm_logits(self, hidden: jax.Array) -> jax.Array:
     """MLM-head vocabulary logits for hidden states of any leading shape."""

@@ -3,7 +3,9 @@
 Reads `BertModel`, `BertForMaskedLM`, `BertForPreTraining`, `RobertaModel`, `RobertaForMaskedLM`, `ElectraModel`
 and `ElectraForPreTraining` (the discriminator, its replaced-token head ignored) layouts from a local directory
 (config.json + model.safetensors, sharded safetensors, or pytorch_model.bin when torch is installed) or a hub id,
-and writes the `*ForMaskedLM` / `*Model` layout back so that transformers loads it.
+and writes the `*ForMaskedLM` / `*Model` layout back so that transformers loads it. Checkpoints hold one tensor per
+layer: the scanned model's stacked `layers/...` params are stacked on load (`load_pretrained(scan_layers=True)`) and
+unstacked on save.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxemb.errors import DataError
+from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
 
 Params = dict[str, Any]
@@ -177,9 +180,8 @@ def state_dict_to_params(state: dict[str, np.ndarray], config: EncoderConfig, so
 
 
 def _check_shapes(params: Params, config: EncoderConfig, source: str):
-  from jaxemb.models.bert import Transformer  # pylint: disable=g-import-not-at-top
   ids = jnp.zeros((1, 1), jnp.int32)
-  expected = jax.eval_shape(lambda: Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))
+  expected = jax.eval_shape(lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))
   expected = flax_to_plain(expected["params"])
   flat_expected = dict(_flatten(expected))
   for path, value in _flatten(params):
@@ -189,11 +191,12 @@ def _check_shapes(params: Params, config: EncoderConfig, source: str):
 
 
 def params_to_state_dict(params: Params, config: EncoderConfig) -> tuple[dict[str, np.ndarray], str]:
-  """Converts jaxemb params to a Hugging Face state dict and the architecture name it matches.
+  """Converts jaxemb params (per-layer or stacked) to a Hugging Face state dict and the architecture name it matches.
 
   With an MLM head the layout is `*ForMaskedLM` (encoder under the "bert."/"roberta." prefix; a pooler, when
   present, is kept there as in the original BERT checkpoints); without one, `BertModel`/`RobertaModel`.
   """
+  params = bert.unstack_layers(params)
   encoder_rules, mlm_rules = _rules(config)
   has_head = "mlm_head" in params
   prefix = _encoder_prefix(config) if has_head else ""
@@ -318,13 +321,15 @@ def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:
   return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
-def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32) -> tuple[EncoderConfig, Params]:
-  """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id."""
+def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32,
+                    scan_layers: bool = False) -> tuple[EncoderConfig, Params]:
+  """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id; the layers
+  stacked for `Transformer(config, scan_layers=True)` when `scan_layers`."""
   model_dir = resolve_model_dir(name_or_path)
   config = read_config(model_dir)
   state, source = read_state_dict(model_dir)
-  params = state_dict_to_params(state, config, source)
-  return config, jax.tree.map(lambda a: jnp.asarray(a, param_dtype), params)
+  params = jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
+  return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
 def load_tokenizer(name_or_path: str | pathlib.Path):

@@ -27,7 +27,7 @@ import jax
 import orbax.checkpoint as ocp
 
 from jaxemb.errors import DataError
-from jaxemb.models import hf
+from jaxemb.models import bert, hf
 from jaxemb.models.config import EncoderConfig
 
 
@@ -60,7 +60,8 @@ def is_run_dir(path: str | pathlib.Path) -> bool:
 
 
 def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
-  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory.
+  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory; the encoder per
+  layer (`layer_{i}/...`) as a Hugging Face checkpoint reads, whether or not the run scanned its layers.
 
   Raises:
     DataError: the best step is unreadable (a missing or truncated file, garbled metadata, no commit marker).
@@ -89,7 +90,8 @@ def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any
       raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   finally:
     manager.close()
-  return hf.read_config(run.model_dir), restored["params"], restored["meta"]
+  params = {**restored["params"], "encoder": bert.unstack_layers(restored["params"]["encoder"])}
+  return hf.read_config(run.model_dir), params, restored["meta"]
 
 
 # What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,

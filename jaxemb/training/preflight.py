@@ -28,6 +28,7 @@ def check(config: Any, mesh: Mesh):
   """Raises ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on
   `mesh`. Reads config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
   _check_counts(config, mesh)
+  trainer.check_model_options(config)
   _check_columns(config)
   _check_files(config)
   tokenizer = _check_method(config)

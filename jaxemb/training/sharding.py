@@ -1,5 +1,5 @@
 """The device mesh and the sharding rules: the batch over every device, params and optimizer state replicated
-over `data` and, when large enough, split over `fsdp`."""
+over `data` and, when large enough, split over `fsdp` (never along the scanned layers' stacking axis)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from jaxemb.errors import ConfigError
+from jaxemb.models import bert
 
 BATCH_AXES = ("data", "fsdp")  # The global batch is split over both axes.
 
@@ -60,8 +61,15 @@ def fsdp_sharding(mesh: Mesh, shape: tuple[int, ...], min_size: int = FSDP_MIN_S
 
 
 def tree_shardings(mesh: Mesh, tree: Any, min_size: int = FSDP_MIN_SIZE) -> Any:
-  """The sharding of every array of `tree` (concrete or abstract) under the fsdp rule."""
-  return jax.tree.map(lambda x: fsdp_sharding(mesh, tuple(x.shape), min_size), tree)
+  """The sharding of every array of `tree` (concrete or abstract) under the fsdp rule; a leaf of the scanned
+  layers (under `layers`, params or optimizer moments) keeps its leading layer axis whole, as maxtext's rules, since
+  each scan step reads one layer's slice: its per-layer shape is split as the unscanned layer's would be."""
+  def leaf_sharding(path, x):
+    if jax.tree_util.DictKey(bert.STACKED) in path:
+      per_layer = fsdp_spec(tuple(x.shape[1:]), mesh.shape["fsdp"], min_size)
+      return NamedSharding(mesh, P(None, *per_layer) if per_layer else P())
+    return fsdp_sharding(mesh, tuple(x.shape), min_size)
+  return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
 
 
 def check_batch_size(global_batch_size: int, mesh: Mesh, name: str = "batch size"):

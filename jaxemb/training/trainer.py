@@ -13,7 +13,7 @@ import optax
 
 from jaxemb import templates
 from jaxemb.errors import ConfigError
-from jaxemb.models import EncoderConfig, Transformer, compute_dtype
+from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype
 from jaxemb.training import objectives, sharding
 from jaxemb.training import state as train_state
 
@@ -67,7 +67,7 @@ class Trainer:
   def initial_params(self, pretrained: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
     continuous template (initialised from the manual template) and its projection with the encoder frozen."""
-    return _initial_params(self.objective, pretrained, self.model.config.hidden_size, self.seed)
+    return _initial_params(self.objective, self.model, pretrained, self.seed)
 
   def initial_state(self, pretrained: dict[str, Any]) -> train_state.TrainState:
     """The train state at step 0, placed by the sharding rules."""
@@ -85,21 +85,36 @@ class Trainer:
     return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings)
 
 
+def check_model_options(config: Any):
+  """Raises ConfigError for a config.model field the Transformer cannot take."""
+  if config.model.remat_policy not in bert.REMAT_POLICIES:
+    raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of "
+                      f"{bert.REMAT_POLICIES}")
+
+
 def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str, Any], tokenizer: Any,
                   mesh: jax.sharding.Mesh, total_steps: int) -> Trainer:
-  """The Trainer of `config`; `pretrained` may be shapes only (jax.ShapeDtypeStruct), as when a run resumes."""
+  """The Trainer of `config`; `pretrained` may be shapes only (jax.ShapeDtypeStruct), as when a run resumes, and
+  per layer or stacked (the model's layout is config.model.scan_layers')."""
   objective = build_objective(config, tokenizer)
-  model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), remat=config.model.remat)
+  check_model_options(config)
+  model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), scan_layers=config.model.scan_layers,
+                      remat_policy=config.model.remat_policy)
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed
-  init = lambda p: train_state.init_state(*_initial_params(objective, p, model_config.hidden_size, seed), tx, seed)
+  init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)
   abstract = jax.eval_shape(init, pretrained)
   return Trainer(objective, model, tx, train_state.learning_rate_schedule(config.train, total_steps), mesh, seed,
                  abstract, sharding.tree_shardings(mesh, abstract))
 
 
-def _initial_params(objective: objectives.Objective, pretrained: dict[str, Any], hidden: int, seed: int):
-  heads = objectives.init_head_params(objective, hidden, jax.random.key(seed + HEAD_INIT_SEED_OFFSET))
+def _initial_params(objective: objectives.Objective, model: Transformer, pretrained: dict[str, Any], seed: int):
+  # Hugging Face checkpoints are read per layer; a scanned model trains them stacked.
+  if model.scan_layers:
+    pretrained = bert.stack_layers(pretrained, model.config.num_hidden_layers)
+  else:
+    pretrained = bert.unstack_layers(pretrained)
+  heads = objectives.init_head_params(objective, model.config.hidden_size, jax.random.key(seed + HEAD_INIT_SEED_OFFSET))
   trained, frozen = objectives.split_trainable(objective, pretrained)
   if objective.trainable == "prompt":
     prompt = objectives.init_prompt_params(objective.view_templates[0], pretrained["embeddings"]["word"]["embedding"])

@@ -28,8 +28,8 @@ from jaxemb.models import run_dir
 # logs and saves and how many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching,
 # padding of batches, evaluation batches, recomputation in the backward pass: the same numbers up to rounding).
 # A name covers the fields under it.
-NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data.length_multiple", "model.remat",
-                     "train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints",
+NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data.length_multiple",
+                     "model.remat_policy", "train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints",
                      "train.prefetch", "train.mesh_data", "train.mesh_fsdp", "train.distributed", "eval.batch_size",
                      "eval.length_multiple")
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model

@@ -18,8 +18,8 @@ SENTENCES = ["a man is playing a guitar .", "hello", "the quick brown fox jumps 
 
 
 @functools.lru_cache(maxsize=None)
-def _load(path):
-  config, params = load_pretrained(path)
+def _load(path, scan_layers=False):
+  config, params = load_pretrained(path, scan_layers=scan_layers)
   hf = transformers.AutoModelForMaskedLM if "mlm_head" in params else transformers.AutoModel
   torch_model = hf.from_pretrained(path, attn_implementation="eager").eval()
   return config, params, torch_model
@@ -53,9 +53,10 @@ def _assert_matches(ours, theirs, attention_mask, mlm: bool):
 
 
 def _apply(config, params, input_ids, attention_mask, **kwargs):
-  return Transformer(config).apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(attention_mask),
-                                   output_hidden_states=True,
-                                   output_attentions=tuple(range(config.num_hidden_layers)), **kwargs)
+  """Every layer's states and attentions, from the model (scanned or not) that reads `params`' layout."""
+  model = Transformer(config, scan_layers=bert.is_stacked(params))
+  return model.apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(attention_mask), output_hidden_states=True,
+                     output_attentions=tuple(range(config.num_hidden_layers)), **kwargs)
 
 
 def _padded_batch(path):
@@ -64,9 +65,10 @@ def _padded_batch(path):
   return batch["input_ids"], batch["attention_mask"]
 
 
-def test_padded_batch_matches_hf(tiny_checkpoint):
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_padded_batch_matches_hf(tiny_checkpoint, scan_layers):
   _, path = tiny_checkpoint
-  config, params, torch_model = _load(str(path))
+  config, params, torch_model = _load(str(path), scan_layers)
   ids, mask = _padded_batch(path)
   assert (mask == 0).any(), "the batch must contain padding"
   ours = _apply(config, params, ids, mask, output_mlm_logits=True)
@@ -121,11 +123,12 @@ def test_inputs_embeds_replace_chosen_positions(tiny_checkpoint):
   _assert_matches(ours, theirs, mask, mlm=False)
 
 
-def test_attention_only_for_requested_layers(tiny_checkpoint):
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_attention_only_for_requested_layers(tiny_checkpoint, scan_layers):
   _, path = tiny_checkpoint
-  config, params, _ = _load(str(path))
+  config, params, _ = _load(str(path), scan_layers)
   ids, mask = _padded_batch(path)
-  model = Transformer(config)
+  model = Transformer(config, scan_layers=scan_layers)
   out = model.apply({"params": params}, ids, mask, output_attentions=(1,))
   assert set(out.attentions) == {1}
   assert out.attentions[1].shape == (len(SENTENCES), config.num_attention_heads, ids.shape[1], ids.shape[1])
@@ -146,15 +149,17 @@ def test_mlm_logits_on_gathered_positions(tiny_checkpoint):
   np.testing.assert_allclose(logits, out.mlm_logits[:, 1], atol=1e-5)
 
 
-def test_dropout_uses_the_given_rng(tiny_checkpoint):
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_dropout_uses_the_given_rng(tiny_checkpoint, scan_layers):
   _, path = tiny_checkpoint
-  config, params, _ = _load(str(path))
+  config, params, _ = _load(str(path), scan_layers)
   ids, mask = _padded_batch(path)
-  run = lambda seed: Transformer(config).apply({"params": params}, ids, mask, deterministic=False,
-                                               rngs={"dropout": jax.random.key(seed)}).last_hidden_state
+  model = Transformer(config, scan_layers=scan_layers)
+  run = jax.jit(lambda seed: model.apply({"params": params}, ids, mask, deterministic=False,
+                                         rngs={"dropout": jax.random.key(seed)}).last_hidden_state)
   np.testing.assert_array_equal(run(0), run(0))
   assert not np.allclose(run(0), run(1), atol=1e-3)
-  clean = Transformer(config).apply({"params": params}, ids, mask).last_hidden_state
+  clean = model.apply({"params": params}, ids, mask).last_hidden_state
   assert not np.allclose(run(0), clean, atol=1e-3)
 
 
@@ -169,9 +174,10 @@ def test_bfloat16_compute_keeps_float32_params(tiny_checkpoint):
   np.testing.assert_allclose(np.asarray(half, np.float32)[attended], np.asarray(full)[attended], atol=0.15)
 
 
-def test_minilm_hidden_states_match_hf():
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_minilm_hidden_states_match_hf(scan_layers):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
-  config, params, torch_model = _load(path)
+  config, params, torch_model = _load(path, scan_layers)
   assert config.num_hidden_layers == 6 and "pooler" in params and "mlm_head" not in params
   ids, mask = _padded_batch(path)
   ours = _apply(config, params, ids, mask)
@@ -179,24 +185,49 @@ def test_minilm_hidden_states_match_hf():
   assert len(ours.hidden_states) == 7
 
 
-def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint):
-  """Per-layer rematerialisation changes memory, not math: same params tree, outputs and gradients (dropout on)."""
-  _, path = tiny_checkpoint
-  config, params, _ = _load(str(path))
+@functools.lru_cache(maxsize=None)
+def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none"):
+  """The value and gradients (per layer, whatever the layout) of a loss on the last states and layer 1's attention,
+  dropout drawn from key 0 unless `deterministic`; cached, as several tests compare against the same baseline."""
+  config, params, _ = _load(path, scan_layers)
   ids, mask = _padded_batch(path)
 
-  def loss(params, remat):
-    out = Transformer(config, remat=remat).apply({"params": params}, ids, mask, deterministic=False,
-                                                 rngs={"dropout": jax.random.key(0)}, output_attentions=(1,))
+  def loss(params):
+    out = Transformer(config, scan_layers=scan_layers, remat_policy=remat_policy).apply(
+        {"params": params}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(0)},
+        output_attentions=(1,))
     return jnp.sum(out.last_hidden_state ** 2) + jnp.sum(out.attentions[1])
+  value, grads = jax.jit(jax.value_and_grad(loss))(params)
+  return value, bert.unstack_layers(grads)
 
-  plain, plain_grads = jax.value_and_grad(loss)(params, False)
-  remat, remat_grads = jax.jit(jax.value_and_grad(loss), static_argnums=1)(params, True)
-  np.testing.assert_allclose(remat, plain, rtol=1e-5)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4), remat_grads, plain_grads)
-  init = lambda remat: jax.eval_shape(lambda: Transformer(config, remat=remat).init(
+
+def _assert_close(a, b):
+  np.testing.assert_allclose(a[0], b[0], rtol=1e-5)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-4), a[1], b[1])
+
+
+@pytest.mark.parametrize("scan_layers,remat_policy", [(False, "full"), (True, "full"), (True, "dots_saveable")])
+def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint, scan_layers, remat_policy):
+  """Per-layer rematerialisation changes memory, not math: same params tree, outputs and gradients (dropout on)."""
+  _, path = tiny_checkpoint
+  config, _, _ = _load(str(path))
+  remat = _loss_and_grads(str(path), False, scan_layers, remat_policy)
+  _assert_close(remat, _loss_and_grads(str(path), False, scan_layers))
+  ids, mask = _padded_batch(path)
+  init = lambda policy: jax.eval_shape(lambda: Transformer(config, scan_layers=scan_layers, remat_policy=policy).init(
       jax.random.key(0), ids, mask, method="init_all")["params"])
-  assert jax.tree.structure(init(True)) == jax.tree.structure(init(False))
+  assert jax.tree.structure(init(remat_policy)) == jax.tree.structure(init("none"))
+  with pytest.raises(ValueError, match="remat_policy 'some'"):
+    init("some")
+
+
+def test_scanned_layers_give_the_unrolled_outputs_and_gradients(tiny_checkpoint):
+  """Without dropout a scan over the stacked layers is the same function as the unrolled layers: outputs and
+  gradients agree to float32 rounding. With dropout they need not: the scan splits the rng per layer, the unrolled
+  layers fold in their names."""
+  path = str(tiny_checkpoint[1])
+  _assert_close(_loss_and_grads(path, True, True), _loss_and_grads(path, True, False))
+  assert not np.allclose(_loss_and_grads(path, False, True)[0], _loss_and_grads(path, False, False)[0], rtol=1e-3)
 
 
 def test_dropout_keeps_each_element_with_probability_one_minus_rate():

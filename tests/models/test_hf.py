@@ -12,7 +12,7 @@ import torch
 import transformers
 
 from jaxemb.models import CheckpointError, Transformer, load_pretrained, save_pretrained
-from jaxemb.models import hf
+from jaxemb.models import bert, hf
 from tests.support import shared_path, write_random_checkpoint
 
 
@@ -55,9 +55,10 @@ def test_pytorch_bin_and_legacy_layernorm_names(tmp_path, tiny_checkpoint):
   _assert_same_params(params, expected)
 
 
-def test_save_loads_in_hf_with_same_outputs(tmp_path, tiny_checkpoint):
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_save_loads_in_hf_with_same_outputs(tmp_path, tiny_checkpoint, scan_layers):
   family, path = tiny_checkpoint
-  config, params = load_pretrained(path)
+  config, params = load_pretrained(path, scan_layers=scan_layers)
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
   save_pretrained(tmp_path / "saved", config, params, tokenizer)
   torch_model, info = transformers.AutoModelForMaskedLM.from_pretrained(
@@ -66,25 +67,42 @@ def test_save_loads_in_hf_with_same_outputs(tmp_path, tiny_checkpoint):
   batch = tokenizer(["a sentence to check", "another one"], padding=True, return_tensors="np")
   with torch.no_grad():
     theirs = torch_model.eval()(**{k: torch.tensor(v) for k, v in batch.items()}).logits.numpy()
-  ours = Transformer(config).apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                                   output_mlm_logits=True).mlm_logits
+  ours = Transformer(config, scan_layers=scan_layers).apply({"params": params}, batch["input_ids"],
+                                                            batch["attention_mask"], output_mlm_logits=True).mlm_logits
   attended = batch["attention_mask"].astype(bool)
   np.testing.assert_allclose(np.asarray(ours)[attended], theirs[attended], atol=1e-4)
   assert transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")("hi")["input_ids"] == tokenizer("hi")[
       "input_ids"]
 
 
-def test_minilm_round_trip_is_exact(tmp_path):
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_minilm_round_trip_is_exact(tmp_path, scan_layers):
   """load -> save -> load gives identical params; the saved BertModel (with pooler) loads in HF."""
   path = shared_path("models", "all-MiniLM-L6-v2")
-  config, params = load_pretrained(path)
+  config, params = load_pretrained(path, scan_layers=scan_layers)
   save_pretrained(tmp_path, config, params)
-  config2, params2 = load_pretrained(tmp_path)
+  config2, params2 = load_pretrained(tmp_path, scan_layers=scan_layers)
   assert config2 == config
   _assert_same_params(params, params2)
   assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
   _, info = transformers.AutoModel.from_pretrained(tmp_path, output_loading_info=True)
   assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+def test_scanned_layout_stacks_the_layers_in_order():
+  """load_pretrained(scan_layers=True): `layers/...` holds layer i's weights at index i, in the shapes the scanned
+  model initialises; unstacking gives the per-layer tree back exactly."""
+  path = shared_path("models", "all-MiniLM-L6-v2")
+  config, params = load_pretrained(path)
+  _, stacked = load_pretrained(path, scan_layers=True)
+  assert not any(k.startswith("layer_") for k in stacked)
+  np.testing.assert_array_equal(stacked["layers"]["ffn_in"]["kernel"][4], params["layer_4"]["ffn_in"]["kernel"])
+  ids = jnp.zeros((1, 1), jnp.int32)
+  shapes = jax.eval_shape(lambda: Transformer(config, scan_layers=True).init(jax.random.key(0), ids, ids,
+                                                                              method="init_all"))["params"]
+  shape_of = lambda tree: jax.tree.map(lambda a: a.shape, hf.flax_to_plain(tree))
+  assert shape_of(shapes["layers"]) == shape_of(stacked["layers"])  # (init also makes the MLM head MiniLM lacks.)
+  _assert_same_params(bert.unstack_layers(stacked), params)
 
 
 def test_bfloat16_weights_load_as_param_dtype(tmp_path, tiny_checkpoint):

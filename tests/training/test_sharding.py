@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
@@ -80,8 +81,9 @@ def test_eight_devices_give_the_single_device_step(tmp_path, tiny_bert, single_d
     assert len(split) == 3 and all(p.endswith("['word']['embedding']") for p in split), split
     assert set(split.values()) == {("fsdp", None)}
   else:
-    assert split[".params['encoder']['layer_0']['query']['kernel']"] == ("fsdp", None)
-    assert split[".params['encoder']['layer_0']['ffn_in']['kernel']"] == (None, "fsdp")
+    # The scanned layers' [3, in, out] kernels: each layer's [in, out] split, the layer axis whole.
+    assert split[".params['encoder']['layers']['query']['kernel']"] == (None, "fsdp", None)
+    assert split[".params['encoder']['layers']['ffn_in']['kernel']"] == (None, None, "fsdp")
 
 
 @pytest.mark.parametrize("shape, fsdp, min_size, expected", [
@@ -127,9 +129,20 @@ def test_train_state_small_leaves_and_the_rng_key_are_replicated(abstract_state,
       assert spec == P(), jax.tree_util.keystr(path)
     else:
       assert list(spec).count("fsdp") == 1, jax.tree_util.keystr(path)
-  # With a small threshold the [32, 64] kernel splits on its larger axis.
-  kernel = abstract_state.params["encoder"]["layer_0"]["ffn_in"]["kernel"]
-  assert kernel.shape == (32, 64) and sharding.fsdp_spec(kernel.shape, fsdp, 1024) == P(None, "fsdp")
+  # With a small threshold each layer's [32, 64] kernel splits on its larger axis; the stacking axis stays whole.
+  kernel = abstract_state.params["encoder"]["layers"]["ffn_in"]["kernel"]
+  assert kernel.shape == (3, 32, 64) and sharding.fsdp_spec(kernel.shape[1:], fsdp, 1024) == P(None, "fsdp")
+  small = sharding.tree_shardings(AbstractMesh((8 // fsdp, fsdp), ("data", "fsdp")), abstract_state, 1024)
+  assert small.params["encoder"]["layers"]["ffn_in"]["kernel"].spec == P(None, None, "fsdp")
+
+
+def test_scanned_layers_are_never_split_along_the_layer_axis():
+  """A stacked leaf splits as each of its layers would, even where the layer axis is the largest."""
+  mesh = AbstractMesh((1, 2), ("data", "fsdp"))
+  leaf = jax.ShapeDtypeStruct((64, 32, 16), jnp.float32)
+  shardings = sharding.tree_shardings(mesh, {"layers": {"kernel": leaf}, "other": leaf}, min_size=1)
+  assert shardings["layers"]["kernel"].spec == P(None, "fsdp", None)
+  assert shardings["other"].spec == P("fsdp", None, None)
 
 
 def mesh_facts():
