@@ -72,8 +72,9 @@ class Method:
 
   @classmethod
   def from_config(cls, block: Any) -> Method:
-    """The Method a `config.method` block describes (the inverse of `config_fields`)."""
-    fields = dict(block)
+    """The Method a `config.method` block describes (the inverse of `config_fields`); a field the block lacks
+    takes its default (a run directory's eval_method.json from before it held every field has 7)."""
+    fields = {**cls(block["name"]).config_fields(), **dict(block)}
     bias_filter = bias_removal.BiasFilter(**{name: fields.pop(name) for name in cls._BIAS_FILTER_FIELDS})
     return cls(**{**fields, "idf_path": fields["idf_path"] or None, "bias_filter": bias_filter})
 
@@ -178,7 +179,7 @@ def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
       raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
-    method = Method(**run_dir.load_eval_method(name_or_path))
+    method = Method.from_config(run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)

@@ -98,7 +98,6 @@ class _Sigterm:
     return multihost_utils.reached_preemption_sync_point(done)
 
 
-EVAL_METHOD_FIELDS = ("name", "template", "denoise", "head", "tokenization", "bias_positions", "prompt_placement")
 SELECTIONS = ("training_view", "eval_method")
 
 
@@ -196,8 +195,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
 
   if jax.process_index() == 0 and not workdir.config_file.is_file():
     hf.write_model_files(workdir.model_dir, model_config, tokenizer)
-    method = eval_method(config)
-    run_dir.save_eval_method(workdir.path, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
+    run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if resume_step is not None:
     restored = ckpt.restore(trainer.abstract_sharded())
