@@ -30,8 +30,8 @@ _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_
 # What a prompt vector goes through after denoising (supervised PromptBERT; kongds/Prompt-BERT `evaluation.py`):
 # nothing, the checkpoint's MLM head transform (BERT, --mask_embedding_sentence_org_mlp; applied to h and the bias
 # apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
-# there).
-HEADS = ("none", "mlm_transform", "pooler")
+# there): views.HEADS but the training MLP.
+METHOD_HEADS = tuple(head for head in views.HEADS if head != "mlp")
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (evaluation configs: eval.batch_size).
 
 
@@ -53,7 +53,7 @@ class Method:
   # prompt, prompt_mlm_top_k: subtract the position-offset template bias (supervised PromptBERT's evaluation;
   # PromptBERT Table 9 denoises the top-k representation too).
   denoise: bool = False
-  head: str = "none"  # prompt: one of HEADS, applied to the (denoised) [MASK] vector.
+  head: str = "none"  # prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
   # How a sentence's tokens are found (templates.TOKENIZATIONS): "in_context" as the authors' evaluation.py,
   # "alone" as their training rows and their trainer's STS-B dev scoring.
   tokenization: str = "in_context"
@@ -111,8 +111,8 @@ class Method:
       raise ConfigError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
     if self.tokenization not in templates.TOKENIZATIONS:
       raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
-    if self.head not in HEADS:
-      raise ConfigError(f"head {self.head!r} is not one of {HEADS}")
+    if self.head not in METHOD_HEADS:
+      raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 

@@ -125,7 +125,8 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   if config.eval.select_denoise and view.denoising not in ("none", "position_offset"):
     raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
                      f"denoises with {view.denoising!r} (set --config.eval.select_denoise=False)")
-  head = {"mlp": "pooler", "mlm_transform": "mlm_transform", "none": "none"}[objective.projection] if keep else "none"
+  # A kept MLP is the run's pooler (eval_params).
+  head = ("pooler" if objective.projection == "mlp" else objective.projection) if keep else "none"
   return Method("prompt", template=view.template.text, head=head, tokenization="alone",
                 denoise=config.eval.select_denoise and view.denoising == "position_offset",
                 bias_positions=view.bias_positions, prompt_placement=view.prompt_placement)

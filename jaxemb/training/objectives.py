@@ -26,7 +26,8 @@ _LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": l
            "extended_info_nce": losses.extended_info_nce_logits}
 POOLINGS = views.POOLINGS
 DENOISING = denoise.DENOISING
-PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh, the MLM head's transform, none.
+# Fresh dense+tanh, the MLM head's transform, none: views.HEADS but the checkpoint's pooler (SimCSE trains a fresh MLP).
+PROJECTIONS = tuple(head for head in views.HEADS if head != "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +104,7 @@ class Objective:
   @property
   def view_list(self) -> tuple[views.View, ...]:
     """Each side of the loss as a views.View (in training: the projection is its head)."""
-    head = {"none": "none", "mlp": "mlp", "mlm_transform": "mlm_transform"}[self.projection]
-    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=head,
+    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=self.projection,
                             bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
                  for t in self.view_templates)
 
