@@ -144,19 +144,19 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
     return pooling.static_avg(word_embeddings, batch.input_ids, batch.attention_mask)
   if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.encode_filtered`).
     return pooling.static_sentence_avg(word_embeddings, batch.input_ids, batch.sentence_lengths)
-  encode = functools.partial(model.apply, {"params": params})
+  forward = functools.partial(model.apply, {"params": params})
   if method.name in PROMPT_METHODS:
     view = prompt_view(method, template)
     if method.name == "prompt":
-      return views.vector(view, model, {"encoder": params}, encode, batch, prompt)
-    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, encode, batch, prompt)
-    return pooling.mlm_top_k(encode(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
+      return views.vector(view, model, {"encoder": params}, forward, batch, prompt)
+    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, forward, batch, prompt)
+    return pooling.mlm_top_k(forward(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
   ditto = method.name in _DITTO_METHODS
-  out = encode(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
+  out = forward(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
                output_attentions=(method.ditto_layer,) if ditto else ())
   mask = batch.attention_mask
   if method.name == "cls":
-    return encode(pooling.cls_before_pooler(out), method=Transformer.pool)
+    return forward(pooling.cls_before_pooler(out), method=Transformer.pool)
   if ditto:
     heads = pooling.ditto_all_heads(out, mask, method.ditto_layer, method.ditto_variant,
                                     word_embeddings[batch.input_ids])
