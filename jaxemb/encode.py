@@ -30,8 +30,8 @@ _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_
 # What a prompt vector goes through after denoising (supervised PromptBERT; kongds/Prompt-BERT `evaluation.py`):
 # nothing, the checkpoint's MLM head transform (BERT, --mask_embedding_sentence_org_mlp; applied to h and the bias
 # apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
-# there).
-HEADS = ("none", "mlm_transform", "pooler")
+# there): views.HEADS but the training MLP.
+METHOD_HEADS = tuple(head for head in views.HEADS if head != "mlp")
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (evaluation configs: eval.batch_size).
 
 
@@ -53,7 +53,7 @@ class Method:
   # prompt, prompt_mlm_top_k: subtract the position-offset template bias (supervised PromptBERT's evaluation;
   # PromptBERT Table 9 denoises the top-k representation too).
   denoise: bool = False
-  head: str = "none"  # prompt: one of HEADS, applied to the (denoised) [MASK] vector.
+  head: str = "none"  # prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
   # How a sentence's tokens are found (templates.TOKENIZATIONS): "in_context" as the authors' evaluation.py,
   # "alone" as their training rows and their trainer's STS-B dev scoring.
   tokenization: str = "in_context"
@@ -72,8 +72,9 @@ class Method:
 
   @classmethod
   def from_config(cls, block: Any) -> Method:
-    """The Method a `config.method` block describes (the inverse of `config_fields`)."""
-    fields = dict(block)
+    """The Method a `config.method` block describes (the inverse of `config_fields`); a field the block lacks
+    takes its default (a run directory's eval_method.json from before it held every field has 7)."""
+    fields = {**cls(block["name"]).config_fields(), **dict(block)}
     bias_filter = bias_removal.BiasFilter(**{name: fields.pop(name) for name in cls._BIAS_FILTER_FIELDS})
     return cls(**{**fields, "idf_path": fields["idf_path"] or None, "bias_filter": bias_filter})
 
@@ -110,8 +111,8 @@ class Method:
       raise ConfigError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
     if self.tokenization not in templates.TOKENIZATIONS:
       raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
-    if self.head not in HEADS:
-      raise ConfigError(f"head {self.head!r} is not one of {HEADS}")
+    if self.head not in METHOD_HEADS:
+      raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
@@ -143,19 +144,19 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
     return pooling.static_avg(word_embeddings, batch.input_ids, batch.attention_mask)
   if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.encode_filtered`).
     return pooling.static_sentence_avg(word_embeddings, batch.input_ids, batch.sentence_lengths)
-  encode = functools.partial(model.apply, {"params": params})
+  forward = functools.partial(model.apply, {"params": params})
   if method.name in PROMPT_METHODS:
     view = prompt_view(method, template)
     if method.name == "prompt":
-      return views.vector(view, model, {"encoder": params}, encode, batch, prompt)
-    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, encode, batch, prompt)
-    return pooling.mlm_top_k(encode(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
+      return views.vector(view, model, {"encoder": params}, forward, batch, prompt)
+    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, forward, batch, prompt)
+    return pooling.mlm_top_k(forward(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
   ditto = method.name in _DITTO_METHODS
-  out = encode(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
+  out = forward(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
                output_attentions=(method.ditto_layer,) if ditto else ())
   mask = batch.attention_mask
   if method.name == "cls":
-    return encode(pooling.cls_before_pooler(out), method=Transformer.pool)
+    return forward(pooling.cls_before_pooler(out), method=Transformer.pool)
   if ditto:
     heads = pooling.ditto_all_heads(out, mask, method.ditto_layer, method.ditto_variant,
                                     word_embeddings[batch.input_ids])
@@ -178,7 +179,7 @@ def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
       raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
-    method = Method(**run_dir.load_eval_method(name_or_path))
+    method = Method.from_config(run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)

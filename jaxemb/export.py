@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from jaxemb import templates, views
-from jaxemb.encode import HEADS, Method, open_model
+from jaxemb.encode import METHOD_HEADS, Method, open_model
 from jaxemb.errors import ConfigError
 from jaxemb.models import hf
 
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None):
   parser.add_argument("--method", help=f"one of {EXPORTABLE}; default: a run directory's own method")
   parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
   parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
-  parser.add_argument("--head", default="none", choices=HEADS, help="prompt: applied to the [MASK] vector")
+  parser.add_argument("--head", default="none", choices=METHOD_HEADS, help="prompt: applied to the [MASK] vector")
   args = parser.parse_args(argv)
   if args.method is None and (args.template != templates.SLOT or args.denoise or args.head != "none"):
     parser.error("--template, --denoise and --head need --method")

@@ -11,5 +11,4 @@
   analysis  the papers' analyses: anisotropy, alignment and uniformity, the [MASK]'s top tokens, cosine-gold plots
 """
 
-from jaxemb.evaluation.sts import (StsResult, SubsetScore, TaskScore, cosine, evaluate_sts,
-                                   stsb_dev_spearman)
+from jaxemb.evaluation.sts import StsResult, SubsetScore, TaskScore, cosine, evaluate_sts

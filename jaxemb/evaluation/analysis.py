@@ -109,12 +109,6 @@ def stsb_pair_vectors(encoder: Encoder, senteval_root: str | pathlib.Path, sourc
   return vectors[:len(pairs)], vectors[len(pairs):], pairs.scores
 
 
-def alignment_uniformity_on_stsb(encoder: Encoder, senteval_root: str | pathlib.Path, threshold: float = 4.0,
-                                 inclusive: bool = False, **kwargs) -> dict[str, Any]:
-  """Alignment and uniformity of `encoder` on STS-B test; kwargs go to `stsb_pair_vectors`."""
-  return pair_alignment_uniformity(*stsb_pair_vectors(encoder, senteval_root, **kwargs), threshold, inclusive)
-
-
 @dataclasses.dataclass(frozen=True)
 class MaskTopTokens:
   """The MLM head's top tokens at a sentence's [MASK], best first."""

@@ -19,13 +19,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import pathlib
 from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
-from jaxemb.data.sts import StsSubset, StsTask, join_tokens, load_sts_task
+from jaxemb.data.sts import StsSubset, StsTask, join_tokens
 from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
 
 
@@ -144,13 +143,6 @@ def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
     predictions = [(subset, cosine(vectors[next(rows)], vectors[next(rows)])) for subset in task.subsets.values()]
     scores[task.name, task.split] = _score_task(task, predictions)
   return StsResult(scores)
-
-
-def stsb_dev_spearman(embed: Embed, root: str | pathlib.Path, source: str = "senteval",
-                      preprocess: Preprocess | None = join_tokens) -> float:
-  """STS Benchmark dev Spearman (x100): the model-selection score used during training."""
-  task = load_sts_task(root, "STSBenchmark", "dev", source)
-  return evaluate_sts(embed, [task], preprocess)["STSBenchmark"].all
 
 
 def _score_task(task: StsTask, predictions: list[tuple[StsSubset, np.ndarray]]) -> TaskScore:

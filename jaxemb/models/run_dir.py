@@ -190,12 +190,13 @@ def quiet_orbax_failures():
 
 
 def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
-  """Records the run's evaluation method (`jaxemb.encode.Method` fields) in <workdir>/model/eval_method.json."""
+  """Records the run's evaluation method, every field of its `jaxemb.encode.Method.config_fields()`, in
+  <workdir>/model/eval_method.json."""
   RunDir(workdir).eval_method_file.write_text(json.dumps(fields, indent=2) + "\n")
 
 
 def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
-  """The `jaxemb.encode.Method` fields the run was evaluated with during training."""
+  """The run's evaluation method as `jaxemb.encode.Method.config_fields()` (or, written before those, 7 of them)."""
   path = RunDir(workdir).eval_method_file
   if not path.is_file():
     raise FileNotFoundError(f"{path} is missing (a run from an older jaxemb?): pass the method explicitly")

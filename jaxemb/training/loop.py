@@ -98,7 +98,6 @@ class _Sigterm:
     return multihost_utils.reached_preemption_sync_point(done)
 
 
-EVAL_METHOD_FIELDS = ("name", "template", "denoise", "head", "tokenization", "bias_positions", "prompt_placement")
 SELECTIONS = ("training_view", "eval_method")
 
 
@@ -126,7 +125,8 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   if config.eval.select_denoise and view.denoising not in ("none", "position_offset"):
     raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
                      f"denoises with {view.denoising!r} (set --config.eval.select_denoise=False)")
-  head = {"mlp": "pooler", "mlm_transform": "mlm_transform", "none": "none"}[objective.projection] if keep else "none"
+  # A kept MLP is the run's pooler (eval_params).
+  head = ("pooler" if objective.projection == "mlp" else objective.projection) if keep else "none"
   return Method("prompt", template=view.template.text, head=head, tokenization="alone",
                 denoise=config.eval.select_denoise and view.denoising == "position_offset",
                 bias_positions=view.bias_positions, prompt_placement=view.prompt_placement)
@@ -196,8 +196,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
 
   if jax.process_index() == 0 and not workdir.config_file.is_file():
     hf.write_model_files(workdir.model_dir, model_config, tokenizer)
-    method = eval_method(config)
-    run_dir.save_eval_method(workdir.path, {f: getattr(method, f) for f in EVAL_METHOD_FIELDS})
+    run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
   meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
   if resume_step is not None:
     restored = ckpt.restore(trainer.abstract_sharded())

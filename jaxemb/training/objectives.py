@@ -26,7 +26,8 @@ _LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": l
            "extended_info_nce": losses.extended_info_nce_logits}
 POOLINGS = views.POOLINGS
 DENOISING = denoise.DENOISING
-PROJECTIONS = ("mlp", "mlm_transform", "none")  # Fresh dense+tanh, the MLM head's transform, none.
+# Fresh dense+tanh, the MLM head's transform, none: views.HEADS but the checkpoint's pooler (SimCSE trains a fresh MLP).
+PROJECTIONS = tuple(head for head in views.HEADS if head != "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,8 +104,7 @@ class Objective:
   @property
   def view_list(self) -> tuple[views.View, ...]:
     """Each side of the loss as a views.View (in training: the projection is its head)."""
-    head = {"none": "none", "mlp": "mlp", "mlm_transform": "mlm_transform"}[self.projection]
-    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=head,
+    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=self.projection,
                             bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
                  for t in self.view_templates)
 
@@ -140,17 +140,18 @@ def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict
   return {"encoder": {"mlm_head": transform}}, {"encoder": rest}
 
 
-class _Encoder:
-  """The encoder in training mode for one step. Each part of the step encodes through `named(part)`, whose dropout
-  rng is the step's folded with the part's name (a loss group, a view by its position, a template's bias rows), so
-  the masks do not change when code runs the parts in another order. Calls of one part each draw a fresh rng."""
+class _TrainingForward:
+  """The encoder's forward pass in training mode (dropout on) for one step. Each part of the step runs it through
+  `named(part)`, whose dropout rng is the step's folded with the part's name (a loss group, a view by its position,
+  a template's bias rows), so the masks do not change when code runs the parts in another order. Calls of one part
+  each draw a fresh rng."""
 
   def __init__(self, model: Transformer, params: dict[str, Any], rng: jax.Array):
     self.model, self.params, self._rng, self._calls = model, params, rng, 0
 
-  def named(self, part: str) -> _Encoder:
+  def named(self, part: str) -> _TrainingForward:
     # crc32, not hash(): str hashes differ between processes, and every host must draw the same masks.
-    return _Encoder(self.model, self.params, jax.random.fold_in(self._rng, zlib.crc32(part.encode())))
+    return _TrainingForward(self.model, self.params, jax.random.fold_in(self._rng, zlib.crc32(part.encode())))
 
   def __call__(self, input_ids, attention_mask, **kwargs):
     self._calls += 1
@@ -158,14 +159,14 @@ class _Encoder:
                             rngs={"dropout": jax.random.fold_in(self._rng, self._calls)}, **kwargs)
 
 
-def template_bias_table(model: Transformer, encode: _Encoder, view: views.View, max_len: int) -> jax.Array:
+def template_bias_table(model: Transformer, forward: _TrainingForward, view: views.View, max_len: int) -> jax.Array:
   """The template bias for every sentence length 0..max_len: [max_len + 1, hidden], one encoder pass for all
   lengths (kongds/Prompt-BERT `get_delta`, ZBWpro/CoT-BERT `denoising`: a table indexed by length). Gradients flow
   through it, as in the reference."""
-  return views.template_bias(view, model, encode, jnp.arange(max_len + 1), max_len, encode.params.get("prompt"))
+  return views.template_bias(view, model, forward, jnp.arange(max_len + 1), max_len, forward.params.get("prompt"))
 
 
-def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
+def _group_loss(objective: Objective, model: Transformer, forward: _TrainingForward,
                 batch: dict[str, templates.TemplateBatch]) -> tuple[jax.Array, jax.Array]:
   """(loss, contrastive accuracy) over one group of rows: each template's bias table computed once, shared by the
   views that use it."""
@@ -176,11 +177,11 @@ def _group_loss(objective: Objective, model: Transformer, encode: _Encoder,
     if view.denoising != "none":
       if view.template not in biases:  # Lengths up to what the batch's width holds (data.length_multiple).
         max_len = batch[field].input_ids.shape[1] - view.template.num_tokens
-        biases[view.template] = template_bias_table(model, encode.named(f"bias {view.template.text}"), view, max_len)
+        biases[view.template] = template_bias_table(model, forward.named(f"bias {view.template.text}"), view, max_len)
       bias = biases[view.template][batch[field].sentence_lengths]
     # By position: SimCSE's two views read the same field and must differ in dropout alone.
-    view_encode = encode.named(f"view {i}")
-    vectors.append(views.vector(view, model, encode.params, view_encode, batch[field], encode.params.get("prompt"),
+    view_forward = forward.named(f"view {i}")
+    vectors.append(views.vector(view, model, forward.params, view_forward, batch[field], forward.params.get("prompt"),
                                 bias))
   weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
   logits = _LOGITS[objective.loss](*vectors, temperature=objective.temperature, **weight)
@@ -191,12 +192,12 @@ def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str,
                      batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
   """The objective's loss on one global batch (a dict of views), with dropout from `rng`: the mean of the losses
   of its groups of `loss_group_size` rows (one group: the global batch)."""
-  encode = _Encoder(model, params, rng)
+  forward = _TrainingForward(model, params, rng)
   rows = next(iter(batch.values())).input_ids.shape[0]
   size = objective.loss_group_size or rows
   if rows % size:
     raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
-  groups = [_group_loss(objective, model, encode.named(f"group {i // size}"),
+  groups = [_group_loss(objective, model, forward.named(f"group {i // size}"),
                         jax.tree.map(lambda x: x[i:i + size], batch)) for i in range(0, rows, size)]
   loss = sum(loss for loss, _ in groups) / len(groups)
   return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}

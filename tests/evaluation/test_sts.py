@@ -149,13 +149,3 @@ def test_splits_of_one_task_are_scored_in_one_call():
   assert result.select("test").to_dict() == alone.to_dict()
   with pytest.raises(ValueError, match="select one split"):
     result.to_dict()
-
-
-def test_stsb_dev_spearman(tmp_path):
-  folder = tmp_path / "STS" / "STSBenchmark"
-  folder.mkdir(parents=True)
-  rows = [f"genre\tfile\tyear\t{i}\t{score}\t{a}\t{b}" for i, (a, b, score) in
-          enumerate(zip(STSB.sentences1, STSB.sentences2, STSB.scores))]
-  (folder / "sts-dev.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-  expected = 100 * stats.spearmanr(by_hand(STSB), STSB.scores).statistic
-  np.testing.assert_allclose(sts.stsb_dev_spearman(FakeEncoder(), tmp_path), expected)

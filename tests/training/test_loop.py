@@ -281,6 +281,32 @@ def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tm
   np.testing.assert_array_equal(encoder.encode(sentences), explicit.encode(sentences))
 
 
+def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert, wiki_head):
+  """A run selected by its config.method (top_k, a field outside the 7 an older eval_method.json held) evaluates
+  through Encoder.from_pretrained(run_dir) as selection did: the same Method, the same vectors."""
+  from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
+  from jaxemb.models import compute_dtype  # pylint: disable=g-import-not-at-top
+  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=2)
+  config.eval.selection = "eval_method"
+  config.method.name, config.method.top_k, config.method.denoise = "prompt_mlm_top_k", 7, True
+  loop.train(config)
+  recorded = Encoder.from_pretrained(tmp_path)
+  tokenizer = load_tokenizer(tmp_path / "model")
+  selection = loop.selection_method(config, trainer.build_objective(config, tokenizer))
+  assert recorded.method == selection == Method.from_config(config.method)
+  assert selection.top_k == 7  # Not Method's default (200).
+  model_config, best, _ = run_dir.load_best(tmp_path)
+  selecting = Encoder(model_config, loop.eval_params(config, best), tokenizer, selection,
+                      dtype=compute_dtype(config.model.dtype), length_multiple=config.eval.length_multiple)
+  sentences = ["a man plays a guitar .", "two dogs run"]
+  np.testing.assert_array_equal(recorded.encode(sentences), selecting.encode(sentences))
+  # An eval_method.json written before it held every field: the fields it lacks take Method's defaults.
+  seven = {"name": "prompt_mlm_top_k", "template": config.method.template, "denoise": True, "head": "none",
+           "tokenization": "alone", "bias_positions": "from_zero", "prompt_placement": "last_occurrence"}
+  run_dir.save_eval_method(tmp_path, seven)
+  assert Encoder.from_pretrained(tmp_path).method == Method(**seven)
+
+
 @pytest.mark.parametrize("name", ["promptroberta_sup", "simcse_sup"])
 def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_models):
   """Supervised PromptRoBERTa and SimCSE train their fresh dense + tanh without --mlp_only_train and keep it: the

@@ -104,7 +104,8 @@ def test_dropout_masks_follow_the_parts_name_not_the_call_order(tiny):
   dropping = Transformer(dataclasses.replace(model.config, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
   rows = templates.encode_sentences(templates.Template.parse("[X]", tokenizer), tokenizer, SENTENCES)
   run = lambda encode: np.asarray(encode(rows.input_ids, rows.attention_mask).last_hidden_state)
-  step = lambda: objectives._Encoder(dropping, {"encoder": encoder}, jax.random.key(3))  # pylint: disable=protected-access
+  step = lambda: objectives._TrainingForward(  # pylint: disable=protected-access
+      dropping, {"encoder": encoder}, jax.random.key(3))
   first = run(step().named("view 1"))
   encode = step()
   run(encode.named("view 0"))
