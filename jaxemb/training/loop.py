@@ -16,14 +16,14 @@ from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import templates
+from jaxemb import sharding, templates
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run, sts
 from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import checkpoints, objectives, preflight, sharding
+from jaxemb.training import checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
 from jaxemb.training.trainer import batch_field, build_trainer
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy

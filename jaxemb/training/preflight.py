@@ -10,12 +10,13 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import hf
-from jaxemb.training import sharding, trainer
+from jaxemb.training import trainer
 
 # The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
 _POSITIVE = ("train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",

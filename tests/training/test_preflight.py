@@ -5,8 +5,9 @@ import types
 
 import pytest
 
+from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.training import loop, preflight, sharding
+from jaxemb.training import loop, preflight
 from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
 
 
