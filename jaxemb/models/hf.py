@@ -116,9 +116,15 @@ def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32,
   stacked for `Transformer(config, scan_layers=True)` when `scan_layers`."""
   model_dir = resolve_model_dir(name_or_path)
   config = read_config(model_dir)
+  return config, load_weights(model_dir, config, param_dtype, scan_layers)
+
+
+def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp.float32,
+                 scan_layers: bool = False) -> Params:
+  """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`)."""
   state, source = read_state_dict(model_dir)
   params = jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
-  return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+  return bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
 def load_tokenizer(name_or_path: str | pathlib.Path):
