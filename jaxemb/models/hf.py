@@ -15,8 +15,8 @@ import numpy as np
 
 from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
-from jaxemb.models.hf_keys import CheckpointError, Params, architecture, flax_to_plain, params_to_state_dict
-from jaxemb.models.hf_keys import state_dict_to_params
+from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_to_plain, params_to_state_dict,
+                                   state_dict_to_params)
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
