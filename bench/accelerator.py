@@ -63,9 +63,8 @@ import numpy as np
 import torch
 import transformers
 
-from jaxemb import xla
+from jaxemb import sharding, xla
 from jaxemb.models import Transformer, load_pretrained
-from jaxemb.training import sharding
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 SETTINGS = {  # jaxemb config -> the authors' setting in tests/training/reference_torch.py.

@@ -29,10 +29,10 @@ import jax
 import numpy as np
 import transformers
 
-from jaxemb import templates
+from jaxemb import sharding, templates
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
-from jaxemb.training import sharding, trainer
+from jaxemb.training import trainer
 from tests.support import SHARED, write_random_checkpoint
 # pylint: enable=g-import-not-at-top,wrong-import-position
 

@@ -28,9 +28,9 @@ import tracemalloc
 import common
 import numpy as np
 
-from jaxemb.data import sts as sts_data  # pylint: disable=g-bad-import-order
+from jaxemb import sharding  # pylint: disable=g-bad-import-order
+from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.training import sharding
 
 
 def worker(args):

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from jaxemb import denoise, views  # pylint: disable=g-bad-import-order
-from jaxemb.training import objectives, sharding
+from jaxemb import denoise, sharding, views  # pylint: disable=g-bad-import-order
+from jaxemb.training import objectives
 
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
 

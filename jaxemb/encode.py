@@ -16,10 +16,9 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 import tqdm
 
-from jaxemb import bias_removal, pooling, templates, tfidf, views, xla
+from jaxemb import bias_removal, pooling, sharding, templates, tfidf, views, xla
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
-from jaxemb.training import sharding
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
 METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_layer_last_avg", "top2_avg",

@@ -1,13 +1,25 @@
-"""What the tests and the benchmarks share: the ../shared folder, tiny random Hugging Face checkpoints, and the
-poolings of HF hidden states the comparisons with PyTorch use."""
+"""What the tests and the benchmarks share: the ../shared folder, subprocesses on simulated devices, tiny random
+Hugging Face checkpoints, and the poolings of HF hidden states the comparisons with PyTorch use."""
 import os
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", REPO.parent / "shared"))
+
+
+def python_on_devices(code: str, devices: int, *args) -> str:
+  """stdout of `python -c code args` in the repository on `devices` simulated CPU devices (a subprocess: their count
+  is fixed when JAX starts); asserts it succeeded."""
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+  result = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env, capture_output=True,
+                          text=True, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return result.stdout
 
 
 def shared_path(*parts: str) -> pathlib.Path:

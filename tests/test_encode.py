@@ -10,11 +10,10 @@ import pytest
 import torch
 import transformers
 
-from jaxemb import bias_removal, templates, tfidf
+from jaxemb import bias_removal, sharding, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.errors import ConfigError
 from jaxemb.models import load_tokenizer
-from jaxemb.training import sharding
 from tests.support import HIDDEN_STATE_POOLINGS, shared_path, write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",

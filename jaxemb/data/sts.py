@@ -39,6 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxemb.data.lines import read_lines
 from jaxemb.errors import ConfigError, DataError  # DataError: a dataset file missing or malformed (named).
 
 STS_YEARS = ("STS12", "STS13", "STS14", "STS15", "STS16")
@@ -162,7 +163,7 @@ def _load_year(root: pathlib.Path, name: str, source: str) -> list[StsSubset]:
 def _load_pairs(input_path: pathlib.Path, gold_path: pathlib.Path, name: str,
                 columns: tuple[int, ...]) -> StsSubset:
   """A subset kept as an input file of pairs and a gold file aligned with it line by line."""
-  pairs, gold = _read_lines(input_path), _read_lines(gold_path)
+  pairs, gold = read_lines(input_path, "UTF-8"), read_lines(gold_path, "UTF-8")
   if len(pairs) != len(gold):
     raise DataError(f"{input_path} has {len(pairs)} lines but {gold_path} has {len(gold)}: the files differ "
                     f"from line {min(len(pairs), len(gold)) + 1}")
@@ -178,7 +179,7 @@ def _load_table(path: pathlib.Path, name: str, columns: tuple[int, ...], score: 
                 header: bool) -> StsSubset:
   """A subset kept as one tab-separated table: the two sentences in columns `first` and `first + 1`."""
   rows = []
-  for lineno, line in _read_lines(path)[int(header):]:
+  for lineno, line in read_lines(path, "UTF-8")[int(header):]:
     fields = _fields(line, path, lineno, columns)
     rows.append((fields[first], fields[first + 1], _score(fields[score], path, lineno)))
   if not rows:
@@ -194,26 +195,6 @@ def _folder(path: pathlib.Path, name: str, source: str) -> pathlib.Path:
   if not path.is_dir():
     raise DataError(f"{path}: no such directory (looked for {name} with source={source!r})")
   return path
-
-
-def _read_lines(path: pathlib.Path) -> list[tuple[int, str]]:
-  """The (1-based number, text) of each line of a UTF-8 file; DataError when it is missing or empty."""
-  if not path.is_file():
-    raise DataError(f"{path}: no such file")
-  data = path.read_bytes()
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    lineno = data[:e.start].count(b"\n") + 1
-    raise DataError(f"{path}:{lineno}: not UTF-8 ({e.reason})") from e
-  # Line ends as Python's text mode reads them (SICK's test file has CRLF ends). Not str.splitlines(): it
-  # would also break lines at U+0085, U+2028 or a form feed inside a sentence.
-  lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-  if lines[-1] == "":
-    lines.pop()
-  if not lines:
-    raise DataError(f"{path}: empty file")
-  return list(enumerate(lines, start=1))
 
 
 def _fields(line: str, path: pathlib.Path, lineno: int, columns: tuple[int, ...]) -> list[str]:

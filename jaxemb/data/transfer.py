@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxemb.data.lines import read_lines
 from jaxemb.errors import ConfigError, DataError
 
 TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
@@ -85,7 +86,7 @@ def load_transfer_task(root: str | pathlib.Path, name: str) -> TransferTask:
   if not folder.is_dir():
     raise DataError(f"{folder}: no such directory (looked for {name} in SentEval's downstream layout)")
   if name in BINARY_TASKS:
-    positive, negative = (_read_lines(folder / file, "latin-1") for file in _BINARY_FILES[name])
+    positive, negative = (read_lines(folder / file, "latin-1") for file in _BINARY_FILES[name])
     splits = {"all": TransferSplit(([line for _, line in positive + negative],),
                                    [1] * len(positive) + [0] * len(negative))}
   elif name == "SST2":
@@ -105,7 +106,7 @@ def load_transfer_tasks(root: str | pathlib.Path, names: Sequence[str] = TASKS) 
 def _read_table(path: pathlib.Path, columns: int, sentences: tuple[int, ...], label: int,
                 header: bool) -> TransferSplit:
   """A tab-separated UTF-8 table (SST-2, MRPC): the sentences and the 0/1 label in the given columns."""
-  lines = _read_lines(path, "utf-8")[int(header):]
+  lines = read_lines(path, "utf-8")[int(header):]
   if not lines:
     raise DataError(f"{path}: no examples after the header line")
   rows = [(lineno, _fields(line, path, lineno, columns)) for lineno, line in lines]
@@ -116,7 +117,7 @@ def _read_table(path: pathlib.Path, columns: int, sentences: tuple[int, ...], la
 def _read_trec(path: pathlib.Path) -> TransferSplit:
   """COARSE:fine question per line; the question is what follows the first space."""
   questions, labels = [], []
-  for lineno, line in _read_lines(path, "latin-1"):
+  for lineno, line in read_lines(path, "latin-1"):
     label, _, rest = line.strip().partition(":")
     _, space, question = rest.partition(" ")
     if label not in CLASSES["TREC"] or not space:
@@ -125,25 +126,6 @@ def _read_trec(path: pathlib.Path) -> TransferSplit:
     questions.append(question)
     labels.append(CLASSES["TREC"].index(label))
   return TransferSplit((questions,), labels)
-
-
-def _read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
-  """The (1-based number, text) of each line; DataError when the file is missing, empty or not `encoding`."""
-  if not path.is_file():
-    raise DataError(f"{path}: no such file")
-  data = path.read_bytes()
-  try:
-    text = data.decode(encoding)
-  except UnicodeDecodeError as e:
-    lineno = data[:e.start].count(b"\n") + 1
-    raise DataError(f"{path}:{lineno}: not {encoding} ({e.reason})") from e
-  # Line ends as Python's text mode reads them, as SentEval's readers do.
-  lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-  if lines[-1] == "":
-    lines.pop()
-  if not lines:
-    raise DataError(f"{path}: empty file")
-  return list(enumerate(lines, start=1))
 
 
 def _fields(line: str, path: pathlib.Path, lineno: int, count: int) -> list[str]:

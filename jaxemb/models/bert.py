@@ -1,6 +1,6 @@
 """BERT, RoBERTa and ELECTRA encoders as one Flax module, applied functionally to a plain params pytree.
 
-The parameter tree (names say what each weight is; `jaxemb.models.hf` maps it to Hugging Face keys):
+The parameter tree (names say what each weight is; `jaxemb.models.hf_keys` maps it to Hugging Face keys):
 
     embeddings/{word, position, token_type, layer_norm}
     embeddings/project                    (ELECTRA whose embedding_size differs from hidden_size)

@@ -225,7 +225,7 @@ class ModelSource:
   def load_params(self) -> dict[str, Any]:
     """{"encoder"} of a checkpoint; the best step's tree of a run ({"encoder", "mlp"?, "prompt"?})."""
     if self.run is None:
-      return {"encoder": hf.load_pretrained(self.model_dir)[1]}
+      return {"encoder": hf.load_weights(self.model_dir, self.config)}
     return load_best(self.run.path)[1]
 
 

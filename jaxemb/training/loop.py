@@ -16,14 +16,14 @@ from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import templates
+from jaxemb import sharding, templates
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run, sts
-from jaxemb.models import compute_dtype, hf, load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import checkpoints, objectives, preflight, sharding
+from jaxemb.models import compute_dtype, hf, load_pretrained, run_dir
+from jaxemb.training import checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
 from jaxemb.training.trainer import batch_field, build_trainer
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
@@ -157,25 +157,25 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
     # Before anything is loaded or written: a bad field or a corpus too small for one batch costs seconds, not a
     # run, and leaves the workdir as it was (reading the corpus writes nothing there).
-    preflight.check(config, mesh)
+    source = preflight.check(config, mesh)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say):
-      return _train(config, sigterm, mesh, columns)
+      return _train(config, sigterm, mesh, columns, source)
 
 
-def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]]
-           ) -> dict[str, Any]:
+def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
+           source: run_dir.ModelSource) -> dict[str, Any]:
   workdir = run_dir.RunDir(config.workdir)
   dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   resume_step = ckpt.latest_step()
   if resume_step is None:
-    model_config, pretrained = load_pretrained(config.model.path)
+    model_config, pretrained = load_pretrained(source.model_dir)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
     model_config = hf.read_config(workdir.model_dir)
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
-  tokenizer = load_tokenizer(config.model.path)
+  tokenizer = source.tokenizer
   num_examples = len(next(iter(columns.values())))
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       num_examples, config.train.batch_size)
@@ -201,7 +201,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
   if resume_step is not None:
     restored = ckpt.restore(trainer.abstract_sharded())
     if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
-      state = trainer.initial_state(load_pretrained(config.model.path)[1])
+      state = trainer.initial_state(load_pretrained(source.model_dir)[1])
     else:
       state, meta = restored
       _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")

@@ -10,12 +10,13 @@ from typing import Any
 
 from jax.sharding import Mesh
 
+from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.models import hf
-from jaxemb.training import sharding, trainer
+from jaxemb.models import hf, run_dir
+from jaxemb.training import trainer
 
 # The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
 _POSITIVE = ("train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
@@ -24,18 +25,20 @@ _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
 _COLUMNS = {"text": ("text",), "nli": corpus.NLI_COLUMNS}  # The columns `loop.read_columns` gives each format.
 
 
-def check(config: Any, mesh: Mesh):
-  """Raises ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on
-  `mesh`. Reads config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
+def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
+  """The model config.model.path names, opened (its config and tokenizer, for the loop to reuse); raises
+  ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
+  config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
   _check_counts(config, mesh)
   trainer.check_model_options(config)
   _check_columns(config)
   _check_files(config)
-  tokenizer = _check_method(config)
+  source = _check_method(config)
   try:
-    trainer.build_objective(config, tokenizer)  # Each view's template, pooling and denoising, and the loss.
+    trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling and denoising, and the loss.
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from None
+  return source
 
 
 def check_corpus_size(config: Any, num_examples: int):
@@ -88,9 +91,9 @@ def _check_files(config: Any):
                     "with prepare.py") from None
 
 
-def _check_method(config: Any) -> Any:
+def _check_method(config: Any) -> run_dir.ModelSource:
   """config.method against the model's config and tokenizer, as evaluation and export check it (open_model), so a
-  run never records an evaluation method they refuse; returns the tokenizer."""
+  run never records an evaluation method they refuse; returns the opened model, a Hugging Face checkpoint."""
   try:
     source, _ = open_model(config.model.path, Method.from_config(config.method))
   except FileNotFoundError as e:
@@ -99,4 +102,8 @@ def _check_method(config: Any) -> Any:
     raise DataError(f"config.model.path={config.model.path}: {e}") from None
   except ValueError as e:
     raise ConfigError(f"config.method: {e}; set config.method to a method evaluate.py can run") from None
-  return source.tokenizer
+  if source.run is not None:  # Its model/ holds config.json and the tokenizer but no weights to start from.
+    raise ConfigError(f"config.model.path={config.model.path}: a jaxemb run directory; training starts from a "
+                      "Hugging Face checkpoint (write the run's best step as one with `python -m jaxemb.export` and "
+                      "train from that)")
+  return source

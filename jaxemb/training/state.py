@@ -11,10 +11,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxemb import xla
+from jaxemb import sharding, xla
 from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
-from jaxemb.training import objectives, sharding
+from jaxemb.training import objectives
 
 
 @flax.struct.dataclass

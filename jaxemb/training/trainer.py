@@ -11,10 +11,10 @@ from typing import Any
 import jax
 import optax
 
-from jaxemb import templates
+from jaxemb import sharding, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype
-from jaxemb.training import objectives, sharding
+from jaxemb.training import objectives
 from jaxemb.training import state as train_state
 
 # The fresh heads' key: seed + this, apart from the dropout stream's (seed), so the two draws are independent.

@@ -12,12 +12,12 @@ import torch
 import transformers
 
 from jaxemb.models import CheckpointError, Transformer, load_pretrained, save_pretrained
-from jaxemb.models import bert, hf
+from jaxemb.models import bert, hf, hf_keys
 from tests.support import shared_path, write_random_checkpoint
 
 
 def _leaves(params):
-  return dict(hf._flatten(hf.flax_to_plain(params)))  # pylint: disable=protected-access
+  return dict(hf_keys._flatten(hf_keys.flax_to_plain(params)))  # pylint: disable=protected-access
 
 
 def _assert_same_params(a, b):
@@ -100,7 +100,7 @@ def test_scanned_layout_stacks_the_layers_in_order():
   ids = jnp.zeros((1, 1), jnp.int32)
   shapes = jax.eval_shape(lambda: Transformer(config, scan_layers=True).init(jax.random.key(0), ids, ids,
                                                                               method="init_all"))["params"]
-  shape_of = lambda tree: jax.tree.map(lambda a: a.shape, hf.flax_to_plain(tree))
+  shape_of = lambda tree: jax.tree.map(lambda a: a.shape, hf_keys.flax_to_plain(tree))
   assert shape_of(shapes["layers"]) == shape_of(stacked["layers"])  # (init also makes the MLM head MiniLM lacks.)
   _assert_same_params(bert.unstack_layers(stacked), params)
 

@@ -9,9 +9,10 @@ import sys
 import jax
 import numpy as np
 
+from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
-from jaxemb.training import loop, sharding, trainer
+from jaxemb.training import loop, trainer
 from tests.training.test_loop import tiny_config
 
 

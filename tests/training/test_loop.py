@@ -18,10 +18,10 @@ import orbax.checkpoint as ocp
 import pytest
 from tensorboardX.proto import event_pb2
 
-from jaxemb import export
+from jaxemb import export, sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, sharding, trainer
+from jaxemb.training import loop, trainer
 from tests.support import REPO, shared_path, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",

@@ -1,12 +1,15 @@
 """train.py's checks before loading: each bad field stops the run as one ConfigError/DataError line, quickly, with
 nothing loaded and nothing written to the workdir."""
 
+import pathlib
+import shutil
 import types
 
 import pytest
 
+from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.training import loop, preflight, sharding
+from jaxemb.training import loop, preflight
 from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
 
 
@@ -113,3 +116,19 @@ def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
   for name in [n for n in CONFIGS if ("roberta" in n) == (family == "roberta")]:
     preflight.check(tiny_config(name, model_dir, tmp_path / name), sharding.make_mesh(-1, 1))
     assert not (tmp_path / name).exists()
+
+
+def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(tmp_path, tiny_bert, wiki_head,
+                                                                        heavy_steps_fail):
+  """The loop trains from the checkpoint preflight opened (its directory and tokenizer, not opened again); a run
+  directory has no weights to start from."""
+  source = preflight.check(_config(tiny_bert, tmp_path, wiki_head), sharding.make_mesh(-1, 1))
+  assert source.run is None and source.model_dir == pathlib.Path(tiny_bert)
+  assert source.tokenizer("a b")["input_ids"][0] == source.tokenizer.cls_token_id
+  shutil.copytree(tiny_bert, tmp_path / "old" / "model")  # A run directory: model/ with config.json, and best/.
+  (tmp_path / "old" / "best").mkdir()
+  config = _config(tiny_bert, tmp_path, wiki_head, model__path=str(tmp_path / "old"))
+  with pytest.raises(ConfigError, match=r"^config\.model\.path=.*/old: a jaxemb run directory; training starts "
+                                        r"from a Hugging Face checkpoint"):
+    loop.train(config)
+  assert not (tmp_path / "run").exists()

@@ -15,12 +15,12 @@ import pytest
 import scipy.stats
 import torch
 
-from jaxemb import templates
+from jaxemb import sharding, templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
 from jaxemb.evaluation import run
 from jaxemb.models import hf, load_pretrained, load_tokenizer
-from jaxemb.training import loop, sharding, trainer
+from jaxemb.training import loop, trainer
 from jaxemb.training import state as train_state
 from tests.support import shared_path, write_random_checkpoint
 from tests.training import reference_torch as ref

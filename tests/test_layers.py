@@ -1,0 +1,73 @@
+"""Imports run one way: no module of jaxemb/ imports from a layer above its own (README, Layout)."""
+
+import ast
+import pathlib
+
+import pytest
+
+from tests.support import REPO
+
+PACKAGE = pathlib.Path(REPO) / "jaxemb"
+
+# Each module's layer by its longest dotted prefix, bottom (0) to top (4); a module of a layer may import its own
+# layer and those below. A new module fails test_every_module_has_a_layer until it is placed here.
+LAYERS = {
+    # What every layer uses: the error vocabulary, compiler options, config-field names.
+    "jaxemb.errors": 0, "jaxemb.xla": 0, "jaxemb.config_fields": 0,
+    # The encoder, its checkpoints and the run directory's layout.
+    "jaxemb.models": 1,
+    # From sentences to vectors, the mesh, the data readers.
+    "jaxemb.templates": 2, "jaxemb.denoise": 2, "jaxemb.views": 2, "jaxemb.pooling": 2, "jaxemb.encode": 2,
+    "jaxemb.bias_removal": 2, "jaxemb.tfidf": 2, "jaxemb.losses": 2, "jaxemb.sharding": 2, "jaxemb.data": 2,
+    "jaxemb.training": 3, "jaxemb.evaluation": 3,
+    # The commands and the package's lazy public API.
+    "jaxemb": 4, "jaxemb.sweep": 4, "jaxemb.export": 4, "jaxemb.cli": 4,
+}
+
+
+def _module_name(path: pathlib.Path) -> str:
+  parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+  return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _layer(module: str) -> int | None:
+  parts = module.split(".")
+  for end in range(len(parts), 0, -1):
+    if ".".join(parts[:end]) in LAYERS:
+      return LAYERS[".".join(parts[:end])]
+  return None
+
+
+def _imported(path: pathlib.Path) -> set[str]:
+  """The jaxemb modules that `module` imports anywhere in its body (a function's local imports too); `from
+  jaxemb.x import y` counts as jaxemb.x.y where y is a module, else as jaxemb.x."""
+  names = set()
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if isinstance(node, ast.Import):
+      names.update(alias.name for alias in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      assert not node.level, f"{path}:{node.lineno}: a relative import; the package imports by absolute name"
+      names.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                   for a in node.names)
+  return {name for name in names if name == "jaxemb" or name.startswith("jaxemb.")}
+
+
+def test_every_module_has_a_layer():
+  assert len(MODULES) > 40  # The walk found the package.
+  assert [module for module in MODULES if _layer(module) is None] == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_imports_from_a_layer_above(module):
+  upward = sorted(f"{name} (layer {_layer(name)})" for name in _imported(MODULES[module])
+                  if (_layer(name) or 0) > _layer(module))
+  assert upward == [], f"{module} (layer {_layer(module)}) imports from above"
+
+
+def test_imports_are_resolved_to_modules():
+  """`from jaxemb.models import hf` is the module jaxemb.models.hf; `from jaxemb.errors import X` is jaxemb.errors."""
+  assert {"jaxemb.models.hf", "jaxemb.models.run_dir", "jaxemb.errors"} <= _imported(MODULES["jaxemb.data.prepare"])
+  assert "jaxemb.evaluation.run" in _imported(MODULES["jaxemb.training.workdir"])
