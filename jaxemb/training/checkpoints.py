@@ -44,6 +44,10 @@ class RunCheckpoints:
     failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
     self.periodic = _Saves(self.run.checkpoints_dir, keep, failed)
     self.best = _Saves(self.run.best_dir, 1, failed)
+    # The newest best step a run before this one saved, listed once at start: every process of a job then decides
+    # alike whether to save a best step (a listing taken at each save could see process 0's newer save on a shared
+    # disk, and a process that skipped a save another makes waits forever at Orbax's barrier).
+    self._best_before = max(self.best.all_steps(), default=None)
 
   def latest_step(self) -> int | None:
     return self.periodic.latest_step()
@@ -62,7 +66,7 @@ class RunCheckpoints:
     best step, which outscored this one in the run before the kill and will again when the replay reaches it.
     """
     _check_finite(params)
-    if any(saved >= step for saved in self.best.all_steps()):
+    if self._best_before is not None and self._best_before >= step:
       return
     self.best.save(step, ocp.args.Composite(params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
 
