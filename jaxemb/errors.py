@@ -25,3 +25,8 @@ class WorkdirError(UserError):
 
 class StorageError(UserError, OSError):
   """The file system refused a write (a full disk, no permission, an I/O error); the message names the path."""
+
+
+class Diverged(UserError, FloatingPointError):
+  """Training produced a non-finite loss or param; the last good checkpoint is kept (a lower learning rate, another
+  seed or bfloat16 -> float32 are the usual remedies)."""

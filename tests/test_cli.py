@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from jaxemb import cli
-from jaxemb.errors import ConfigError, StorageError
+from jaxemb.errors import ConfigError, Diverged, StorageError
 from tests.support import REPO, shared_path
 
 
@@ -80,6 +80,8 @@ def test_verbose_shows_the_traceback(flag, env):
 def test_user_message_names_what_the_user_can_fix_and_nothing_else():
   assert cli.user_message(ConfigError("config.x: bad")) == "config.x: bad"
   assert cli.user_message(StorageError("/runs/a: disk full")) == "/runs/a: disk full"
+  assert cli.user_message(Diverged("loss is nan at step 2")) == "loss is nan at step 2"
+  assert cli.user_message(FloatingPointError("a bug's nan")) is None
   assert cli.user_message(FileNotFoundError(errno.ENOENT, "No such file or directory", "/a/b")) == (
       "/a/b: No such file or directory")
   assert cli.user_message(FileNotFoundError("/runs/a is not a jaxemb run directory")) == (

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxemb.errors import StorageError
+from jaxemb.errors import Diverged, StorageError
 from jaxemb.models import run_dir
 
 # Orbax writes a step into <step>.orbax-checkpoint-tmp (older versions add -<timestamp>), renamed once committed.
@@ -203,4 +203,4 @@ def _check_finite(params: Any):
   bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(jax.tree_util.tree_leaves_with_path(params), finite)
          if not ok]
   if bad:
-    raise FloatingPointError(f"not saving a checkpoint with non-finite params: {bad[:5]}")
+    raise Diverged(f"not saving a checkpoint with non-finite params: {bad[:5]}")

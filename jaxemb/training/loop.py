@@ -20,7 +20,7 @@ from jaxemb import sharding, templates
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, Diverged
 from jaxemb.evaluation import run, sts
 from jaxemb.models import compute_dtype, hf, load_pretrained, run_dir
 from jaxemb.training import checkpoints, objectives, preflight
@@ -236,8 +236,8 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
     """Reads one step's metrics (a host sync), stops on a non-finite loss, and reports them."""
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     if not np.isfinite(metrics["loss"]):
-      raise FloatingPointError(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last "
-                               f"good checkpoint in {workdir.checkpoints_dir} is kept")
+      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
+                     f"in {workdir.checkpoints_dir} is kept")
     progress.update(1)
     progress.set_postfix(loss=f"{metrics['loss']:.4f}")
     if writer and (done % config.train.log_every == 0 or done == total_steps):
