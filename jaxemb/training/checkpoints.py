@@ -55,6 +55,7 @@ class RunCheckpoints:
   def save(self, state: Any, meta: dict[str, Any]):
     """Saves the state at its step; refuses a state with a non-finite param so a NaN never replaces a good one."""
     _check_finite(state.params)
+    self.wait()  # One save in flight at a time: see save_best.
     self.periodic.save(int(state.step), ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                            meta=ocp.args.JsonSave(meta)))
 
@@ -68,6 +69,10 @@ class RunCheckpoints:
     _check_finite(params)
     if self._best_before is not None and self._best_before >= step:
       return
+    # One save in flight at a time: a job's processes meet at Orbax barriers named by the step alone
+    # (`_async_write_complete.<step>`), so best/N and checkpoints/N written at once collide ("Barrier ... is already
+    # ongoing") and the job hangs.
+    self.wait()
     self.best.save(step, ocp.args.Composite(params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
 
   def restore(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
