@@ -137,6 +137,18 @@ def test_a_workdir_without_a_saved_step_is_no_run_its_fingerprint_replaced(tmp_p
     workdir.check_fingerprint(run, fixed, False, said.append)
 
 
+def _refused_with_the_model_moved(config, model_dir, moved):
+  """Points config.model.path at the same checkpoint elsewhere (preflight passes, the fingerprint differs) and
+  checks loop.train refuses it, naming the old and new path."""
+  moved.mkdir()
+  for item in os.listdir(model_dir):
+    (moved / item).symlink_to(model_dir / item)
+  config.model.path = str(moved)
+  with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(model_dir.resolve())!r} -> "
+                                                   f"{str(moved.resolve())!r}")):
+    loop.train(config)
+
+
 def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert,
                                                                                         wiki_head):
   """loop.train checks the config, then claims the workdir: a refused config (a bad corpus path, a bad column)
@@ -159,14 +171,7 @@ def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_
   with workdir.claim_workdir(config, say=lambda _: None):  # No step saved: not a run, its fingerprint replaced.
     pass
   _save_a_step(run_dir.RunDir(config.workdir))
-  moved = tmp_path / "moved"  # The same checkpoint elsewhere: preflight passes, the fingerprint differs.
-  moved.mkdir()
-  for item in os.listdir(tiny_bert):
-    (moved / item).symlink_to(tiny_bert / item)
-  config.model.path = str(moved)
-  with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(tiny_bert.resolve())!r} -> "
-                                                   f"{str(moved.resolve())!r}")):
-    loop.train(config)
+  _refused_with_the_model_moved(config, tiny_bert, tmp_path / "moved")
 
 
 @pytest.mark.slow
@@ -176,14 +181,7 @@ def test_train_continues_a_changed_run_when_told(tmp_path, tiny_bert, wiki_head)
   config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head, num_steps=2)
   assert loop.train(config)["steps_run"] == 2
   assert loop.train(config)["steps_run"] == 0
-  moved = tmp_path / "moved"
-  moved.mkdir()
-  for item in os.listdir(tiny_bert):
-    (moved / item).symlink_to(tiny_bert / item)
-  config.model.path = str(moved)
-  with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(tiny_bert.resolve())!r} -> "
-                                                   f"{str(moved.resolve())!r}")):
-    loop.train(config)
+  _refused_with_the_model_moved(config, tiny_bert, tmp_path / "moved")
   assert loop.train(config, resume_changed=True)["steps_run"] == 0
   assert workdir.fingerprint(config) == json.loads((tmp_path / "run" / "fingerprint.json").read_text())["fields"]
   assert run_dir.RunDir(tmp_path / "run").lock_file.read_text() == ""
