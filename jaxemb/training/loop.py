@@ -185,8 +185,6 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
-    if column not in columns:
-      raise ConfigError(f"objective.columns names {column!r}; {config.data.train_file} has {sorted(columns)}")
     fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
         columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
         hosts))
