@@ -158,9 +158,9 @@ def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, toke
   o = step.objective
   rows = [tuple(step.rows[v].input_ids.shape) for v in o.views]  # SimCSE encodes its one field twice.
   tables = {t: step.rows[v].input_ids.shape[1] - t.num_tokens for v, t in zip(o.views, o.view_templates)}
-  if o.denoising != "none":  # One bias table per template, a row per length 0..max_len (objectives.py).
+  if o.denoise != "none":  # One bias table per template, a row per length 0..max_len (objectives.py).
     for template, max_len in tables.items():  # [PAD] rows hold the lengths' [PAD]s; position-offset rows do not.
-      rows.append((max_len + 1, template.num_tokens + (max_len if o.denoising == "pad" else 0)))
+      rows.append((max_len + 1, template.num_tokens + (max_len if o.denoise == "pad" else 0)))
   return TrainCase(f"jaxemb {dtype}", step, rows, jax_peak_memory)
 
 

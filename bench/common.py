@@ -121,7 +121,7 @@ class JaxembTrainStep:
     # to the batch's longest row rounded up to data.length_multiple.
     self.rows = {}
     for view, template in zip(self.objective.views, self.objective.view_templates):
-      rows = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
+      rows = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
                                         pad_to=template.num_tokens + tokens, tokenization=config.data.tokenization)
       width = corpus.batch_width(rows.attention_mask.sum(1), config.data.length_multiple, rows.input_ids.shape[1])
       self.rows[view] = corpus.gather(rows, np.arange(len(sentences)), width)

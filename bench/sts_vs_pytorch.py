@@ -75,7 +75,7 @@ class CompileCounter:
 
 def traced_matmuls(encoder: Encoder) -> int:
   """The matmuls (dot_general) in the jaxpr of the encoder's per-batch computation, nested jaxprs included."""
-  batch = templates.encode_sentences(encoder.template, encoder.tokenizer, ["a sentence ."])
+  batch = templates.tokenize_sentences(encoder.template, encoder.tokenizer, ["a sentence ."])
   jaxpr = jax.make_jaxpr(lambda params, batch: sentence_vectors(Transformer(encoder.config), params, encoder.method,
                                                                 batch, template=encoder.template))(encoder.params, batch)
 

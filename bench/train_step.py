@@ -37,7 +37,7 @@ class TorchTrainStep:
 
   def __init__(self, jaxemb_step: common.JaxembTrainStep, config, model_dir: pathlib.Path):
     self.objective = o = jaxemb_step.objective
-    if o.loss != "info_nce" or o.projection != "mlp" or o.denoising not in ("none", "position_offset"):
+    if o.loss != "info_nce" or o.head != "mlp" or o.denoise not in ("none", "position_offset"):
       raise ValueError(f"no PyTorch step for {o}")
     self.bert = transformers.BertModel.from_pretrained(model_dir, add_pooling_layer=False).train()
     mlp = jaxemb_step.initial_params["mlp"]["dense"]
@@ -51,7 +51,7 @@ class TorchTrainStep:
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
     offset = views.bias_position_offset(o.bias_positions, jaxemb_step.model_config)
     self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(config.data.max_sentence_tokens + 1), offset))
-                      for t in o.view_templates if o.denoising == "position_offset"}
+                      for t in o.view_templates if o.denoise == "position_offset"}
     t = config.train
     params = [*self.bert.parameters(), *self.mlp.parameters()]
     self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_b1, t.adam_b2), eps=t.adam_eps,
@@ -70,7 +70,7 @@ class TorchTrainStep:
     o, biases, vectors = self.objective, {}, []
     for view, template in zip(o.views, o.view_templates):
       h = self._state(self.rows[view])
-      if o.denoising == "position_offset":
+      if o.denoise == "position_offset":
         if template not in biases:  # One bias table per template per step, as jaxemb computes it.
           biases[template] = self._state(self.bias_rows[template])
         h = h - biases[template][self.rows[view]["sentence_lengths"]]
@@ -126,7 +126,7 @@ def main():
       ours, theirs = dropout_free_losses(first, torch_step)
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
       print(f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
-            f"{first.objective.denoising}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}")
+            f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}")
       times = common.interleaved({**steps, "pytorch": torch_step}, args.repeats)
       for case, seconds in times.items():
         print(f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "

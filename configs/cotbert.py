@@ -17,7 +17,7 @@ def get_config():
   config.workdir = "runs/cotbert"
   config.objective.columns = ("text", "text", "text")
   config.objective.templates = (ANCHOR, POSITIVE, NEGATIVE)
-  config.objective.denoising = "pad"
+  config.objective.denoise = "pad"
   config.objective.loss = "extended_info_nce"
   config.objective.loss_group_size = 128
   config.train.seed = 0

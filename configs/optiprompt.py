@@ -11,8 +11,8 @@ def get_config():
   config = train_common.get_config()
   config.workdir = "runs/optiprompt"
   config.objective.templates = (train_common.PROMPTBERT_COLON,) * 2
-  config.objective.denoising = "none"
-  config.objective.projection = "mlm_transform"
+  config.objective.denoise = "none"
+  config.objective.head = "mlm_transform"
   config.objective.trainable = "prompt"
   config.train.learning_rate = 3e-5
   config.train.epochs = 5

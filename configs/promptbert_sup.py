@@ -12,8 +12,8 @@ def get_config():
   config.data.format = "nli"
   config.objective.columns = ("sent0", "sent1", "hard_neg")
   config.objective.templates = (train_common.PROMPTBERT_OF,) * 3
-  config.objective.projection = "mlm_transform"
-  config.objective.keep_projection = True
+  config.objective.head = "mlm_transform"
+  config.objective.keep_head = True
   config.objective.loss = "info_nce_with_hard_negatives"
   config.method.denoise = True  # run.sh's evaluation: --mask_embedding_sentence_delta --mask_embedding_sentence_org_mlp.
   config.method.head = "mlm_transform"

@@ -10,7 +10,7 @@ def get_config():
   config.workdir = "runs/promptroberta_sup"
   config.model.path = "roberta-base"
   config.objective.templates = (train_common.PROMPTROBERTA_THIS,) * 3
-  config.objective.projection = "mlp"
+  config.objective.head = "mlp"
   config.method.template = train_common.PROMPTROBERTA_THIS
   config.method.head = "pooler"  # The trained MLP, saved as the run's pooler.
   return config

@@ -11,7 +11,7 @@ def get_config():
   config.data.max_sentence_tokens = 30
   config.objective.templates = ("[X]", "[X]")
   config.objective.pooling = "cls"
-  config.objective.denoising = "none"
+  config.objective.denoise = "none"
   config.train.batch_size = 64
   config.train.learning_rate = 3e-5
   config.method.name = "cls_before_pooler"

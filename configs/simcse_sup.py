@@ -13,7 +13,7 @@ def get_config():
   config.objective.columns = ("sent0", "sent1", "hard_neg")
   config.objective.templates = ("[X]",) * 3
   config.objective.loss = "info_nce_with_hard_negatives"
-  config.objective.keep_projection = True
+  config.objective.keep_head = True
   config.train.batch_size = 512
   config.objective.ddp_world_size = 4  # torch.distributed.launch --nproc_per_node 4, 128 rows each.
   config.train.learning_rate = 5e-5

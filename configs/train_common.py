@@ -47,13 +47,15 @@ def get_config():
   config.objective.columns = ("text", "text")  # The data column each view of the loss reads.
   config.objective.templates = (PROMPTBERT_OF, PROMPTBERT_COLON)  # The template of each view ("[X]": none).
   config.objective.pooling = "mask"  # "mask": last template [MASK] state; "cls": the [CLS] state.
-  config.objective.denoising = "position_offset"  # Template bias removed in the loss: none, position_offset, pad.
+  config.objective.denoise = "position_offset"  # Template bias removed in the loss: none, position_offset, pad.
   # Position-offset rows' positions: "from_zero" (the authors pass arange(L), RoBERTa included) or "model" (HF's).
   config.objective.bias_positions = "from_zero"
-  config.objective.projection = "mlp"  # mlp (fresh dense+tanh), mlm_transform (the MLM head's), or none.
-  # Keep the projection for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP
+  # The projection each view goes through before the loss: mlp (fresh dense+tanh), mlm_transform (the MLM head's), or
+  # none.
+  config.objective.head = "mlp"
+  # Keep the head for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP
   # becomes the checkpoint's pooler, as run.sh and SimCSE's simcse_to_huggingface.py rename mlp -> pooler.
-  config.objective.keep_projection = False
+  config.objective.keep_head = False
   config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, or extended_info_nce.
   config.objective.temperature = 0.05  # tau of the cosine logits.
   # info_nce_with_hard_negatives: SimCSE's --hard_negative_weight, log of the weight on each row's own hard negative
@@ -108,7 +110,7 @@ def get_config():
   config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   # Model selection: the STS-B dev score that picks the kept step. "training_view" is the authors' trainer
   # (`sentemb_forward`): view 1's template around the sentence's own tokens, no ".", the objective's position-offset
-  # bias if select_denoise, the projection if kept. "eval_method": the evaluation method above.
+  # bias if select_denoise, the head if kept. "eval_method": the evaluation method above.
   config.eval.selection = "training_view"
   config.eval.select_denoise = True  # CoT-BERT passes --mask_embedding_sentence_delta_no_delta_eval: False there.
   config.eval.batch_size = 128  # Sentences per evaluation encoder call.

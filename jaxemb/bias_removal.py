@@ -84,7 +84,7 @@ def filter_sentences(tokenizer: templates.Tokenizer, sentences: Sequence[str],
   return [lead + text or tokenizer.pad_token for text in texts]
 
 
-def encode_filtered(tokenizer: templates.Tokenizer, sentences: Sequence[str], bias_filter: BiasFilter = BiasFilter(),
+def tokenize_filtered(tokenizer: templates.Tokenizer, sentences: Sequence[str], bias_filter: BiasFilter = BiasFilter(),
                     max_sentence_tokens: int | None = None) -> templates.TemplateBatch:
   """Rows `[CLS] kept pieces [SEP]` of the filtered sentences, right-padded, with no template and no [MASK]."""
   truncate = max_sentence_tokens is not None

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxemb.errors import ConfigError
 from jaxemb.templates import Template
 
-DENOISING = ("none", "position_offset", "pad")  # No denoising, PromptBERT's, CoT-BERT's.
+KINDS = ("none", "position_offset", "pad")  # No denoising, PromptBERT's, CoT-BERT's.
 
 
 @flax.struct.dataclass
@@ -110,12 +110,12 @@ def pad_inputs(
       mask_positions=template.mask_positions(lengths))
 
 
-def template_inputs(template: Template, lengths: jax.Array, denoising: str, position_offset: int,
+def template_inputs(template: Template, lengths: jax.Array, kind: str, position_offset: int,
                     max_len: int) -> DenoiseInputs:
-  """The template-only rows of `denoising` ("position_offset" or "pad") for each length; `position_offset` is the
+  """The template-only rows of denoise `kind` ("position_offset" or "pad") for each length; `position_offset` is the
   position-offset rows' first position, `max_len` bounds the lengths ([PAD] rows' width)."""
-  if denoising == "position_offset":
+  if kind == "position_offset":
     return position_offset_inputs(template, lengths, position_offset)
-  if denoising == "pad":
+  if kind == "pad":
     return pad_inputs(template, lengths, max_len)
-  raise ConfigError(f"denoising {denoising!r} is not one of {DENOISING[1:]}")
+  raise ConfigError(f"denoise {kind!r} is not one of {KINDS[1:]}")

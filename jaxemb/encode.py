@@ -126,7 +126,7 @@ class Method:
 
 def prompt_view(method: Method, template: templates.Template) -> views.View:
   """The views.View of a prompt method: its template's last [MASK], denoised or not, through its head."""
-  return views.View(template, pooling="mask", denoising="position_offset" if method.denoise else "none",
+  return views.View(template, pooling="mask", denoise="position_offset" if method.denoise else "none",
                     head=method.head, bias_positions=method.bias_positions, prompt_placement=method.prompt_placement)
 
 
@@ -141,7 +141,7 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
   word_embeddings = params["embeddings"]["word"]["embedding"]
   if method.name == "static_avg":
     return pooling.static_avg(word_embeddings, batch.input_ids, batch.attention_mask)
-  if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.encode_filtered`).
+  if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.tokenize_filtered`).
     return pooling.static_sentence_avg(word_embeddings, batch.input_ids, batch.sentence_lengths)
   forward = functools.partial(model.apply, {"params": params})
   if method.name in PROMPT_METHODS:
@@ -333,8 +333,8 @@ class Encoder:
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows: the sentences in the template, or for static_remove_biases their filtered text alone."""
     if self.method.name == "static_remove_biases":
-      return bias_removal.encode_filtered(self.tokenizer, sentences, self.method.bias_filter, self.max_sentence_tokens)
-    return templates.encode_sentences(self.template, self.tokenizer, sentences,
+      return bias_removal.tokenize_filtered(self.tokenizer, sentences, self.method.bias_filter, self.max_sentence_tokens)
+    return templates.tokenize_sentences(self.template, self.tokenizer, sentences,
                                       max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length,
                                       tokenization=self.method.tokenization)
 
@@ -355,7 +355,7 @@ def _sentence_list(sentences: Any) -> list[str]:
     raise TypeError(f"sentences must be a str or a sequence of str, not a {type(sentences).__name__}")
   sentences = list(sentences)  # Read once: a generator has nothing left for a second pass.
   # The one type check of sentences (templates'), here for every method: dedup would hash them first, and
-  # static_remove_biases rows do not go through templates.encode_sentences.
+  # static_remove_biases rows do not go through templates.tokenize_sentences.
   return templates.check_sentences(sentences) if sentences else sentences
 
 

@@ -31,7 +31,7 @@ DEFAULT_MAX_LENGTH = 512
 # so that it stays a separate token next to quotes, colons and spaces.
 _PROBE = "hello"
 # How a sentence's tokens are found: in the filled-in string, or alone
-# (`encode_sentences`).
+# (`tokenize_sentences`).
 TOKENIZATIONS = ("in_context", "alone")
 
 Array = np.ndarray | jax.Array
@@ -168,7 +168,7 @@ class TemplateBatch:
   sentence_lengths: Array
 
 
-def encode_sentences(
+def tokenize_sentences(
     template: Template,
     tokenizer: Tokenizer,
     sentences: Sequence[str],

@@ -29,8 +29,9 @@ POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] sta
 HEADS = ("none", "mlp", "mlm_transform", "pooler")
 BIAS_POSITIONS = ("from_zero", "model")  # Position-offset rows' positions: from 0 (the authors'), or HF's numbering.
 
-# encode(input_ids, attention_mask, **inputs) -> EncoderOutput: the encoder in training or evaluation mode.
-Encode = Callable[..., Any]
+# forward(input_ids, attention_mask, **inputs) -> EncoderOutput: one pass of the encoder, in training or
+# evaluation mode.
+Forward = Callable[..., Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +41,7 @@ class View:
   Attributes:
     template: the template ("[X]" alone for SimCSE's plain sentences).
     pooling: one of POOLINGS.
-    denoising: the template bias subtracted: one of denoise.DENOISING.
+    denoise: the template bias subtracted: one of denoise.KINDS.
     head: one of HEADS.
     bias_positions: one of BIAS_POSITIONS. The authors pass position ids arange(L) to their position-offset rows
       (`get_delta` in kongds/Prompt-BERT `prompt_bert/models.py` and `evaluation.py`), so RoBERTa's start at 0 there
@@ -50,18 +51,18 @@ class View:
 
   template: templates.Template
   pooling: str = "mask"
-  denoising: str = "none"
+  denoise: str = "none"
   head: str = "none"
   bias_positions: str = "from_zero"
   prompt_placement: str = "last_occurrence"
 
   def __post_init__(self):
-    for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoising", self.denoising, denoise.DENOISING),
+    for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoise", self.denoise, denoise.KINDS),
                                  ("head", self.head, HEADS), ("bias_positions", self.bias_positions, BIAS_POSITIONS),
                                  ("prompt_placement", self.prompt_placement, templates.PLACEMENTS)):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
-    if (self.pooling == "mask" or self.denoising != "none") and self.template.num_masks == 0:
+    if (self.pooling == "mask" or self.denoise != "none") and self.template.num_masks == 0:
       raise ConfigError(f"mask pooling and denoising need a template with [MASK]; got {self.template.text!r}")
 
 
@@ -81,16 +82,16 @@ def bias_position_offset(bias_positions: str, config: EncoderConfig) -> int:
   return 0 if bias_positions == "from_zero" else config.position_offset
 
 
-def template_bias(view: View, model: Transformer, encode: Encode, lengths: jax.Array, max_len: int,
+def template_bias(view: View, model: Transformer, forward: Forward, lengths: jax.Array, max_len: int,
                   prompt: jax.Array | None = None) -> jax.Array:
   """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
   offset = bias_position_offset(view.bias_positions, model.config)
-  rows = denoise.template_inputs(view.template, lengths, view.denoising, offset, max_len)
+  rows = denoise.template_inputs(view.template, lengths, view.denoise, offset, max_len)
   inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
   # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
-  slot_tokens = jnp.zeros_like(lengths) if view.denoising == "position_offset" else lengths
+  slot_tokens = jnp.zeros_like(lengths) if view.denoise == "position_offset" else lengths
   inputs.update(prompt_inputs(view, prompt, rows.input_ids, slot_tokens))
-  return pooling.mask_state(encode(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
+  return pooling.mask_state(forward(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
 
 
 def apply_head(view: View, model: Transformer, params: dict[str, Any], h: jax.Array,
@@ -112,12 +113,12 @@ def state(view: View, out: Any, batch: templates.TemplateBatch) -> jax.Array:
   return pooling.cls_before_pooler(out) if view.pooling == "cls" else pooling.mask_state(out, batch.mask_positions)
 
 
-def vector(view: View, model: Transformer, params: dict[str, Any], encode: Encode, batch: templates.TemplateBatch,
+def vector(view: View, model: Transformer, params: dict[str, Any], forward: Forward, batch: templates.TemplateBatch,
            prompt: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
   """[batch, hidden]: each row's vector. `bias` ([batch, hidden], e.g. rows of a per-step table) is computed here for
   the batch's lengths when the view denoises and none is given."""
-  out = encode(batch.input_ids, batch.attention_mask,
+  out = forward(batch.input_ids, batch.attention_mask,
                **prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths))
-  if view.denoising != "none" and bias is None:
-    bias = template_bias(view, model, encode, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
+  if view.denoise != "none" and bias is None:
+    bias = template_bias(view, model, forward, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
   return apply_head(view, model, params, state(view, out, batch), bias)

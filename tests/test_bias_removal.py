@@ -50,20 +50,20 @@ def test_emptied_sentence(bert_tokenizer, roberta_tokenizer):
   # The reference's RoBERTa text starts with a space, so it is never empty: the space alone, one `Ġ` token.
   assert bias_removal.filter_sentences(roberta_tokenizer, emptied) == [" "]
   for tokenizer, middle in ((bert_tokenizer, "[PAD]"), (roberta_tokenizer, "Ġ")):
-    rows = bias_removal.encode_filtered(tokenizer, emptied)
+    rows = bias_removal.tokenize_filtered(tokenizer, emptied)
     assert tokenizer.convert_ids_to_tokens(rows.input_ids[0]) == [tokenizer.cls_token, middle, tokenizer.sep_token]
 
 
 @pytest.mark.parametrize("name", ["bert_tokenizer", "roberta_tokenizer"])
 def test_rows_are_the_tokenised_filtered_text(request, name):
   tokenizer = request.getfixturevalue(name)
-  rows = bias_removal.encode_filtered(tokenizer, SENTENCES)
+  rows = bias_removal.tokenize_filtered(tokenizer, SENTENCES)
   expected = tokenizer(bias_removal.filter_sentences(tokenizer, SENTENCES), padding=True, return_tensors="np")
   np.testing.assert_array_equal(rows.input_ids, expected["input_ids"])
   np.testing.assert_array_equal(rows.attention_mask, expected["attention_mask"])
   np.testing.assert_array_equal(rows.sentence_lengths, expected["attention_mask"].sum(1) - 2)
   assert rows.mask_positions.shape == (len(SENTENCES), 0)
-  short = bias_removal.encode_filtered(tokenizer, SENTENCES, max_sentence_tokens=1)
+  short = bias_removal.tokenize_filtered(tokenizer, SENTENCES, max_sentence_tokens=1)
   np.testing.assert_array_equal(short.sentence_lengths, 1)
   np.testing.assert_array_equal(short.input_ids[:, :2], rows.input_ids[:, :2])
 

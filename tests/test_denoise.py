@@ -50,7 +50,7 @@ def test_position_offset_rows(case):
 
 def test_position_offset_matches_a_real_sentence(case):
   tokenizer, template, offset = case
-  batch = templates.encode_sentences(template, tokenizer, [SENTENCE])
+  batch = templates.tokenize_sentences(template, tokenizer, [SENTENCE])
   n = int(batch.sentence_lengths[0])
   slot = len(template.prefix_ids) + 1
   # Natural positions of the real row, less those of the sentence tokens.
@@ -84,7 +84,7 @@ def test_pad_rows(case):
 
 def test_pad_row_matches_a_real_sentence(case):
   tokenizer, template, _ = case
-  batch = templates.encode_sentences(template, tokenizer, [SENTENCE],
+  batch = templates.tokenize_sentences(template, tokenizer, [SENTENCE],
                                      pad_to=template.num_tokens + MAX_LEN)
   n = int(batch.sentence_lengths[0])
   slot = len(template.prefix_ids) + 1

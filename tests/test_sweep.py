@@ -55,9 +55,9 @@ def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
   assert [(run.row, run.seed) for run in runs] == [(row["name"], seed) for row in experiment.rows for seed in (1, 2)]
   same, different, default = runs[0].config, runs[2].config, runs[4].config
   assert same.objective.templates[0] == same.objective.templates[1] == default.objective.templates[0]
-  assert same.objective.denoising == different.objective.denoising == "none"
+  assert same.objective.denoise == different.objective.denoise == "none"
   assert different.objective.templates == default.objective.templates
-  assert default.objective.denoising == "position_offset"
+  assert default.objective.denoise == "position_offset"
   assert all(run.config.train.num_steps == 30 and run.config.model.path == "/m" for run in runs)
   assert all(run.config.objective.temperature == 0.1 for run in runs)
 
@@ -75,8 +75,8 @@ def test_bad_overrides_name_the_field_and_where_it_came_from(tmp_path):
   with pytest.raises(ValueError, match=r"overrides: train.num_steps='three'"):
     sweep.plan(_experiment("seeds", tmp_path, overrides="train.num_steps=three"))
   experiment = _experiment("seeds", tmp_path)
-  experiment.rows = ({"name": "x", "set": {"objective.denoise": "none"}},)
-  with pytest.raises(ValueError, match=r"row 'x': 'objective.denoise' names no config field"):
+  experiment.rows = ({"name": "x", "set": {"objective.denoising": "none"}},)
+  with pytest.raises(ValueError, match=r"row 'x': 'objective.denoising' names no config field"):
     sweep.plan(experiment)
   experiment.rows = ({"name": "x", "sett": {}},)
   with pytest.raises(ValueError, match=r"unknown keys \['sett'\]"):

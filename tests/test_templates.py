@@ -53,7 +53,7 @@ def filled_ids(tokenizer, text, sentence):
 
 def encode(tokenizer, text, sentences, **kwargs):
   template = templates.Template.parse(text, tokenizer)
-  return template, templates.encode_sentences(
+  return template, templates.tokenize_sentences(
       template, tokenizer, sentences, **kwargs)
 
 
@@ -179,7 +179,7 @@ def test_pad_to(bert_tokenizer):
   np.testing.assert_array_equal(batch.attention_mask.sum(1),
                                 natural.attention_mask.sum(1))
   with pytest.raises(ValueError, match="Sentence 1 .*pad_to"):
-    templates.encode_sentences(template, bert_tokenizer, ["a", LONG],
+    templates.tokenize_sentences(template, bert_tokenizer, ["a", LONG],
                                pad_to=width - 1)
 
 
@@ -187,11 +187,11 @@ def test_too_long_row_raises_naming_sentence(bert_tokenizer):
   template = templates.Template.parse(COT_BERT, bert_tokenizer)
   very_long = " ".join(["word"] * 600)
   with pytest.raises(ValueError, match="Sentence 1 .*max_sentence_tokens"):
-    templates.encode_sentences(template, bert_tokenizer, ["a", very_long])
+    templates.tokenize_sentences(template, bert_tokenizer, ["a", very_long])
   with pytest.raises(ValueError, match="Sentence 0 .*limit 20"):
-    templates.encode_sentences(template, bert_tokenizer, ["a b c d e"],
+    templates.tokenize_sentences(template, bert_tokenizer, ["a b c d e"],
                                max_length=20)
-  batch = templates.encode_sentences(template, bert_tokenizer, [very_long],
+  batch = templates.tokenize_sentences(template, bert_tokenizer, [very_long],
                                      max_sentence_tokens=32)
   assert batch.input_ids.shape == (1, template.num_tokens + 32)
 
@@ -199,11 +199,11 @@ def test_too_long_row_raises_naming_sentence(bert_tokenizer):
 def test_bad_sentences_raise(bert_tokenizer):
   template = templates.Template.parse(COT_BERT, bert_tokenizer)
   with pytest.raises(TypeError, match="Sentence 1 is a int"):
-    templates.encode_sentences(template, bert_tokenizer, ["a", 3])
+    templates.tokenize_sentences(template, bert_tokenizer, ["a", 3])
   with pytest.raises(TypeError, match="not one str"):
-    templates.encode_sentences(template, bert_tokenizer, "a sentence")
+    templates.tokenize_sentences(template, bert_tokenizer, "a sentence")
   with pytest.raises(ValueError, match="No sentences"):
-    templates.encode_sentences(template, bert_tokenizer, [])
+    templates.tokenize_sentences(template, bert_tokenizer, [])
 
 
 def test_alone_tokenization_is_the_authors_prepare_features(bert_tokenizer, roberta_tokenizer):
@@ -215,24 +215,24 @@ def test_alone_tokenization_is_the_authors_prepare_features(bert_tokenizer, robe
       (bert_tokenizer, 'This sentence of "[X]" means[MASK].', ' This sentence of "', '" means[MASK].'),
       (roberta_tokenizer, "This sentence : ' [X] ' means[MASK].", "This sentence : '", " ' means<mask>.")):
     template = templates.Template.parse(text, tokenizer)
-    batch = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=8, tokenization="alone")
+    batch = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=8, tokenization="alone")
     for row, mask, length, sentence in zip(batch.input_ids, batch.attention_mask, batch.sentence_lengths, sentences):
       expected = (tokenizer.encode(bs)[:-1] + tokenizer.encode(sentence, add_special_tokens=False)[:8]
                   + tokenizer.encode(es)[1:])
       assert row[mask == 1].tolist() == expected and length == min(8, len(tokenizer.tokenize(sentence)))
-    in_context = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=8)
+    in_context = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=8)
     same = np.array_equal(in_context.input_ids, batch.input_ids)
     assert same == (tokenizer is bert_tokenizer)
   first = roberta_tokenizer.convert_ids_to_tokens(batch.input_ids[0, 1 + len(template.prefix_ids)].item())
   assert first == "A"  # Not "ĠA", as in the filled-in string.
   # Alone, a sentence is tokenised as it is: SimCSE's NLI lines end in spaces, RoBERTa `Ġ` tokens in the authors'
   # rows; in context jaxemb strips them (evaluation.py strips the filled-in string).
-  spaced = templates.encode_sentences(template, roberta_tokenizer, ["It is left.  "], tokenization="alone")
+  spaced = templates.tokenize_sentences(template, roberta_tokenizer, ["It is left.  "], tokenization="alone")
   assert spaced.sentence_lengths[0] == len(roberta_tokenizer.encode("It is left.  ", add_special_tokens=False)) == 6
-  stripped = templates.encode_sentences(template, roberta_tokenizer, ["It is left.  "])
+  stripped = templates.tokenize_sentences(template, roberta_tokenizer, ["It is left.  "])
   assert stripped.sentence_lengths[0] == 4
   with pytest.raises(ValueError, match="tokenization 'whole' is not one of"):
-    templates.encode_sentences(template, roberta_tokenizer, sentences, tokenization="whole")
+    templates.tokenize_sentences(template, roberta_tokenizer, sentences, tokenization="whole")
 
 
 def test_cot_roberta_training_template_ends_in_a_space_token(roberta_tokenizer):
@@ -261,7 +261,7 @@ def test_optiprompt_vectors_go_to_the_last_occurrence_of_their_token(bert_tokeni
   """The authors' placement: both quote vectors land on the closing quote (the later one wins), so the opening quote
   keeps its static embedding; "this" in the sentence takes the template's "this" vector; [MASK] keeps its own."""
   template = templates.Template.parse('This sentence : "[X]" means[MASK].', bert_tokenizer)
-  batch = templates.encode_sentences(template, bert_tokenizer, ["this is it"], tokenization="alone")
+  batch = templates.tokenize_sentences(template, bert_tokenizer, ["this is it"], tokenization="alone")
   ids = batch.input_ids[0].tolist()
   tokens = bert_tokenizer.convert_ids_to_tokens(ids)
   assert tokens == ["[CLS]", "this", "sentence", ":", '"', "this", "is", "it", '"', "means", "[MASK]", ".", "[SEP]"]

@@ -25,6 +25,6 @@ def get_config():
   # e.g. "model.path='../shared/models/all-MiniLM-L6-v2'; train.num_steps=30; train.batch_size=32".
   config.overrides = ""
   # The rows: dicts with "name", "paper" (the paper's number, as printed), optionally "base" and "set" (the fields
-  # the row changes, {"objective.denoising": "none"}).
+  # the row changes, {"objective.denoise": "none"}).
   config.rows = ()
   return config

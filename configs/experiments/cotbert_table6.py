@@ -20,8 +20,8 @@ def get_config(model: str = "bert"):
   config.base = BASE[model]
   config.seeds = (0,)  # The configs' seed (the authors' train.py).
   config.rows = (
-      {"name": "without denoise", "paper": none, "set": {"objective.denoising": "none"}},
-      {"name": "position denoise", "paper": position, "set": {"objective.denoising": "position_offset"}},
+      {"name": "without denoise", "paper": none, "set": {"objective.denoise": "none"}},
+      {"name": "position denoise", "paper": position, "set": {"objective.denoise": "position_offset"}},
       {"name": "[PAD] denoise", "paper": pad},
   )
   return config

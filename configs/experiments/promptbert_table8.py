@@ -26,8 +26,8 @@ def get_config(model: str = "bert"):
   config.base = BASE[model]
   config.rows = (
       {"name": "same template (dropout)", "paper": same,
-       "set": {"objective.templates": (VIEW_1[model],) * 2, "objective.denoising": "none"}},
-      {"name": "different templates", "paper": different, "set": {"objective.denoising": "none"}},
+       "set": {"objective.templates": (VIEW_1[model],) * 2, "objective.denoise": "none"}},
+      {"name": "different templates", "paper": different, "set": {"objective.denoise": "none"}},
       {"name": "different templates with denoising", "paper": denoised},
   )
   return config

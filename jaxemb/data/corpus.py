@@ -26,12 +26,12 @@ import jax
 import numpy as np
 
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, encode_sentences
+from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
 logger = logging.getLogger(__name__)
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
-# Bump when what `encode_sentences` writes for the same inputs changes, so that stale caches are not read.
+# Bump when what `tokenize_sentences` writes for the same inputs changes, so that stale caches are not read.
 _CACHE_VERSION = 2
 _FIELDS = tuple(field.name for field in dataclasses.fields(TemplateBatch))
 # A cache file that cannot be read back raises one of these from np.load or the zip member reads.
@@ -107,12 +107,12 @@ CHUNK_ROWS = 2**16
 
 def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
                     cache_dir: PathLike, tokenization: str, hosts: Hosts = Hosts()) -> TemplateBatch:
-  """`encode_sentences` with every row padded to ``template.num_tokens + max_sentence_tokens``, cached on disk.
+  """`tokenize_sentences` with every row padded to ``template.num_tokens + max_sentence_tokens``, cached on disk.
 
   Each sentence is truncated to `max_sentence_tokens` tokens (the template never is), so one width fits every
   row and training compiles one shape. The rows are cached under `cache_dir` in chunks of CHUNK_ROWS sentences,
   one .npz each, named by a hash of the sentences, the template, the tokenizer's full definition,
-  `max_sentence_tokens` and `tokenization` (as `encode_sentences` takes it), and the chunk's index; a later call
+  `max_sentence_tokens` and `tokenization` (as `tokenize_sentences` takes it), and the chunk's index; a later call
   with the same inputs loads them without tokenising, and a call killed midway keeps the chunks it finished. An
   unreadable or mismatched chunk file is re-tokenised and overwritten, with a warning.
 
@@ -125,7 +125,7 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
     ``[len(sentences)]`` for the mask positions and sentence lengths).
 
   Raises:
-    ValueError: when `max_sentence_tokens` is not positive, or as `encode_sentences` raises (naming the
+    ValueError: when `max_sentence_tokens` is not positive, or as `tokenize_sentences` raises (naming the
       sentence's index in `sentences`).
   """
   if max_sentence_tokens < 1:
@@ -139,7 +139,7 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
   def tokenize(i: int) -> TemplateBatch:
     chunk = sentences[starts[i]:starts[i] + CHUNK_ROWS]
     try:
-      batch = encode_sentences(template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width,
+      batch = tokenize_sentences(template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width,
                                tokenization=tokenization)
     except ValueError as e:
       raise ValueError(f"sentences {starts[i]}.. (cache chunk {i}): {e}") from e

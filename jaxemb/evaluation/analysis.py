@@ -143,7 +143,7 @@ def mask_top_tokens(config: EncoderConfig, params: Any, tokenizer: templates.Tok
   parsed = templates.Template.parse(template, tokenizer)
   if parsed.num_masks == 0:
     raise ConfigError(f"template {template!r} has no [MASK]")
-  batch = templates.encode_sentences(parsed, tokenizer, sentences, max_length=config.max_length)
+  batch = templates.tokenize_sentences(parsed, tokenizer, sentences, max_length=config.max_length)
   ids = np.asarray(_mask_top_ids(params, batch, config, parsed, k))
   return [MaskTopTokens(sentence, tuple(tokenizer.convert_ids_to_tokens(raw.tolist())),
                         tuple(tokenizer.convert_ids_to_tokens(denoised.tolist())))

@@ -223,7 +223,7 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
 
 def _sentence_rows(tokenizer: templates.Tokenizer, sentences: Sequence[str], max_tokens: int = 0) -> list[np.ndarray]:
   """Each sentence's unpadded row `[CLS] x_1 .. x_N [SEP]`, at most `max_tokens` sentence tokens (0: all)."""
-  batch = templates.encode_sentences(templates.Template.parse(templates.SLOT, tokenizer), tokenizer, sentences,
+  batch = templates.tokenize_sentences(templates.Template.parse(templates.SLOT, tokenizer), tokenizer, sentences,
                                      max_sentence_tokens=max_tokens or None)
   return [row[:n + 2] for row, n in zip(batch.input_ids, batch.sentence_lengths)]
 

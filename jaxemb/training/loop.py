@@ -112,30 +112,30 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   "training_view" is the authors' trainer (kongds/Prompt-BERT `prompt_bert/trainers.py` `evaluate` + `models.py`
   `sentemb_forward`; the same in ZBWpro/CoT-BERT and princeton-nlp/SimCSE): view 1 in evaluation mode, its template's
   ids around the sentence's own tokens, the position-offset bias subtracted when the objective denoises so and
-  config.eval.select_denoise (CoT-BERT: not), the projection when it is kept (`--mlp_only_train` off).
+  config.eval.select_denoise (CoT-BERT: not), the objective's head when it is kept (`--mlp_only_train` off).
   """
   if config.eval.selection not in SELECTIONS:
     raise ConfigError(f"eval.selection {config.eval.selection!r} is not one of {SELECTIONS}")
   if config.eval.selection == "eval_method":
     return eval_method(config)
   (view, *_) = objective.view_list
-  keep = config.objective.keep_projection
+  keep = config.objective.keep_head
   if view.pooling == "cls":
-    return Method("cls" if keep and objective.projection == "mlp" else "cls_before_pooler")
-  if config.eval.select_denoise and view.denoising not in ("none", "position_offset"):
+    return Method("cls" if keep and objective.head == "mlp" else "cls_before_pooler")
+  if config.eval.select_denoise and view.denoise not in ("none", "position_offset"):
     raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
-                     f"denoises with {view.denoising!r} (set --config.eval.select_denoise=False)")
+                     f"denoises with {view.denoise!r} (set --config.eval.select_denoise=False)")
   # A kept MLP is the run's pooler (eval_params).
-  head = ("pooler" if objective.projection == "mlp" else objective.projection) if keep else "none"
+  head = ("pooler" if objective.head == "mlp" else objective.head) if keep else "none"
   return Method("prompt", template=view.template.text, head=head, tokenization="alone",
-                denoise=config.eval.select_denoise and view.denoising == "position_offset",
+                denoise=config.eval.select_denoise and view.denoise == "position_offset",
                 bias_positions=view.bias_positions, prompt_placement=view.prompt_placement)
 
 
 def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
   """The encoder params that evaluation reads from a train state's params: a kept MLP is the pooler (the authors'
   checkpoint conversion, run.sh and SimCSE's simcse_to_huggingface.py, renames mlp -> pooler)."""
-  if config.objective.keep_projection and "mlp" in params:
+  if config.objective.keep_head and "mlp" in params:
     return {**params["encoder"], "pooler": params["mlp"]}
   return params["encoder"]
 

@@ -2,8 +2,8 @@
 
 One `Objective` describes a setting: the views of each example (which template
 each side goes through), how a view becomes a vector (the last [MASK] state or [CLS]), the template denoising
-subtracted from it, the projection, and the loss. The order is the reference's:
-h[MASK] -> minus template bias -> projection -> cosine / tau (with the MLM transform, `--org_mlp`, the
+subtracted from it, the head, and the loss. The order is the reference's:
+h[MASK] -> minus template bias -> head -> cosine / tau (with the MLM transform, `--org_mlp`, the
 reference projects h and the bias separately and subtracts after).
 """
 
@@ -16,7 +16,7 @@ import zlib
 import jax
 import jax.numpy as jnp
 
-from jaxemb import denoise, losses, templates, views
+from jaxemb import losses, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
 
@@ -25,9 +25,8 @@ LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
 _LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": losses.hard_negative_logits,
            "extended_info_nce": losses.extended_info_nce_logits}
 POOLINGS = views.POOLINGS
-DENOISING = denoise.DENOISING
 # Fresh dense+tanh, the MLM head's transform, none: views.HEADS but the checkpoint's pooler (SimCSE trains a fresh MLP).
-PROJECTIONS = tuple(head for head in views.HEADS if head != "pooler")
+OBJECTIVE_HEADS = tuple(head for head in views.HEADS if head != "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +38,15 @@ class Objective:
       field twice, so only dropout differs).
     view_templates: the template of each view.
     pooling: "mask" or "cls".
-    denoising: the template bias subtracted from each view's vector: "none", "position_offset" (PromptBERT) or
+    denoise: the template bias subtracted from each view's vector: "none", "position_offset" (PromptBERT) or
       "pad" (CoT-BERT).
-    projection: "mlp" (a fresh dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when
+    head: the projection each view's vector goes through before the loss, one of OBJECTIVE_HEADS: "mlp" (a fresh dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when
       `--mlp_only_train` is off), "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
     loss: one of LOSSES.
     temperature: tau of the cosine logits.
     hard_negative_weight: info_nce_with_hard_negatives only: SimCSE's `--hard_negative_weight`, the log of the weight
       on each row's own hard negative in the denominator (losses.hard_negative_logits; 0: every term weighs 1).
-    trainable: "all", or "prompt" (OptiPrompt: the continuous template vectors and the projection train, the
+    trainable: "all", or "prompt" (OptiPrompt: the continuous template vectors and the head train, the
       encoder does not).
     loss_group_size: rows per loss (0: the global batch). CoT-BERT ran `nn.DataParallel` on 2 GPUs with 128 rows
       each: each replica computed its own bias tables and its loss over its 128 rows (128 negatives), and the
@@ -66,8 +65,8 @@ class Objective:
   views: tuple[str, ...]
   view_templates: tuple[templates.Template, ...]
   pooling: str
-  denoising: str
-  projection: str
+  denoise: str
+  head: str
   loss: str
   temperature: float
   hard_negative_weight: float = 0.0
@@ -85,7 +84,7 @@ class Objective:
     if len(self.views) != expected[self.loss] or len(self.view_templates) != len(self.views):
       raise ConfigError(f"loss {self.loss!r} needs {expected[self.loss]} views, each with a template; got "
                        f"{self.views} and {len(self.view_templates)} templates")
-    for name, value, allowed in (("projection", self.projection, PROJECTIONS),
+    for name, value, allowed in (("head", self.head, OBJECTIVE_HEADS),
                                  ("trainable", self.trainable, ("all", "prompt"))):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
@@ -98,13 +97,13 @@ class Objective:
       raise ConfigError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
     if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
       raise ConfigError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
-    for view in self.view_list:  # Validates pooling, denoising and the templates' masks.
+    for view in self.view_list:  # Validates pooling, denoise and the templates' masks.
       del view
 
   @property
   def view_list(self) -> tuple[views.View, ...]:
-    """Each side of the loss as a views.View (in training: the projection is its head)."""
-    return tuple(views.View(t, pooling=self.pooling, denoising=self.denoising, head=self.projection,
+    """Each side of the loss as a views.View (the objective's head is each view's)."""
+    return tuple(views.View(t, pooling=self.pooling, denoise=self.denoise, head=self.head,
                             bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
                  for t in self.view_templates)
 
@@ -112,7 +111,7 @@ class Objective:
 def init_head_params(objective: Objective, hidden_size: int, rng: jax.Array) -> dict[str, Any]:
   """The parameters the objective adds to the encoder's: the fresh MLP, initialised as HF's `_init_weights` does
   (kernel normal(0, 0.02), bias 0: the authors' `cl_init` calls `init_weights`)."""
-  if objective.projection != "mlp":
+  if objective.head != "mlp":
     return {}
   kernel = 0.02 * jax.random.normal(rng, (hidden_size, hidden_size), jnp.float32)
   return {"mlp": {"dense": {"kernel": kernel, "bias": jnp.zeros((hidden_size,), jnp.float32)}}}
@@ -126,14 +125,14 @@ def init_prompt_params(template: templates.Template, word_embeddings: jax.Array)
 
 def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
   """(trained, frozen) parts of the pretrained encoder: all of it trains, or for OptiPrompt only the MLM transform
-  when it is the projection (the authors' `--mask_embedding_sentence_org_mlp` head stays trainable while
+  when it is the head (the authors' `--mask_embedding_sentence_org_mlp` head stays trainable while
   `requires_grad` is off for the encoder)."""
   if objective.trainable == "all":
     return {"encoder": encoder}, {}
-  if objective.projection != "mlm_transform":
+  if objective.head != "mlm_transform":
     return {}, {"encoder": encoder}
   if "mlm_head" not in encoder:
-    raise ConfigError("projection 'mlm_transform' needs a checkpoint with an MLM head; this one has none")
+    raise ConfigError("head 'mlm_transform' needs a checkpoint with an MLM head; this one has none")
   head = encoder["mlm_head"]
   transform = {k: head[k] for k in ("dense", "layer_norm")}
   rest = {**encoder, "mlm_head": {k: v for k, v in head.items() if k not in transform}}
@@ -174,7 +173,7 @@ def _group_loss(objective: Objective, model: Transformer, forward: _TrainingForw
   vectors = []
   for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
     bias = None
-    if view.denoising != "none":
+    if view.denoise != "none":
       if view.template not in biases:  # Lengths up to what the batch's width holds (data.length_multiple).
         max_len = batch[field].input_ids.shape[1] - view.template.num_tokens
         biases[view.template] = template_bias_table(model, forward.named(f"bias {view.template.text}"), view, max_len)

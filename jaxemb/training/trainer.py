@@ -28,7 +28,7 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
   return objectives.Objective(
       views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
-      pooling=o.pooling, denoising=o.denoising, projection=o.projection, loss=o.loss, temperature=o.temperature,
+      pooling=o.pooling, denoise=o.denoise, head=o.head, loss=o.loss, temperature=o.temperature,
       hard_negative_weight=o.hard_negative_weight,
       trainable=o.trainable, loss_group_size=o.loss_group_size,
       bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
@@ -45,7 +45,7 @@ class Trainer:
   """The parts of a training run that do not change while it runs.
 
   Attributes:
-    objective: the loss's views, denoising, heads and loss (`build_objective`).
+    objective: the loss's views, denoise, head and loss (`build_objective`).
     model: the encoder at the configured dtype.
     tx: the optimizer, its learning rate following `schedule`.
     schedule: the learning rate at each step.

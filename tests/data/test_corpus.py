@@ -157,7 +157,7 @@ def test_tokenize_cached_rows(request, tmp_path, sentences, family, text):
   template = templates.Template.parse(text, tokenizer)
   width = template.num_tokens + MAX_TOKENS
   batch = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
-  expected = templates.encode_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
+  expected = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
                                         pad_to=width)
   for name in corpus._FIELDS:
     actual = getattr(batch, name)
@@ -247,7 +247,7 @@ def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(tmp_path
   files = sorted(tmp_path.glob("*.npz"))
   assert [f.name[-9:] for f in files] == [f"{i:05d}.npz" for i in range(5)]
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  expected = templates.encode_sentences(template, bert_tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
+  expected = templates.tokenize_sentences(template, bert_tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
                                         pad_to=template.num_tokens + MAX_TOKENS, tokenization="alone")
   for name in corpus._FIELDS:
     np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
@@ -292,7 +292,7 @@ def test_gather(tmp_path, bert_tokenizer, sentences):
   batch = corpus.tokenize_cached(sentences, template, bert_tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   indices = np.array([5, 0, len(sentences) - 1, 5])
   rows = corpus.gather(batch, indices)
-  expected = templates.encode_sentences(template, bert_tokenizer, [sentences[i] for i in indices],
+  expected = templates.tokenize_sentences(template, bert_tokenizer, [sentences[i] for i in indices],
                                         max_sentence_tokens=MAX_TOKENS, pad_to=batch.input_ids.shape[1])
   for name in corpus._FIELDS:
     np.testing.assert_array_equal(getattr(rows, name), getattr(expected, name))
@@ -381,7 +381,7 @@ def test_batch_width_rejects_a_negative_multiple():
 
 def test_gather_cuts_rows_to_a_width(bert_tokenizer, sentences):
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  batch = templates.encode_sentences(template, bert_tokenizer, sentences[:8], max_sentence_tokens=MAX_TOKENS,
+  batch = templates.tokenize_sentences(template, bert_tokenizer, sentences[:8], max_sentence_tokens=MAX_TOKENS,
                                      pad_to=template.num_tokens + MAX_TOKENS)
   index = np.argsort(batch.attention_mask.sum(1))[[1, 0]]  # The two shortest rows, longer first.
   width = int(batch.attention_mask[index].sum(1).max())

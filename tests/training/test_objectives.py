@@ -26,13 +26,13 @@ def tiny(tmp_path_factory):
 def _cot(tokenizer, group_size):
   from configs import cotbert  # pylint: disable=g-import-not-at-top
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in (cotbert.ANCHOR, cotbert.POSITIVE, cotbert.NEGATIVE))
-  return objectives.Objective(views=("a", "p", "n"), view_templates=parsed, pooling="mask", denoising="pad",
-                              projection="mlp", loss="extended_info_nce", temperature=0.05,
+  return objectives.Objective(views=("a", "p", "n"), view_templates=parsed, pooling="mask", denoise="pad",
+                              head="mlp", loss="extended_info_nce", temperature=0.05,
                               loss_group_size=group_size)
 
 
 def _batch(objective, tokenizer, sentences):
-  return {field: templates.encode_sentences(t, tokenizer, sentences, pad_to=t.num_tokens + 8, tokenization="alone")
+  return {field: templates.tokenize_sentences(t, tokenizer, sentences, pad_to=t.num_tokens + 8, tokenization="alone")
           for field, t in zip(objective.views, objective.view_templates)}
 
 
@@ -55,8 +55,8 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
 def _promptbert(tokenizer):
   from configs import promptbert  # pylint: disable=g-import-not-at-top
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in promptbert.get_config().objective.templates)
-  return objectives.Objective(views=("a", "b"), view_templates=parsed, pooling="mask", denoising="position_offset",
-                              projection="mlp", loss="info_nce", temperature=0.05)
+  return objectives.Objective(views=("a", "b"), view_templates=parsed, pooling="mask", denoise="position_offset",
+                              head="mlp", loss="info_nce", temperature=0.05)
 
 
 @pytest.mark.parametrize("make", [_promptbert, lambda tokenizer: _cot(tokenizer, 0)], ids=["position_offset", "pad"])
@@ -88,7 +88,7 @@ def test_contrastive_accuracy_counts_rows_whose_positive_has_the_largest_logit(t
   tokenizer, model, encoder = tiny
   template = templates.Template.parse("[X]", tokenizer)
   objective = objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="cls",
-                                   denoising="none", projection="mlp", loss="info_nce", temperature=0.05)
+                                   denoise="none", head="mlp", loss="info_nce", temperature=0.05)
   params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
   batch = _batch(objective, tokenizer, SENTENCES)
   metrics = lambda b: objectives.loss_and_metrics(objective, model, params, b, jax.random.key(1))[1]
@@ -102,15 +102,15 @@ def test_dropout_masks_follow_the_parts_name_not_the_call_order(tiny):
   same part's second call draw other masks."""
   tokenizer, model, encoder = tiny
   dropping = Transformer(dataclasses.replace(model.config, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1))
-  rows = templates.encode_sentences(templates.Template.parse("[X]", tokenizer), tokenizer, SENTENCES)
-  run = lambda encode: np.asarray(encode(rows.input_ids, rows.attention_mask).last_hidden_state)
+  rows = templates.tokenize_sentences(templates.Template.parse("[X]", tokenizer), tokenizer, SENTENCES)
+  run = lambda forward: np.asarray(forward(rows.input_ids, rows.attention_mask).last_hidden_state)
   step = lambda: objectives._TrainingForward(  # pylint: disable=protected-access
       dropping, {"encoder": encoder}, jax.random.key(3))
   first = run(step().named("view 1"))
-  encode = step()
-  run(encode.named("view 0"))
-  run(encode.named("bias t"))
-  view_1 = encode.named("view 1")
+  forward = step()
+  run(forward.named("view 0"))
+  run(forward.named("bias t"))
+  view_1 = forward.named("view 1")
   np.testing.assert_array_equal(run(view_1), first)
   assert not np.allclose(run(view_1), first)  # Its second call.
   assert not np.allclose(run(step().named("view 0")), first)
@@ -123,14 +123,14 @@ def test_hard_negative_weight_weighs_each_rows_own_hard_negative(tiny):
   tokenizer, model, encoder = tiny
   parsed = (templates.Template.parse("[X]", tokenizer),) * 3
   objective = lambda weight: objectives.Objective(
-      views=("a", "p", "n"), view_templates=parsed, pooling="cls", denoising="none", projection="none",
+      views=("a", "p", "n"), view_templates=parsed, pooling="cls", denoise="none", head="none",
       loss="info_nce_with_hard_negatives", temperature=0.05, hard_negative_weight=weight)
-  batch = {field: templates.encode_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
+  batch = {field: templates.tokenize_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
            for i, field in enumerate(("a", "p", "n"))}
   params = {"encoder": encoder}
   loss = lambda weight: float(objectives.loss_and_metrics(objective(weight), model, params, batch, jax.random.key(0))[0])
-  encode = lambda ids, mask, **kw: model.apply({"params": encoder}, ids, mask, **kw)
-  vectors = [views.vector(objective(0.0).view_list[0], model, params, encode, batch[f]) for f in ("a", "p", "n")]
+  forward = lambda ids, mask, **kw: model.apply({"params": encoder}, ids, mask, **kw)
+  vectors = [views.vector(objective(0.0).view_list[0], model, params, forward, batch[f]) for f in ("a", "p", "n")]
   np.testing.assert_allclose(loss(2.0), losses.info_nce_with_hard_negatives(*vectors, hard_negative_weight=2.0),
                              rtol=1e-5)
   assert abs(loss(2.0) - loss(0.0)) > 1e-3

@@ -82,7 +82,7 @@ def jaxemb_run(config, model_dir, rows):
              if config.data.format == "nli" else {"text": rows})
   width = config.data.max_sentence_tokens
   built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), SCHEDULE)
-  batch = {trainer.batch_field(c, t.text): templates.encode_sentences(
+  batch = {trainer.batch_field(c, t.text): templates.tokenize_sentences(
       t, tokenizer, columns[c], max_sentence_tokens=width, pad_to=t.num_tokens + width,
       tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, built.objective.view_templates)}
   state, step = built.initial_state(pretrained), built.step

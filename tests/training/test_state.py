@@ -94,10 +94,10 @@ def test_clipping_equals_torch_clip_grad_norm():
     np.testing.assert_array_equal(unclipped[name], small[name])
 
 
-def _objective(tokenizer, template_text, denoising, projection="mlp"):
+def _objective(tokenizer, template_text, denoise, head="mlp"):
   template = templates.Template.parse(template_text, tokenizer)
   return objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="mask",
-                              denoising=denoising, projection=projection, loss="info_nce", temperature=0.05)
+                              denoise=denoise, head=head, loss="info_nce", temperature=0.05)
 
 
 def test_fresh_mlp_is_initialised_as_hf_init_weights(bert_tokenizer):
@@ -115,23 +115,23 @@ def tiny_models(tmp_path_factory):
           for family in ("bert", "roberta")}
 
 
-@pytest.mark.parametrize("family, denoising", [("bert", "pad"), ("roberta", "pad"), ("roberta", "position_offset")])
-def test_padding_embedding_rows_get_no_update(tiny_models, family, denoising):
+@pytest.mark.parametrize("family, denoise", [("bert", "pad"), ("roberta", "pad"), ("roberta", "position_offset")])
+def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
   """[PAD] denoising rows attend [PAD]s, and RoBERTa's position-offset rows (positions from 0) use position row 1 =
   padding_idx: their gradients are non-zero, but HF's `padding_idx` gives those rows none, so a step leaves them."""
   path = tiny_models[family]
   tokenizer = load_tokenizer(path)
   config, pretrained = load_pretrained(path)
   text = 'The sentence of "[X]" means [MASK] .' if family == "bert" else "The sentence : ' [X] ' means[MASK]."
-  objective = _objective(tokenizer, text, denoising)
-  batch = templates.encode_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"],
+  objective = _objective(tokenizer, text, denoise)
+  batch = templates.tokenize_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"],
                                      tokenization="alone")
   batch = {"a": batch, "b": batch}
   model = Transformer(config)
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
   loss = lambda p: objectives.loss_and_metrics(objective, model, p, batch, jax.random.key(1))[0]
   grads = jax.jit(jax.grad(loss))(params)
-  rows = {"word": config.pad_token_id} if denoising == "pad" else {"position": config.pad_token_id}
+  rows = {"word": config.pad_token_id} if denoise == "pad" else {"position": config.pad_token_id}
   for table, row in rows.items():
     assert np.abs(grads["encoder"]["embeddings"][table]["embedding"][row]).max() > 1e-6  # Without the rule.
   tx = train_state.make_optimizer(optimizer_config(), STEPS)
@@ -165,7 +165,7 @@ def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
   tokenizer = load_tokenizer(path)
   config, pretrained = load_pretrained(path)
   objective = _objective(tokenizer, 'This sentence of "[X]" means[MASK].', "position_offset")
-  rows = templates.encode_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"])
+  rows = templates.tokenize_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"])
   batch, model = {"a": rows, "b": rows}, Transformer(config)
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
   tx = train_state.make_optimizer(optimizer_config(max_grad_norm=0.0), STEPS)
