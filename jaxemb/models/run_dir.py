@@ -60,13 +60,20 @@ def is_run_dir(path: str | pathlib.Path) -> bool:
 
 
 def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
-  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory; the encoder per
-  layer (`layer_{i}/...`) as a Hugging Face checkpoint reads, whether or not the run scanned its layers.
+  """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory: `read_best` and
+  the run's model/config.json."""
+  run = RunDir(workdir)
+  params, meta = read_best(run)
+  return hf.read_config(run.model_dir), params, meta
+
+
+def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(params tree of the best step {"encoder", ...}, its meta) of a run directory; the encoder per layer
+  (`layer_{i}/...`) as a Hugging Face checkpoint reads, whether or not the run scanned its layers.
 
   Raises:
     DataError: the best step is unreadable (a missing or truncated file, garbled metadata, no commit marker).
   """
-  run = RunDir(workdir)
   if not is_run_dir(run.path):
     raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
   quiet_orbax_failures()
@@ -91,7 +98,7 @@ def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any
   finally:
     manager.close()
   params = {**restored["params"], "encoder": bert.unstack_layers(restored["params"]["encoder"])}
-  return hf.read_config(run.model_dir), params, restored["meta"]
+  return params, restored["meta"]
 
 
 # What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,
@@ -226,7 +233,7 @@ class ModelSource:
     """{"encoder"} of a checkpoint; the best step's tree of a run ({"encoder", "mlp"?, "prompt"?})."""
     if self.run is None:
       return {"encoder": hf.load_weights(self.model_dir, self.config)}
-    return load_best(self.run.path)[1]
+    return read_best(self.run)[0]  # The config is this source's, read once when it was opened.
 
 
 def open_source(name_or_path: str | pathlib.Path) -> ModelSource:
