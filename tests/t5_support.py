@@ -1,0 +1,59 @@
+"""Tiny random T5 checkpoints in Hugging Face format and the small T5 tokenizer they use (no sentencepiece model is
+available offline: a Unigram tokenizer trained on a few sentences, with T5's special tokens and sentinels)."""
+import json
+import pathlib
+
+# What the tokenizer is trained on: the words the tests feed the generator.
+CORPUS = ("orange: a large round juicy citrus fruit with a tough bright reddish-yellow rind",
+          "apple: fruit with red or yellow or green skin and sweet to tart crisp whitish flesh",
+          "guitar: a stringed instrument usually having six strings; played by strumming or plucking",
+          "river: a large natural stream of water. Also called a stream; this word means something.",
+          "This sentence means a word . It is also known as the name of a thing , called this")
+# The two kinds of checkpoints: T5 v1.0 (ReLU, LM head tied to the embedding and scaled) and v1.1 (gated GELU,
+# untied head, no scaling).
+VARIANTS = {"t5": dict(feed_forward_proj="relu"), "t5_v1_1": dict(feed_forward_proj="gated-gelu", untied=True)}
+_TINY = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+             relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0)
+
+
+def t5_tokenizer(sentinels: int = 10):
+  """A T5 tokenizer (Metaspace Unigram, `<pad>` 0, `</s>` 1, `<unk>` 2, `<extra_id_N>` sentinels) for CORPUS."""
+  import tokenizers
+  from tokenizers import decoders, models, pre_tokenizers, trainers
+  import transformers
+  tokenizer = tokenizers.Tokenizer(models.Unigram())
+  tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+  tokenizer.decoder = decoders.Metaspace()
+  trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
+  tokenizer.train_from_iterator(CORPUS, trainer)
+  return transformers.T5TokenizerFast(tokenizer_object=tokenizer, extra_ids=sentinels, eos_token="</s>",
+                                      pad_token="<pad>", unk_token="<unk>")
+
+
+def write_tiny_t5(out_dir, variant: str, seed: int = 0):
+  """Writes a random `T5ForConditionalGeneration` of `variant` (a key of VARIANTS) and its tokenizer to out_dir.
+
+  The untied variant's `lm_head.weight` is written beside `shared.weight` with other values and
+  `tie_word_embeddings: false` in config.json, as v1.1 checkpoints are: transformers 5 then loads it untied.
+  """
+  import numpy as np
+  from safetensors.numpy import load_file, save_file
+  import torch
+  import transformers
+  spec = dict(VARIANTS[variant])
+  untied = spec.pop("untied", False)
+  tokenizer = t5_tokenizer()
+  config = transformers.T5Config(vocab_size=len(tokenizer), decoder_start_token_id=0, **_TINY, **spec)
+  torch.manual_seed(seed)
+  model = transformers.T5ForConditionalGeneration(config)
+  model.save_pretrained(out_dir)
+  tokenizer.save_pretrained(out_dir)
+  out = pathlib.Path(out_dir)
+  if untied:
+    state = load_file(str(out / "model.safetensors"))
+    state["lm_head.weight"] = np.random.default_rng(seed).normal(size=state["shared.weight"].shape).astype("f4")
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    hf_config = json.loads((out / "config.json").read_text())
+    hf_config.pop("scale_decoder_outputs", None)
+    (out / "config.json").write_text(json.dumps({**hf_config, "tie_word_embeddings": False}))
+  return out
