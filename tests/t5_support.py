@@ -12,7 +12,8 @@ CORPUS = ("orange: a large round juicy citrus fruit with a tough bright reddish-
 # The two kinds of checkpoints: T5 v1.0 (ReLU, LM head tied to the embedding and scaled) and v1.1 (gated GELU,
 # untied head, no scaling).
 VARIANTS = {"t5": dict(feed_forward_proj="relu"), "t5_v1_1": dict(feed_forward_proj="gated-gelu", untied=True)}
-_TINY = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=3, num_heads=4,
+# One layer count for both stacks: transformers 5 sizes the decoder's generation cache by num_layers.
+_TINY = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
              relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0)
 
 
@@ -30,9 +31,11 @@ def t5_tokenizer(sentinels: int = 10):
                                       pad_token="<pad>", unk_token="<unk>")
 
 
-def write_tiny_t5(out_dir, variant: str, seed: int = 0):
+def write_tiny_t5(out_dir, variant: str, seed: int = 0, eos_scale: float = 1.0):
   """Writes a random `T5ForConditionalGeneration` of `variant` (a key of VARIANTS) and its tokenizer to out_dir.
 
+  `eos_scale` multiplies the output embedding of `</s>`: a random model's EOS logit then spreads wider, so that
+  some beams end early (beam search tests need both ends).
   The untied variant's `lm_head.weight` is written beside `shared.weight` with other values and
   `tie_word_embeddings: false` in config.json, as v1.1 checkpoints are: transformers 5 then loads it untied.
   """
@@ -49,10 +52,12 @@ def write_tiny_t5(out_dir, variant: str, seed: int = 0):
   model.save_pretrained(out_dir)
   tokenizer.save_pretrained(out_dir)
   out = pathlib.Path(out_dir)
+  state = load_file(str(out / "model.safetensors"))
   if untied:
-    state = load_file(str(out / "model.safetensors"))
     state["lm_head.weight"] = np.random.default_rng(seed).normal(size=state["shared.weight"].shape).astype("f4")
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+  state["lm_head.weight" if untied else "shared.weight"][config.eos_token_id] *= eos_scale
+  save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+  if untied:
     hf_config = json.loads((out / "config.json").read_text())
     hf_config.pop("scale_decoder_outputs", None)
     (out / "config.json").write_text(json.dumps({**hf_config, "tie_word_embeddings": False}))

@@ -1,0 +1,134 @@
+"""Beam search over a T5 decoder as one jitted program of fixed shapes (a `lax.while_loop` over steps, no host
+loop): Hugging Face's `generate(num_beams=k)`, and LM-BFF's aggregated search, whose beams are scored on the mean
+of the logits over many inputs at once (the template generation of PromptBERT §4.2).
+
+Each step runs the decoder over the whole fixed-length buffer of tokens (causal, so later positions change nothing)
+and reads the logits at the current position, as LM-BFF's `generate` does; there is no key/value cache, which is
+cheap at the lengths templates have (20 tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from jaxemb.models import t5
+
+# HF's stand-in for an impossible score (transformers generation/utils.py `_beam_search`); the same constant keeps
+# the float32 sums, and so the order of beams, equal to theirs.
+_NEG = -1.0e9
+# Early stopping as HF's `early_stopping`: True stops when num_beams hypotheses are done, False when the best
+# running beam at its current length cannot beat them, "never" when it cannot at any length.
+EARLY_STOPPING = (True, False, "never")
+
+
+@flax.struct.dataclass
+class BeamOutput:
+  """Finished hypotheses, best first: tokens (the start token first, `pad_id` after the end), their length (with
+  the start token and the end token) and their length-penalised log-likelihood."""
+
+  sequences: jax.Array  # [batch, num_beams, max_length]
+  lengths: jax.Array  # [batch, num_beams]
+  scores: jax.Array  # [batch, num_beams]
+
+
+def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
+  """x[b, index[b, j], ...] for every batch row b."""
+  return jnp.take_along_axis(x, index.reshape(*index.shape, *([1] * (x.ndim - 2))), axis=1)
+
+
+def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_size: int, num_beams: int,
+                max_length: int, start_id: int, eos_id: int, pad_id: int, length_penalty: float = 1.0,
+                early_stopping: bool | str = False) -> BeamOutput:
+  """HF transformers 5's vectorised beam search (generation/utils.py `_beam_search` and its helpers), for one EOS
+  token, a one-token decoder prompt and no logits processors; call it inside jit.
+
+  `step_logits(tokens [batch * num_beams, max_length], position)` gives the next-token logits after `position`
+  ([batch * num_beams, vocab]). Each step keeps the top 2 * num_beams continuations of all beams: those ending
+  in EOS (or at max_length) among the first num_beams become hypotheses scored by log-likelihood / generated
+  length ** length_penalty; the best num_beams others run on.
+  """
+  if early_stopping not in EARLY_STOPPING:
+    raise ValueError(f"early_stopping {early_stopping!r} is not one of {EARLY_STOPPING}")
+  keep = 2 * num_beams
+  top_mask = jnp.arange(keep) < num_beams
+  tokens = jnp.full((batch_size, num_beams, max_length), pad_id, jnp.int32).at[:, :, 0].set(start_id)
+  state = dict(cur_len=jnp.asarray(1), running=tokens,
+               running_scores=jnp.zeros((batch_size, num_beams)).at[:, 1:].set(_NEG),
+               sequences=tokens, scores=jnp.full((batch_size, num_beams), _NEG),
+               lengths=jnp.ones((batch_size, num_beams), jnp.int32),
+               finished=jnp.zeros((batch_size, num_beams), bool), improvable=jnp.ones((batch_size, 1), bool),
+               hits=jnp.zeros((batch_size, keep), bool))
+
+  def step(s):
+    cur_len = s["cur_len"]
+    logits = step_logits(s["running"].reshape(batch_size * num_beams, max_length), cur_len - 1)
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1).reshape(batch_size, num_beams, -1)
+    vocab = log_probs.shape[-1]
+    flat = (log_probs + s["running_scores"][:, :, None]).reshape(batch_size, -1)
+    top_scores, top_index = jax.lax.top_k(flat, keep)
+    token = top_index % vocab
+    candidates = _gather(s["running"], top_index // vocab)
+    candidates = jax.vmap(lambda rows, t: rows.at[:, cur_len].set(t))(candidates, token)
+    hits = (token == eos_id) | (cur_len + 1 >= max_length)
+    # The best num_beams continuations that did not finish run on.
+    running_scores = top_scores + hits.astype(jnp.float32) * _NEG
+    _, run_index = jax.lax.top_k(running_scores, num_beams)
+    # Finished ones among the first num_beams join the hypotheses when they beat them.
+    just_finished = hits & top_mask[None, :]
+    # Generated length: cur_len + 1 tokens less the one-token decoder prompt.
+    scored = top_scores / cur_len.astype(jnp.float32) ** length_penalty
+    if early_stopping is True:
+      scored += jnp.all(s["finished"], axis=-1, keepdims=True).astype(jnp.float32) * _NEG
+    scored += (~s["improvable"]).astype(jnp.float32) * _NEG
+    scored += (~just_finished).astype(jnp.float32) * _NEG
+    merged_scores = jnp.concatenate([s["scores"], scored], axis=1)
+    _, best = jax.lax.top_k(merged_scores, num_beams)
+    lengths = jnp.broadcast_to(cur_len + 1, token.shape).astype(jnp.int32)
+    new = dict(cur_len=cur_len + 1, running=_gather(candidates, run_index),
+               running_scores=_gather(running_scores, run_index),
+               sequences=_gather(jnp.concatenate([s["sequences"], candidates], axis=1), best),
+               scores=_gather(merged_scores, best),
+               lengths=_gather(jnp.concatenate([s["lengths"], lengths], axis=1), best),
+               finished=_gather(jnp.concatenate([s["finished"], just_finished], axis=1), best), hits=hits)
+    new["improvable"] = _improvable(s["improvable"], new, max_length, length_penalty, early_stopping)
+    return new
+
+  def running(s):
+    open_beam = ~(jnp.all(s["finished"]) & (early_stopping is True))
+    return jnp.any(s["improvable"]) & open_beam & ~jnp.all(s["hits"])
+
+  final = jax.lax.while_loop(running, step, state)
+  return BeamOutput(sequences=final["sequences"], lengths=final["lengths"], scores=final["scores"])
+
+
+def _improvable(improvable: jax.Array, s: dict[str, jax.Array], max_length: int, length_penalty: float,
+                early_stopping: bool | str) -> jax.Array:
+  """HF's `_check_early_stop_heuristic`: whether the best running beam could still beat a finished hypothesis."""
+  if early_stopping == "never" and length_penalty > 0.0:
+    best_length = jnp.asarray(max_length - 1, jnp.float32)
+  else:
+    best_length = (s["cur_len"] - 1).astype(jnp.float32)
+  best_running = s["running_scores"][:, :1] / best_length ** length_penalty
+  worst_finished = jnp.where(s["finished"], jnp.min(s["scores"], axis=1, keepdims=True), _NEG)
+  return improvable & jnp.any(best_running > worst_finished, axis=-1, keepdims=True)
+
+
+@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty",
+                                             "early_stopping"))
+def t5_beam_search(params: t5.Params, config: t5.T5Config, input_ids: jax.Array, attention_mask: jax.Array,
+                   num_beams: int, max_length: int, length_penalty: float = 1.0,
+                   early_stopping: bool | str = False) -> BeamOutput:
+  """`T5ForConditionalGeneration.generate(input_ids, attention_mask, num_beams=num_beams, max_length=max_length,
+  length_penalty=..., early_stopping=..., num_return_sequences=num_beams)`: each row's num_beams hypotheses."""
+  batch_size = input_ids.shape[0]
+  hidden = jnp.repeat(t5.encode(params, config, input_ids, attention_mask), num_beams, axis=0)
+  mask = jnp.repeat(attention_mask, num_beams, axis=0)
+  step_logits = lambda tokens, position: jax.lax.dynamic_index_in_dim(
+      t5.decode(params, config, tokens, hidden, mask), position, axis=1, keepdims=False)
+  return beam_search(step_logits, batch_size, num_beams, max_length, config.decoder_start_token_id,
+                     config.eos_token_id, config.pad_token_id, length_penalty, early_stopping)
