@@ -128,7 +128,96 @@ def t5_beam_search(params: t5.Params, config: t5.T5Config, input_ids: jax.Array,
   batch_size = input_ids.shape[0]
   hidden = jnp.repeat(t5.encode(params, config, input_ids, attention_mask), num_beams, axis=0)
   mask = jnp.repeat(attention_mask, num_beams, axis=0)
-  step_logits = lambda tokens, position: jax.lax.dynamic_index_in_dim(
-      t5.decode(params, config, tokens, hidden, mask), position, axis=1, keepdims=False)
+  step_logits = lambda tokens, position: t5.lm_head(params, config, jax.lax.dynamic_index_in_dim(
+      t5.decode(params, config, tokens, hidden, mask), position, axis=1, keepdims=False))
   return beam_search(step_logits, batch_size, num_beams, max_length, config.decoder_start_token_id,
                      config.eos_token_id, config.pad_token_id, length_penalty, early_stopping)
+
+
+@flax.struct.dataclass
+class AggregatedOutput:
+  """LM-BFF's beams, best first: tokens (the start token, then `lengths` generated ones), their summed
+  log-likelihood under the mean logits, and how many spans each completed (`parts` > num_parts: all)."""
+
+  tokens: jax.Array  # [num_beams, max_length]
+  lengths: jax.Array  # [num_beams]
+  scores: jax.Array  # [num_beams]; -inf for a slot no candidate filled
+  parts: jax.Array  # [num_beams]
+
+
+def aggregated_search(mean_logits: Callable[[jax.Array, jax.Array], jax.Array], num_beams: int, max_length: int,
+                      start_id: int, pad_id: int, part_ends: jax.Array, eos_id: int, allowed: jax.Array,
+                      repeat_id: int) -> AggregatedOutput:
+  """LM-BFF's template search (princeton-nlp/LM-BFF tools/generate_template.py, `generate`); call it inside jit.
+
+  `mean_logits(tokens [num_beams, max_length], position)` gives [num_beams, vocab]: each beam's next-token logits
+  after `position`, averaged over all inputs. At each of max_length - 2 steps every unfinished beam proposes its
+  num_beams + 3 most likely tokens under the log-softmax of those mean logits; a proposal that is not `allowed`, or
+  a second `repeat_id` in a row, is dropped. The token `part_ends[p]` (the sentinel after span p) or EOS closes
+  span p; a beam that closed len(part_ends) - 1 spans is finished and competes on as it is. The num_beams best
+  (summed log-likelihood, no length penalty) go on; when no proposal is left the search stops, as theirs does.
+  """
+  num_parts = part_ends.shape[0] - 1
+  expand = num_beams + 3
+  tokens = jnp.full((num_beams, max_length), pad_id, jnp.int32).at[:, 0].set(start_id)
+  state = dict(step=jnp.asarray(0), stopped=jnp.asarray(False), tokens=tokens,
+               scores=jnp.full((num_beams,), -jnp.inf).at[0].set(0.0), parts=jnp.ones((num_beams,), jnp.int32),
+               lengths=jnp.zeros((num_beams,), jnp.int32))
+
+  def step(s):
+    i = s["step"]
+    log_probs = jax.nn.log_softmax(mean_logits(s["tokens"], i).astype(jnp.float32), axis=-1)
+    top, ids = jax.lax.top_k(log_probs, expand)
+    valid = s["scores"] > -jnp.inf
+    alive = valid & (s["parts"] <= num_parts)
+    closes = (ids == part_ends[jnp.minimum(s["parts"], num_parts)][:, None]) | (ids == eos_id)
+    repeated = (i > 0) & (s["tokens"][:, i][:, None] == repeat_id) & (ids == repeat_id)
+    proposed = jnp.where(alive[:, None] & allowed[ids] & ~repeated, s["scores"][:, None] + top, -jnp.inf)
+    kept = jnp.where(valid & ~alive, s["scores"], -jnp.inf)
+    # Each beam's slot 0 is the beam carried over, slots 1.. its proposals: the order LM-BFF pools them in.
+    pool = jnp.concatenate([kept[:, None], proposed], axis=1)
+    scores, index = jax.lax.top_k(pool.reshape(-1), num_beams)
+    source, slot = index // (expand + 1), index % (expand + 1)
+    grown = slot > 0
+    token = ids[source, jnp.maximum(slot - 1, 0)]
+    rows = s["tokens"][source]
+    new = dict(step=i + 1, stopped=jnp.all(scores == -jnp.inf),
+               tokens=rows.at[:, i + 1].set(jnp.where(grown, token, rows[:, i + 1])), scores=scores,
+               parts=s["parts"][source] + (grown & closes[source, jnp.maximum(slot - 1, 0)]),
+               lengths=s["lengths"][source] + grown)
+    return {k: jnp.where(new["stopped"], s[k], v) if k not in ("step", "stopped") else v for k, v in new.items()}
+
+  def running(s):
+    return (s["step"] < max_length - 2) & ~s["stopped"] & jnp.any((s["scores"] > -jnp.inf) & (s["parts"] <= num_parts))
+
+  final = jax.lax.while_loop(running, step, state)
+  return AggregatedOutput(tokens=final["tokens"], lengths=final["lengths"], scores=final["scores"],
+                          parts=final["parts"])
+
+
+@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "eos_id", "repeat_id",
+                                             "batch_size"))
+def t5_aggregated_search(params: t5.Params, config: t5.T5Config, input_ids: jax.Array, attention_mask: jax.Array,
+                         part_ends: jax.Array, allowed: jax.Array, num_beams: int, max_length: int, eos_id: int,
+                         repeat_id: int, batch_size: int = 32) -> AggregatedOutput:
+  """`aggregated_search` over a T5 model and all rows of `input_ids` at once: the encoder runs once, the decoder on
+  `batch_size` inputs x num_beams rows at a time (LM-BFF's batches of 32), the logits summed over inputs."""
+  count = input_ids.shape[0]
+  chunks = -(-count // batch_size)
+  pad = chunks * batch_size - count
+  hidden = t5.encode(params, config, input_ids, attention_mask)
+  hidden = jnp.pad(hidden, ((0, pad), (0, 0), (0, 0))).reshape(chunks, batch_size, *hidden.shape[1:])
+  mask = jnp.pad(attention_mask, ((0, pad), (0, 0))).reshape(chunks, batch_size, -1)
+  weight = (jnp.arange(chunks * batch_size) < count).astype(jnp.float32).reshape(chunks, batch_size)
+
+  def mean_logits(tokens, position):
+    def chunk_sum(chunk):
+      h, m, w = chunk  # [batch_size, length, d_model], [batch_size, length], [batch_size]
+      rows = jnp.broadcast_to(tokens[None], (batch_size, *tokens.shape)).reshape(-1, max_length)
+      states = t5.decode(params, config, rows, jnp.repeat(h, num_beams, axis=0), jnp.repeat(m, num_beams, axis=0))
+      logits = t5.lm_head(params, config, jax.lax.dynamic_index_in_dim(states, position, axis=1, keepdims=False))
+      return jnp.einsum("b,bkv->kv", w, logits.reshape(batch_size, num_beams, -1).astype(jnp.float32))
+    return jnp.sum(jax.lax.map(chunk_sum, (hidden, mask, weight)), axis=0) / count
+
+  return aggregated_search(mean_logits, num_beams, max_length, config.decoder_start_token_id, config.pad_token_id,
+                           part_ends, eos_id, allowed, repeat_id)

@@ -12,7 +12,7 @@ The parameter tree (kernels [in, out]; `HF_KEYS` maps each leaf to its Hugging F
     lm_head                                           [d_model, vocab], only when untied from `shared` (v1.1)
 
 Usage: `config, params, tokenizer = load(path)`; `logits(params, config, input_ids, attention_mask, decoder_ids)`,
-or `encode` once and `decode` per step (what `jaxemb.beam_search` does).
+or `encode` once, then `decode` and `lm_head` at one position per step (what `jaxemb.beam_search` does).
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def encode(params: Params, config: T5Config, input_ids: jax.Array, attention_mas
 
 def decode(params: Params, config: T5Config, decoder_ids: jax.Array, encoder_hidden: jax.Array,
            attention_mask: jax.Array) -> jax.Array:
-  """LM logits [batch, decoder length, vocab] of every decoder position (causal: a position sees those before)."""
+  """The decoder's last hidden state [batch, decoder length, d_model] (causal: a position sees those before)."""
   x = params["shared"][decoder_ids]
   length = decoder_ids.shape[1]
   causal = jnp.tril(jnp.ones((length, length), bool))
@@ -226,13 +226,18 @@ def decode(params: Params, config: T5Config, decoder_ids: jax.Array, encoder_hid
     h = rms_norm(x, p["cross_attention_norm"], eps)
     x = x + _attention(p["cross_attention"], h, encoder_hidden, cross_bias, config)
     x = x + _feed_forward(p["ffn"], rms_norm(x, p["ffn_norm"], eps), config)
-  x = rms_norm(x, params["decoder"]["final_norm"], eps)
+  return rms_norm(x, params["decoder"]["final_norm"], eps)
+
+
+def lm_head(params: Params, config: T5Config, decoder_hidden: jax.Array) -> jax.Array:
+  """Vocabulary logits of decoder states: the untied head, or else the embedding transposed."""
   if config.scale_decoder_outputs:
-    x = x * config.d_model ** -0.5
-  return x @ params["lm_head"] if "lm_head" in params else x @ params["shared"].T
+    decoder_hidden = decoder_hidden * config.d_model ** -0.5
+  return decoder_hidden @ (params["lm_head"] if "lm_head" in params else params["shared"].T)
 
 
 def logits(params: Params, config: T5Config, input_ids: jax.Array, attention_mask: jax.Array,
            decoder_ids: jax.Array) -> jax.Array:
   """`T5ForConditionalGeneration(input_ids, attention_mask, decoder_input_ids).logits`."""
-  return decode(params, config, decoder_ids, encode(params, config, input_ids, attention_mask), attention_mask)
+  hidden = decode(params, config, decoder_ids, encode(params, config, input_ids, attention_mask), attention_mask)
+  return lm_head(params, config, hidden)
