@@ -31,11 +31,11 @@ def t5_tokenizer(sentinels: int = 10):
                                       pad_token="<pad>", unk_token="<unk>")
 
 
-def write_tiny_t5(out_dir, variant: str, seed: int = 0, eos_scale: float = 1.0):
+def write_tiny_t5(out_dir, variant: str, seed: int = 0, boost: dict[str, float] | None = None):
   """Writes a random `T5ForConditionalGeneration` of `variant` (a key of VARIANTS) and its tokenizer to out_dir.
 
-  `eos_scale` multiplies the output embedding of `</s>`: a random model's EOS logit then spreads wider, so that
-  some beams end early (beam search tests need both ends).
+  `boost` (token -> factor) multiplies the output embeddings of those tokens: their logits then spread wider, so a
+  random model emits them at times (`</s>`: some beams end early; sentinels: spans close).
   The untied variant's `lm_head.weight` is written beside `shared.weight` with other values and
   `tie_word_embeddings: false` in config.json, as v1.1 checkpoints are: transformers 5 then loads it untied.
   """
@@ -55,7 +55,8 @@ def write_tiny_t5(out_dir, variant: str, seed: int = 0, eos_scale: float = 1.0):
   state = load_file(str(out / "model.safetensors"))
   if untied:
     state["lm_head.weight"] = np.random.default_rng(seed).normal(size=state["shared.weight"].shape).astype("f4")
-  state["lm_head.weight" if untied else "shared.weight"][config.eos_token_id] *= eos_scale
+  for token, factor in (boost or {}).items():
+    state["lm_head.weight" if untied else "shared.weight"][tokenizer.convert_tokens_to_ids(token)] *= factor
   save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
   if untied:
     hf_config = json.loads((out / "config.json").read_text())

@@ -14,7 +14,7 @@ INPUTS = ["<extra_id_0> orange <extra_id_1> a large round juicy citrus fruit", "
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def tiny_t5(request, tmp_path_factory):
   path = write_tiny_t5(tmp_path_factory.mktemp(request.param), request.param, seed=3,
-                       eos_scale=EOS_SCALE[request.param])
+                       boost={"</s>": EOS_SCALE[request.param]})
   return (path, *t5.load(path))
 
 
@@ -55,3 +55,58 @@ def test_equals_hf_generate(tiny_t5, options):
 def test_rejects_an_unknown_early_stopping():
   with pytest.raises(ValueError, match="early_stopping"):
     beam_search.beam_search(lambda tokens, position: None, 1, 2, 5, 0, 1, 0, early_stopping="sometimes")
+
+
+def _lm_bff_search(model, batch, num_beams, max_length, part_ends, eos_id, allowed, repeat_id):
+  """princeton-nlp/LM-BFF tools/generate_template.py's `generate` loop, written out in torch as the reference:
+  one forward of all inputs per beam and step, mean logits, the best num_beams + 3 tokens of each beam."""
+  import torch
+  num_parts = len(part_ends) - 1
+  inputs = dict(input_ids=torch.tensor(batch["input_ids"]), attention_mask=torch.tensor(batch["attention_mask"]))
+  beams = [dict(tokens=[0] * max_length, score=0.0, part=1, output=[])]
+  for i in range(max_length - 2):
+    pool = []
+    for beam in beams:
+      if beam["part"] > num_parts:
+        pool.append(beam)
+        continue
+      decoder_ids = torch.tensor([beam["tokens"]] * len(batch["input_ids"]))
+      with torch.no_grad():
+        logits = model(**inputs, decoder_input_ids=decoder_ids).logits.mean(0)[i]
+      log_probs = logits - torch.logsumexp(logits, -1)
+      for token in torch.argsort(log_probs, descending=True, stable=True)[:num_beams + 3].tolist():
+        output = beam["output"] + [token]
+        if allowed[token] and not output[-2:] == [repeat_id, repeat_id]:
+          tokens = list(beam["tokens"])
+          tokens[i + 1] = token
+          closes = token in (part_ends[beam["part"]], eos_id)
+          pool.append(dict(tokens=tokens, score=beam["score"] + log_probs[token].item(), part=beam["part"] + closes,
+                           output=output))
+    if not pool:
+      break
+    beams = sorted(pool, key=lambda b: -b["score"])[:num_beams]
+  return beams
+
+
+def test_aggregated_search_equals_lm_bff(tmp_path):
+  import jax.numpy as jnp
+  import transformers
+  path = write_tiny_t5(tmp_path, "t5_v1_1", seed=3, boost={"</s>": EOS_SCALE["t5_v1_1"]})
+  config, params, tokenizer = t5.load(path)
+  batch = tokenizer(INPUTS, padding=True, return_tensors="np")
+  # Spans closed by two tokens this random model emits often (its sentinels it rarely does), or by EOS.
+  part_ends = [tokenizer.convert_tokens_to_ids("<extra_id_0>"), 48, 90]
+  allowed = np.ones(config.vocab_size, bool)
+  allowed[[5, 17]] = False
+  options = dict(num_beams=4, max_length=9, eos_id=config.eos_token_id, repeat_id=3)
+  model = transformers.T5ForConditionalGeneration.from_pretrained(path).eval()
+  theirs = _lm_bff_search(model, batch, part_ends=part_ends, allowed=allowed, **options)
+  ours = beam_search.t5_aggregated_search(params, config, batch["input_ids"], batch["attention_mask"],
+                                          jnp.asarray(part_ends), jnp.asarray(allowed), batch_size=2, **options)
+  assert len(theirs) == options["num_beams"]
+  for i, beam in enumerate(theirs):
+    length = int(ours.lengths[i])
+    assert np.asarray(ours.tokens[i, 1:1 + length]).tolist() == beam["output"]
+    assert int(ours.parts[i]) == beam["part"]
+    np.testing.assert_allclose(float(ours.scores[i]), beam["score"], rtol=1e-5)
+  assert 3 in {b["part"] for b in theirs}  # Beams that closed both spans.
