@@ -150,8 +150,9 @@ def run_template_generation(config: Any) -> dict[str, Any]:
   pairs = wordnet.sample(wordnet.read_pairs(g.pairs, tuple(g.parts_of_speech)), g.num_pairs, g.seed)
   if not pairs:
     raise DataError(f"{g.pairs}: no word-definition pairs")
+  encoder_tokenizer = run_dir.open_source(config.model.path).tokenizer  # A wrong model.path fails before T5 runs.
   generated = generate(t5.load(g.t5_model), pairs, list(g.formats), g.num_beams, g.max_length, g.batch_size)
-  usable, dropped = keep_usable(generated, run_dir.open_source(config.model.path).tokenizer)
+  usable, dropped = keep_usable(generated, encoder_tokenizer)
   if dropped:
     logging.warning("dropped %d of %d generated templates: %s", sum(dropped.values()), len(generated),
                     ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items())))

@@ -7,6 +7,7 @@ import pytest
 from configs import generate_templates
 from jaxemb.data import wordnet
 from jaxemb.errors import ConfigError, DataError
+from jaxemb.evaluation import search
 from jaxemb.evaluation import template_generation as tg
 from tests.support import shared_path
 from tests.t5_support import t5_tokenizer, write_tiny_t5
@@ -93,3 +94,15 @@ def test_bad_generation_inputs_are_named(tmp_path):
   config.generation.num_beams = 1
   with pytest.raises(ConfigError, match="num_beams"):
     tg.run_template_generation(config)
+
+
+def test_a_templates_file_that_is_not_one_is_named(tmp_path):
+  path = tmp_path / "templates.json"
+  path.write_text(json.dumps({"templates": [{"template": "Also called [MASK] . [X]", "score": -3.5}]}))
+  assert search.read_templates(str(path)) == ["Also called [MASK] . [X]"]
+  for bad in ('{"templates": []}', '["[X] [MASK]"]', "{", '{"templates": [{"score": 1}]}'):
+    path.write_text(bad)
+    with pytest.raises(DataError, match="templates.json"):
+      search.read_templates(str(path))
+  with pytest.raises(DataError, match="absent.json"):
+    search.read_templates(str(tmp_path / "absent.json"))
