@@ -78,23 +78,9 @@ def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_
     # The best num_beams continuations that did not finish run on.
     running_scores = top_scores + hits.astype(jnp.float32) * _NEG
     _, run_index = jax.lax.top_k(running_scores, num_beams)
-    # Finished ones among the first num_beams join the hypotheses when they beat them.
-    just_finished = hits & top_mask[None, :]
-    # Generated length: cur_len + 1 tokens less the one-token decoder prompt.
-    scored = top_scores / cur_len.astype(jnp.float32) ** length_penalty
-    if early_stopping is True:
-      scored += jnp.all(s["finished"], axis=-1, keepdims=True).astype(jnp.float32) * _NEG
-    scored += (~s["improvable"]).astype(jnp.float32) * _NEG
-    scored += (~just_finished).astype(jnp.float32) * _NEG
-    merged_scores = jnp.concatenate([s["scores"], scored], axis=1)
-    _, best = jax.lax.top_k(merged_scores, num_beams)
-    lengths = jnp.broadcast_to(cur_len + 1, token.shape).astype(jnp.int32)
     new = dict(cur_len=cur_len + 1, running=_gather(candidates, run_index),
-               running_scores=_gather(running_scores, run_index),
-               sequences=_gather(jnp.concatenate([s["sequences"], candidates], axis=1), best),
-               scores=_gather(merged_scores, best),
-               lengths=_gather(jnp.concatenate([s["lengths"], lengths], axis=1), best),
-               finished=_gather(jnp.concatenate([s["finished"], just_finished], axis=1), best), hits=hits)
+               running_scores=_gather(running_scores, run_index), hits=hits,
+               **_finish(s, candidates, top_scores, hits & top_mask[None, :], length_penalty, early_stopping))
     new["improvable"] = _improvable(s["improvable"], new, max_length, length_penalty, early_stopping)
     return new
 
@@ -104,6 +90,26 @@ def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_
 
   final = jax.lax.while_loop(running, step, state)
   return BeamOutput(sequences=final["sequences"], lengths=final["lengths"], scores=final["scores"])
+
+
+def _finish(s: dict[str, jax.Array], candidates: jax.Array, top_scores: jax.Array, just_finished: jax.Array,
+            length_penalty: float, early_stopping: bool | str) -> dict[str, jax.Array]:
+  """HF's `_update_finished_beams`: the candidates that just finished join the hypotheses when they beat them,
+  scored by log-likelihood / generated length ** length_penalty."""
+  num_beams = s["scores"].shape[1]
+  cur_len = s["cur_len"]
+  # Generated length: cur_len + 1 tokens less the one-token decoder prompt.
+  scored = top_scores / cur_len.astype(jnp.float32) ** length_penalty
+  if early_stopping is True:
+    scored += jnp.all(s["finished"], axis=-1, keepdims=True).astype(jnp.float32) * _NEG
+  scored += (~s["improvable"]).astype(jnp.float32) * _NEG
+  scored += (~just_finished).astype(jnp.float32) * _NEG
+  merged_scores = jnp.concatenate([s["scores"], scored], axis=1)
+  _, best = jax.lax.top_k(merged_scores, num_beams)
+  lengths = jnp.broadcast_to(cur_len + 1, just_finished.shape).astype(jnp.int32)
+  merged = lambda old, new: _gather(jnp.concatenate([old, new], axis=1), best)
+  return dict(sequences=merged(s["sequences"], candidates), scores=_gather(merged_scores, best),
+              lengths=merged(s["lengths"], lengths), finished=merged(s["finished"], just_finished))
 
 
 def _improvable(improvable: jax.Array, s: dict[str, jax.Array], max_length: int, length_penalty: float,

@@ -6,7 +6,8 @@ template on STS-B dev with the template search (`jaxemb.evaluation.search`).
 A format is a template whose `<extra_id_N>` sentinels mark the spans T5 fills: `<extra_id_0> [MASK] <extra_id_1>
 [X]` reads `<extra_id_0> Orange <extra_id_1> Round yellow to orange fruit ...</s>` (the word in [MASK]'s place, the
 definition, first letter upper-cased as LM-BFF's `sentu_0`, in [X]'s), and a beam `<extra_id_0> Also called
-<extra_id_1> . <extra_id_2>` becomes `Also called [MASK] . [X]`.
+<extra_id_1> . <extra_id_2>` becomes `Also called [MASK] . [X]`. Unlike LM-BFF, which tokenises each part of its
+input apart and ends it with its `sep+` part, the whole input is tokenised at once and ends with T5's `</s>`.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def generate(model: tuple[t5.T5Config, t5.Params, Any], pairs: Sequence[wordnet.
   for text in formats:
     parts = format_parts(text)
     part_ends = tokenizer.convert_tokens_to_ids([f"<extra_id_{k}>" for k in range(len(parts))])
-    if tokenizer.unk_token_id in part_ends:
+    if tokenizer.unk_token_id in part_ends or None in part_ends:
       raise ConfigError(f"generation format {text!r}: the T5 tokenizer has no sentinel <extra_id_{len(parts) - 1}>")
     # Rows padded to a multiple of 32 tokens: the formats share one compiled search (padding changes no logit).
     batch = tokenizer([t5_input(text, pair) for pair in pairs], padding=True, pad_to_multiple_of=32,
@@ -144,6 +145,8 @@ def run_template_generation(config: Any) -> dict[str, Any]:
   """evaluate.py's `generate_templates` job: templates from T5 (config.generation) written as JSON, then each
   scored on STS-B dev by the template search (config.search.templates_file set to that JSON)."""
   g = config.generation
+  for text in g.formats:
+    format_parts(text)  # A malformed format fails before anything is read.
   if g.num_beams < len(g.formats) or not g.formats:
     raise ConfigError(f"config.generation.num_beams ({g.num_beams}) must be at least the number of formats "
                       f"({len(g.formats)}): each format keeps num_beams // {max(len(g.formats), 1)} templates")

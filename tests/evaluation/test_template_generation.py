@@ -94,6 +94,9 @@ def test_bad_generation_inputs_are_named(tmp_path):
   config.generation.num_beams = 1
   with pytest.raises(ConfigError, match="num_beams"):
     tg.run_template_generation(config)
+  config.generation.formats = ("[X] <extra_id_0> [MASK] <extra_id_0>",)
+  with pytest.raises(ConfigError, match="in order"):
+    tg.run_template_generation(config)
 
 
 def test_a_templates_file_that_is_not_one_is_named(tmp_path):
