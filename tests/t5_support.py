@@ -2,6 +2,7 @@
 available offline: a Unigram tokenizer trained on a few sentences, with T5's special tokens and sentinels)."""
 import json
 import pathlib
+import re
 
 # What the tokenizer is trained on: the words the tests feed the generator.
 CORPUS = ("orange: a large round juicy citrus fruit with a tough bright reddish-yellow rind",
@@ -18,15 +19,19 @@ _TINY = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
 
 
 def t5_tokenizer(sentinels: int = 10):
-  """A T5 tokenizer (Metaspace Unigram, `<pad>` 0, `</s>` 1, `<unk>` 2, `<extra_id_N>` sentinels) for CORPUS."""
+  """A T5 tokenizer (Metaspace Unigram, `<pad>` 0, `</s>` 1, `<unk>` 2, `<extra_id_N>` sentinels) whose pieces are
+  CORPUS's words and punctuation (whole words preferred) and its characters. Built from that list, not trained:
+  tokenizers' Unigram trainer gives another vocabulary on each run."""
   import tokenizers
-  from tokenizers import decoders, models, pre_tokenizers, trainers
+  from tokenizers import decoders, models, pre_tokenizers
   import transformers
-  tokenizer = tokenizers.Tokenizer(models.Unigram())
+  words = sorted({w for line in CORPUS for w in re.findall(r"\w+|[^\w\s]", line)})
+  chars = sorted({c for line in CORPUS for c in line if not c.isspace()})
+  pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
+  pieces += [(p, -1.0) for w in words for p in ("▁" + w, w)] + [(c, -4.0) for c in chars if c not in words]
+  tokenizer = tokenizers.Tokenizer(models.Unigram(pieces, unk_id=2))
   tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
   tokenizer.decoder = decoders.Metaspace()
-  trainer = trainers.UnigramTrainer(vocab_size=150, special_tokens=["<pad>", "</s>", "<unk>"], unk_token="<unk>")
-  tokenizer.train_from_iterator(CORPUS, trainer)
   return transformers.T5TokenizerFast(tokenizer_object=tokenizer, extra_ids=sentinels, eos_token="</s>",
                                       pad_token="<pad>", unk_token="<unk>")
 

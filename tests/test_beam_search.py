@@ -94,15 +94,21 @@ def test_aggregated_search_equals_lm_bff(tmp_path):
   path = write_tiny_t5(tmp_path, "t5_v1_1", seed=3, boost={"</s>": EOS_SCALE["t5_v1_1"]})
   config, params, tokenizer = t5.load(path)
   batch = tokenizer(INPUTS, padding=True, return_tensors="np")
-  # Spans closed by two tokens this random model emits often (its sentinels it rarely does), or by EOS.
-  part_ends = [tokenizer.convert_tokens_to_ids("<extra_id_0>"), 48, 90]
   allowed = np.ones(config.vocab_size, bool)
-  allowed[[5, 17]] = False
-  options = dict(num_beams=4, max_length=9, eos_id=config.eos_token_id, repeat_id=3)
+  allowed[tokenizer.convert_tokens_to_ids(["▁", ","])] = False
+  options = dict(num_beams=4, max_length=9, eos_id=config.eos_token_id, repeat_id=tokenizer.convert_tokens_to_ids("."),
+                 batch_size=2)
+  search = lambda ends: beam_search.t5_aggregated_search(params, config, batch["input_ids"], batch["attention_mask"],
+                                                         jnp.asarray(ends), jnp.asarray(allowed), **options)
+  # This random model rarely emits sentinels: spans are closed by EOS, or by the tokens its best beam emits second
+  # and fourth (found by a first search), so that beams finish and compete with running ones.
+  sentinel = tokenizer.convert_tokens_to_ids("<extra_id_0>")
+  probe = np.asarray(search([sentinel] * 3).tokens[0])
+  part_ends = [sentinel, int(probe[2]), int(probe[4])]
+  ours = search(part_ends)
+  del options["batch_size"]
   model = transformers.T5ForConditionalGeneration.from_pretrained(path).eval()
   theirs = _lm_bff_search(model, batch, part_ends=part_ends, allowed=allowed, **options)
-  ours = beam_search.t5_aggregated_search(params, config, batch["input_ids"], batch["attention_mask"],
-                                          jnp.asarray(part_ends), jnp.asarray(allowed), batch_size=2, **options)
   assert len(theirs) == options["num_beams"]
   for i, beam in enumerate(theirs):
     length = int(ours.lengths[i])

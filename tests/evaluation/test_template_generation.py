@@ -64,7 +64,7 @@ def test_generate_templates_job_end_to_end(tmp_path, tiny_senteval, capsys):
   model = shared_path("models", "all-MiniLM-L6-v2")
   # Sentinels' logits widened, so the random T5 opens and closes spans at times: with this seed 3 of its 8
   # templates are usable, 5 dropped.
-  t5_dir = write_tiny_t5(tmp_path / "t5", "t5_v1_1", seed=2, boost={f"<extra_id_{k}>": 3.0 for k in range(3)})
+  t5_dir = write_tiny_t5(tmp_path / "t5", "t5_v1_1", seed=6, boost={f"<extra_id_{k}>": 3.0 for k in range(3)})
   pairs = tmp_path / "pairs.tsv"
   pairs.write_text("orange\ta large round juicy citrus fruit\napple\tfruit with red or yellow skin\n"
                    "river\ta large natural stream of water\n")
