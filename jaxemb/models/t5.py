@@ -137,7 +137,7 @@ def load(name_or_path: str | pathlib.Path, param_dtype=jnp.float32) -> tuple[T5C
   config = T5Config.from_hf(hf_config)
   state, source = hf.read_state_dict(model_dir)
   params = jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
-  return config, params, transformers.AutoTokenizer.from_pretrained(str(model_dir))
+  return config, params, hf.load_tokenizer(model_dir)
 
 
 def relative_position_bucket(relative_position: jax.Array, bidirectional: bool, num_buckets: int,
