@@ -96,7 +96,7 @@ def test_aggregated_search_equals_lm_bff(tmp_path):
   batch = tokenizer(INPUTS, padding=True, return_tensors="np")
   allowed = np.ones(config.vocab_size, bool)
   allowed[tokenizer.convert_tokens_to_ids(["▁", ","])] = False
-  options = dict(num_beams=4, max_length=9, eos_id=config.eos_token_id, repeat_id=tokenizer.convert_tokens_to_ids("."),
+  options = dict(num_beams=3, max_length=7, eos_id=config.eos_token_id, repeat_id=tokenizer.convert_tokens_to_ids("."),
                  batch_size=2)
   search = lambda ends: beam_search.t5_aggregated_search(params, config, batch["input_ids"], batch["attention_mask"],
                                                          jnp.asarray(ends), jnp.asarray(allowed), **options)
