@@ -21,4 +21,7 @@ def get_config():
   config.search.wrappers = (  # Stage 2: each wraps [X], before the best relation (Table 4's prefixes).
       "This [X]", "This sentence of [X]", 'This sentence of "[X]"', 'This sentence : "[X]"')
   config.search.show = 20  # Rows of the ranked table printed.
+  # A JSON of templates ({"templates": [{"template": ...}]}, what configs/generate_templates.py writes) to score
+  # instead of the greedy search; "" = the greedy search.
+  config.search.templates_file = ""
   return config

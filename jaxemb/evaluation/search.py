@@ -6,6 +6,8 @@ Both load the model once and rank every candidate by STS-B dev Spearman, as the 
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 import time
 from typing import Any, Callable, Sequence
 
@@ -13,7 +15,7 @@ import numpy as np
 
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import run_dir
 
@@ -83,14 +85,29 @@ def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence
 
 
 def run_template_search(config: Any) -> dict[str, Any]:
-  """evaluate.py's `template_search` job: greedy search with the prompt method over config.search's candidates."""
+  """evaluate.py's `template_search` job: greedy search with the prompt method over config.search's candidates,
+  or each template of config.search.templates_file when it is set."""
   def search(model, dev, preprocess):
     base = Method.from_config(config.method)
     def score(template: str) -> float:
       encoder = Encoder(*model, dataclasses.replace(base, template=template), **run.encoder_options(config))
       return _dev_spearman(encoder, dev, preprocess, config)
+    if config.search.templates_file:
+      return [Candidate("listed", t, score(t)) for t in read_templates(config.search.templates_file)]
     return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
   return _run_search(config, search)
+
+
+def read_templates(path: str) -> list[str]:
+  """The templates of a JSON file `{"templates": [{"template": ...}, ...]}` (what the generate_templates job
+  writes); DataError naming the file when it is not one."""
+  try:
+    templates = [entry["template"] for entry in json.loads(pathlib.Path(path).read_text())["templates"]]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise DataError(f"{path}: not a templates JSON ({{\"templates\": [{{\"template\": ...}}]}}): {e}") from None
+  if not templates or not all(isinstance(t, str) for t in templates):
+    raise DataError(f"{path}: its \"templates\" must be a non-empty list of {{\"template\": str}}")
+  return templates
 
 
 def run_ditto_search(config: Any) -> dict[str, Any]:
