@@ -25,6 +25,7 @@ import numpy as np
 
 from jaxemb.data.sts import add_period as append_period
 from jaxemb.encode import PROMPT_METHODS, Encoder, Method
+from jaxemb.model_card import changed_fields
 from jaxemb.models import run_dir
 
 
@@ -62,7 +63,7 @@ class JaxembModel(AbsEncoder):
         open_weights=True, public_training_code=None, public_training_data=None, framework=["JAX"],
         similarity_fn_name=ScoringFunction.COSINE, use_instructions=False, training_datasets=None,
         # The method's fields that differ from their defaults: mteb keeps each method's results apart by them.
-        experiment_kwargs={**_changed_fields(method), **({"add_period": self.add_period}
+        experiment_kwargs={"method": method.name, **changed_fields(method), **({"add_period": self.add_period}
                                                          if self.add_period != (method.name in PROMPT_METHODS)
                                                          else {})})
 
@@ -89,10 +90,3 @@ def _meta_name(model_name: str | pathlib.Path) -> str:
 
 def _num_parameters(params: Any) -> int:
   return int(sum(np.size(leaf) for leaf in jax.tree.leaves(params)))
-
-
-def _changed_fields(method: Method) -> dict[str, Any]:
-  """The method's config fields, name included, that differ from a `Method(method.name)`'s."""
-  default = Method(method.name).config_fields()
-  return {"method": method.name, **{key: value for key, value in method.config_fields().items()
-                                    if key != "name" and value != default[key]}}
