@@ -28,6 +28,10 @@ CONFIG_FILE = "jaxemb_prompt.json"
 class PromptEncoder(torch.nn.Module):
   """The template around each sentence, the last [MASK]'s state, minus the template bias, through the head."""
 
+  # `SentenceTransformer.save` writes this module (weights, tokenizer, config and a copy of this file) into the
+  # model's root, where modules.json's "jaxemb_prompt.PromptEncoder" is looked for.
+  save_in_root = True
+
   def __init__(self, model, tokenizer, config):
     super().__init__()
     self.model = model  # A *Model, or a *ForMaskedLM for the MLM transform head.

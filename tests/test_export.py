@@ -10,7 +10,7 @@ from jaxemb import export, model_card
 from jaxemb.encode import Encoder, Method
 from jaxemb.training import loop
 from tests.support import shared_path, write_random_checkpoint
-from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
+from tests.training.test_loop import tiny_config
 
 SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
@@ -40,17 +40,20 @@ def _sentence_transformers_encode(out):
   return _sentence_transformers(out).encode
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory, tiny_bert, wiki_head):
-  """A run of one SimCSE step (the cheapest objective to compile) on tiny BERT: its own method is [CLS] before the
-  pooler."""
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, tiny_bert):
+  """A run of one SimCSE step (the cheapest objective to compile) on tiny BERT and the wiki sample's first 64 lines:
+  its own method is [CLS] before the pooler. Session-wide: tests/test_mteb.py reads it too."""
   tmp_path = tmp_path_factory.mktemp("trained")
+  corpus = tmp_path / "wiki_head.txt"
+  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
+  corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
   senteval = tmp_path / "senteval"  # STS-B dev cut to 40 pairs: the run evaluates it twice.
   (senteval / "STS" / "STSBenchmark").mkdir(parents=True)
   dev = shared_path("data", "senteval", "STS", "STSBenchmark", "sts-dev.csv").read_text(encoding="utf-8")
   (senteval / "STS" / "STSBenchmark" / "sts-dev.csv").write_text("".join(dev.splitlines(True)[:40]))
   run = tmp_path / "run"
-  config = tiny_config("simcse", tiny_bert, run, wiki_head, num_steps=1, eval_every=1, save_every=1)
+  config = tiny_config("simcse", tiny_bert, run, corpus, num_steps=1, eval_every=1, save_every=1)
   config.eval.senteval_dir = str(senteval)
   loop.train(config)
   return run
@@ -101,6 +104,9 @@ def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, 
   module = model[0].load(str(out))
   np.testing.assert_allclose(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), ours,
                              atol=1e-4)
+  # model.save writes the module and its code into the root, where modules.json looks for them.
+  model.save(str(tmp_path / "saved"))
+  np.testing.assert_allclose(_sentence_transformers(tmp_path / "saved").encode(SENTENCES), ours, atol=1e-4)
 
 
 def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_bert, trained_run):

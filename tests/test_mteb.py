@@ -2,6 +2,7 @@
 
 import json
 
+import jax
 import numpy as np
 import pytest
 
@@ -12,8 +13,52 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
 from jaxemb.mteb import JaxembModel
 from tests.support import shared_path
+from tests.test_export import trained_run  # pylint: disable=unused-import  (a fixture)
 
 PROMPT = Method("prompt", template='This sentence : "[X]" means [MASK] .')
+SENTENCES = ["a man is playing a guitar .", "A woman slices an onion", "hello", "the quick brown fox ."]
+
+
+def _encode(model, batches):
+  """model.encode over mteb-style batches ({"text": [...]}), with the keywords mteb's evaluators pass."""
+  task = mteb.get_task("STSBenchmark")  # Metadata only: nothing is downloaded.
+  return model.encode([{"text": batch} for batch in batches], task_metadata=task.metadata, hf_split="test",
+                      hf_subset="default", prompt_type=None, batch_size=2, show_progress_bar=False)
+
+
+def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert):
+  method = Method("ditto", ditto_layer=1, ditto_head=2)
+  model = JaxembModel(tiny_bert, method=method)
+  assert isinstance(model, mteb.models.EncoderProtocol)
+  vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])
+  np.testing.assert_allclose(vectors, Encoder.from_pretrained(tiny_bert, method).encode(SENTENCES), atol=1e-6)
+  unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
+  reverse = vectors[::-1].copy()
+  np.testing.assert_allclose(np.asarray(model.similarity_pairwise(vectors, reverse)), (unit * unit[::-1]).sum(1),
+                             atol=1e-5)
+  meta = model.mteb_model_meta
+  assert (meta.name, meta.revision, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", None, 32, ["JAX"])
+  assert meta.experiment_kwargs == {"method": "ditto", "ditto_layer": 1, "ditto_head": 2}
+  assert meta.n_parameters == sum(np.size(leaf) for leaf in jax.tree.leaves(model.model.params))
+
+
+def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
+  model = JaxembModel(tiny_bert, method=PROMPT)
+  np.testing.assert_allclose(_encode(model, [SENTENCES]),
+                             model.model.encode([s if s.endswith(".") else s + "." for s in SENTENCES]), atol=1e-6)
+  plain = JaxembModel(tiny_bert, method=PROMPT, add_period=False)
+  np.testing.assert_allclose(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES), atol=1e-6)
+  assert plain.mteb_model_meta.experiment_kwargs["add_period"] is False
+
+
+def test_run_directory_model_is_its_best_step(trained_run):
+  model = JaxembModel(trained_run)
+  np.testing.assert_allclose(_encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES),
+                             atol=1e-6)
+  (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
+  assert model.mteb_model_meta.revision == f"best-{step}"
+  assert model.mteb_model_meta.experiment_kwargs == {"method": "cls_before_pooler"}
 
 
 def _local_stsb(pairs: int | None):
