@@ -71,17 +71,19 @@ def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, famil
 
 # RoBERTa's '[X]' (no space inside the quotes): "onion." merges with the closing quote into one token (`.'`) in the
 # filled-in template, so jaxemb and the module tokenise that sentence alone.
-@pytest.mark.parametrize("family, template, denoise, head", [
-    ("bert", TEMPLATES["bert"], False, "none"), ("roberta", TEMPLATES["roberta"], False, "none"),
-    ("bert", TEMPLATES["bert"], True, "mlm_transform"), ("roberta", TEMPLATES["roberta"], True, "pooler"),
-    ("roberta", "This sentence : '[X]' means [MASK] .", True, "mlm_transform"),
-    ("bert", 'This sentence of "[X]" means [MASK] , so [MASK] .', True, "pooler")])
-def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm, tmp_path, family, template,
-                                                          denoise, head):
-  """The custom module (trust_remote_code) gives Encoder.encode's vectors for each template, denoising and head,
-  with the sentences as they are (it strips them as jaxemb does)."""
-  source = (with_mlm if head == "mlm_transform" else with_pooler)[family]  # An MLM checkpoint has no pooler.
-  method = Method("prompt", template=template, denoise=denoise, head=head)
+@pytest.mark.parametrize("family, fields", [
+    ("bert", dict(template=TEMPLATES["bert"])), ("roberta", dict(template=TEMPLATES["roberta"])),
+    ("bert", dict(template=TEMPLATES["bert"], denoise=True, head="mlm_transform")),
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, head="pooler")),
+    ("roberta", dict(template="This sentence : '[X]' means [MASK] .", denoise=True, head="mlm_transform")),
+    ("bert", dict(template='This sentence of "[X]" means [MASK] , so [MASK] .', denoise=True, head="pooler")),
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, tokenization="alone", bias_positions="model"))],
+    ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())))
+def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm, tmp_path, family, fields):
+  """The custom module (trust_remote_code) gives Encoder.encode's vectors for each template, denoising, head and
+  tokenization, with the sentences as they are (it strips them as jaxemb does in context)."""
+  method = Method("prompt", **fields)
+  source = (with_mlm if method.head == "mlm_transform" else with_pooler)[family]  # An MLM checkpoint has no pooler.
   out = export.export_model(source, tmp_path / "prompt", method)
   sentences = [*SENTENCES, "A woman slices an onion."]
   ours = Encoder.from_pretrained(source, method).encode(sentences)
