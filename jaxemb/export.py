@@ -70,16 +70,19 @@ def push_to_hub(out: pathlib.Path, repo: str) -> str:
     StorageError: the upload failed (offline, no token, no access), naming the repository and the cause.
   """
   import huggingface_hub  # pylint: disable=g-import-not-at-top
+  # The hub's failures: OSError (HTTP errors, offline mode), its HTTP client's transport errors (the bases of
+  # HfHubHTTPError besides OSError: no connection, a timeout), ValueError (HFValidationError: a bad repository id).
+  failures = (OSError, ValueError, *huggingface_hub.errors.HfHubHTTPError.__bases__)
   api = huggingface_hub.HfApi()
   try:
     api.create_repo(repo, repo_type="model", exist_ok=True)
     commit = api.upload_folder(folder_path=str(out), repo_id=repo, repo_type="model",
                                commit_message="Upload a jaxemb export")
-  except Exception as e:  # pylint: disable=broad-except  # The hub's errors have many types; each is one line here.
+  except failures as e:
     cause = " ".join(str(e).split()) or type(e).__name__
     raise StorageError(f"--push_to_hub {repo}: upload of {out} failed ({type(e).__name__}: {cause[:300]}); the "
                        "export is kept there: check the network and `huggingface-cli login`, then upload it") from e
-  return getattr(commit, "repo_url", None) or f"https://huggingface.co/{repo}"
+  return str(commit.repo_url)
 
 
 def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any, dict[str, Any], Any, Method]:

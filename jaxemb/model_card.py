@@ -21,7 +21,7 @@ _SIMCSE_DATASET = re.search(r"datasets/([^/]+/[^/]+)/", SIMCSE_URL).group(1)
 _DATASETS = {artifact.filename: _SIMCSE_DATASET for key, artifact in MANIFEST.items() if key != "senteval"}
 # The training fields a card lists, by their dotted names in fingerprint.json.
 _TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoising", "objective.projection",
-                    "objective.temperature", "train.batch_size", "train.num_epochs", "train.num_steps",
+                    "objective.temperature", "train.batch_size", "train.epochs", "train.num_steps",
                     "train.learning_rate", "train.seed", "data.train_file", "model.path")
 
 
@@ -37,12 +37,15 @@ def facts(source: str | pathlib.Path) -> dict[str, Any]:
     return {"base_model": _hub_id(source), "training": None}
   run = run_dir.RunDir(source)
   fields = json.loads(run.fingerprint_file.read_text())["fields"] if run.fingerprint_file.is_file() else {}
-  steps = sorted(int(step.name) for step in run.best_dir.iterdir() if step.name.isdigit())
-  best = json.loads((run.best_dir / str(steps[-1]) / "meta" / "metadata").read_text()) if steps else {}
+  best = run_dir.read_best_meta(source) or {}
   evaluations = []
-  if run.metrics_file.is_file():
-    records = [json.loads(line) for line in run.metrics_file.read_text().splitlines() if line.strip()]
-    evaluations = [(record["step"], record["stsb_dev"]) for record in records if "stsb_dev" in record]
+  for line in run.metrics_file.read_text().splitlines() if run.metrics_file.is_file() else []:
+    try:
+      record = json.loads(line)
+    except ValueError:  # A last line cut short by a killed run (train.py drops it when it resumes).
+      continue
+    if "stsb_dev" in record:
+      evaluations.append((record["step"], record["stsb_dev"]))
   return {"base_model": _hub_id(fields.get("model.path", "")), "training": {
       "fields": {key: fields[key] for key in _TRAINING_FIELDS if key in fields},
       "dataset": _DATASETS.get(pathlib.Path(fields.get("data.train_file", "")).name),
@@ -100,8 +103,9 @@ def _method_text(method: Method) -> str:
   if method.name not in PROMPT_METHODS:
     return (f"## Method\n\n`{method.name}`: a sentence-transformers Transformer + Pooling model"
             + (" + the pretrained pooler (dense + tanh)" if method.name == "cls" else "") + ".\n")
-  steps = [f"the template `{method.template}` is filled with each sentence "
-           f"({'tokenised in context' if method.tokenization == 'in_context' else 'its own tokens between the template ids'})",
+  tokens = ("tokenised in context" if method.tokenization == "in_context" else
+            "its own tokens between the template ids")
+  steps = [f"the template `{method.template}` is filled with each sentence ({tokens})",
            "the vector is the last hidden state at the template's last [MASK]"]
   if method.denoise:
     steps.append("minus the same state of the template alone, its positions after the slot moved on by the "

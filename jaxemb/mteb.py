@@ -36,9 +36,9 @@ class JaxembModel(AbsEncoder):
     model_name: a Hugging Face checkpoint (local directory or hub id) or a jaxemb run directory.
     revision: the revision mteb records with the results; default: a run directory's best step ("best-N"), else
       none.
+    device: unused (JAX places the model on its default device); mteb's `run` CLI passes it.
     name: the name mteb records ("organization/model"); default: a hub id as it is, or "jaxemb/<folder>" for a
       local directory (and a hub id without an organization).
-    device: unused (JAX places the model on its default device); mteb's `run` CLI passes it.
     method: a `jaxemb.encode.Method` or a method name; None for a run directory's own evaluation method (any
       other source needs one).
     add_period: append "." to sentences without final punctuation, as jaxemb's STS evaluation of the prompt
@@ -47,25 +47,26 @@ class JaxembModel(AbsEncoder):
   """
 
   def __init__(self, model_name: str | pathlib.Path, revision: str | None = None, *, device: str | None = None,
-               name: str | None = None, method: Method | str | None = None, add_period: bool | None = None, **encoder_kwargs: Any):
+               name: str | None = None, method: Method | str | None = None, add_period: bool | None = None,
+               **encoder_kwargs: Any):
     del device  # JAX's default device.
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
     self.add_period = method.name in PROMPT_METHODS if add_period is None else add_period
     path = pathlib.Path(model_name)
-    if revision is None and run_dir.is_run_dir(path):
-      steps = [int(step.name) for step in run_dir.RunDir(path).best_dir.iterdir() if step.name.isdigit()]
-      revision = f"best-{max(steps)}" if steps else None
+    best = run_dir.read_best_meta(path) if revision is None and run_dir.is_run_dir(path) else None
+    revision = f"best-{best['step']}" if best else revision
+    # The method and its fields that differ from their defaults: mteb keeps each method's results apart by them.
+    experiment = {"method": method.name, **changed_fields(method)}
+    if self.add_period != (method.name in PROMPT_METHODS):
+      experiment["add_period"] = self.add_period
     self.mteb_model_meta = ModelMeta(
         loader=None, name=name or _meta_name(model_name), revision=revision,
         release_date=None, languages=None, n_parameters=_num_parameters(self.model.params), memory_usage_mb=None,
         max_tokens=self.model.config.max_length, embed_dim=method.width(self.model.config), license=None,
         open_weights=True, public_training_code=None, public_training_data=None, framework=["JAX"],
         similarity_fn_name=ScoringFunction.COSINE, use_instructions=False, training_datasets=None,
-        # The method's fields that differ from their defaults: mteb keeps each method's results apart by them.
-        experiment_kwargs={"method": method.name, **changed_fields(method), **({"add_period": self.add_period}
-                                                         if self.add_period != (method.name in PROMPT_METHODS)
-                                                         else {})})
+        experiment_kwargs=experiment)
 
   def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
              **kwargs: Any) -> np.ndarray:

@@ -190,10 +190,9 @@ def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypat
   huggingface_hub = pytest.importorskip("huggingface_hub")
   calls = []
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: calls.append(("create", repo, kw)))
-  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
-                      lambda self, **kw: calls.append(("upload", kw)) or huggingface_hub.CommitInfo(
-                          commit_url="https://huggingface.co/me/model/commit/1", commit_message="", commit_description="",
-                          oid="1"))
+  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
+                                      commit_description="", oid="1")
+  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, **kw: calls.append(("upload", kw)) or commit)
   assert export.main(["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", str(tmp_path / "out"),
                       "--push_to_hub", "me/model"]) == 0
   assert calls[0] == ("create", "me/model", {"repo_type": "model", "exist_ok": True})
