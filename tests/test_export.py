@@ -127,16 +127,10 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
 
 
 def _card(out):
-  """(the YAML metadata as {key: value or [items]}, the text) of an export's README.md."""
-  _, header, text = (out / "README.md").read_text().split("---\n", 2)
-  metadata, key = {}, None
-  for line in header.splitlines():
-    if line.startswith("- "):
-      metadata[key].append(line[2:])
-    else:
-      key, value = line.split(":", 1)
-      metadata[key] = value.strip() or []
-  return metadata, text
+  """(the YAML metadata as the Hub's ModelCard parser reads it, the text) of an export's README.md."""
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  card = huggingface_hub.ModelCard.load(out / "README.md")
+  return card.data.to_dict(), card.text
 
 
 def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
