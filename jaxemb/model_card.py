@@ -20,7 +20,7 @@ from jaxemb.models import run_dir
 _SIMCSE_DATASET = re.search(r"datasets/([^/]+/[^/]+)/", SIMCSE_URL).group(1)
 _DATASETS = {artifact.filename: _SIMCSE_DATASET for key, artifact in MANIFEST.items() if key != "senteval"}
 # The training fields a card lists, by their dotted names in fingerprint.json.
-_TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoising", "objective.projection",
+_TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoise", "objective.head",
                     "objective.temperature", "train.batch_size", "train.epochs", "train.num_steps",
                     "train.learning_rate", "train.seed", "data.train_file", "model.path")
 

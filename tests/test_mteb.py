@@ -13,7 +13,6 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
 from jaxemb.mteb import JaxembModel
 from tests.support import shared_path
-from tests.test_export import trained_run  # pylint: disable=unused-import  (a fixture)
 
 PROMPT = Method("prompt", template='This sentence : "[X]" means [MASK] .')
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion", "hello", "the quick brown fox ."]
