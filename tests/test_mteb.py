@@ -29,8 +29,9 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert):
   method = Method("ditto", ditto_layer=1, ditto_head=2)
   model = JaxembModel(tiny_bert, method=method)
   assert isinstance(model, mteb.models.EncoderProtocol)
-  vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])
-  np.testing.assert_allclose(vectors, Encoder.from_pretrained(tiny_bert, method).encode(SENTENCES), atol=1e-6)
+  assert model.model.method == method
+  vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])  # mteb's batches are joined, in order.
+  np.testing.assert_allclose(vectors, model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
   unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
   np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
   reverse = vectors[::-1].copy()
@@ -44,17 +45,19 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert):
 
 def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
   model = JaxembModel(tiny_bert, method=PROMPT)
-  np.testing.assert_allclose(_encode(model, [SENTENCES]),
-                             model.model.encode([s if s.endswith(".") else s + "." for s in SENTENCES]), atol=1e-6)
+  with_period = [s if s.endswith(".") else s + "." for s in SENTENCES]
+  np.testing.assert_allclose(_encode(model, [SENTENCES]), model.model.encode(with_period, batch_size=2), atol=1e-6)
+  assert "add_period" not in model.mteb_model_meta.experiment_kwargs, "the default is not an experiment"
   plain = JaxembModel(tiny_bert, method=PROMPT, add_period=False)
-  np.testing.assert_allclose(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES), atol=1e-6)
+  plain.model = model.model  # The same encoder, compiled once.
+  np.testing.assert_allclose(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
   assert plain.mteb_model_meta.experiment_kwargs["add_period"] is False
 
 
 def test_run_directory_model_is_its_best_step(trained_run):
   model = JaxembModel(trained_run)
-  np.testing.assert_allclose(_encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES),
-                             atol=1e-6)
+  np.testing.assert_allclose(_encode(model, [SENTENCES]),
+                             Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6)
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert model.mteb_model_meta.revision == f"best-{step}"
   assert model.mteb_model_meta.experiment_kwargs == {"method": "cls_before_pooler"}
