@@ -39,12 +39,13 @@ class NotExportable(ConfigError, NotImplementedError):
   """A method (or a run's continuous template) that the exported modules cannot compute."""
 
 
-def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method: Method | str | None = None
-                 ) -> pathlib.Path:
+def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method: Method | str | None = None,
+                 hub_repo: str | None = None) -> pathlib.Path:
   """Writes `source` (an HF checkpoint directory or hub id, or a jaxemb run directory's best step) with `method`
   to the new directory `out_dir` as a sentence-transformers model with its model card; returns it.
 
-  `method` is a Method, a method name, or None for a run directory's own evaluation method. Raises
+  `method` is a Method, a method name, or None for a run directory's own evaluation method; `hub_repo`, the Hub
+  repository it is meant for, is what the model card's code loads (default: the folder's name). Raises
   NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous templates, ConfigError for a method
   the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
   """
@@ -59,7 +60,7 @@ def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method
     _write_prompt_module(out, config, templates.Template.parse(method.template, tokenizer), method)
   else:
     _write_sentence_transformers(out, config, params, method)
-  model_card.write(out, source, method, card_facts)
+  model_card.write(out, source, method, card_facts, hub_repo)
   return out
 
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
   method = None if args.method is None else Method(args.method, template=args.template, denoise=args.denoise,
                                                     head=args.head)
   try:
-    out = export_model(args.model, args.out, method)
+    out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub)
     print(out)
     if args.push_to_hub:
       print(push_to_hub(out, args.push_to_hub))

@@ -25,9 +25,12 @@ _TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoise"
                     "train.learning_rate", "train.seed", "data.train_file", "model.path")
 
 
-def write(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any]):
-  """Writes `out`/README.md for `source` exported with `method`; `card_facts` are `facts(source)`."""
-  (out / "README.md").write_text(_metadata(method, card_facts) + _body(out, source, method, card_facts))
+def write(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any],
+          name: str | None = None):
+  """Writes `out`/README.md for `source` exported with `method`; `card_facts` are `facts(source)`, `name` the Hub
+  repository that the card's code loads (default: the folder, by the path `out`)."""
+  body = _body(name or str(out), source, method, card_facts)
+  (out / "README.md").write_text(_metadata(method, card_facts) + body)
 
 
 def facts(source: str | pathlib.Path) -> dict[str, Any]:
@@ -75,11 +78,11 @@ def _metadata(method: Method, card_facts: dict[str, Any]) -> str:
   return "\n".join(lines + ["---", ""]) + "\n"
 
 
-def _body(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any]) -> str:
+def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any]) -> str:
   """The card's text: what the model is, its training and results for a run, how to load it."""
   training = card_facts["training"]
   origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
-  parts = [f"# {out.name}\n", f"Exported by jaxemb from {origin} (`{source}`)"
+  parts = [f"# {pathlib.PurePath(name).name}\n", f"Exported by jaxemb from {origin} (`{source}`)"
            + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "") + ".\n",
            _method_text(method)]
   if training:
@@ -87,7 +90,7 @@ def _body(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_fa
   trust = ", trust_remote_code=True" if method.name in PROMPT_METHODS else ""
   parts.append(
       "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
-      f'model = SentenceTransformer("{out.name}"{trust})  # This folder, or its Hub repository.\n'
+      f'model = SentenceTransformer("{name}"{trust})\n'
       'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
       "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
       "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"

@@ -171,6 +171,7 @@ def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypat
   assert calls[0] == ("create", "me/model", {"repo_type": "model", "exist_ok": True})
   assert calls[1][1]["folder_path"] == str(tmp_path / "out") and calls[1][1]["repo_id"] == "me/model"
   assert capsys.readouterr().out.split() == [str(tmp_path / "out"), "https://huggingface.co/me/model"]
+  assert 'SentenceTransformer("me/model")' in (tmp_path / "out" / "README.md").read_text(), "the card loads the repo"
 
 
 def test_push_to_hub_offline_is_one_line(with_pooler, tmp_path, capsys, monkeypatch):
