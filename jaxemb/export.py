@@ -45,7 +45,7 @@ def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method
   to the new directory `out_dir` as a sentence-transformers model with its model card; returns it.
 
   `method` is a Method, a method name, or None for a run directory's own evaluation method; `hub_repo`, the Hub
-  repository it is meant for, is what the model card's code loads (default: the folder's name). Raises
+  repository it is meant for, is what the model card's code loads (default: the folder, by its path). Raises
   NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous templates, ConfigError for a method
   the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
   """
