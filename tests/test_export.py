@@ -1,15 +1,14 @@
-"""jaxemb.export: sentence-transformers and the README's torch code give the vectors `Encoder.encode` gives."""
+"""jaxemb.export: the exported sentence-transformers models give the vectors `Encoder.encode` gives; their model
+cards; the command and its upload."""
 
-import re
+import json
 
 import numpy as np
 import pytest
 
-from jaxemb import export
+from jaxemb import export, model_card
 from jaxemb.encode import Encoder, Method
-from jaxemb.training import loop
-from tests.support import shared_path, write_random_checkpoint
-from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
+from tests.support import write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
@@ -23,17 +22,20 @@ def with_pooler(tmp_path_factory):
           for family in ("bert", "roberta")}
 
 
-def _readme_encode(out):
-  """The `encode` function of the torch code in an export's README.md."""
-  code = re.search(r"```python\n(.*?)```", (out / "README.md").read_text(), re.S).group(1)
-  namespace = {}
-  exec(code, namespace)  # pylint: disable=exec-used
-  return lambda sentences: namespace["encode"](sentences).numpy()
+@pytest.fixture(scope="module")
+def with_mlm(tmp_path_factory, tiny_bert):
+  """Tiny random `*ForMaskedLM` checkpoints, which hold the MLM transform of head "mlm_transform"."""
+  return {"bert": tiny_bert, "roberta": write_random_checkpoint(tmp_path_factory.mktemp("mlm-roberta"), "roberta")}
+
+
+def _sentence_transformers(out):
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  # trust_remote_code: the prompt methods' custom module; the stock modules ignore it.
+  return sentence_transformers.SentenceTransformer(str(out), device="cpu", trust_remote_code=True)
 
 
 def _sentence_transformers_encode(out):
-  sentence_transformers = pytest.importorskip("sentence_transformers")
-  return sentence_transformers.SentenceTransformer(str(out), device="cpu").encode
+  return _sentence_transformers(out).encode
 
 
 @pytest.mark.parametrize("family, name", [("bert", "last_avg"), ("bert", "cls"), ("roberta", "last_avg"),
@@ -46,49 +48,146 @@ def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, famil
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
 
 
-@pytest.mark.parametrize("family, denoise, head", [("bert", False, "none"), ("roberta", False, "none"),
-                                                   ("bert", True, "mlm_transform"), ("roberta", True, "pooler")])
-def test_prompt_readme_code_equals_jaxemb(with_pooler, tiny_bert, tmp_path, family, denoise, head):
-  source = tiny_bert if head == "mlm_transform" else with_pooler[family]  # An MLM checkpoint has no pooler.
-  method = Method("prompt", template=TEMPLATES[family], denoise=denoise, head=head)
+# RoBERTa's '[X]' (no space inside the quotes): "onion." merges with the closing quote into one token (`.'`) in the
+# filled-in template, so jaxemb and the module tokenise that sentence alone.
+@pytest.mark.parametrize("family, fields", [
+    ("bert", dict(template=TEMPLATES["bert"])), ("roberta", dict(template=TEMPLATES["roberta"])),
+    ("bert", dict(template=TEMPLATES["bert"], denoise=True, head="mlm_transform")),
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, head="pooler")),
+    ("roberta", dict(template="This sentence : '[X]' means [MASK] .", denoise=True, head="mlm_transform")),
+    ("bert", dict(template='This sentence of "[X]" means [MASK] , so [MASK] .', denoise=True, head="pooler")),
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, tokenization="alone", bias_positions="model"))],
+    ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())))
+def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm, tmp_path, family, fields):
+  """The custom module (trust_remote_code) gives Encoder.encode's vectors for each template, denoising, head and
+  tokenization, with the sentences as they are (it strips them as jaxemb does in context)."""
+  method = Method("prompt", **fields)
+  source = (with_mlm if method.head == "mlm_transform" else with_pooler)[family]  # An MLM checkpoint has no pooler.
   out = export.export_model(source, tmp_path / "prompt", method)
-  ours = Encoder.from_pretrained(source, method).encode(SENTENCES)
-  np.testing.assert_allclose(_readme_encode(out)(SENTENCES), ours, atol=1e-4)
+  sentences = [*SENTENCES, "A woman slices an onion."]
+  ours = Encoder.from_pretrained(source, method).encode(sentences)
+  model = _sentence_transformers(out)
+  np.testing.assert_allclose(model.encode(sentences), ours, atol=1e-4)
 
 
-def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_bert, wiki_head):
-  """A run of one SimCSE step (the cheapest objective to compile): its stored method ([CLS] before the pooler)
-  and a prompt both carry over, with the trained weights."""
-  senteval = tmp_path / "senteval"  # STS-B dev cut to 40 pairs: the run evaluates it twice.
-  (senteval / "STS" / "STSBenchmark").mkdir(parents=True)
-  dev = shared_path("data", "senteval", "STS", "STSBenchmark", "sts-dev.csv").read_text(encoding="utf-8")
-  (senteval / "STS" / "STSBenchmark" / "sts-dev.csv").write_text("".join(dev.splitlines(True)[:40]))
-  run = tmp_path / "run"
-  config = tiny_config("simcse", tiny_bert, run, wiki_head, num_steps=1, eval_every=1, save_every=1)
-  config.eval.senteval_dir = str(senteval)
-  loop.train(config)
-  trained = Encoder.from_pretrained(run)
+def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, tmp_path):
+  """batch_size, normalize_embeddings, convert_to_tensor, one str, and model.similarity behave as for any model."""
+  method = Method("prompt", template=TEMPLATES["bert"], denoise=True)
+  out = export.export_model(with_pooler["bert"], tmp_path / "prompt", method)
+  model = _sentence_transformers(out)
+  ours = Encoder.from_pretrained(with_pooler["bert"], method).encode(SENTENCES)
+  unit = ours / np.linalg.norm(ours, axis=1, keepdims=True)
+  np.testing.assert_allclose(model.encode(SENTENCES, batch_size=1, normalize_embeddings=True), unit, atol=1e-4)
+  np.testing.assert_allclose(model.encode(SENTENCES[2]), ours[2], atol=1e-4)
+  tensor = model.encode(SENTENCES, convert_to_tensor=True)
+  np.testing.assert_allclose(model.similarity(tensor, tensor).numpy(), unit @ unit.T, atol=1e-4)
+  # The folder holds plain torch code: it also runs without sentence-transformers' loader.
+  module = model[0].load(str(out))
+  np.testing.assert_allclose(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), ours,
+                             atol=1e-4)
+  # model.save writes the module and its code into the root, where modules.json looks for them.
+  model.save(str(tmp_path / "saved"))
+  np.testing.assert_allclose(_sentence_transformers(tmp_path / "saved").encode(SENTENCES), ours, atol=1e-4)
+
+
+def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_bert, trained_run):
+  """The run's stored method ([CLS] before the pooler) and a denoised prompt through the MLM transform both carry
+  over, with the trained weights."""
+  trained = Encoder.from_pretrained(trained_run)
   ours = trained.encode(SENTENCES)
-  theirs = _sentence_transformers_encode(export.export_model(run, tmp_path / "own"))([s.strip() for s in SENTENCES])
+  theirs = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "own"))(
+      [s.strip() for s in SENTENCES])
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
   untrained = Encoder.from_pretrained(tiny_bert, trained.method).encode(SENTENCES)
   assert not np.allclose(ours, untrained, atol=1e-4), "the export should hold the trained weights"
-  method = Method("prompt", template=TEMPLATES["bert"])
-  prompt = _readme_encode(export.export_model(run, tmp_path / "prompt", method))(SENTENCES)
-  np.testing.assert_allclose(prompt, Encoder.from_pretrained(run, method).encode(SENTENCES), atol=1e-4)
+  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
+  prompt = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "prompt", method))(SENTENCES)
+  np.testing.assert_allclose(prompt, Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
+
+
+def _card(out):
+  """(the YAML metadata as the Hub's ModelCard parser reads it, the text) of an export's README.md."""
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  card = huggingface_hub.ModelCard.load(out / "README.md")
+  return card.data.to_dict(), card.text
+
+
+def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
+  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="pooler")
+  metadata, text = _card(export.export_model(with_pooler["bert"], tmp_path / "out", method))
+  assert metadata["library_name"] == "sentence-transformers" and metadata["pipeline_tag"] == "sentence-similarity"
+  assert {"sentence-transformers", "jaxemb", "prompt"} <= set(metadata["tags"])
+  assert "base_model" not in metadata, "a local checkpoint has no Hub id"
+  assert TEMPLATES["bert"] in text and "denoising" in text and "pooler" in text and "trust_remote_code=True" in text
+  # The jaxemb line in the card rebuilds the method.
+  assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise=True, head='pooler')" in text
+
+
+def test_model_card_of_a_run_directory(trained_run, tmp_path):
+  metadata, text = _card(export.export_model(trained_run, tmp_path / "out"))
+  assert "base_model" not in metadata and "datasets" not in metadata, "a local model and corpus"
+  fields = json.loads((trained_run / "fingerprint.json").read_text())["fields"]
+  for key in model_card._TRAINING_FIELDS:  # pylint: disable=protected-access  # Each still names a config field.
+    assert f"| `{key}` | `{fields[key]}` |" in text
+  records = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
+  best = max((r for r in records if "stsb_dev" in r), key=lambda r: r["stsb_dev"])
+  assert f"step {best['step']}, {best['stsb_dev']:.2f}" in text
+  assert "Method('cls_before_pooler')" in text and "trust_remote_code" not in text
+
+
+def test_model_card_names_hub_base_model_and_dataset():
+  facts = {"base_model": "bert-base-uncased", "training": {"dataset": "princeton-nlp/datasets-for-simcse"}}
+  header = model_card._metadata(Method("last_avg"), facts)  # pylint: disable=protected-access
+  assert "base_model: bert-base-uncased\n" in header and "datasets:\n- princeton-nlp/datasets-for-simcse\n" in header
+  assert model_card._hub_id("bert-base-uncased") == "bert-base-uncased"  # pylint: disable=protected-access
+  assert model_card._hub_id("/no/such/dir/model") is None  # pylint: disable=protected-access
 
 
 def test_command_line(with_pooler, tmp_path, capsys):
-  export.main(["--model", str(with_pooler["bert"]), "--method", "prompt", "--template", TEMPLATES["bert"],
-               "--denoise", "--out", str(tmp_path / "out")])
+  assert export.main(["--model", str(with_pooler["bert"]), "--method", "prompt", "--template", TEMPLATES["bert"],
+                      "--denoise", "--out", str(tmp_path / "out")]) == 0
   assert capsys.readouterr().out.strip() == str(tmp_path / "out")
-  assert "sentence_lengths" in (tmp_path / "out" / "README.md").read_text()
+  assert json.loads((tmp_path / "out" / "jaxemb_prompt.json").read_text())["denoise"] is True
   with pytest.raises(SystemExit):
     export.main(["--model", str(with_pooler["bert"]), "--template", TEMPLATES["bert"], "--out", str(tmp_path / "x")])
+  capsys.readouterr()
+  # An error a user can act on is one line and status 1.
+  assert export.main(["--model", str(with_pooler["bert"]), "--method", "first_last_avg", "--out",
+                      str(tmp_path / "y")]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith("error: method 'first_last_avg' has no sentence-transformers form") and err.count("\n") == 1
+
+
+def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypatch):
+  """Everything up to the upload call: the repository is created and the exported folder uploaded to it."""
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  calls = []
+  monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: calls.append(("create", repo, kw)))
+  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
+                                      commit_description="", oid="1")
+  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, **kw: calls.append(("upload", kw)) or commit)
+  assert export.main(["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", str(tmp_path / "out"),
+                      "--push_to_hub", "me/model"]) == 0
+  assert calls[0] == ("create", "me/model", {"repo_type": "model", "exist_ok": True})
+  assert calls[1][1]["folder_path"] == str(tmp_path / "out") and calls[1][1]["repo_id"] == "me/model"
+  assert capsys.readouterr().out.split() == [str(tmp_path / "out"), "https://huggingface.co/me/model"]
+  assert 'SentenceTransformer("me/model")' in (tmp_path / "out" / "README.md").read_text(), "the card loads the repo"
+
+
+def test_push_to_hub_offline_is_one_line(with_pooler, tmp_path, capsys, monkeypatch):
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  def offline(self, repo, **kwargs):
+    raise huggingface_hub.errors.OfflineModeIsEnabled("Cannot reach https://huggingface.co: offline mode is enabled.")
+  monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", offline)
+  assert export.main(["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", str(tmp_path / "out"),
+                      "--push_to_hub", "me/model"]) == 1
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "me/model" in err and "offline mode is enabled" in err
+  assert (tmp_path / "out" / "README.md").is_file(), "the export stays for a later upload"
 
 
 def test_what_cannot_be_exported_is_refused(tiny_bert, tmp_path):
-  with pytest.raises(NotImplementedError, match="first_last_avg"):
+  with pytest.raises(export.NotExportable, match="first_last_avg"):
     export.export_model(tiny_bert, tmp_path / "a", "first_last_avg")
   with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
     export.export_model(tiny_bert, tmp_path / "b", "cls")

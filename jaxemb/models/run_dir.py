@@ -196,6 +196,16 @@ def quiet_orbax_failures():
   sys.unraisablehook = hook
 
 
+def read_best_meta(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+  """The newest best step's meta ({"step", "stsb_dev"}) read without its params (export's model card, the mteb
+  model's revision); None when best/ holds no step."""
+  run = RunDir(workdir)
+  steps = [int(child.name) for child in run.best_dir.iterdir() if child.name.isdigit()] if run.best_dir.is_dir() else []
+  if not steps:
+    return None
+  return json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text())
+
+
 def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
   """Records the run's evaluation method, every field of its `jaxemb.encode.Method.config_fields()`, in
   <workdir>/model/eval_method.json."""

@@ -1,0 +1,147 @@
+"""The model card (README.md with the Hub's YAML metadata) of an exported model: what it is and how to load it.
+
+It says the method and template; for a run directory, its training config (objective, batch, steps, seed, from
+fingerprint.json) and its STS-B dev results (the best step's meta, metrics.jsonl); and how to load the folder
+with sentence-transformers and with jaxemb.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+from typing import Any
+
+from jaxemb.data.prepare import MANIFEST, SIMCSE_URL
+from jaxemb.encode import PROMPT_METHODS, Method
+from jaxemb.models import run_dir
+
+# The Hub dataset that holds each public training corpus, by the corpus's file name (jaxemb/data/prepare.py).
+_SIMCSE_DATASET = re.search(r"datasets/([^/]+/[^/]+)/", SIMCSE_URL).group(1)
+_DATASETS = {artifact.filename: _SIMCSE_DATASET for key, artifact in MANIFEST.items() if key != "senteval"}
+# The training fields a card lists, by their dotted names in fingerprint.json.
+_TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoise", "objective.head",
+                    "objective.temperature", "train.batch_size", "train.epochs", "train.num_steps",
+                    "train.learning_rate", "train.seed", "data.train_file", "model.path")
+
+
+def write(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any],
+          name: str | None = None):
+  """Writes `out`/README.md for `source` exported with `method`; `card_facts` are `facts(source)`, `name` the Hub
+  repository that the card's code loads (default: the folder, by the path `out`)."""
+  body = _body(name or str(out), source, method, card_facts)
+  (out / "README.md").write_text(_metadata(method, card_facts) + body)
+
+
+def facts(source: str | pathlib.Path) -> dict[str, Any]:
+  """What a card says about the source: its Hub base model (None when unknown), and for a run directory the
+  training fields, the best step and its STS-B dev score, and the STS-B dev evaluations of metrics.jsonl."""
+  if not run_dir.is_run_dir(source):
+    return {"base_model": _hub_id(source), "training": None}
+  run = run_dir.RunDir(source)
+  fields = json.loads(run.fingerprint_file.read_text())["fields"] if run.fingerprint_file.is_file() else {}
+  best = run_dir.read_best_meta(source) or {}
+  evaluations = []
+  for line in run.metrics_file.read_text().splitlines() if run.metrics_file.is_file() else []:
+    try:
+      record = json.loads(line)
+    except ValueError:  # A last line cut short by a killed run (train.py drops it when it resumes).
+      continue
+    if "stsb_dev" in record:
+      evaluations.append((record["step"], record["stsb_dev"]))
+  return {"base_model": _hub_id(fields.get("model.path", "")), "training": {
+      "fields": {key: fields[key] for key in _TRAINING_FIELDS if key in fields},
+      "dataset": _DATASETS.get(pathlib.Path(fields.get("data.train_file", "")).name),
+      "best_step": best.get("step"), "best_stsb_dev": best.get("stsb_dev"), "evaluations": evaluations}}
+
+
+def _hub_id(name: str | pathlib.Path) -> str | None:
+  """`name` when it is a Hub id (org/model or model, not a local path), else None."""
+  text = str(name)
+  if not text or pathlib.Path(text).expanduser().exists() or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", text):
+    return None
+  return text
+
+
+def _metadata(method: Method, card_facts: dict[str, Any]) -> str:
+  """The Hub's YAML header: library, base model, pipeline tag, tags, datasets."""
+  tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "jaxemb", method.name]
+  if method.name in PROMPT_METHODS:
+    tags.append("promptbert")
+  lines = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
+  if card_facts["base_model"]:
+    lines.append(f"base_model: {card_facts['base_model']}")
+  lines += ["tags:", *[f"- {tag}" for tag in tags]]
+  dataset = (card_facts["training"] or {}).get("dataset")
+  if dataset:
+    lines += ["datasets:", f"- {dataset}"]
+  return "\n".join(lines + ["---", ""]) + "\n"
+
+
+def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any]) -> str:
+  """The card's text: what the model is, its training and results for a run, how to load it."""
+  training = card_facts["training"]
+  origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
+  parts = [f"# {pathlib.PurePath(name).name}\n", f"Exported by jaxemb from {origin} (`{source}`)"
+           + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "") + ".\n",
+           _method_text(method)]
+  if training:
+    parts.append(_training_text(training))
+  trust = ", trust_remote_code=True" if method.name in PROMPT_METHODS else ""
+  parts.append(
+      "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
+      f'model = SentenceTransformer("{name}"{trust})\n'
+      'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
+      "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
+      "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
+      f"encoder = Encoder.from_pretrained({str(source)!r}, {_method_repr(method)})\n"
+      'vectors = encoder.encode(["A man is playing a guitar.", "A woman slices an onion."])\n```\n\n'
+      "Both give the same vectors within 1e-4"
+      + (" for sentences without leading or trailing spaces (jaxemb strips them; sentence-transformers keeps "
+         "them, and RoBERTa's tokens change with them)" if method.name not in PROMPT_METHODS else "") + ".\n")
+  return "\n".join(parts)
+
+
+def _method_text(method: Method) -> str:
+  if method.name not in PROMPT_METHODS:
+    return (f"## Method\n\n`{method.name}`: a sentence-transformers Transformer + Pooling model"
+            + (" + the pretrained pooler (dense + tanh)" if method.name == "cls" else "") + ".\n")
+  tokens = ("tokenised in context" if method.tokenization == "in_context" else
+            "its own tokens between the template ids")
+  steps = [f"the template `{method.template}` is filled with each sentence ({tokens})",
+           "the vector is the last hidden state at the template's last [MASK]"]
+  if method.denoise:
+    steps.append("minus the same state of the template alone, its positions after the slot moved on by the "
+                 "sentence's length (PromptBERT's template denoising)")
+  if method.head != "none":
+    steps.append({"mlm_transform": "through the MLM head's transform (applied to both terms apart)",
+                  "pooler": "through the pretrained pooler (dense + tanh)"}[method.head])
+  return ("## Method\n\nPromptBERT's prompt-based sentence embedding (Jiang et al., 2022, "
+          "https://github.com/kongds/Prompt-BERT): " + "; ".join(steps) + ". The custom module `jaxemb_prompt.py` "
+          "in this folder computes it with torch and transformers, so sentence-transformers loads it with "
+          "`trust_remote_code=True`.\n")
+
+
+def _training_text(training: dict[str, Any]) -> str:
+  rows = "".join(f"| `{key}` | `{value}` |\n" for key, value in training["fields"].items())
+  text = f"## Training\n\n| field | value |\n|---|---|\n{rows}"
+  if training["best_step"] is not None:
+    text += (f"\n## Results\n\nThe weights are the best step on STS-B dev (Spearman x100, SentEval's \"all\"): step "
+             f"{training['best_step']}, {training['best_stsb_dev']:.2f}.")
+    if training["evaluations"]:
+      listed = ", ".join(f"{step}: {score:.2f}" for step, score in training["evaluations"])
+      text += f" Every STS-B dev evaluation of the run (step: score): {listed}."
+    text += "\n"
+  return text
+
+
+def changed_fields(method: Method) -> dict[str, Any]:
+  """The method's config fields that differ from those of `Method(method.name)`: what sets it apart."""
+  default = Method(method.name).config_fields()
+  return {key: value for key, value in method.config_fields().items() if value != default[key]}
+
+
+def _method_repr(method: Method) -> str:
+  """Python that builds `method`: its name and the fields that differ from their defaults."""
+  fields = [repr(method.name), *(f"{key}={value!r}" for key, value in changed_fields(method).items())]
+  return f"Method({', '.join(fields)})"

@@ -1,0 +1,123 @@
+"""jaxemb.mteb: mteb.evaluate scores a jaxemb encoder as jaxemb's own STS scorer does, offline."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+mteb = pytest.importorskip("mteb")
+
+from jaxemb.data.sts import join_tokens, load_sts_task  # pylint: disable=g-import-not-at-top
+from jaxemb.encode import Encoder, Method
+from jaxemb.evaluation import run, sts
+from jaxemb.mteb import JaxembModel
+from tests.support import shared_path
+
+PROMPT = Method("prompt", template='This sentence : "[X]" means [MASK] .')
+SENTENCES = ["a man is playing a guitar .", "A woman slices an onion", "hello", "the quick brown fox ."]
+
+
+def _encode(model, batches):
+  """model.encode over mteb-style batches ({"text": [...]}), with the keywords mteb's evaluators pass."""
+  task = mteb.get_task("STSBenchmark")  # Metadata only: nothing is downloaded.
+  return model.encode([{"text": batch} for batch in batches], task_metadata=task.metadata, hf_split="test",
+                      hf_subset="default", prompt_type=None, batch_size=2, show_progress_bar=False)
+
+
+def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert):
+  method = Method("ditto", ditto_layer=1, ditto_head=2)
+  model = JaxembModel(tiny_bert, method=method)
+  assert isinstance(model, mteb.models.EncoderProtocol)
+  assert model.model.method == method
+  vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])  # mteb's batches are joined, in order.
+  np.testing.assert_allclose(vectors, model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
+  unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+  np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
+  reverse = vectors[::-1].copy()
+  np.testing.assert_allclose(np.asarray(model.similarity_pairwise(vectors, reverse)), (unit * unit[::-1]).sum(1),
+                             atol=1e-5)
+  meta = model.mteb_model_meta
+  assert (meta.name, meta.revision, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", None, 32, ["JAX"])
+  assert meta.experiment_kwargs == {"method": "ditto", "ditto_layer": 1, "ditto_head": 2}
+  assert meta.n_parameters == sum(np.size(leaf) for leaf in jax.tree.leaves(model.model.params))
+
+
+def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
+  model = JaxembModel(tiny_bert, method=PROMPT)
+  with_period = [s if s.endswith(".") else s + "." for s in SENTENCES]
+  np.testing.assert_allclose(_encode(model, [SENTENCES]), model.model.encode(with_period, batch_size=2), atol=1e-6)
+  assert "add_period" not in model.mteb_model_meta.experiment_kwargs, "the default is not an experiment"
+  plain = JaxembModel(tiny_bert, method=PROMPT, add_period=False)
+  plain.model = model.model  # The same encoder, compiled once.
+  np.testing.assert_allclose(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
+  assert plain.mteb_model_meta.experiment_kwargs["add_period"] is False
+
+
+def test_run_directory_model_is_its_best_step(trained_run):
+  model = JaxembModel(trained_run)
+  np.testing.assert_allclose(_encode(model, [SENTENCES]),
+                             Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6)
+  (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
+  assert model.mteb_model_meta.revision == f"best-{step}"
+  assert model.mteb_model_meta.experiment_kwargs == {"method": "cls_before_pooler"}
+
+
+def _local_stsb(pairs: int | None):
+  """An mteb STS task over SentEval's STS-B test file (its first `pairs` pairs; None: all), SentEval's tokens
+  re-joined as jaxemb's scorer joins them; no hub."""
+  from datasets import Dataset, DatasetDict  # pylint: disable=g-import-not-at-top
+  task = load_sts_task(shared_path("data", "senteval"), "STSBenchmark")
+  (subset,) = task.subsets.values()
+
+  class LocalSTSB(mteb.abstasks.AbsTaskSTS):
+    metadata = mteb.TaskMetadata(
+        name="LocalSTSBenchmark", description="SentEval's STS-B test set, read from ../shared.",
+        reference="https://github.com/princeton-nlp/SimCSE", dataset={"path": "local", "revision": "local"},
+        type="STS", category="t2t", modalities=["text"], eval_splits=["test"], eval_langs=["eng-Latn"],
+        main_score="cosine_spearman", date=("2017-01-01", "2017-12-31"), domains=[], task_subtypes=[],
+        license="cc-by-sa-4.0", annotations_creators="human-annotated", dialect=[], sample_creation="found",
+        bibtex_citation="")
+    min_score, max_score = 0, 5
+
+    def load_data(self, num_proc=None, **kwargs):
+      del num_proc, kwargs
+      rows = slice(pairs)
+      self.dataset = DatasetDict({"test": Dataset.from_dict({
+          "sentence1": [join_tokens(s) for s in subset.sentences1[rows]],
+          "sentence2": [join_tokens(s) for s in subset.sentences2[rows]],
+          "score": subset.scores[rows].tolist()})})
+      self.data_loaded = True
+
+  cut = sts.StsTask(task.name, task.split, {subset.name: sts.StsSubset(
+      subset.name, subset.sentences1[slice(pairs)], subset.sentences2[slice(pairs)], subset.scores[slice(pairs)])})
+  return LocalSTSB(), cut
+
+
+def _check_main_score_equals_jaxemb(method, pairs, tmp_path):
+  model = JaxembModel(str(shared_path("models", "all-MiniLM-L6-v2")), method=method)
+  task, cut = _local_stsb(pairs)
+  cache = mteb.ResultCache(tmp_path / "mteb")
+  result = mteb.evaluate(model, task, cache=cache, encode_kwargs={"batch_size": 64}, show_progress_bar=False)
+  (task_result,) = result.task_results
+  main = task_result.get_score()
+  ours = sts.evaluate_sts(model.model.encode, [cut], run.preprocess(True, method.name == "prompt"))
+  np.testing.assert_allclose(100 * main, ours["STSBenchmark"].all, atol=1e-4 * 100)
+  # mteb saved the result under the model's meta: name, revision, the method's non-default fields.
+  (saved,) = (tmp_path / "mteb").rglob("LocalSTSBenchmark.json")
+  assert "all-MiniLM-L6-v2" in str(saved)
+  saved_score = json.loads(saved.read_text())["scores"]["test"][0]["main_score"]
+  assert saved_score == pytest.approx(main, abs=1e-6)  # mteb rounds what it saves.
+  return model
+
+
+@pytest.mark.parametrize("method", [Method("last_avg"), PROMPT], ids=["last_avg", "prompt"])
+def test_main_score_equals_jaxemb_spearman(method, tmp_path):
+  """STS-B test's first 200 pairs (CI); the whole set is the slow test below."""
+  _check_main_score_equals_jaxemb(method, 200, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", [Method("last_avg"), PROMPT], ids=["last_avg", "prompt"])
+def test_main_score_equals_jaxemb_spearman_on_all_of_stsb_test(method, tmp_path):
+  _check_main_score_equals_jaxemb(method, None, tmp_path)
