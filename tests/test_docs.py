@@ -38,6 +38,8 @@ _PYTHON = ("python", "python3")
 _PLACEHOLDER = "..."  # An elided part of a command: `python evaluate.py --config ... ...`.
 # absl flags that app.run defines itself rather than by DEFINE_* calls at import.
 _ABSL_RUN_FLAGS = {"help", "helpshort", "helpfull", "helpxml", "flagfile", "undefok"}
+_CONFIG_FLAG = re.compile(r"--(?:no)?config\.(\w+(?:\.\w+)*)")  # --config.a.b=value: the field a.b.
+_FILE_NAME = re.compile(r"\.(py|json|jsonl|md|txt|csv|npz|png)$")  # `train.py` names a file, not the field train.py.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,35 +51,54 @@ class Command:
 
 def quoted_commands(text: str, name: str) -> list[Command]:
   """The python commands quoted in the markdown `text` of the file `name`."""
-  commands, block, prose, fence = [], [], [], None
+  blocks, prose = _shell_blocks_and_prose(text)
+  commands = [command for block in blocks for command in _shell_commands(block, name)]
+  return commands + [Command(f"{name}:{number}", argv) for number, span in _inline_code(prose)
+                     if (argv := _inline_argv(span, name, number)) is not None]
+
+
+def _shell_blocks_and_prose(text: str) -> tuple[list[list[tuple[int, str]]], list[tuple[int, str]]]:
+  """The fenced shell blocks of markdown `text` and the lines outside any fenced block, as (line number, line)."""
+  blocks, block, prose, fence = [], [], [], None
   for number, line in enumerate(text.splitlines(), 1):
     opening = _FENCE.match(line)
     if opening and fence is None:
       fence, block = opening.group(1), []
     elif opening:
       if fence in _SHELL:
-        commands += _shell_commands(block, name)
+        blocks.append(block)
       fence = None
     elif fence is not None:
       block.append((number, line))
     else:
       prose.append((number, line))
-  return commands + _inline_commands(prose, name)
+  return blocks, prose
 
 
-def _inline_commands(prose: list[tuple[int, str]], name: str) -> list[Command]:
-  """The commands quoted as inline code in the (line number, line) pairs outside fenced blocks (a span may go on
-  over a line break)."""
-  commands = []
+def _inline_code(prose: list[tuple[int, str]]) -> list[tuple[int, str]]:
+  """(line number, text) of each inline code span in the (line number, line) pairs of prose; a span may go on over
+  a line break within its paragraph."""
+  spans = []
   for _, group in itertools.groupby(prose, key=lambda pair: bool(pair[1].strip())):  # Paragraphs.
     group = list(group)
     paragraph = "\n".join(line for _, line in group)
-    for span in re.finditer(r"`([^`]+)`", paragraph):
-      number = group[0][0] + paragraph.count("\n", 0, span.start())
-      argv = _inline_argv(span.group(1).replace("\n", " "), name, number)
-      if argv is not None:
-        commands.append(Command(f"{name}:{number}", argv))
-  return commands
+    spans += [(group[0][0] + paragraph.count("\n", 0, span.start()), span.group(1).replace("\n", " "))
+              for span in re.finditer(r"`([^`]+)`", paragraph)]
+  return spans
+
+
+def mentioned_fields(text: str, name: str) -> list[tuple[str, str]]:
+  """(where, field) of each config field the markdown `text` names, in a command or in prose: every `--config.a.b`
+  in a shell block (its comments too) or inline code, and inline code that is a field path (`train.batch_size`,
+  `config.eval.selection`, `data.format=nli`)."""
+  blocks, prose = _shell_blocks_and_prose(text)
+  found = [(f"{name}:{number}", field) for number, line in [*itertools.chain(*blocks), *_inline_code(prose)]
+           for field in _CONFIG_FLAG.findall(line)]
+  for number, span in _inline_code(prose):
+    path = re.fullmatch(r"(?:config\.)?([a-z_]+(?:\.\w+)+)(=\S*)?", span)
+    if path and path.group(1).split(".")[0] in _config_groups() and not _FILE_NAME.search(path.group(1)):
+      found.append((f"{name}:{number}", path.group(1)))
+  return found
 
 
 def _shell_commands(block: list[tuple[int, str]], name: str) -> list[Command]:
@@ -211,6 +232,20 @@ def _config(config_file: str):
 
 
 @functools.cache
+def _every_config() -> tuple:
+  """The config of every file under configs/ (get_config() at its defaults)."""
+  paths = sorted(path for path in (REPO / "configs").rglob("*.py") if not path.name.startswith("_"))
+  modules = [importlib.import_module(".".join(path.relative_to(REPO).with_suffix("").parts)) for path in paths]
+  return tuple(module.get_config() for module in modules if hasattr(module, "get_config"))
+
+
+@functools.cache
+def _config_groups() -> frozenset[str]:
+  """The top-level groups of fields of the configs (train, eval, data, model, method, ...)."""
+  return frozenset(key for config in _every_config() for key, value in config.items() if hasattr(value, "items"))
+
+
+@functools.cache
 def _defined_flags(program: pathlib.Path) -> frozenset[str]:
   """The flags `program` takes: its argparse `add_argument("--x")` names, or for an absl command its DEFINE_* names,
   jaxemb/cli.py's and absl's own."""
@@ -250,6 +285,23 @@ def test_docs_quote_commands_of_every_kind():
 def test_every_quoted_command_names_an_entry_point_config_and_flags_that_exist():
   found = [problem for command in _all_commands() for problem in problems(command)]
   assert not found, "\n".join(found)
+
+
+def test_every_config_field_the_docs_name_is_a_field_of_a_config():
+  fields = [mentioned for path in DOCS for mentioned in mentioned_fields(path.read_text(), str(path.relative_to(REPO)))]
+  assert len(fields) > 100 and {"model.path", "train.batch_size", "method.template"} <= {field for _, field in fields}
+  found = [f"{where}: {field}: no config has this field" for where, field in fields
+           if all(config_fields.unknown_field(config, field) for config in _every_config())]
+  assert not found, "\n".join(found)
+
+
+def test_a_config_field_named_alone_is_found_and_a_file_name_is_not():
+  text = ("`--config.method.head=pooler`, `train.batch_size`, `config.eval.selection`, `data.format=nli`, `train.py`,"
+          " `eval_method.json`, `jaxemb.encode.Method`\n```bash\npython x.py  # or --config.train.mesh_fsdp=2\n```\n"
+          "```\n$ python train.py --config.train.batchsize=8\n```")
+  assert mentioned_fields(text, "doc.md") == [
+      ("doc.md:3", "train.mesh_fsdp"), ("doc.md:1", "method.head"), ("doc.md:1", "train.batch_size"),
+      ("doc.md:1", "eval.selection"), ("doc.md:1", "data.format")]
 
 
 def _problems_in(text: str) -> list[str]:
