@@ -44,7 +44,7 @@ _FILE_NAME = re.compile(r"\.(py|json|jsonl|md|txt|csv|npz|png)$")  # `train.py` 
 
 @dataclasses.dataclass(frozen=True)
 class Command:
-  """A quoted command line: where it is (`docs/training.md:12`) and its words after `python`."""
+  """A quoted command: where it is (`docs/training.md:12`, or `:4-6` over continued lines), its words after `python`."""
   where: str
   argv: tuple[str, ...]
 
@@ -109,7 +109,7 @@ def _shell_commands(block: list[tuple[int, str]], name: str) -> list[Command]:
     if line.endswith("\\"):  # As bash reads it: the backslash and newline vanish, inside quotes too.
       logical += line[:-1]
       continue
-    where = f"{name}:{start}"
+    where = f"{name}:{start}" if start == number else f"{name}:{start}-{number}"  # The lines the command spans.
     words = _words(logical + line, where, comments=True)
     logical, start = "", None
     part = []
@@ -312,13 +312,13 @@ def _problems_in(text: str) -> list[str]:
     ("```bash\npython train.py --config configs/promptbert.py --config.train.batchsize=8\n```",
      "doc.md:2: --config.train.batchsize: no field 'batchsize' in config.train (did you mean 'batch_size'?)"),
     ("x\n```bash\n# a comment\npython evaluate.py --config configs/eval_prompt.py \\\n"
-     "    --config.method.nam=prompt   # a comment\n```", "doc.md:4: --config.method.nam: no field 'nam'"),
+     "    --config.method.nam=prompt   # a comment\n```", "doc.md:4-5: --config.method.nam: no field 'nam'"),
     ("Run `python sweep.py --config configs/experiments/seeds.py:promptbert --shards=1/4`.",
      "doc.md:1: --shards: sweep.py defines no such flag"),
     ("Then `eval_ditto.py --config.method.ditto_layr=1`.", "doc.md:1: --config.method.ditto_layr: no field"),
     ("```bash\npython sweep.py --config configs/experiments/seeds.py:promptbert \\\n"
      "    --config.overrides=\"train.num_steps=3; \\\n    eval.senteval_dirr='x'\"\n```",
-     "doc.md:2: --config.overrides: eval.senteval_dirr: no field 'senteval_dirr'"),
+     "doc.md:2-4: --config.overrides: eval.senteval_dirr: no field 'senteval_dirr'"),
     ("```bash\nJAXEMB_MODELS=m python train.py --config configs/promptbrt.py\n```",
      "doc.md:2: --config configs/promptbrt.py: no such file"),
     ("`python sweep.py --config configs/experiments/seeds.py:promptbrt`",
