@@ -1,4 +1,4 @@
-"""Imports run one way: no module of jaxemb/ imports from a layer above its own (README, Layout)."""
+"""Imports run one way: no module of jaxemb/ imports from a layer above its own (docs/layout.md)."""
 
 import ast
 import pathlib
