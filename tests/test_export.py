@@ -65,7 +65,7 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   (senteval / "STS" / "STSBenchmark" / "sts-dev.csv").write_text("".join(dev.splitlines(True)[:40]))
   run = tmp_path / "run"
   config = tiny_config("simcse", tiny_bert, run, wiki_head, num_steps=1, eval_every=1, save_every=1)
-  config.eval.senteval_dir = str(senteval)
+  config.data.senteval_dir = str(senteval)
   loop.train(config)
   trained = Encoder.from_pretrained(run)
   ours = trained.encode(SENTENCES)
