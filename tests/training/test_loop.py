@@ -260,6 +260,8 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
 @pytest.mark.parametrize("change, message", [
     ({"data.train_file": "/nonexistent/corpus.txt"}, "/nonexistent/corpus.txt"),
     ({"objective.columns": ("text", "label")}, "'label'"),
+    ({"eval.select_metric": "sts_test/average"}, r"select_metric='sts_test/average': must be <evaluator>/<metric>, "
+                                                 r"<evaluator> one of config.evals \['stsb_dev'\]"),
 ])
 def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, change, message):
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
