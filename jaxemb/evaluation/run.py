@@ -132,10 +132,10 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   result = transfer.evaluate_transfer(encoder.encode, tasks, prepare, classifier)
   seconds = time.perf_counter() - start
   print(result.table())
-  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
+  print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
         f"the transfer sentences), {encoder.compilations} compiled shapes")
   scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
-  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
+  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": encoder.method.config_fields(),
              "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
   write_summary(config, summary)
   return summary
