@@ -227,14 +227,13 @@ def sts_section(model_dir: pathlib.Path, senteval: pathlib.Path, dtype: str) -> 
   tasks = sts_data.load_sts_tasks(senteval)
   dev = sts_data.load_sts_task(senteval, "STSBenchmark", "dev")
   encoder = Encoder.from_pretrained(model_dir, Method("prompt", template='This sentence : "[X]" means [MASK] .'),
-                                    dtype=getattr(jnp, dtype))
-  embed = lambda sentences: encoder.encode(sentences, batch_size=128)
+                                    dtype=getattr(jnp, dtype), batch_size=128)
   for label in ("cold (compiling)", "warm"):
     start = time.perf_counter()
-    sts.evaluate_sts(embed, tasks)
+    sts.evaluate_sts(encoder.encode, tasks)
     print(f"- {label}: {time.perf_counter() - start:.1f} s ({encoder.compilations} shapes)")
   start = time.perf_counter()
-  sts.evaluate_sts(embed, [dev])
+  sts.evaluate_sts(encoder.encode, [dev])
   dev_seconds = time.perf_counter() - start
   print(f"- STS-B dev alone, warm: {dev_seconds:.1f} s")
   return dev_seconds

@@ -103,7 +103,7 @@ def main():
   tokenizer = transformers.AutoTokenizer.from_pretrained(args.model)
   compiles = CompileCounter()
   for name in args.methods.split(","):
-    encoder = Encoder.from_pretrained(args.model, Method(name))
+    encoder = Encoder.from_pretrained(args.model, Method(name), batch_size=BATCH)
     compiled_before = (compiles.count, compiles.seconds)
     results, encoded = {}, {}
 
@@ -112,7 +112,7 @@ def main():
     def ours():
       encoded["jaxemb"] = 0
       start = time.perf_counter()
-      embed = lambda sentences: encoder.encode(sentences, batch_size=BATCH, progress=count_jaxemb)
+      embed = lambda sentences: encoder.encode(sentences, progress=count_jaxemb)
       results["jaxemb"] = sts.evaluate_sts(embed, tasks)
       jaxemb_runs.append(time.perf_counter() - start)
 
@@ -138,9 +138,9 @@ def main():
     print(f"jaxemb buckets: padded / real tokens {encoder.padded_tokens / encoder.real_tokens:.3f} (length multiple "
           f"{encoder.length_multiple}), {encoder.compilations} compiled shapes, {compiles.count - compiled_before[0]} "
           f"jit compilations ({compiles.seconds - compiled_before[1]:.1f} s)")
-  static = Encoder.from_pretrained(args.model, Method("static_avg"))
+  static = Encoder.from_pretrained(args.model, Method("static_avg"), batch_size=BATCH)
   start = time.perf_counter()
-  result = sts.evaluate_sts(lambda sentences: static.encode(sentences, batch_size=BATCH), tasks)
+  result = sts.evaluate_sts(static.encode, tasks)
   seconds = time.perf_counter() - start
   print(f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
         f"{traced_matmuls(static)} (last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"

@@ -25,6 +25,26 @@ def method_config(name: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(encode.Method(name).config_fields())
 
 
+def add_senteval_fields(data: ml_collections.ConfigDict):
+  """SentEval's folder in config.data, the same two fields in evaluation and training configs."""
+  data.senteval_dir = data_path("senteval")  # SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).
+  data.source = "senteval"  # "senteval" (tokenised, lowercased files) or "raw" (the SemEval releases).
+
+
+def eval_config() -> ml_collections.ConfigDict:
+  """config.eval, the same block in evaluation and training configs: which STS tasks, the sentence rules and how
+  the encoder batches (evaluate.py's jobs, training's evaluators, sweep.py's scoring of a trained run)."""
+  block = ml_collections.ConfigDict()
+  block.tasks = STS_TASKS  # Comma-separated; STS-B dev is always reported as well.
+  block.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
+  block.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
+  block.batch_size = encode.BATCH_SIZE  # Sentences per encoder call.
+  block.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
+  block.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
+  block.output_json = ""  # Where evaluate.py's job writes its results as JSON; "" = print only.
+  return block
+
+
 def get_config():
   config = ml_collections.ConfigDict()
   # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search, ditto_search, ditto_analysis
@@ -39,17 +59,9 @@ def get_config():
   config.method = method_config("cls_before_pooler")  # One of jaxemb.encode.METHODS; the eval_*.py files set it.
 
   config.data = ml_collections.ConfigDict()
-  config.data.senteval_dir = data_path("senteval")  # SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).
-  config.data.source = "senteval"  # "senteval" (tokenised, lowercased files) or "raw" (the SemEval releases).
+  add_senteval_fields(config.data)
 
-  config.eval = ml_collections.ConfigDict()
-  config.eval.tasks = STS_TASKS  # Comma-separated; STS-B dev is always reported as well.
-  config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
-  config.eval.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
-  config.eval.batch_size = encode.BATCH_SIZE  # Sentences per encoder call.
-  config.eval.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
-  config.eval.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
-  config.eval.output_json = ""  # Write the results here as JSON; "" = print only.
+  config.eval = eval_config()
 
   # The SentEval transfer tasks (jobs transfer and sts+transfer in jaxemb.evaluation.run; jaxemb.evaluation.transfer).
   config.transfer = ml_collections.ConfigDict()

@@ -16,7 +16,7 @@ def get_config():
   config.objective.trainable = "prompt"
   config.train.learning_rate = 3e-5
   config.train.epochs = 5
-  config.train.eval_every = 1000
+  config.evals.stsb_dev.every = 1000
   config.train.save_every = 1000
   config.method.template = train_common.PROMPTBERT_COLON
   return config

@@ -3,6 +3,7 @@
 import ml_collections
 
 from configs import eval_common
+from jaxemb.evaluation.evaluators import evaluator_config
 
 # The templates of kongds/Prompt-BERT `run.sh`, written as its `*cls*_..._*sep+*` strings read ("_" a space; no space
 # before [MASK]: `means<mask>.` gives RoBERTa `<mask>` then `.`, not `Ġ.`).
@@ -31,6 +32,7 @@ def get_config():
 
   config.data = ml_collections.ConfigDict()
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).
+  eval_common.add_senteval_fields(config.data)  # SentEval's folder: the evaluators' data.
   config.data.format = "text"  # "text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.
   config.data.max_sentence_tokens = 32  # Sentences are truncated to this many tokens; templates never are.
   # How training rows are built (templates.TOKENIZATIONS): "alone", the template ids around the sentence's own
@@ -82,7 +84,6 @@ def get_config():
   config.train.adam_b2 = 0.999  # AdamW beta2.
   config.train.adam_eps = 1e-8  # AdamW epsilon.
   config.train.max_grad_norm = 1.0  # Global-norm gradient clipping (HF Trainer's default, every reference); 0 = off.
-  config.train.eval_every = 125  # Steps between STS-B dev evaluations (the best step is kept in best/).
   config.train.save_every = 125  # Steps between train-state checkpoints (resume restarts from the latest).
   config.train.keep_checkpoints = 2  # Train-state checkpoints kept.
   config.train.log_every = 10  # Steps between metrics.jsonl / TensorBoard records.
@@ -104,15 +105,22 @@ def get_config():
   config.method.bias_positions = config.objective.get_ref("bias_positions")
   config.method.prompt_placement = config.objective.get_ref("prompt_placement")
 
-  config.eval = ml_collections.ConfigDict()
+  # The evaluation block of every config (eval_common.eval_config): what sweep.py's scoring of the trained run and
+  # evaluate.py on the run directory read, and the encoder batches of the evaluators below.
+  config.eval = eval_common.eval_config()
   config.eval.add_period = True  # evaluation.py appends "." to sentences without final punctuation.
-  config.eval.senteval_dir = eval_common.data_path("senteval")  # SentEval data/downstream folder (STS-B dev).
-  config.eval.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
-  # Model selection: the STS-B dev score that picks the kept step. "training_view" is the authors' trainer
-  # (`sentemb_forward`): view 1's template around the sentence's own tokens, no ".", the objective's position-offset
-  # bias if select_denoise, the head if kept. "eval_method": the evaluation method above.
+  # Model selection, training's alone and kept here: the evaluators embed with the selection method, and the step
+  # whose select_metric is highest is kept in best/. "training_view" is the authors' trainer (`sentemb_forward`):
+  # view 1's template around the sentence's own tokens, no ".", the objective's position-offset bias if
+  # select_denoise, the head if kept. "eval_method": the evaluation method above, with eval's sentence rules.
   config.eval.selection = "training_view"
   config.eval.select_denoise = True  # CoT-BERT passes --mask_embedding_sentence_delta_no_delta_eval: False there.
-  config.eval.batch_size = 128  # Sentences per evaluation encoder call.
-  config.eval.length_multiple = 4  # Bucket evaluation rows to a multiple of this many tokens.
+  config.eval.select_metric = "stsb_dev/STSBenchmark"  # A logged evaluator key, <evaluator>/<metric>.
+
+  # The evaluators (jaxemb/evaluation/evaluators.py), by name: each scores the training params every `every` steps
+  # and at the last one, logged as <name>/<metric> to metrics.jsonl and TensorBoard. Add one in a config with, e.g.,
+  # config.evals.sts_test = evaluator_config("sts", every=1000, tasks=eval_common.STS_TASKS, split="test"), or
+  # evaluator_config("transfer", every=1000, tasks="MR,SST2") or evaluator_config("align_uniform", every=250).
+  config.evals = ml_collections.ConfigDict()
+  config.evals.stsb_dev = evaluator_config("sts", every=125)  # STS-B dev, the selection metric.
   return config

@@ -31,7 +31,7 @@ _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_
 # apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
 # there): views.HEADS but the training MLP.
 METHOD_HEADS = tuple(head for head in views.HEADS if head != "mlp")
-BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (evaluation configs: eval.batch_size).
+BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,18 +188,20 @@ def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
 class Encoder:
   """Encodes lists of sentences with one method; each distinct sentence is encoded once.
 
-  Sentences are sorted by tokenised length and cut into batches of `batch_size` (a partial batch takes the
-  shortest, so its filler rows are short), each padded to a multiple of `length_multiple` tokens, so the encoder
-  compiles once per bucket length (`compilations` counts them). Fewer distinct sentences than `batch_size` run as
-  one batch of just their rows (on a mesh, rounded up to a multiple of its devices): no filler beyond them.
+  Sentences are sorted by tokenised length and cut into batches of `batch_size` (the encoder's, unless an `encode`
+  call gives its own; a partial batch takes the shortest, so its filler rows are short), each padded to a multiple
+  of `length_multiple` tokens, so the encoder compiles once per bucket length (`compilations` counts them). Fewer
+  distinct sentences than `batch_size` run as one batch of just their rows (on a mesh, rounded up to a multiple of
+  its devices): no filler beyond them.
   `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's
   tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   """
 
   def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
                dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 4,
-               prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None):
+               batch_size: int = BATCH_SIZE, prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None):
     self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
+    self.batch_size = _checked_batch_size(batch_size, "Encoder")
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
@@ -232,7 +234,7 @@ class Encoder:
 
     `method` is a Method, a method name (e.g. "last_avg"), or None: a run directory's own evaluation method
     (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked
-    before the weights load. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple).
+    before the weights load. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple, batch_size).
     """
     source, method = open_model(name_or_path, method)
     params = source.load_params()
@@ -249,13 +251,14 @@ class Encoder:
   def compilations(self) -> int:
     return len(self.compiled_shapes)
 
-  def encode(self, sentences: str | Iterable[str], batch_size: int = BATCH_SIZE, normalize: bool | None = None,
+  def encode(self, sentences: str | Iterable[str], batch_size: int | None = None, normalize: bool | None = None,
              progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
              normalize_embeddings: bool | None = None, show_progress_bar: bool | None = None,
              convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
-    One str is one sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
+    `batch_size` overrides the encoder's own for this call (sentence-transformers' keyword). One str is one
+    sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
     [0, hidden] without running the model. `normalize` scales the vectors to unit length. `progress(n)` is called
     after each batch of n distinct sentences. `show_progress` draws a progress bar on stderr; None draws it for
     more than 8 batches when stderr is a terminal. For code written for sentence-transformers,
@@ -263,12 +266,11 @@ class Encoder:
     `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
 
     Raises:
-      ConfigError: `batch_size` is not a positive int (a bool or a str included).
+      ConfigError: `batch_size` is given and not a positive int (a bool or a str included).
       TypeError: `sentences` is neither a str nor an iterable of str (a non-str sentence is named by index), or
         an alias and its jaxemb name are given different values.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-      raise ConfigError(f"encode(batch_size={batch_size!r}): must be a positive int, the sentences per encoder call")
+    batch_size = self.batch_size if batch_size is None else _checked_batch_size(batch_size, "encode")
     normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
     single = isinstance(sentences, str)
@@ -337,6 +339,13 @@ class Encoder:
     return templates.tokenize_sentences(self.template, self.tokenizer, sentences,
                                       max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length,
                                       tokenization=self.method.tokenization)
+
+
+def _checked_batch_size(batch_size: Any, caller: str) -> int:
+  """`batch_size` when it is a positive int (a bool or a str is not); else ConfigError naming `caller`."""
+  if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+    raise ConfigError(f"{caller}(batch_size={batch_size!r}): must be a positive int, the sentences per encoder call")
+  return int(batch_size)
 
 
 def _alias(name: str, value: Any, alias: str, alias_value: Any) -> Any:

@@ -41,18 +41,20 @@ def facts(source: str | pathlib.Path) -> dict[str, Any]:
   run = run_dir.RunDir(source)
   fields = json.loads(run.fingerprint_file.read_text())["fields"] if run.fingerprint_file.is_file() else {}
   best = run_dir.read_best_meta(source) or {}
+  metric = next((key for key in best if key != "step"), None)  # The run's eval.select_metric, as best/ records it.
   evaluations = []
   for line in run.metrics_file.read_text().splitlines() if run.metrics_file.is_file() else []:
     try:
       record = json.loads(line)
     except ValueError:  # A last line cut short by a killed run (train.py drops it when it resumes).
       continue
-    if "stsb_dev" in record:
-      evaluations.append((record["step"], record["stsb_dev"]))
+    if metric in record:
+      evaluations.append((record["step"], record[metric]))
   return {"base_model": _hub_id(fields.get("model.path", "")), "training": {
       "fields": {key: fields[key] for key in _TRAINING_FIELDS if key in fields},
       "dataset": _DATASETS.get(pathlib.Path(fields.get("data.train_file", "")).name),
-      "best_step": best.get("step"), "best_stsb_dev": best.get("stsb_dev"), "evaluations": evaluations}}
+      "best_step": best.get("step"), "select_metric": metric, "best_value": best.get(metric),
+      "evaluations": evaluations}}
 
 
 def _hub_id(name: str | pathlib.Path) -> str | None:
@@ -126,11 +128,11 @@ def _training_text(training: dict[str, Any]) -> str:
   rows = "".join(f"| `{key}` | `{value}` |\n" for key, value in training["fields"].items())
   text = f"## Training\n\n| field | value |\n|---|---|\n{rows}"
   if training["best_step"] is not None:
-    text += (f"\n## Results\n\nThe weights are the best step on STS-B dev (Spearman x100, SentEval's \"all\"): step "
-             f"{training['best_step']}, {training['best_stsb_dev']:.2f}.")
+    text += (f"\n## Results\n\nThe weights are the run's best step by `{training['select_metric']}` (an STS score is "
+             f"Spearman x100, SentEval's \"all\"): step {training['best_step']}, {training['best_value']:.2f}.")
     if training["evaluations"]:
       listed = ", ".join(f"{step}: {score:.2f}" for step, score in training["evaluations"])
-      text += f" Every STS-B dev evaluation of the run (step: score): {listed}."
+      text += f" Every `{training['select_metric']}` evaluation of the run (step: score): {listed}."
     text += "\n"
   return text
 

@@ -23,7 +23,6 @@ import json
 import logging
 import pathlib
 import re
-import time
 import zlib
 from typing import Any, Sequence
 
@@ -32,10 +31,8 @@ import numpy as np
 
 from jaxemb import config_fields
 from jaxemb import xla
-from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run as eval_run
-from jaxemb.models import compute_dtype
 from jaxemb.training import loop
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
@@ -159,20 +156,16 @@ def shard(runs: Sequence[Run], index: int, count: int) -> list[Run]:
 
 
 def execute(run: Run) -> dict[str, Any]:
-  """Trains (or resumes) a training run and scores its best step on the 7 STS tasks; runs an evaluation row's job.
-  Writes <run>/sts.json last."""
+  """Trains (or resumes) a training run and scores its best step on the 7 STS tasks with evaluate.py's STS job
+  (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last."""
   if not run.is_training:
     return eval_run.run_sts(run.config)
-  config = run.config
-  training = loop.train(config)
-  tasks, dev = eval_run.load_sts_tasks(config.eval.senteval_dir, ",".join(TASK_COLUMNS))
-  encoder = Encoder.from_pretrained(config.workdir, dtype=compute_dtype(config.model.dtype),
-                                    length_multiple=config.eval.length_multiple)
-  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
-  start = time.perf_counter()
-  scores = eval_run.score_sts(embed, tasks, dev, eval_run.preprocess(config.eval.join_tokens, config.eval.add_period))
-  summary = {**scores, "seconds": time.perf_counter() - start, "best_step": training["best_step"],
-             "selection_stsb_dev": training["best_stsb_dev"], "seed": run.seed, "model": config.model.path}
+  training = loop.train(run.config)
+  scoring = run.config.copy_and_resolve_references()
+  scoring.model.path, scoring.eval.tasks, scoring.eval.output_json = run.config.workdir, ",".join(TASK_COLUMNS), ""
+  summary = {**eval_run.run_sts(scoring), "best_step": training["best_step"],
+             "select_metric": training["select_metric"], "selection_value": training["best_value"],
+             "seed": run.seed, "model": run.config.model.path}
   eval_run.write_json(run.directory / RESULT_FILE, summary)
   return summary
 

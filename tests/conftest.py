@@ -48,6 +48,6 @@ def trained_run(tmp_path_factory, tiny_bert):
   (senteval / "STS" / "STSBenchmark" / "sts-dev.csv").write_text("".join(dev.splitlines(True)[:40]))
   run = tmp_path / "run"
   config = tiny_config("simcse", tiny_bert, run, corpus, num_steps=1, eval_every=1, save_every=1)
-  config.eval.senteval_dir = str(senteval)
+  config.data.senteval_dir = str(senteval)
   loop.train(config)
   return run

@@ -61,8 +61,8 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   train = _command("train.py", "promptbert.py", f"--config.workdir={tmp_path / 'run'}",
                    f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
                    f"--config.data.train_file={shared_path('data', 'wiki', 'wiki1m_sample.txt')}",
-                   f"--config.eval.senteval_dir={tmp_path / 'senteval'}")
-  assert _one_error_line(*train).startswith(f"config.eval.senteval_dir={tmp_path / 'senteval'}: no STS-B dev "
+                   f"--config.data.senteval_dir={tmp_path / 'senteval'}")
+  assert _one_error_line(*train).startswith(f"config.data.senteval_dir={tmp_path / 'senteval'}: no STS-B dev "
                                             f"({tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory")
   prepare = _command("prepare.py", "promptbert.py", f"--source={tmp_path / 'nowhere'}")
   assert _one_error_line(*prepare) == f"source {tmp_path / 'nowhere'} is not a directory"

@@ -204,6 +204,17 @@ def test_batch_size_must_be_a_positive_int(tiny_bert, batch_size):
   with pytest.raises(ConfigError, match=message):
     encoder.encode(SENTENCES, batch_size=batch_size)
   assert encoder.compilations == 0
+  message = rf"^Encoder\(batch_size={re.escape(repr(batch_size))}\): must be a positive int"
+  with pytest.raises(ConfigError, match=message):
+    Encoder.from_pretrained(tiny_bert, Method("last_avg"), batch_size=batch_size)
+
+
+def test_the_encoders_batch_size_holds_unless_a_call_gives_its_own(tiny_bert):
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=64, batch_size=2)
+  own = encoder.encode(SENTENCES)  # 4 distinct sentences.
+  assert encoder.compiled_shapes == {(2, 64)}
+  np.testing.assert_allclose(own, encoder.encode(SENTENCES, batch_size=4), atol=1e-6)
+  assert encoder.compiled_shapes == {(2, 64), (4, 64)}
 
 
 def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):

@@ -130,8 +130,9 @@ def test_model_card_of_a_run_directory(trained_run, tmp_path):
   for key in model_card._TRAINING_FIELDS:  # pylint: disable=protected-access  # Each still names a config field.
     assert f"| `{key}` | `{fields[key]}` |" in text
   records = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
-  best = max((r for r in records if "stsb_dev" in r), key=lambda r: r["stsb_dev"])
-  assert f"step {best['step']}, {best['stsb_dev']:.2f}" in text
+  metric = "stsb_dev/STSBenchmark"  # The default eval.select_metric.
+  best = max((r for r in records if metric in r), key=lambda r: r[metric])
+  assert f"`{metric}`" in text and f"step {best['step']}, {best[metric]:.2f}" in text
   assert "Method('cls_before_pooler')" in text and "trust_remote_code" not in text
 
 

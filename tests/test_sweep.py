@@ -174,25 +174,32 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(tmp_path, monkeypatch, c
   assert record["runs"] == 4 and record["average"]["mean"] == pytest.approx(72.5)
 
 
-def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny_bert, tmp_path):
-  """execute on a tiny model: train.py's run directory, then sts.json with the 7 tasks of the best step, scored with
-  the run's own evaluation method (the same numbers evaluate.py gives for that step)."""
+def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny_bert, tmp_path, monkeypatch):
+  """execute on a tiny model: train.py's run directory, then sts.json with the 7 tasks of the best step, scored by
+  evaluate.py's STS job on the run directory with the run's own evaluation method."""
   experiment = _experiment("seeds", tmp_path, seeds=(5,))
   (run,) = sweep.plan(experiment)
   base = tiny_config("promptbert", tiny_bert, run.directory, train_file=shared_path("data", "wiki", "wiki1m_sample.txt"),
                      num_steps=2)
-  for block in ("model", "data", "eval", "train"):
+  for block in ("model", "data", "eval", "train", "evals"):
     run.config[block] = base[block]
   run.config.train.seed = 5
+  scored = []
+  monkeypatch.setattr(eval_run, "run_sts", lambda config, run_sts=eval_run.run_sts: scored.append(config) or
+                      run_sts(config))
   summary = sweep.execute(run)
+  (scoring,) = scored
+  assert scoring.model.path == str(run.directory) and scoring.eval.tasks.split(",") == list(sweep.TASK_COLUMNS)
   written = json.loads((run.directory / sweep.RESULT_FILE).read_text())
   assert written["average"] == pytest.approx(summary["average"]) and written["seed"] == 5
   assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
-  assert written["best_step"] == 2
-  encoder = Encoder.from_pretrained(run.directory, length_multiple=run.config.eval.length_multiple)
-  tasks, _ = eval_run.load_sts_tasks(run.config.eval.senteval_dir, "STS16")
+  assert written["best_step"] == 2 and written["select_metric"] == "stsb_dev/STSBenchmark"
+  assert written["method"] == loop.eval_method(run.config).config_fields()  # The run's own, from its directory.
+  encoder = Encoder.from_pretrained(run.directory, length_multiple=run.config.eval.length_multiple,
+                                    batch_size=run.config.eval.batch_size)
+  tasks, _ = eval_run.load_sts_tasks(run.config.data.senteval_dir, "STS16")
   preprocess = eval_run.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
-  sts16 = sts.evaluate_sts(lambda s: encoder.encode(s, batch_size=run.config.eval.batch_size), tasks, preprocess)
+  sts16 = sts.evaluate_sts(encoder.encode, tasks, preprocess)
   # One pass over all 7 tasks and dev batches the sentences otherwise: vectors (so Spearmans) move at rounding level.
   assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-3)
   assert run.finished and sweep.plan(experiment)[0].finished

@@ -3,8 +3,8 @@
 Each path comes from the config, so a config field (or $JAXEMB_DATA, the root of the configs' default data
 paths) says where each thing is looked for and put:
 
-    config.data.senteval_dir    evaluation configs  SimCSE's senteval.tar, unpacked in SentEval's data/downstream
-    config.eval.senteval_dir    training configs    layout (STS/, SICK/, MR/, ... MRPC/)
+    config.data.senteval_dir    every config        SimCSE's senteval.tar, unpacked in SentEval's data/downstream
+                                                    layout (STS/, SICK/, MR/, ... MRPC/)
     config.data.train_file      training configs    wiki1m_for_simcse.txt (format "text") or nli_for_simcse.csv
                                                     ("nli")
     config.analysis.sample_file eval_analysis.py    wiki1m_for_simcse.txt
@@ -104,7 +104,7 @@ def needs(config: Any) -> list[Need]:
     if config.data.format not in _CORPUS_BY_FORMAT:
       raise PrepareError(f"config.data.format {config.data.format!r} is not one of {sorted(_CORPUS_BY_FORMAT)}")
     found.append(Need(_CORPUS_BY_FORMAT[config.data.format], pathlib.Path(config.data.train_file)))
-    found.append(_senteval(config.eval.senteval_dir, ["STSBenchmark"]))
+    found.append(_senteval(config.data.senteval_dir, ["STSBenchmark"]))
   elif config.data.get("source", "senteval") != "senteval":
     logger.warning("config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
                    config.data.source, config.data.senteval_dir)

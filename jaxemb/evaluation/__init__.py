@@ -7,6 +7,8 @@
             and its three validation schemes (vmapped over folds and L2 weights)
   transfer  SentEval's transfer tasks: each task's protocol and features, on `logreg`
   run       the config-driven jobs of evaluate.py: STS, transfer, both with one encoder
+  evaluators  what a training run scores every so many steps (config.evals): STS, transfer dev accuracy,
+            alignment and uniformity
   search    STS-B dev searches: PromptBERT's templates, Ditto's layers and heads
   analysis  the papers' analyses: anisotropy, alignment and uniformity, the [MASK]'s top tokens, cosine-gold plots
 """

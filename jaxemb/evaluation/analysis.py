@@ -25,7 +25,7 @@ from scipy import stats
 
 from jaxemb import templates
 from jaxemb.data import sts as sts_data
-from jaxemb.encode import BATCH_SIZE, PROMPT_METHODS, Encoder, Method, sentence_vectors
+from jaxemb.encode import PROMPT_METHODS, Encoder, Method, sentence_vectors
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import EncoderConfig, Transformer
@@ -101,11 +101,10 @@ def pair_alignment_uniformity(first: np.ndarray, second: np.ndarray, gold: np.nd
 
 
 def stsb_pair_vectors(encoder: Encoder, senteval_root: str | pathlib.Path, source: str = "senteval",
-                      preprocess: common.Preprocess = sts_data.join_tokens,
-                      batch_size: int = BATCH_SIZE) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      preprocess: common.Preprocess = sts_data.join_tokens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(first vectors, second vectors, gold scores) of the STS-B test pairs, encoded in one call."""
   (pairs,) = sts_data.load_sts_task(senteval_root, "STSBenchmark", "test", source).subsets.values()
-  vectors = encoder.encode([preprocess(s) for s in pairs.sentences1 + pairs.sentences2], batch_size=batch_size)
+  vectors = encoder.encode([preprocess(s) for s in pairs.sentences1 + pairs.sentences2])
   return vectors[:len(pairs)], vectors[len(pairs):], pairs.scores
 
 
@@ -217,14 +216,12 @@ def run_analysis(config: Any) -> dict[str, Any]:
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
   preprocess = run.preprocess_from_config(config)
-  batch_size = config.eval.batch_size
-  first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess,
-                                          batch_size)
+  first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess)
   predicted = sts.cosine(first, second)
   summary = {
       "model": config.model.path,
       "method": config.method.to_dict(),
-      "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample], batch_size=batch_size)),
+      "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample])),
       "anisotropy_sentences": len(sample),
       "token_embedding_average_cosine": token_embedding_average_cosine(
           encoder.params["embeddings"]["word"]["embedding"]),

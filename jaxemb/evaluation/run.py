@@ -23,14 +23,18 @@ from jaxemb.models import compute_dtype, load_tokenizer
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
-  return Encoder.from_pretrained(config.model.path, method or Method.from_config(config.method),
-                                 **encoder_options(config))
+  """The Encoder of config.model.path with `method`, else config.method; a training config (one with an objective)
+  whose model.path is its trained run directory reads the method the run recorded (its eval_method.json)."""
+  if method is None and "objective" not in config:
+    method = Method.from_config(config.method)
+  return Encoder.from_pretrained(config.model.path, method, **encoder_options(config))
 
 
 def encoder_options(config: Any) -> dict[str, Any]:
-  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple."""
+  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple, batch
+  size."""
   return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-          "length_multiple": config.eval.length_multiple}
+          "length_multiple": config.eval.length_multiple, "batch_size": config.eval.batch_size}
 
 
 def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:
@@ -91,16 +95,16 @@ def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.
 
 
 def run_sts(config: Any) -> dict[str, Any]:
-  """Encodes every distinct sentence of the STS tasks once, scores them, prints the table, returns the numbers."""
+  """Encodes every distinct sentence of the STS tasks once, scores them, prints the table, returns the numbers. An
+  evaluation config or a training config whose model.path is its run directory (sweep.py's scoring of a run)."""
   tasks, dev = load_tasks(config)  # Data errors surface before the model is loaded.
   encoder = encoder_from_config(config)
-  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
   start = time.perf_counter()
-  scores = score_sts(embed, tasks, dev, preprocess_from_config(config))
+  scores = score_sts(encoder.encode, tasks, dev, preprocess_from_config(config))
   seconds = time.perf_counter() - start
-  summary = {**scores, "method": config.method.to_dict(), "model": config.model.path, "seconds": seconds,
+  summary = {**scores, "method": encoder.method.config_fields(), "model": config.model.path, "seconds": seconds,
              "compilations": encoder.compilations}
-  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
+  print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
   write_summary(config, summary)
   return summary
 
@@ -121,18 +125,17 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   classifier = classifier_from_config(config)
   encoder = encoder_from_config(config)
   prepare = preprocess_from_config(config)
-  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
   start = time.perf_counter()
   scores = {}
   if with_sts:
-    scores["sts"] = score_sts(embed, sts_tasks, dev, prepare)
-  result = transfer.evaluate_transfer(embed, tasks, prepare, classifier)
+    scores["sts"] = score_sts(encoder.encode, sts_tasks, dev, prepare)
+  result = transfer.evaluate_transfer(encoder.encode, tasks, prepare, classifier)
   seconds = time.perf_counter() - start
   print(result.table())
-  print(f"{config.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
+  print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
         f"the transfer sentences), {encoder.compilations} compiled shapes")
   scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
-  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": config.method.to_dict(),
+  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": encoder.method.config_fields(),
              "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
   write_summary(config, summary)
   return summary

@@ -91,7 +91,7 @@ def run_template_search(config: Any) -> dict[str, Any]:
     base = Method.from_config(config.method)
     def score(template: str) -> float:
       encoder = Encoder(*model, dataclasses.replace(base, template=template), **run.encoder_options(config))
-      return _dev_spearman(encoder, dev, preprocess, config)
+      return _dev_spearman(encoder, dev, preprocess)
     if config.search.templates_file:
       return [Candidate("listed", t, score(t)) for t in read_templates(config.search.templates_file)]
     return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
@@ -125,14 +125,12 @@ def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int
   def layer_embed(layer: int) -> common.Embed:
     method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
                                  ditto_head=0)
-    encoder = Encoder(*model, method, **run.encoder_options(config))
-    return lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
+    return Encoder(*model, method, **run.encoder_options(config)).encode
   return layer_embed
 
 
-def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess, config: Any) -> float:
-  embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
-  return sts.evaluate_sts(embed, [dev], preprocess)[dev.name].all
+def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess) -> float:
+  return sts.evaluate_sts(encoder.encode, [dev], preprocess)[dev.name].all
 
 
 def _run_search(config: Any, search: Callable[..., list[Candidate]]) -> dict[str, Any]:

@@ -1,7 +1,8 @@
-"""The training loop of train.py: data, sharded state, the jitted step, STS-B dev evaluation, checkpoints."""
+"""The training loop of train.py: data, sharded state, the jitted step, the evaluators and selection, checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import pathlib
@@ -16,16 +17,15 @@ from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import sharding, templates
+from jaxemb import sharding
 from jaxemb.data import corpus
-from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, Diverged
-from jaxemb.evaluation import run, sts
-from jaxemb.models import compute_dtype, hf, load_pretrained, run_dir
-from jaxemb.training import checkpoints, objectives, preflight
+from jaxemb.evaluation import common, evaluators, run
+from jaxemb.models import hf, load_pretrained, run_dir
+from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
-from jaxemb.training.trainer import batch_field, build_trainer
+from jaxemb.training.trainer import Trainer, build_trainer
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
 
 T = TypeVar("T")
@@ -140,6 +140,24 @@ def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
   return params["encoder"]
 
 
+def selection_preprocess(config: Any) -> common.Preprocess:
+  """The sentence rules the evaluators apply: the authors' trainer batcher joins SentEval's tokens and appends no "."
+  (training_view); with the evaluation method, config.eval's rules."""
+  if config.eval.selection == "training_view":
+    return run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
+  return run.preprocess_from_config(config)
+
+
+def build_evaluators(config: Any) -> list[evaluators.Evaluator]:
+  """config.evals, their data read; ConfigError when config.eval.select_metric names none of them."""
+  built = evaluators.from_configs(config.evals, config.data, selection_preprocess(config))
+  name, _, metric = config.eval.select_metric.partition("/")
+  if not metric or name not in [e.name for e in built]:
+    raise ConfigError(f"config.eval.select_metric={config.eval.select_metric!r}: must be <evaluator>/<metric>, "
+                      f"<evaluator> one of config.evals {[e.name for e in built]}")
+  return built
+
+
 def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
   """Runs (or resumes) the configured training; returns a summary of the run. `resume_changed` continues a run
   made with other fields (train.py --resume_changed).
@@ -155,139 +173,57 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
       refuse_if_busy(run_dir.RunDir(config.workdir))
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
-    # Before anything is loaded or written: a bad field or a corpus too small for one batch costs seconds, not a
-    # run, and leaves the workdir as it was (reading the corpus writes nothing there).
+    # Before anything is loaded or written: a bad field, evaluator data or a corpus too small for one batch costs
+    # seconds, not a run, and leaves the workdir as it was (reading the corpus writes nothing there).
     source = preflight.check(config, mesh)
+    evals = build_evaluators(config)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say):
-      return _train(config, sigterm, mesh, columns, source)
+      return _train(config, sigterm, mesh, columns, source, evals)
 
 
 def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
-           source: run_dir.ModelSource) -> dict[str, Any]:
+           source: run_dir.ModelSource, evals: list[evaluators.Evaluator]) -> dict[str, Any]:
+  """The run: setup, then the loop of steps, evaluations and saves."""
   workdir = run_dir.RunDir(config.workdir)
-  dev = sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")  # Fail on bad paths early.
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
-  resume_step = ckpt.latest_step()
-  if resume_step is None:
-    model_config, pretrained = load_pretrained(source.model_dir)
-  else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = hf.read_config(workdir.model_dir)
-    pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
-  tokenizer = source.tokenizer
-  num_examples = len(next(iter(columns.values())))
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
-      num_examples, config.train.batch_size)
-  trainer = build_trainer(config, model_config, pretrained, tokenizer, mesh, total_steps)
-  objective = trainer.objective
-  cache_dir = pathlib.Path(config.data.cache_dir or workdir.cache_dir)
+      len(next(iter(columns.values()))), config.train.batch_size)
+  trainer, model_config, state, meta = _start(config, source, mesh, ckpt, total_steps)
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
-  fields = {}
-  for column, template in zip(config.objective.columns, objective.view_templates):
-    fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
-        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
-        hosts))
-  if resume_step is None:
-    state = trainer.initial_state(pretrained)
-  del pretrained
-
-  if jax.process_index() == 0 and not workdir.config_file.is_file():
-    hf.write_model_files(workdir.model_dir, model_config, tokenizer)
-    run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
-  meta = {"best_stsb_dev": -math.inf, "best_step": None, "stsb_dev_before": None}
-  if resume_step is not None:
-    restored = ckpt.restore(trainer.abstract_sharded())
-    if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
-      state = trainer.initial_state(load_pretrained(source.model_dir)[1])
-    else:
-      state, meta = restored
-      _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
-
-  selection = selection_method(config, objective)
-  evaluator = Encoder(model_config, None, tokenizer, selection, dtype=compute_dtype(config.model.dtype),
-                      length_multiple=config.eval.length_multiple, mesh=mesh)
-  # The trainer's batcher joins SentEval's tokens and appends no "."; the evaluation method's rules are the config's.
-  preprocess = (run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
-                if config.eval.selection == "training_view" else run.preprocess_from_config(config))
-
-  def stsb_dev(state) -> float:
-    params = state.all_params
-    encoder = evaluator.with_params(eval_params(config, params), params.get("prompt"))
-    embed = lambda sentences: encoder.encode(sentences, batch_size=config.eval.batch_size)
-    return sts.evaluate_sts(embed, [dev], preprocess)["STSBenchmark"].all
-
-  if meta["stsb_dev_before"] is None:
-    meta["stsb_dev_before"] = stsb_dev(state)
-    _say(f"STS-B dev before training: {meta['stsb_dev_before']:.2f}")
-
-  batch_sharding = sharding.batch_sharding(mesh)
+  fields = batches.tokenize_fields(config, columns, trainer.objective, source.tokenizer,
+                                   pathlib.Path(config.data.cache_dir or workdir.cache_dir), hosts)
+  plan = batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
+  encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
+                    **run.encoder_options(config))
+  evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
+  evaluation.score_before(state)
   start_step = int(state.step)
-  writer = _MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
-  start_time = time.perf_counter()
-  progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True)
-
-  # Training throughput between two metrics records, the STS-B dev evaluations in between left out.
-  clock = {"step": start_step, "time": time.perf_counter(), "evaluating": 0.0}
-
-  def record(done: int, metrics: dict[str, jax.Array]):
-    """Reads one step's metrics (a host sync), stops on a non-finite loss, and reports them."""
-    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    if not np.isfinite(metrics["loss"]):
-      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
-                     f"in {workdir.checkpoints_dir} is kept")
-    progress.update(1)
-    progress.set_postfix(loss=f"{metrics['loss']:.4f}")
-    if writer and (done % config.train.log_every == 0 or done == total_steps):
-      now = time.perf_counter()
-      seconds = now - clock["time"] - clock["evaluating"]
-      rate = (done - clock["step"]) * config.train.batch_size / seconds
-      clock.update(step=done, time=now, evaluating=0.0)
-      writer.write(done, {**metrics, "learning_rate": float(trainer.schedule(done - 1)), "examples_per_second": rate})
-
-  row_lengths = {name: rows.attention_mask.sum(1) for name, rows in fields.items()}
-
-  def place(step: int) -> dict[str, templates.TemplateBatch]:
-    """The global batch of `step` on the mesh: this host's rows of each view, cut to the width of the view's
-    longest row in the global batch (the same width on every host)."""
-    everyone = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step)
-    index = corpus.batch_indices(num_examples, config.train.batch_size, config.train.seed, step,
-                                 jax.process_index(), jax.process_count())
-    widths = {name: corpus.batch_width(row_lengths[name][everyone], config.data.length_multiple,
-                                       rows.input_ids.shape[1]) for name, rows in fields.items()}
-    return {name: jax.tree.map(lambda x: jax.make_array_from_process_local_data(batch_sharding, x),
-                               corpus.gather(rows, index, widths[name])) for name, rows in fields.items()}
-
+  recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps)
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
-  batches = prefetch(map(place, range(start_step, total_steps)), config.train.prefetch)
+  placed = prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
   try:
-    for step, batch in zip(range(start_step, total_steps), batches):
+    for step, batch in zip(range(start_step, total_steps), placed):
       state, metrics = trainer.step(state, batch)
       if pending:
-        record(*pending)
+        recorder.record(*pending)
       done = step + 1
       pending = (done, metrics)
-      evaluate = done % config.train.eval_every == 0 or done == total_steps
+      due = evaluation.due(done, total_steps)
       save = done % config.train.save_every == 0 or done == total_steps
-      if evaluate or save:  # Nothing is evaluated or saved before its loss is known to be finite.
-        record(*pending)
+      if due or save:  # Nothing is evaluated or saved before its loss is known to be finite.
+        recorder.record(*pending)
         pending = None
-      if evaluate:
-        start = time.perf_counter()
-        score = stsb_dev(state)
-        clock["evaluating"] += time.perf_counter() - start
-        if writer:
-          writer.write(done, {"stsb_dev": score})
-        if score > meta["best_stsb_dev"]:
-          meta.update(best_stsb_dev=score, best_step=done)
-          params = state.all_params
-          ckpt.save_best(done, {**params, "encoder": eval_params(config, params)},
-                         {"step": done, "stsb_dev": score})
+      if due:
+        with recorder.pause():
+          scores = evaluation.run(due, state, done)
+        recorder.write(done, scores)
       if save:
         ckpt.save(state, meta)
       if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
         if pending:  # Its loss must be known finite before it is saved.
-          record(*pending)
+          recorder.record(*pending)
         if not save:
           ckpt.save(state, meta)
         ckpt.wait()
@@ -295,19 +231,150 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
         _say(str(preempted))
         raise preempted
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
-    batches.close()
-    progress.close()
+    placed.close()
+    recorder.close()
     ckpt.wait()
     ckpt.close()
-    if writer:
-      writer.close()
-  seconds = time.perf_counter() - start_time
+  return _summary(meta, recorder, total_steps, start_step, workdir)
+
+
+def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ckpt: checkpoints.RunCheckpoints,
+           total_steps: int) -> tuple[Trainer, Any, train_state.TrainState, dict[str, Any]]:
+  """(the trainer, the model config, the state to train from, the selection record): the pretrained model's on a
+  new run (its model files and evaluation method written to the run directory), the latest checkpoint's on a
+  resumed one."""
+  workdir = ckpt.run
+  resume_step = ckpt.latest_step()
+  if resume_step is None:
+    model_config, pretrained = load_pretrained(source.model_dir)
+  else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
+    model_config = hf.read_config(workdir.model_dir)
+    pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
+  trainer = build_trainer(config, model_config, pretrained, source.tokenizer, mesh, total_steps)
+  state = trainer.initial_state(pretrained) if resume_step is None else None
+  del pretrained
+  if jax.process_index() == 0 and not workdir.config_file.is_file():
+    hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
+    run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
+  meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None,
+          "value_before": None}
+  if resume_step is not None:
+    restored = ckpt.restore(trainer.abstract_sharded())
+    if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
+      state = trainer.initial_state(load_pretrained(source.model_dir)[1])
+    else:
+      state, meta = restored[0], _selection_record(restored[1])
+      _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
+  return trainer, model_config, state, meta
+
+
+def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
+  """A checkpoint's selection record; one saved before evaluators (STS-B dev its one metric) in today's names."""
+  if "best_stsb_dev" not in meta:
+    return meta
+  return {"select_metric": "stsb_dev/STSBenchmark", "best_value": meta["best_stsb_dev"],
+          "best_step": meta["best_step"], "value_before": meta["stsb_dev_before"]}
+
+
+def _summary(meta: dict[str, Any], recorder: _Recorder, total_steps: int, start_step: int,
+             workdir: run_dir.RunDir) -> dict[str, Any]:
+  """The run's summary (train's value), said in one line."""
   steps_run = total_steps - start_step
+  seconds = time.perf_counter() - recorder.start_time
   summary = {**meta, "steps": total_steps, "steps_run": steps_run,
              "steps_per_second": steps_run / seconds if steps_run else None, "workdir": str(workdir.path)}
-  _say(f"done: best STS-B dev {meta['best_stsb_dev']:.2f} at step {meta['best_step']} (before: "
-       f"{meta['stsb_dev_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s")
+  _say(f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
+       f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s")
   return summary
+
+
+class _Evaluation:
+  """The run's evaluators scoring its params with the selection method, and the choice of the step kept in best/:
+  the highest config.eval.select_metric so far. `meta` (saved with each checkpoint) records that choice."""
+
+  def __init__(self, config: Any, evals: list[evaluators.Evaluator], encoder: Encoder,
+               ckpt: checkpoints.RunCheckpoints, meta: dict[str, Any]):
+    self.config, self.evals, self.encoder, self.ckpt, self.meta = config, evals, encoder, ckpt, meta
+    self.metric = config.eval.select_metric
+    self.selecting = next(e for e in evals if e.name == self.metric.partition("/")[0])
+
+  def due(self, done: int, total_steps: int) -> list[evaluators.Evaluator]:
+    return [e for e in self.evals if evaluators.is_due(e, done, total_steps)]
+
+  def score_before(self, state: train_state.TrainState):
+    """The selection metric of the params before training, once per run."""
+    if self.meta["value_before"] is None:
+      self.meta["value_before"] = self.scores([self.selecting], state)[self.metric]
+      _say(f"{self.metric} before training: {self.meta['value_before']:.2f}")
+
+  def scores(self, due: list[evaluators.Evaluator], state: train_state.TrainState) -> dict[str, float]:
+    """{<evaluator>/<metric>: value} of the `due` evaluators on the state's params."""
+    params = state.all_params
+    encoder = self.encoder.with_params(eval_params(self.config, params), params.get("prompt"))
+    scores = {}
+    for evaluator in due:
+      result = evaluator.run(encoder)
+      if evaluator is self.selecting and self.metric.partition("/")[2] not in result:
+        raise ConfigError(f"config.eval.select_metric={self.metric!r}: evaluator {evaluator.name!r} gives "
+                          f"{sorted(result)}")
+      scores.update({f"{evaluator.name}/{metric}": value for metric, value in result.items()})
+    return scores
+
+  def run(self, due: list[evaluators.Evaluator], state: train_state.TrainState, done: int) -> dict[str, float]:
+    """The `due` evaluators' scores of step `done`; its params are saved in best/ when they beat the best so far."""
+    scores = self.scores(due, state)
+    if self.metric in scores and scores[self.metric] > self.meta["best_value"]:
+      self.meta.update(best_value=scores[self.metric], best_step=done)
+      params = state.all_params
+      self.ckpt.save_best(done, {**params, "encoder": eval_params(self.config, params)},
+                          {"step": done, self.metric: scores[self.metric]})
+    return scores
+
+
+class _Recorder:
+  """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
+  written with the learning rate and the training throughput (the evaluations' time left out)."""
+
+  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int):
+    self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
+    self.writer = _MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
+    self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
+                              dynamic_ncols=True)
+    self.start_time = time.perf_counter()
+    self.since = (start_step, self.start_time)  # The last record's step and time.
+    self.paused = 0.0  # Seconds evaluating since the last record.
+
+  def record(self, done: int, metrics: dict[str, jax.Array]):
+    """Reads one step's metrics, stops on a non-finite loss, and reports them."""
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    if not np.isfinite(metrics["loss"]):
+      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
+                     f"in {self.workdir.checkpoints_dir} is kept")
+    self.progress.update(1)
+    self.progress.set_postfix(loss=f"{metrics['loss']:.4f}")
+    if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):
+      now = time.perf_counter()
+      rate = (done - self.since[0]) * self.config.train.batch_size / (now - self.since[1] - self.paused)
+      self.since, self.paused = (done, now), 0.0
+      self.write(done, {**metrics, "learning_rate": float(self.schedule(done - 1)), "examples_per_second": rate})
+
+  def write(self, done: int, scalars: dict[str, float]):
+    if self.writer:
+      self.writer.write(done, scalars)
+
+  @contextlib.contextmanager
+  def pause(self) -> Iterator[None]:
+    """Time in the block is not training time."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.paused += time.perf_counter() - start
+
+  def close(self):
+    self.progress.close()
+    if self.writer:
+      self.writer.close()
 
 
 def prefetch(items: Iterator[T], depth: int) -> Generator[T, None, None]:

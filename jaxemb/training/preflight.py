@@ -19,7 +19,7 @@ from jaxemb.models import hf, run_dir
 from jaxemb.training import trainer
 
 # The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
-_POSITIVE = ("train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
+_POSITIVE = ("train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
              "eval.length_multiple", "data.max_sentence_tokens")
 _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
 _COLUMNS = {"text": ("text",), "nli": corpus.NLI_COLUMNS}  # The columns `loop.read_columns` gives each format.
@@ -80,14 +80,15 @@ def _check_columns(config: Any):
 
 
 def _check_files(config: Any):
-  """The corpus and STS-B dev (read here: it is small, and model selection needs it)."""
+  """The corpus and STS-B dev (read here: it is small, and the default evaluator needs it; loop.build_evaluators
+  reads every evaluator's data next)."""
   if not pathlib.Path(config.data.train_file).is_file():
     raise DataError(f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
                     "point the field at the corpus")
   try:
-    sts_data.load_sts_task(config.eval.senteval_dir, "STSBenchmark", "dev")
+    sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
   except ValueError as e:  # jaxemb.data.sts.DataError: a missing or unreadable file.
-    raise DataError(f"config.eval.senteval_dir={config.eval.senteval_dir}: no STS-B dev ({e}); fetch SentEval "
+    raise DataError(f"config.data.senteval_dir={config.data.senteval_dir}: no STS-B dev ({e}); fetch SentEval "
                     "with prepare.py") from None
 
 

@@ -24,17 +24,18 @@ from jaxemb.evaluation.run import write_json
 from jaxemb.models import run_dir
 
 # Fields left out of the fingerprint, as they do not change what a run computes, so a rerun may change them: where
-# things are kept (the workdir itself, so a moved run directory resumes; the caches), how often the run evaluates,
-# logs and saves and how many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching,
-# padding of batches, evaluation batches, recomputation in the backward pass: the same numbers up to rounding).
-# A name covers the fields under it.
+# things are kept (the workdir itself, so a moved run directory resumes; the caches), what the run evaluates and how
+# often (config.evals), what is scored after it (eval.tasks, eval.output_json), how often it logs and saves and how
+# many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching, padding of batches,
+# evaluation batches, recomputation in the backward pass: the same numbers up to rounding). A name covers the
+# fields under it.
 NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data.length_multiple",
-                     "model.remat_policy", "train.eval_every", "train.save_every", "train.log_every", "train.keep_checkpoints",
-                     "train.prefetch", "train.mesh_data", "train.mesh_fsdp", "train.distributed", "eval.batch_size",
-                     "eval.length_multiple")
+                     "model.remat_policy", "evals", "eval.tasks", "eval.output_json", "train.save_every",
+                     "train.log_every", "train.keep_checkpoints", "train.prefetch", "train.mesh_data",
+                     "train.mesh_fsdp", "train.distributed", "eval.batch_size", "eval.length_multiple")
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
 # path that names no local file is a hub id, compared as given.
-PATH_FIELDS = ("model.path", "data.train_file", "eval.senteval_dir")
+PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")
 # The file systems that cannot lock (some FUSE mounts) answer flock with one of these.
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 

@@ -113,7 +113,7 @@ def _train_config(module, tmp_path, model, train_file):
   config = module.get_config()
   config.model.path = model
   config.data.train_file = str(tmp_path / "data" / train_file)
-  config.eval.senteval_dir = str(tmp_path / "data" / "senteval")
+  config.data.senteval_dir = str(tmp_path / "data" / "senteval")
   return config
 
 
@@ -265,7 +265,7 @@ def test_data_already_in_place_is_kept_unverified(tmp_path, server, model):
 def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
   monkeypatch.setenv("JAXEMB_DATA", "/big/disk")
   assert promptbert.get_config().data.train_file == "/big/disk/wiki1m_for_simcse.txt"
-  assert promptbert.get_config().eval.senteval_dir == "/big/disk/senteval"
+  assert promptbert.get_config().data.senteval_dir == "/big/disk/senteval"
   assert eval_prompt.get_config().data.senteval_dir == "/big/disk/senteval"
   monkeypatch.delenv("JAXEMB_DATA")
   assert eval_prompt.get_config().data.senteval_dir == "data/senteval"

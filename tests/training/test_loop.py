@@ -21,6 +21,7 @@ from tensorboardX.proto import event_pb2
 from jaxemb import export, sharding
 from jaxemb.data import corpus
 from jaxemb.errors import Diverged
+from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, trainer
 from tests.support import REPO, shared_path, write_random_checkpoint
@@ -38,13 +39,15 @@ def tiny_config(name, model_dir, workdir, train_file=None, **train):
   config.data.train_file = str(train_file or (shared_path("data", "nli", "nli_for_simcse_sample.csv") if nli else
                                               shared_path("data", "wiki", "wiki1m_sample.txt")))
   config.data.max_sentence_tokens = 16
-  config.eval.senteval_dir = str(shared_path("data", "senteval"))
+  config.data.senteval_dir = str(shared_path("data", "senteval"))
   config.eval.length_multiple = 64
+  config.eval.batch_size = 512  # Few encoder calls per evaluation: their overhead dominates on a tiny model.
   config.train.batch_size = 4
   if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
     config.objective.loss_group_size = 2
   config.train.num_steps = 4
-  config.train.eval_every = config.train.save_every = 2
+  config.evals.stsb_dev.every = train.pop("eval_every", 2)  # The selection evaluator's period.
+  config.train.save_every = 2
   for key, value in train.items():
     config.train[key] = value
   return config
@@ -99,20 +102,32 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
 
 
 def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head):
-  summary = loop.train(tiny_config("promptbert", tiny_bert, tmp_path, wiki_head))
-  assert summary["steps_run"] == 4 and summary["best_step"] in (2, 4)
-  assert np.isfinite(summary["stsb_dev_before"]) and np.isfinite(summary["best_stsb_dev"])
+  """Two evaluators of their own periods, each logged at its steps; the one config.eval.select_metric names (not
+  the default STS-B dev) picks the step kept in best/."""
+  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
+  config.evals.sick = evaluator_config("sts", every=3, tasks="SICKRelatedness")
+  config.eval.select_metric = "sick/SICKRelatedness"
+  summary = loop.train(config)
+  assert summary["steps_run"] == 4 and summary["best_step"] in (3, 4)
+  assert summary["select_metric"] == "sick/SICKRelatedness"
+  assert np.isfinite(summary["value_before"]) and np.isfinite(summary["best_value"])
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  assert any("stsb_dev" in r for r in records)
+  assert _steps(tmp_path / "metrics.jsonl", "stsb_dev/STSBenchmark") == [2, 4]
+  sick = {r["step"]: r["sick/SICKRelatedness"] for r in records if "sick/SICKRelatedness" in r}
+  assert sorted(sick) == [3, 4] and summary["best_value"] == max(sick.values())
+  assert summary["best_step"] == max(sick, key=sick.get)
+  assert {key for r in records for key in r if "/" in key} == {"stsb_dev/STSBenchmark", "sick/SICKRelatedness"}
   trained = [r for r in records if "loss" in r]
   assert trained and all(r.keys() == {"step", "loss", "contrastive_accuracy", "grad_norm", "param_norm",
                                       "learning_rate", "examples_per_second"} for r in trained)
   assert all(0 <= r["contrastive_accuracy"] <= 1 and r["examples_per_second"] > 0 and r["param_norm"] > 0
              for r in trained)
-  assert list((tmp_path / "tensorboard").iterdir())
+  tags = {value.tag for event in _tensorboard_events(tmp_path / "tensorboard") for value in event.summary.value}
+  assert {"stsb_dev/STSBenchmark", "sick/SICKRelatedness", "loss"} <= tags
   config, params, meta = run_dir.load_best(tmp_path)
-  assert meta["step"] == summary["best_step"] and config.model_type == "bert"
+  assert meta == {"step": summary["best_step"], "sick/SICKRelatedness": summary["best_value"]}
+  assert config.model_type == "bert"
   export.export_model(tmp_path, tmp_path / "hf", "last_avg")
   _, exported = load_pretrained(tmp_path / "hf")
   np.testing.assert_array_equal(exported["layer_0"]["query"]["kernel"], params["encoder"]["layer_0"]["query"]["kernel"])
@@ -166,9 +181,10 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
     return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
-            f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.train.batch_size=4", "--config.train.num_steps=6",
-            "--config.train.save_every=2", "--config.train.eval_every=100", "--config.train.log_every=1",
+            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
+            "--config.train.num_steps=6", "--config.train.save_every=2", "--config.evals.stsb_dev.every=100",
+            "--config.train.log_every=1",
             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
@@ -182,7 +198,7 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
   resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
   assert "resumed from" in resumed.stdout + resumed.stderr
   assert _steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
-  assert _steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev") == [6]
+  assert _steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev/STSBenchmark") == [6]
   whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "killed")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
     np.testing.assert_array_equal(a, b)
@@ -196,9 +212,10 @@ def test_sigterm_saves_exits_preempted_and_rerun_resumes_to_the_same_params(tmp_
     return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
-            f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.train.batch_size=4", f"--config.train.num_steps={num_steps}",
-            "--config.train.save_every=100", "--config.train.eval_every=100", "--config.train.log_every=1",
+            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
+            f"--config.train.num_steps={num_steps}", "--config.train.save_every=100",
+            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1",
             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
@@ -243,6 +260,8 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
 @pytest.mark.parametrize("change, message", [
     ({"data.train_file": "/nonexistent/corpus.txt"}, "/nonexistent/corpus.txt"),
     ({"objective.columns": ("text", "label")}, "'label'"),
+    ({"eval.select_metric": "sts_test/average"}, r"select_metric='sts_test/average': must be <evaluator>/<metric>, "
+                                                 r"<evaluator> one of config.evals \['stsb_dev'\]"),
 ])
 def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, change, message):
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)

@@ -29,13 +29,14 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
   """train.py on the tiny model; `train` overrides config.train fields. STS-B dev in batches of 1024: 3 encoder
   calls per evaluation, each gathering the split params across the processes. Runs of one test share `cache`,
   their XLA programs included: a resumed job loads what the preempted one compiled."""
-  train = {"batch_size": 8, "num_steps": 2, "save_every": 2, "eval_every": 100, "adam_eps": 1e-6, **train}
+  train = {"batch_size": 8, "num_steps": 2, "save_every": 2, "adam_eps": 1e-6, **train}
+  eval_every = train.pop("eval_every", 100)
   return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
           f"--config.model.path={model_dir}", f"--config.data.train_file={corpus_file}",
-          f"--config.eval.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
+          f"--config.data.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
           f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
           "--config.eval.length_multiple=64", "--config.eval.batch_size=1024",
-          f"--config.compilation_cache_dir={cache / 'xla'}",
+          f"--config.compilation_cache_dir={cache / 'xla'}", f"--config.evals.stsb_dev.every={eval_every}",
           *(f"--config.train.{name}={value}" for name, value in train.items())]
 
 
@@ -98,7 +99,7 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   lines = []
   for line in pair[0].stdout:  # Process 0 reports; the run is in train() with its SIGTERM handling in place.
     lines.append(line)
-    if "STS-B dev before training" in line:
+    if "stsb_dev/STSBenchmark before training" in line:
       break
   pair[1].send_signal(signal.SIGTERM)
   (stdout, _), _ = _wait(pair, returncode=143)
@@ -114,7 +115,7 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   _assert_params_close(expected, got)
   metrics = [json.loads(line) for line in (tmp_path / "pair" / "metrics.jsonl").read_text().splitlines()]
   expected_metrics = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
-  dev = lambda records: {r["step"]: r["stsb_dev"] for r in records if "stsb_dev" in r}
+  dev = lambda records: {r["step"]: r["stsb_dev/STSBenchmark"] for r in records if "stsb_dev/STSBenchmark" in r}
   assert sorted(dev(metrics)) == [4, 8]
   for step, score in dev(expected_metrics).items():
     assert abs(dev(metrics)[step] - score) < 1e-3, (step, dev(metrics), dev(expected_metrics))

@@ -74,7 +74,6 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
 
 @pytest.mark.parametrize("field, value, message", [
     ("train__num_steps", -1, r"config\.train\.num_steps=-1: must be an int >= 0"),
-    ("train__eval_every", 0, r"config\.train\.eval_every=0: must be a positive int"),
     ("train__save_every", -2, r"config\.train\.save_every=-2: must be a positive int"),
     ("train__log_every", 0, r"config\.train\.log_every=0: must be a positive int"),
     ("train__keep_checkpoints", 0, r"config\.train\.keep_checkpoints=0: must be a positive int"),
@@ -103,7 +102,7 @@ def test_epochs_must_be_positive_when_they_decide_the_steps(tmp_path, tiny_bert,
 
 @pytest.mark.parametrize("field, message", [
     ("data__train_file", r"^config\.data\.train_file=/nonexistent/corpus\.txt: no such file"),
-    ("eval__senteval_dir", r"^config\.eval\.senteval_dir=/nonexistent/corpus\.txt: no STS-B dev"),
+    ("data__senteval_dir", r"^config\.data\.senteval_dir=/nonexistent/corpus\.txt: no STS-B dev"),
 ])
 def test_missing_files_are_named(tmp_path, tiny_bert, wiki_head, field, message):
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: "/nonexistent/corpus.txt"})

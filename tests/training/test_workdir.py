@@ -76,11 +76,12 @@ def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_pat
   fields = workdir.fingerprint(config)
   assert {"model.path", "data.train_file", "objective.templates", "train.learning_rate", "train.batch_size",
           "train.seed", "train.num_steps", "method.template", "model.dtype"} <= fields.keys()
-  assert not any(key.startswith(("workdir", "train.distributed", "train.mesh")) or key == "train.eval_every"
+  assert not any(key.startswith(("workdir", "train.distributed", "train.mesh")) or key.startswith("evals")
                  for key in fields)
   assert fields["objective.templates"] == list(config.objective.templates)
   monkeypatch.chdir(tmp_path.parent)
-  moved = _config(tmp_path, **{"train.eval_every": 7, "train.keep_checkpoints": 9, "train.mesh_fsdp": 2})
+  moved = _config(tmp_path, **{"train.keep_checkpoints": 9, "train.mesh_fsdp": 2})
+  moved.evals.stsb_dev.every = 7
   moved.workdir = "elsewhere"
   moved.model.path = tmp_path.name  # The same directory, relative to the current one.
   assert workdir.fingerprint(moved) == fields
@@ -201,7 +202,7 @@ def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):
     second = subprocess.run(
         [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
          f"--config.workdir={workdir_path}", "--config.model.path=/nonexistent/model",
-         f"--config.eval.senteval_dir={shared_path('data', 'senteval')}",
+         f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
          f"--config.compilation_cache_dir={tmp_path / 'xla'}"],
         capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode != 0

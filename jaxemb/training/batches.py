@@ -1,0 +1,62 @@
+"""The training batches: each view's tokenised rows (the fields the trainer's step reads) and a step's global batch
+placed on the mesh."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxemb import templates
+from jaxemb.data import corpus
+from jaxemb.training.objectives import Objective
+from jaxemb.training.trainer import batch_field
+
+
+def tokenize_fields(config: Any, columns: dict[str, list[str]], objective: Objective, tokenizer: Any,
+                    cache_dir: pathlib.Path, hosts: corpus.Hosts) -> dict[str, templates.TemplateBatch]:
+  """Every row of each batch field (`batch_field`: a view's column in its template), tokenised once and cached;
+  views with the same column and template share one field."""
+  fields = {}
+  for column, template in zip(config.objective.columns, objective.view_templates):
+    fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
+        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
+        hosts))
+  return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class Batches:
+  """The global batch of each step, drawn from `fields` (data.corpus's shuffle of `seed`) and placed by `sharding`."""
+
+  fields: dict[str, templates.TemplateBatch]
+  batch_size: int
+  seed: int
+  length_multiple: int  # Each batch's width: its longest row rounded up to a multiple of this (0: the full width).
+  sharding: jax.sharding.Sharding
+  row_lengths: dict[str, np.ndarray]  # Tokens attended in each field's rows.
+
+  @classmethod
+  def build(cls, config: Any, fields: dict[str, templates.TemplateBatch], sharding: jax.sharding.Sharding) -> Batches:
+    return cls(fields, config.train.batch_size, config.train.seed, config.data.length_multiple, sharding,
+               {name: rows.attention_mask.sum(1) for name, rows in fields.items()})
+
+  @property
+  def num_examples(self) -> int:
+    return len(next(iter(self.row_lengths.values())))
+
+  def place(self, step: int) -> dict[str, templates.TemplateBatch]:
+    """The global batch of `step` on the mesh: this host's rows of each field, cut to the width of the field's
+    longest row in the global batch (the same width on every host)."""
+    everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
+    index = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step, jax.process_index(),
+                                 jax.process_count())
+    placed = {}
+    for name, rows in self.fields.items():
+      width = corpus.batch_width(self.row_lengths[name][everyone], self.length_multiple, rows.input_ids.shape[1])
+      placed[name] = jax.tree.map(lambda x: jax.make_array_from_process_local_data(self.sharding, x),
+                                  corpus.gather(rows, index, width))
+    return placed
