@@ -18,19 +18,20 @@ import json
 import logging
 import os
 import pathlib
-import tempfile
 import zipfile
 
 import datasets
 import jax
 import numpy as np
 
+from jaxemb import atomic
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
 logger = logging.getLogger(__name__)
 
 NLI_COLUMNS = ("sent0", "sent1", "hard_neg")
+FORMATS = {"text": ("text",), "nli": NLI_COLUMNS}  # data.format -> the columns `read_columns` gives.
 # Bump when what `tokenize_sentences` writes for the same inputs changes, so that stale caches are not read.
 _CACHE_VERSION = 2
 _FIELDS = tuple(field.name for field in dataclasses.fields(TemplateBatch))
@@ -38,6 +39,15 @@ _FIELDS = tuple(field.name for field in dataclasses.fields(TemplateBatch))
 _CORRUPT_ERRORS = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile)
 
 PathLike = str | os.PathLike
+
+
+def read_columns(path: PathLike, data_format: str, cache_dir: PathLike | None = None) -> dict[str, list[str]]:
+  """A training corpus by column (FORMATS): {"text"} for a sentence file, {"sent0", "sent1", "hard_neg"} for NLI."""
+  if data_format == "text":
+    return {"text": read_sentences(path, cache_dir)}
+  if data_format == "nli":
+    return read_nli_triples(path, cache_dir)
+  raise ConfigError(f"data.format {data_format!r} is not one of {sorted(FORMATS)}")
 
 
 def read_sentences(path: PathLike, cache_dir: PathLike | None = None) -> list[str]:
@@ -346,12 +356,5 @@ def _load_cache(path: pathlib.Path, num_rows: int, width: int) -> TemplateBatch 
 
 def _save_cache(path: pathlib.Path, batch: TemplateBatch):
   """Writes the batch to `path` atomically, so that concurrent readers never see a partial file."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as f:
-    try:
-      np.savez(f, **{name: getattr(batch, name) for name in _FIELDS})
-    except BaseException:
-      os.unlink(f.name)
-      raise
-  os.replace(f.name, path)
+  atomic.write(path, lambda f: np.savez(f, **{name: getattr(batch, name) for name in _FIELDS}))
   logger.info("Cached %d tokenised rows at %s.", len(batch.input_ids), path)

@@ -41,6 +41,7 @@ import zipfile
 
 import tqdm
 
+from jaxemb import atomic
 from jaxemb.errors import DataError, UserError
 from jaxemb.models import hf
 from jaxemb.models import run_dir
@@ -367,9 +368,7 @@ def _lock_path(path: pathlib.Path) -> pathlib.Path:
 
 
 def _write_lock(path: pathlib.Path, record: Mapping[str, Any]):
-  tmp = path.with_name(path.name + ".lock.json.tmp")
-  tmp.write_text(json.dumps(record, indent=1) + "\n")
-  tmp.replace(_lock_path(path))
+  atomic.write_json(_lock_path(path), record, indent=1)
 
 
 def _find_local(source: pathlib.Path, names: Iterable[str], test) -> pathlib.Path | None:

@@ -7,13 +7,11 @@ what they share: the encoder, method, sentence rules and tasks a config names, a
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import pathlib
 import time
 from typing import Any
 
-from jaxemb import tfidf
+from jaxemb import atomic, tfidf
 from jaxemb.data import sts as sts_data
 from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
@@ -160,15 +158,7 @@ def run_fit_idf(config: Any) -> dict[str, Any]:
 def write_summary(config: Any, summary: dict[str, Any]):
   """Writes a job's results as JSON to config.eval.output_json, when it is set."""
   if config.eval.output_json:
-    write_json(config.eval.output_json, summary)
+    atomic.write_json(config.eval.output_json, summary)  # A half file would pass for a finished run in sweep.py.
     logging.info("wrote %s", config.eval.output_json)
 
 
-def write_json(path: str | pathlib.Path, value: Any):
-  """Writes `value` as JSON whole or not at all (a temporary file renamed into place): a killed job leaves no half
-  file, which sweep.py would take for a finished run."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  partial = path.with_name(path.name + ".partial")
-  partial.write_text(json.dumps(value, indent=2) + "\n")
-  partial.replace(path)

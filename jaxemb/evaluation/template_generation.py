@@ -21,10 +21,10 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 import numpy as np
 
-from jaxemb import beam_search
+from jaxemb import atomic, beam_search
 from jaxemb.data import wordnet
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.evaluation import run, search
+from jaxemb.evaluation import search
 from jaxemb.models import run_dir, t5
 from jaxemb.templates import MASK, SLOT, Template
 
@@ -161,7 +161,7 @@ def run_template_generation(config: Any) -> dict[str, Any]:
                     ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items())))
   print(f"{len(usable)} templates from {g.t5_model} over {len(pairs)} word-definition pairs "
         f"({sum(dropped.values())} dropped); written to {g.output_json}")
-  run.write_json(g.output_json, {"t5_model": g.t5_model, "pairs": len(pairs), "formats": list(g.formats),
+  atomic.write_json(g.output_json, {"t5_model": g.t5_model, "pairs": len(pairs), "formats": list(g.formats),
                                  "dropped": dict(dropped), "templates": [dataclasses.asdict(c) for c in usable]})
   if not usable:
     raise DataError(f"{g.output_json}: every generated template was dropped ({dict(dropped)})")

@@ -17,7 +17,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import sharding
+from jaxemb import atomic, sharding
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, Diverged
@@ -32,12 +32,8 @@ T = TypeVar("T")
 
 
 def read_columns(config: Any) -> dict[str, list[str]]:
-  """The training text by column: {"text"} for a sentence file, {"sent0", "sent1", "hard_neg"} for NLI."""
-  if config.data.format == "text":
-    return {"text": corpus.read_sentences(config.data.train_file, cache_dir=config.data.cache_dir or None)}
-  if config.data.format == "nli":
-    return corpus.read_nli_triples(config.data.train_file, cache_dir=config.data.cache_dir or None)
-  raise ConfigError(f"data.format {config.data.format!r} is not 'text' or 'nli'")
+  """config.data's training corpus by column (corpus.read_columns)."""
+  return corpus.read_columns(config.data.train_file, config.data.format, config.data.cache_dir or None)
 
 
 def maybe_initialize_distributed(config: Any):
@@ -458,7 +454,7 @@ class _MetricsWriter:
 
 def _drop_records_after(path: pathlib.Path, step: int):
   """Rewrites the metrics file `path` without its records past `step`, and without a last line cut short by a
-  kill; whole or not at all (a temporary file renamed into place)."""
+  kill; whole or not at all (jaxemb.atomic)."""
   if not path.is_file():
     return
   kept = []
@@ -469,6 +465,4 @@ def _drop_records_after(path: pathlib.Path, step: int):
       continue
     if record["step"] <= step:
       kept.append(line + "\n")
-  partial = path.with_name(path.name + ".partial")
-  partial.write_text("".join(kept), encoding="utf-8")
-  partial.replace(path)
+  atomic.write_text(path, "".join(kept))

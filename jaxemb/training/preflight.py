@@ -22,9 +22,6 @@ from jaxemb.training import trainer
 _POSITIVE = ("train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
              "eval.length_multiple", "data.max_sentence_tokens")
 _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
-_COLUMNS = {"text": ("text",), "nli": corpus.NLI_COLUMNS}  # The columns `loop.read_columns` gives each format.
-
-
 def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   """The model config.model.path names, opened (its config and tokenizer, for the loop to reuse); raises
   ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
@@ -71,12 +68,12 @@ def _check_counts(config: Any, mesh: Mesh):
 
 
 def _check_columns(config: Any):
-  if config.data.format not in _COLUMNS:
-    raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(_COLUMNS)}")
-  unknown = [c for c in config.objective.columns if c not in _COLUMNS[config.data.format]]
+  if config.data.format not in corpus.FORMATS:
+    raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(corpus.FORMATS)}")
+  unknown = [c for c in config.objective.columns if c not in corpus.FORMATS[config.data.format]]
   if unknown:
     raise ConfigError(f"config.objective.columns names {unknown[0]!r}; a {config.data.format!r} corpus "
-                      f"({config.data.train_file}) has {list(_COLUMNS[config.data.format])}")
+                      f"({config.data.train_file}) has {list(corpus.FORMATS[config.data.format])}")
 
 
 def _check_files(config: Any):

@@ -19,8 +19,8 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
+from jaxemb import atomic
 from jaxemb.errors import WorkdirError
-from jaxemb.evaluation.run import write_json
 from jaxemb.models import run_dir
 
 # Fields left out of the fingerprint, as they do not change what a run computes, so a rerun may change them: where
@@ -95,7 +95,7 @@ def check_fingerprint(run: run_dir.RunDir, fields: dict[str, Any], resume_change
     if changed:
       say(f"continuing {run.path} with changed fields: {_listing(changed)}; recorded in {run.fingerprint_file}")
       changes = [*changes, {key: {"from": old, "to": new} for key, (old, new) in changed.items()}]
-  write_json(run.fingerprint_file, {"fields": fields, "changes": changes})
+  atomic.write_json(run.fingerprint_file, {"fields": fields, "changes": changes})
 
 
 def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
