@@ -5,6 +5,7 @@ the tokenizer and the weights (model.safetensors, sharded safetensors, or pytorc
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -145,6 +146,11 @@ def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: in
   """A freshly initialised params tree (per layer, with the pooler and the MLM head its architecture has), as HF's
   `BertPreTrainedModel._init_weights` initialises one: weights and embeddings normal(0, initializer_range), biases
   zero, LayerNorm scale one and bias zero, the padding row of the word embeddings zero."""
+  return _init_params(config, initializer_range, seed)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> Params:
   ids = jnp.zeros((1, 1), jnp.int32)
   shapes = flax_to_plain(jax.eval_shape(
       lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))["params"])
