@@ -38,14 +38,17 @@ def token_frequencies(corpus_file: str, tokenizer: Any, max_lines: int) -> np.nd
 
 
 def piece_kinds(tokenizer: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """([vocab] bool each) (subword pieces, pieces with an uppercase letter, special tokens): a subword is a
-  WordPiece `##` piece, or for a byte-level BPE vocabulary a piece without the word-initial `Ġ`."""
+  """([vocab] bool each) (subword pieces, pieces with an uppercase letter, special tokens), special tokens neither
+  subword nor cased: a subword is a WordPiece `##` piece, or for a byte-level BPE vocabulary a piece without the
+  word-initial `Ġ`."""
   pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
   bpe = any(piece.startswith(_SPACE) for piece in pieces)
   special = np.zeros(len(pieces), bool)
   special[tokenizer.all_special_ids] = True
   subword = np.array([not piece.startswith(_SPACE) if bpe else piece.startswith("##") for piece in pieces])
-  cased = np.array([any(c.isupper() for c in piece) for piece in pieces])
+  # Byte-level BPE writes bytes as characters, some of them uppercase (Ġ, Ã): only its ASCII letters are letters.
+  upper = (lambda c: "A" <= c <= "Z") if bpe else str.isupper
+  cased = np.array([any(upper(c) for c in piece) for piece in pieces])
   return subword & ~special, cased & ~special, special
 
 
