@@ -164,8 +164,8 @@ def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapp
 def prepare_architecture(path: str, architecture: Any) -> str:
   """Writes the model directory of a run from scratch (configs/pretrain_mlm.py): config.json from the config's
   `model.architecture` (the BERT fields, the vocabulary size the tokenizer's) and the tokenizer files of
-  `architecture.tokenizer`, no weights (`hf.load_pretrained` initialises them). A directory already there must
-  hold the same architecture."""
+  `architecture.tokenizer`, no weights (`hf.write_architecture`: `hf.load_pretrained` initialises them). A
+  directory already there must hold the same architecture."""
   tokenizer = hf.load_tokenizer(architecture.tokenizer)
   fields = {k: v for k, v in architecture.items() if k != "tokenizer"}
   config = EncoderConfig(model_type="bert", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
@@ -176,7 +176,7 @@ def prepare_architecture(path: str, architecture: Any) -> str:
       raise PrepareError(f"{out / 'config.json'} holds another architecture than config.model.architecture; "
                          "delete the directory or point config.model.path elsewhere")
     return f"architecture in {out} (already written)"
-  hf.write_model_files(out, config, tokenizer)
+  hf.write_architecture(out, config, tokenizer)
   return f"architecture written to {out} (no weights: training initialises them from scratch)"
 
 

@@ -115,7 +115,8 @@ def run_token_embeddings(config: Any) -> dict[str, Any]:
   name = f"{pathlib.Path(str(config.model.path)).name}, {t.rows}"
   pcs = f"PC 1-2: {explained[0]:.1%}, {explained[1]:.1%} of the variance"
   draw(points, {"values": np.log10(1 + counts)},
-       f"{name}: frequency on {pathlib.Path(t.corpus_file).name} (dark: frequent)\n{pcs}", out / f"{t.rows}_frequency.png")
+       f"{name}: frequency on {pathlib.Path(t.corpus_file).name} (dark: frequent)\n{pcs}",
+       out / f"{t.rows}_frequency.png")
   draw(points, {"groups": [("begin-of-word", ~subword, "tab:blue"), ("subword", subword, "gold")]},
        f"{name}: subword vs begin-of-word pieces\n{pcs}", out / f"{t.rows}_subword.png")
   case_note = "" if cased.any() else " (uncased vocabulary: no cased pieces)"

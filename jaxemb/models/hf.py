@@ -23,6 +23,9 @@ from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_t
 SAFETENSORS = "model.safetensors"
 # The key of the params that `load_pretrained` initialises for an architecture without weights.
 SCRATCH_SEED = 0
+# The config.json field that marks a directory as an architecture to initialise from scratch (`write_architecture`):
+# a checkpoint whose weights are missing is an error, not a model to train from random weights.
+FROM_SCRATCH = "jaxemb_from_scratch"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_BIN = "pytorch_model.bin"
 # Environment variable naming a local folder of models, searched for hub ids before the hub.
@@ -119,15 +122,17 @@ def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32,
   """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id; the layers
   stacked for `Transformer(config, scan_layers=True)` when `scan_layers`.
 
-  A local directory with config.json but no weights files is an architecture: its params are initialised from
-  scratch (`init_params`), as training from scratch starts (MLM pre-training, PromptBERT App. A.2).
+  A directory that `write_architecture` wrote (config.json marked FROM_SCRATCH, no weights files) is an
+  architecture: its params are initialised from scratch (`init_params`), as MLM pre-training starts (PromptBERT
+  App. A.2).
   """
   model_dir = resolve_model_dir(name_or_path)
   config = read_config(model_dir)
-  if not has_weights(model_dir):
+  if _config_json(model_dir).get(FROM_SCRATCH) and not has_weights(model_dir):
     logging.getLogger(__name__).info("%s has config.json and no weights: initialised from scratch (seed %d)",
                                      model_dir, SCRATCH_SEED)
-    params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, _initializer_range(model_dir)))
+    initializer_range = float(_config_json(model_dir).get("initializer_range", 0.02))  # HF's default.
+    params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range))
     return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
   return config, load_weights(model_dir, config, param_dtype, scan_layers)
 
@@ -137,9 +142,9 @@ def has_weights(model_dir: pathlib.Path) -> bool:
   return any((model_dir / name).is_file() for name in (SAFETENSORS, SAFETENSORS_INDEX, TORCH_BIN))
 
 
-def _initializer_range(model_dir: pathlib.Path) -> float:
-  """config.json's `initializer_range` (HF's default 0.02 when absent); EncoderConfig does not keep it."""
-  return float(json.loads((model_dir / "config.json").read_text()).get("initializer_range", 0.02))
+def _config_json(model_dir: pathlib.Path) -> dict:
+  """config.json as a dict, with the fields EncoderConfig does not keep (`initializer_range`, FROM_SCRATCH)."""
+  return json.loads((model_dir / "config.json").read_text())
 
 
 def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: int = 0) -> Params:
@@ -193,6 +198,14 @@ def write_model_files(out_dir: str | pathlib.Path, config: EncoderConfig, tokeni
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(config.to_hf(architecture(config, masked_lm=False)), indent=2) + "\n")
   tokenizer.save_pretrained(str(out))
+
+
+def write_architecture(out_dir: str | pathlib.Path, config: EncoderConfig, tokenizer):
+  """A model directory without weights that `load_pretrained` initialises from scratch: `write_model_files` with
+  config.json marked FROM_SCRATCH."""
+  write_model_files(out_dir, config, tokenizer)
+  path = pathlib.Path(out_dir) / "config.json"
+  path.write_text(json.dumps({**json.loads(path.read_text()), FROM_SCRATCH: True}, indent=2) + "\n")
 
 
 def save_pretrained(out_dir: str | pathlib.Path, config: EncoderConfig, params: Params, tokenizer=None):

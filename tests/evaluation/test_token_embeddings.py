@@ -13,8 +13,9 @@ from tests.support import write_random_checkpoint
 
 
 def test_piece_kinds_of_wordpiece_and_byte_level_bpe(bert_tokenizer, roberta_tokenizer):
-  for tokenizer, subwords, words, cased in ((bert_tokenizer, ["##ing", "##s"], ["the", "playing", "[unused0]"], []),
-                                            (roberta_tokenizer, ["ing", "s"], ["Ġthe", "Ġplaying"], ["ĠThe", "The"])):
+  kinds = ((bert_tokenizer, ["##ing", "##s"], ["the", "playing", "[unused0]"], []),
+           (roberta_tokenizer, ["ing", "s"], ["Ġthe", "Ġplaying"], ["ĠThe", "The"]))
+  for tokenizer, subwords, words, cased in kinds:
     subword, upper, special = token_embeddings.piece_kinds(tokenizer)
     ids = lambda pieces: tokenizer.convert_tokens_to_ids(pieces)
     assert subword[ids(subwords)].all() and not subword[ids(words)].any()

@@ -115,7 +115,8 @@ def test_saved_checkpoint_gives_hf_bert_for_masked_lm_s_logits_and_loss(trained)
   tokenizer, _, out = trained
   torch_model, info = transformers.BertForMaskedLM.from_pretrained(out, output_loading_info=True)
   # BertForMaskedLM has no pooler; the checkpoint keeps it, as the original BERT checkpoints do.
-  assert not info["missing_keys"] and set(info["unexpected_keys"]) == {"bert.pooler.dense.weight", "bert.pooler.dense.bias"}
+  assert not info["missing_keys"]
+  assert set(info["unexpected_keys"]) == {"bert.pooler.dense.weight", "bert.pooler.dense.bias"}
   config, params = hf.load_pretrained(out)
   tied = config.tie_word_embeddings
   assert torch_model.config.tie_word_embeddings == tied
