@@ -146,3 +146,20 @@ def test_mlm_objective_refuses_a_head_and_a_checkpoint_without_mlm_head(bert_tok
   params = {"encoder": {k: v for k, v in hf.init_params(TINY).items() if k != "mlm_head"}}
   with pytest.raises(ConfigError, match="needs a checkpoint with an MLM head"):
     objectives.loss_and_metrics(objective, Transformer(TINY), params, {"text|[X]": rows}, jax.random.key(0))
+
+
+def test_loss_decodes_at_most_its_slots_and_counts_only_selected_tokens():
+  """More selected tokens than prediction_slots (vanishingly rare at 15%): the loss is the mean over the first
+  slots; none selected: 0, not NaN."""
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(2, 64, 8)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 8, (2, 64)), jnp.int32)
+  logits = lambda h: h  # Hidden 8 = a vocabulary of 8.
+  slots = mlm.prediction_slots(128)
+  assert slots == 55
+  loss, _ = mlm.masked_lm_loss(logits, hidden, targets, jnp.ones((2, 64), bool))
+  flat, labels = hidden.reshape(-1, 8)[:slots], targets.reshape(-1)[:slots]
+  expected = -jax.nn.log_softmax(flat)[jnp.arange(slots), labels].mean()
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+  loss, accuracy = mlm.masked_lm_loss(logits, hidden, targets, jnp.zeros((2, 64), bool))
+  assert float(loss) == 0 and float(accuracy) == 0
