@@ -31,6 +31,9 @@ _NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_
 # apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
 # there): views.HEADS but the training MLP.
 METHOD_HEADS = tuple(head for head in views.HEADS if head != "mlp")
+# The rows the static methods average (PromptBERT Table 12): the word embeddings, or the MLM head's decoder rows of
+# a model whose decoder is not tied to them.
+STATIC_ROWS = ("word_embeddings", "mlm_decoder")
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
 
 
@@ -58,6 +61,7 @@ class Method:
   tokenization: str = "in_context"
   bias_positions: str = "from_zero"  # denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
   prompt_placement: str = "last_occurrence"  # A continuous template's placement (templates.PLACEMENTS).
+  static_rows: str = "word_embeddings"  # static_avg, static_remove_biases: the rows averaged, one of STATIC_ROWS.
 
   # static_remove_biases's BiasFilter fields that a config block holds flat (its token list is not configurable).
   _BIAS_FILTER_FIELDS = ("remove_frequent", "remove_subwords", "lowercase", "remove_punctuation")
@@ -112,8 +116,22 @@ class Method:
       raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
     if self.head not in METHOD_HEADS:
       raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
+    self._validate_static_rows(config)
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
+
+  def _validate_static_rows(self, config: EncoderConfig):
+    if self.static_rows not in STATIC_ROWS:
+      raise ConfigError(f"static_rows {self.static_rows!r} is not one of {STATIC_ROWS}")
+    if self.static_rows == "word_embeddings":
+      return
+    if self.name not in ("static_avg", "static_remove_biases"):
+      raise ConfigError(f"static_rows applies to static_avg and static_remove_biases only; got {self.name!r} with "
+                        f"static_rows={self.static_rows!r}")
+    if not config.is_masked_lm or config.tie_word_embeddings:
+      why = "has no MLM head" if not config.is_masked_lm else "ties its MLM decoder to the word embeddings"
+      raise ConfigError(f"static_rows 'mlm_decoder' reads an untied MLM decoder; this model {why} (its config.json's "
+                        "tie_word_embeddings); use static_rows 'word_embeddings'")
 
   def width(self, config: EncoderConfig) -> int:
     """Width of this method's vectors: hidden_size, or config.embedding_width for those that add up raw word-embedding
@@ -122,6 +140,16 @@ class Method:
     static = self.name in ("static_avg", "static_remove_biases") or (
         self.name in _DITTO_METHODS and self.ditto_variant == "static")
     return config.embedding_width if static else config.hidden_size
+
+
+def static_rows(params: Any, kind: str) -> jax.Array:
+  """[vocab, width] token rows of an encoder's params: the word embeddings, or the untied MLM decoder's rows
+  (`mlm_head/decoder` is [hidden, vocab]; HF's `cls.predictions.decoder.weight`). `kind` is one of STATIC_ROWS."""
+  if kind == "word_embeddings":
+    return params["embeddings"]["word"]["embedding"]
+  if "decoder" not in params.get("mlm_head", {}):
+    raise ConfigError("static_rows 'mlm_decoder': these params have no untied MLM decoder (mlm_head/decoder)")
+  return params["mlm_head"]["decoder"].T
 
 
 def prompt_view(method: Method, template: templates.Template) -> views.View:
@@ -140,9 +168,10 @@ def sentence_vectors(model: Transformer, params: Any, method: Method, batch: tem
   """
   word_embeddings = params["embeddings"]["word"]["embedding"]
   if method.name == "static_avg":
-    return pooling.static_avg(word_embeddings, batch.input_ids, batch.attention_mask)
+    return pooling.static_avg(static_rows(params, method.static_rows), batch.input_ids, batch.attention_mask)
   if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.tokenize_filtered`).
-    return pooling.static_sentence_avg(word_embeddings, batch.input_ids, batch.sentence_lengths)
+    return pooling.static_sentence_avg(static_rows(params, method.static_rows), batch.input_ids,
+                                       batch.sentence_lengths)
   forward = functools.partial(model.apply, {"params": params})
   if method.name in PROMPT_METHODS:
     view = prompt_view(method, template)

@@ -32,7 +32,7 @@ def _remove_continue_word(tokenizer, sentence):
 def _torch_reference(path, method: Method, sentences):
   """The method's definition written out on HF PyTorch outputs (eager attention for the probabilities)."""
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-  head = method.name == "prompt_mlm_top_k"
+  head = method.name == "prompt_mlm_top_k" or method.static_rows == "mlm_decoder"
   model_cls = transformers.AutoModelForMaskedLM if head else transformers.AutoModel
   model = model_cls.from_pretrained(path, attn_implementation="eager").eval()
   if method.name == "static_remove_biases":
@@ -52,7 +52,8 @@ def _torch_reference(path, method: Method, sentences):
     return HIDDEN_STATE_POOLINGS[method.name](hidden, mask)
   if method.name in ("static_avg", "static_remove_biases"):
     ids = batch["input_ids"].numpy()
-    words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[ids]
+    rows = model.cls.predictions.decoder if method.static_rows == "mlm_decoder" else encoder.embeddings.word_embeddings
+    words = rows.weight.detach().double().numpy()[ids]
     if method.name == "static_avg":
       return mean(words)
     kept = mask * ((ids != tokenizer.cls_token_id) & (ids != tokenizer.sep_token_id))[..., None]
@@ -114,6 +115,22 @@ def test_static_remove_biases_averages_the_filtered_pieces(tiny_checkpoint):
   for vector, text in zip(encoder.encode(sentences), bias_removal.filter_sentences(encoder.tokenizer, sentences)):
     np.testing.assert_allclose(vector, table[encoder.tokenizer(text, add_special_tokens=False)["input_ids"]].mean(0),
                                atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def untied_bert(tmp_path_factory):
+  """A tiny random BertForMaskedLM whose MLM decoder is its own matrix (tie_word_embeddings False)."""
+  return write_random_checkpoint(tmp_path_factory.mktemp("untied"), "bert", tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize("name", ["static_avg", "static_remove_biases"])
+def test_static_methods_read_the_untied_mlm_decoder_as_hf(untied_bert, name):
+  """PromptBERT Table 12's MLM-head row: the static methods over HF's `cls.predictions.decoder.weight` rows."""
+  method = Method(name, static_rows="mlm_decoder")
+  ours = Encoder.from_pretrained(untied_bert, method).encode(SENTENCES, batch_size=2)
+  np.testing.assert_allclose(ours, _torch_reference(untied_bert, method, SENTENCES), atol=1e-5)
+  words = Encoder.from_pretrained(untied_bert, Method(name)).encode(SENTENCES, batch_size=2)
+  assert np.abs(ours - words).max() > 0.1
 
 
 def test_tfidf_first_last_matches_hf(tmp_path):
@@ -244,6 +261,9 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
     (Method("last_avg", denoise=True), "applies to the prompt methods"),
     (Method("last_avg", head="pooler"), "apply to method 'prompt' only"),
     (Method("prompt", template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
+    (Method("static_avg", static_rows="decoder"), "static_rows 'decoder' is not one of"),
+    (Method("last_avg", static_rows="mlm_decoder"), "applies to static_avg and static_remove_biases only"),
+    (Method("static_avg", static_rows="mlm_decoder"), "ties its MLM decoder to the word embeddings"),
 ])
 def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, message):
   _, path = tiny_checkpoint

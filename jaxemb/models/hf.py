@@ -5,7 +5,9 @@ the tokenizer and the weights (model.safetensors, sharded safetensors, or pytorc
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import pathlib
 
@@ -19,6 +21,11 @@ from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_t
                                    state_dict_to_params)
 
 SAFETENSORS = "model.safetensors"
+# The key of the params that `load_pretrained` initialises for an architecture without weights.
+SCRATCH_SEED = 0
+# The config.json field that marks a directory as an architecture to initialise from scratch (`write_architecture`):
+# a checkpoint whose weights are missing is an error, not a model to train from random weights.
+FROM_SCRATCH = "jaxemb_from_scratch"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 TORCH_BIN = "pytorch_model.bin"
 # Environment variable naming a local folder of models, searched for hub ids before the hub.
@@ -113,10 +120,62 @@ def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:
 def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32,
                     scan_layers: bool = False) -> tuple[EncoderConfig, Params]:
   """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id; the layers
-  stacked for `Transformer(config, scan_layers=True)` when `scan_layers`."""
+  stacked for `Transformer(config, scan_layers=True)` when `scan_layers`.
+
+  A directory that `write_architecture` wrote (config.json marked FROM_SCRATCH, no weights files) is an
+  architecture: its params are initialised from scratch (`init_params`), as MLM pre-training starts (PromptBERT
+  App. A.2).
+  """
   model_dir = resolve_model_dir(name_or_path)
   config = read_config(model_dir)
+  if _config_json(model_dir).get(FROM_SCRATCH) and not has_weights(model_dir):
+    logging.getLogger(__name__).info("%s has config.json and no weights: initialised from scratch (seed %d)",
+                                     model_dir, SCRATCH_SEED)
+    initializer_range = float(_config_json(model_dir).get("initializer_range", 0.02))  # HF's default.
+    params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range))
+    return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
   return config, load_weights(model_dir, config, param_dtype, scan_layers)
+
+
+def has_weights(model_dir: pathlib.Path) -> bool:
+  """Whether a model directory holds weights files (any that read_state_dict reads)."""
+  return any((model_dir / name).is_file() for name in (SAFETENSORS, SAFETENSORS_INDEX, TORCH_BIN))
+
+
+def _config_json(model_dir: pathlib.Path) -> dict:
+  """config.json as a dict, with the fields EncoderConfig does not keep (`initializer_range`, FROM_SCRATCH)."""
+  return json.loads((model_dir / "config.json").read_text())
+
+
+def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: int = 0) -> Params:
+  """A freshly initialised params tree (per layer, with the pooler and the MLM head its architecture has), as HF's
+  `BertPreTrainedModel._init_weights` initialises one: weights and embeddings normal(0, initializer_range), biases
+  zero, LayerNorm scale one and bias zero, the padding row of the word embeddings zero."""
+  return _init_params(config, initializer_range, seed)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> Params:
+  ids = jnp.zeros((1, 1), jnp.int32)
+  shapes = flax_to_plain(jax.eval_shape(
+      lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))["params"])
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+
+  def init(path, leaf, key):
+    name = path[-1].key
+    if name == "scale":
+      return jnp.ones(leaf.shape, leaf.dtype)
+    if name == "bias":
+      return jnp.zeros(leaf.shape, leaf.dtype)
+    return initializer_range * jax.random.normal(key, leaf.shape, leaf.dtype)
+
+  params = jax.tree_util.tree_unflatten(treedef, [init(p, l, k) for (p, l), k in zip(leaves, keys)])
+  # nn.Embedding(padding_idx=pad_token_id): BERT's word table, and RoBERTa's position table too.
+  for table in ("word", "position") if config.model_type == "roberta" else ("word",):
+    rows = params["embeddings"][table]
+    rows["embedding"] = rows["embedding"].at[config.pad_token_id].set(0)
+  return params
 
 
 def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp.float32,
@@ -139,6 +198,14 @@ def write_model_files(out_dir: str | pathlib.Path, config: EncoderConfig, tokeni
   out.mkdir(parents=True, exist_ok=True)
   (out / "config.json").write_text(json.dumps(config.to_hf(architecture(config, masked_lm=False)), indent=2) + "\n")
   tokenizer.save_pretrained(str(out))
+
+
+def write_architecture(out_dir: str | pathlib.Path, config: EncoderConfig, tokenizer):
+  """A model directory without weights that `load_pretrained` initialises from scratch: `write_model_files` with
+  config.json marked FROM_SCRATCH."""
+  write_model_files(out_dir, config, tokenizer)
+  path = pathlib.Path(out_dir) / "config.json"
+  path.write_text(json.dumps({**json.loads(path.read_text()), FROM_SCRATCH: True}, indent=2) + "\n")
 
 
 def save_pretrained(out_dir: str | pathlib.Path, config: EncoderConfig, params: Params, tokenizer=None):

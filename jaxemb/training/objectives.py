@@ -19,8 +19,10 @@ import jax.numpy as jnp
 from jaxemb import losses, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
+from jaxemb.training import mlm
 
-LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce")
+# "mlm": masked language modelling on one view (PromptBERT App. A.2's pre-training; jaxemb.training.mlm).
+LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce", "mlm")
 # Each loss is the diagonal cross-entropy of its logits (jaxemb.losses); the step reports their accuracy too.
 _LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": losses.hard_negative_logits,
            "extended_info_nce": losses.extended_info_nce_logits}
@@ -31,7 +33,8 @@ OBJECTIVE_HEADS = tuple(head for head in views.HEADS if head != "pooler")
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
-  """A contrastive training setting. Hashable: a static argument of the jitted step.
+  """A training setting: contrastive, or MLM pre-training (loss "mlm": one view, no head, no denoising). Hashable: a
+  static argument of the jitted step.
 
   Attributes:
     views: the batch field each side of the loss reads (e.g. ("t1", "t2"); SimCSE unsupervised reads the same
@@ -78,7 +81,7 @@ class Objective:
   ddp_world_size: int = 1
 
   def __post_init__(self):
-    expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3}
+    expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3, "mlm": 1}
     if self.loss not in expected:
       raise ConfigError(f"loss {self.loss!r} is not one of {LOSSES}")
     if len(self.views) != expected[self.loss] or len(self.view_templates) != len(self.views):
@@ -97,6 +100,9 @@ class Objective:
       raise ConfigError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
     if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
       raise ConfigError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
+    if self.loss == "mlm" and (self.head, self.denoise, self.trainable) != ("none", "none", "all"):
+      raise ConfigError(f"loss 'mlm' trains the whole encoder with its MLM head: it needs head 'none', denoise "
+                        f"'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}")
     for view in self.view_list:  # Validates pooling, denoise and the templates' masks.
       del view
 
@@ -192,6 +198,8 @@ def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str,
   """The objective's loss on one global batch (a dict of views), with dropout from `rng`: the mean of the losses
   of its groups of `loss_group_size` rows (one group: the global batch)."""
   forward = _TrainingForward(model, params, rng)
+  if objective.loss == "mlm":
+    return _mlm_loss(objective, model, forward, batch, jax.random.fold_in(rng, zlib.crc32(b"mlm masking")))
   rows = next(iter(batch.values())).input_ids.shape[0]
   size = objective.loss_group_size or rows
   if rows % size:
@@ -200,3 +208,20 @@ def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str,
                         jax.tree.map(lambda x: x[i:i + size], batch)) for i in range(0, rows, size)]
   loss = sum(loss for loss, _ in groups) / len(groups)
   return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}
+
+
+def _mlm_loss(objective: Objective, model: Transformer, forward: _TrainingForward,
+              batch: dict[str, templates.TemplateBatch], masking: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+  """MLM's loss on the view's rows, masked with `masking` (a key of the step's rng; jaxemb.training.mlm): the mean
+  over the global batch's masked tokens."""
+  if "mlm_head" not in forward.params["encoder"]:
+    raise ConfigError("loss 'mlm' needs a checkpoint with an MLM head (or an architecture, trained from scratch); "
+                      "this one has none")
+  (field,), (template,) = objective.views, objective.view_templates
+  rows = batch[field]
+  input_ids, selected = mlm.mask_tokens(masking, rows.input_ids, mlm.maskable(rows, template), template.mask_id,
+                                        model.config.vocab_size)
+  hidden = forward.named("view 0")(input_ids, rows.attention_mask).last_hidden_state
+  logits = lambda h: model.apply({"params": forward.params["encoder"]}, h, method=Transformer.mlm_logits)
+  loss, accuracy = mlm.masked_lm_loss(logits, hidden, rows.input_ids, selected)
+  return loss, {"loss": loss, "mlm_accuracy": accuracy}

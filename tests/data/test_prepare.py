@@ -17,6 +17,7 @@ import safetensors.numpy
 from configs import eval_prompt, promptbert, promptbert_sup
 from jaxemb.data import prepare
 from jaxemb.errors import DataError
+from tests.support import shared_path
 
 WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
 NLI = b"sent0,sent1,hard_neg\n" + b"a man sleeps .,a person rests .,a man runs .\n" * 50
@@ -326,3 +327,27 @@ def test_truncated_pytorch_bin_is_refused(model, zipped):
   with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: truncated or corrupt weights file \(neither a "
                                       r"whole zip \(torch.save\) nor a pickle\)"):
     prepare.prepare_model(model)
+
+
+def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_hf(tmp_path, caplog):
+  """configs/pretrain_mlm.py: prepare.py writes config.json and the tokenizer, no weights; load_pretrained then
+  initialises the params from scratch (with the MLM head and, untied, its own decoder); another architecture in
+  the same directory is refused."""
+  import logging  # pylint: disable=g-import-not-at-top
+  from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
+  from jaxemb.models import hf  # pylint: disable=g-import-not-at-top
+  config = pretrain_mlm.get_config("untied")
+  config.model.path = str(tmp_path / "arch")
+  config.model.architecture.tokenizer = str(shared_path("tokenizers", "bert-base-uncased"))
+  config.model.architecture.hidden_size = 16
+  assert "written" in prepare.prepare_architecture(config.model.path, config.model.architecture)
+  assert not hf.has_weights(tmp_path / "arch") and (tmp_path / "arch" / "tokenizer_config.json").is_file()
+  assert "already written" in prepare.prepare_architecture(config.model.path, config.model.architecture)
+  with caplog.at_level(logging.INFO):
+    model_config, params = hf.load_pretrained(tmp_path / "arch")
+  assert "initialised from scratch" in caplog.text
+  assert not model_config.tie_word_embeddings and model_config.vocab_size == 30522
+  assert params["mlm_head"]["decoder"].shape == (16, 30522) and "pooler" in params
+  config.model.architecture.num_hidden_layers = 3
+  with pytest.raises(prepare.PrepareError, match="holds another architecture"):
+    prepare.prepare_architecture(config.model.path, config.model.architecture)

@@ -1,0 +1,165 @@
+"""MLM pre-training: the masking against HF's collator, the loss and the tied / untied checkpoints against HF
+PyTorch's BertForMaskedLM, a falling loss, and the errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxemb import sharding, templates
+from jaxemb.errors import ConfigError
+from jaxemb.models import EncoderConfig, Transformer, hf
+from jaxemb.training import mlm, objectives, trainer
+from tests.support import shared_path
+
+TINY = EncoderConfig(model_type="bert", vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+
+
+def _rows(bert_tokenizer, batch, width, seed=0):
+  """Sentences of random ids and lengths in the "[X]" template: [CLS] sentence [SEP] [PAD]..."""
+  rng = np.random.default_rng(seed)
+  template = templates.Template.parse("[X]", bert_tokenizer)
+  lengths = rng.integers(1, width - 1, batch)
+  ids = np.zeros((batch, width), np.int32)
+  for i, n in enumerate(lengths):
+    ids[i, :n + 2] = [template.cls_id, *rng.integers(1000, 30000, n), template.sep_id]
+  rows = templates.TemplateBatch(jnp.asarray(ids), jnp.asarray((ids != 0).astype(np.int32)),
+                                 jnp.zeros((batch, 0), jnp.int32), jnp.asarray(lengths, jnp.int32))
+  return template, rows
+
+
+def _shares(original, corrupted, selected):
+  """(selected share of the maskable tokens, [MASK], random, kept shares of the selected) of one masking."""
+  masked = corrupted == 103
+  kept = corrupted == original
+  n = selected.sum()
+  return np.array([(masked & selected).sum() / n, (~masked & ~kept & selected).sum() / n, (kept & selected).sum() / n])
+
+
+def test_masking_statistics_are_bert_s_and_hf_collator_s(bert_tokenizer):
+  """15% of the sentence tokens, of which 80% [MASK], 10% random, 10% kept, as HF's DataCollatorForLanguageModeling
+  draws on the same rows; [CLS], [SEP] and padding are never selected nor changed."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  template, rows = _rows(bert_tokenizer, 1024, 48)
+  original = np.asarray(rows.input_ids)
+  maskable = np.asarray(mlm.maskable(rows, template))
+  assert maskable.sum() == np.asarray(rows.sentence_lengths).sum()
+  ids, selected = jax.jit(mlm.mask_tokens, static_argnums=(3, 4))(jax.random.key(0), rows.input_ids,
+                                                                   jnp.asarray(maskable), 103, 30522)
+  ids, selected = np.asarray(ids), np.asarray(selected)
+  assert not (selected & ~maskable).any() and (ids[~maskable] == original[~maskable]).all()
+  collator = transformers.DataCollatorForLanguageModeling(bert_tokenizer, mlm_probability=0.15, seed=0)
+  hf_ids, labels = collator.torch_mask_tokens(torch.tensor(original, dtype=torch.long), torch.tensor(~maskable))
+  hf_ids, hf_selected = hf_ids.numpy(), labels.numpy() != -100
+  ours, theirs = _shares(original, ids, selected), _shares(original, hf_ids, hf_selected)
+  # ~26k maskable tokens (std of the 15% share 0.002), ~3.9k selected (std of the 80% share 0.006).
+  assert abs(selected.sum() / maskable.sum() - 0.15) < 0.01 and abs(hf_selected.sum() / maskable.sum() - 0.15) < 0.01
+  np.testing.assert_allclose(ours, [0.8, 0.1, 0.1], atol=0.03)
+  np.testing.assert_allclose(ours, theirs, atol=0.04)
+
+
+def test_init_params_are_hf_s_initialisation():
+  params = hf.init_params(dataclasses.replace(TINY, tie_word_embeddings=False), 0.02)
+  assert params["mlm_head"]["decoder"].shape == (32, 30522) and "pooler" in params
+  np.testing.assert_array_equal(params["layer_0"]["ffn_norm"]["scale"], 1)
+  np.testing.assert_array_equal(params["mlm_head"]["bias"], 0)
+  np.testing.assert_array_equal(params["embeddings"]["word"]["embedding"][0], 0)  # [PAD], HF's padding_idx.
+  assert abs(float(params["mlm_head"]["decoder"].std()) - 0.02) < 1e-3
+  assert abs(float(params["layer_1"]["query"]["kernel"].std()) - 0.02) < 2e-3
+
+
+def _mlm_objective(bert_tokenizer):
+  return objectives.Objective(views=("text|[X]",), view_templates=(templates.Template.parse("[X]", bert_tokenizer),),
+                              pooling="cls", denoise="none", head="none", loss="mlm", temperature=0.05)
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
+def trained(request, tmp_path_factory):
+  """(tokenizer, a tiny BERT from scratch after 8 MLM steps on one repeated batch, their losses, its saved HF
+  directory), tied or untied."""
+  from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
+  tokenizer = hf.load_tokenizer(shared_path("tokenizers", "bert-base-uncased"))
+  config = pretrain_mlm.get_config("tied" if request.param else "untied")
+  config.train.learning_rate = 3e-3
+  config.train.max_grad_norm = 0.0
+  model_config = dataclasses.replace(TINY, tie_word_embeddings=request.param)
+  built = trainer.build_trainer(config, model_config, hf.init_params(model_config), tokenizer,
+                                sharding.make_mesh(-1, 1), 100)
+  _, rows = _rows(tokenizer, 32, 24)
+  state = built.initial_state(hf.init_params(model_config))
+  losses = []
+  for _ in range(8):
+    state, metrics = built.step(state, {"text|[X]": rows})
+    losses.append(float(metrics["loss"]))
+  out = tmp_path_factory.mktemp("mlm-hf")
+  hf.save_pretrained(out, model_config, state.all_params["encoder"], tokenizer)
+  return tokenizer, losses, out
+
+
+def test_loss_starts_at_log_vocab_and_falls(trained):
+  _, losses, _ = trained
+  assert abs(losses[0] - np.log(30522)) < 0.1  # HF's init: near-uniform predictions.
+  assert losses[-1] < losses[0] - 0.25, losses
+
+
+def test_saved_checkpoint_gives_hf_bert_for_masked_lm_s_logits_and_loss(trained):
+  """A trained checkpoint, tied or untied, loads in HF PyTorch BertForMaskedLM whole and gives its logits, and
+  masked_lm_loss is HF's loss (cross-entropy over the labelled positions) on a masked batch."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  tokenizer, _, out = trained
+  torch_model, info = transformers.BertForMaskedLM.from_pretrained(out, output_loading_info=True)
+  # BertForMaskedLM has no pooler; the checkpoint keeps it, as the original BERT checkpoints do.
+  assert not info["missing_keys"]
+  assert set(info["unexpected_keys"]) == {"bert.pooler.dense.weight", "bert.pooler.dense.bias"}
+  config, params = hf.load_pretrained(out)
+  tied = config.tie_word_embeddings
+  assert torch_model.config.tie_word_embeddings == tied
+  decoder, words = torch_model.cls.predictions.decoder.weight, torch_model.bert.embeddings.word_embeddings.weight
+  assert (decoder.data_ptr() == words.data_ptr()) == tied
+  template, rows = _rows(tokenizer, 4, 16, seed=1)
+  ids, selected = mlm.mask_tokens(jax.random.key(3), rows.input_ids, mlm.maskable(rows, template), 103, 30522)
+  model = Transformer(config)
+  ours = model.apply({"params": params}, ids, rows.attention_mask, output_mlm_logits=True).mlm_logits
+  labels = np.where(np.asarray(selected), np.asarray(rows.input_ids), -100)
+  with torch.no_grad():
+    theirs = torch_model(input_ids=torch.tensor(np.asarray(ids), dtype=torch.long),
+                         attention_mask=torch.tensor(np.asarray(rows.attention_mask)),
+                         labels=torch.tensor(labels, dtype=torch.long))
+  np.testing.assert_allclose(np.asarray(ours), theirs.logits.numpy(), atol=1e-4)
+  hidden = model.apply({"params": params}, ids, rows.attention_mask).last_hidden_state
+  logits = lambda h: model.apply({"params": params}, h, method=Transformer.mlm_logits)
+  loss, _ = mlm.masked_lm_loss(logits, hidden, rows.input_ids, selected)
+  np.testing.assert_allclose(float(loss), float(theirs.loss), rtol=1e-5)
+
+
+def test_mlm_objective_refuses_a_head_and_a_checkpoint_without_mlm_head(bert_tokenizer):
+  objective = _mlm_objective(bert_tokenizer)
+  with pytest.raises(ConfigError, match="needs head 'none'"):
+    dataclasses.replace(objective, head="mlp")
+  _, rows = _rows(bert_tokenizer, 2, 8)
+  params = {"encoder": {k: v for k, v in hf.init_params(TINY).items() if k != "mlm_head"}}
+  with pytest.raises(ConfigError, match="needs a checkpoint with an MLM head"):
+    objectives.loss_and_metrics(objective, Transformer(TINY), params, {"text|[X]": rows}, jax.random.key(0))
+
+
+def test_loss_decodes_at_most_its_slots_and_counts_only_selected_tokens():
+  """More selected tokens than prediction_slots (vanishingly rare at 15%): the loss is the mean over the first
+  slots; none selected: 0, not NaN."""
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(2, 64, 8)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, 8, (2, 64)), jnp.int32)
+  logits = lambda h: h  # Hidden 8 = a vocabulary of 8.
+  slots = mlm.prediction_slots(128)
+  assert slots == 55
+  loss, _ = mlm.masked_lm_loss(logits, hidden, targets, jnp.ones((2, 64), bool))
+  flat, labels = hidden.reshape(-1, 8)[:slots], targets.reshape(-1)[:slots]
+  expected = -jax.nn.log_softmax(flat)[jnp.arange(slots), labels].mean()
+  np.testing.assert_allclose(float(loss), float(expected), rtol=1e-6)
+  loss, accuracy = mlm.masked_lm_loss(logits, hidden, targets, jnp.zeros((2, 64), bool))
+  assert float(loss) == 0 and float(accuracy) == 0
