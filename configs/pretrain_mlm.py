@@ -48,7 +48,7 @@ def get_config(kind: str = "tied"):
   config.train.weight_decay = 0.01  # BERT's.
   config.train.num_steps = 400
   # Evaluated and kept at the last step only, so that the tied and untied models are compared at the same step.
-  config.train.eval_every = config.train.get_ref("num_steps")
+  config.evals.stsb_dev.every = config.train.get_ref("num_steps")
   config.train.save_every = 100
   config.method = eval_common.method_config("static_avg")  # Table 12's measure.
   return config
