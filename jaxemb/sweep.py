@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import ml_collections
 import numpy as np
 
+from jaxemb import atomic
 from jaxemb import config_fields
 from jaxemb import xla
 from jaxemb.errors import ConfigError
@@ -166,7 +167,7 @@ def execute(run: Run) -> dict[str, Any]:
   summary = {**eval_run.run_sts(scoring), "best_step": training["best_step"],
              "select_metric": training["select_metric"], "selection_value": training["best_value"],
              "seed": run.seed, "model": run.config.model.path}
-  eval_run.write_json(run.directory / RESULT_FILE, summary)
+  atomic.write_json(run.directory / RESULT_FILE, summary)
   return summary
 
 
