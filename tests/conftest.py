@@ -1,7 +1,24 @@
 """Shared test fixtures: the real tokenizers and tiny random checkpoints (tests/support.py writes them)."""
+import shutil
+import tempfile
+
 import pytest
 
 from tests.support import shared_path, write_random_checkpoint
+
+_XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
+
+
+def pytest_configure(config):  # pylint: disable=unused-argument
+  """JAX's persistent compilation cache for this pytest process, in a folder of its own: tests build new jitted
+  functions of the same tiny models and shapes (an Encoder, a Trainer, a jitted step per test), which JAX's
+  in-memory cache, keyed by function, misses and this one, keyed by program, hits. Subprocesses keep their own."""
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
+
+
+def pytest_unconfigure(config):  # pylint: disable=unused-argument
+  shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -15,42 +15,60 @@ from jaxemb import sharding
 from tests.support import python_on_devices
 
 
-def logged_step():
-  """tests.training.sharded_step with the rule at a given threshold, printing each leaf it splits; argv: MIN_SIZE
-  MODEL_DIR OUT DATA FSDP."""
+def logged_steps():
+  """tests.training.sharded_step once per mesh, each with the rule at a given threshold, printing `RUN OUT` and then
+  each leaf the rule splits; argv: MODEL_DIR, then OUT DATA FSDP MIN_SIZE per run. One process for every run on the
+  same device count: each pays its compile only, not a Python and JAX start."""
   from tests.training import sharded_step  # pylint: disable=import-outside-toplevel
-  min_size, model_dir, out, data, fsdp = sys.argv[1:]
+  model_dir, runs = sys.argv[1], sys.argv[2:]
   rule = sharding.tree_shardings
+  for out, data, fsdp, min_size in zip(*[iter(runs)] * 4):
+    def logged(mesh, tree, min_size=int(min_size)):
+      shardings = rule(mesh, tree, min_size)
+      for path, s in jax.tree_util.tree_leaves_with_path(shardings):
+        if s.spec != P():
+          print(f"SPLIT {jax.tree_util.keystr(path)} {tuple(s.spec)!r}")
+      return shardings
 
-  def logged(mesh, tree):
-    shardings = rule(mesh, tree, int(min_size))
-    for path, s in jax.tree_util.tree_leaves_with_path(shardings):
-      if s.spec != P():
-        print(f"SPLIT {jax.tree_util.keystr(path)} {tuple(s.spec)!r}")
-    return shardings
-
-  sharding.tree_shardings = logged  # sharded_step looks the rule up on the module at call time.
-  sharded_step.main(model_dir, out, int(data), int(fsdp))
+    print(f"RUN {out}")
+    sharding.tree_shardings = logged  # sharded_step looks the rule up on the module at call time.
+    sharded_step.main(model_dir, out, int(data), int(fsdp))
 
 
-def _step(tmp_path, model_dir, devices, data, fsdp, min_size=sharding.FSDP_MIN_SIZE):
-  """(params and loss after one step, {leaf path: partition spec} of the leaves the rule split)."""
-  out = tmp_path / f"step-{devices}-{data}x{fsdp}-{min_size}.npz"
-  stdout = python_on_devices("from tests.training.test_sharding import logged_step; logged_step()", devices,
-                             min_size, model_dir, out, data, fsdp)
-  split = {path: ast.literal_eval(spec) for path, spec in re.findall(r"^SPLIT (\S+) (.+)$", stdout, re.M)}
-  return dict(np.load(out)), stdout, split
+# The sharded runs the test compares: id -> (data, fsdp, min_size).
+MESHES = {"data8": (8, 1, sharding.FSDP_MIN_SIZE), "data4xfsdp2": (4, 2, sharding.FSDP_MIN_SIZE),
+          "data4xfsdp2-split-all": (4, 2, 1)}
+
+
+@pytest.fixture(scope="module")
+def eight_devices(tmp_path_factory, tiny_bert):
+  """id -> (params and loss after one step, its stdout, {leaf path: partition spec} of the leaves the rule split),
+  for every run of MESHES, all in one subprocess on 8 simulated devices."""
+  root = tmp_path_factory.mktemp("eight")
+  runs = [(root / f"step-{name}.npz", *mesh) for name, mesh in MESHES.items()]
+  stdout = python_on_devices("from tests.training.test_sharding import logged_steps; logged_steps()", 8, tiny_bert,
+                             *(field for run in runs for field in run))
+  outputs = dict(re.findall(r"^RUN (\S+)\n(.*?)(?=^RUN |\Z)", stdout, re.M | re.S))
+  steps = {}
+  for name, (out, *_) in zip(MESHES, runs):
+    split = {path: ast.literal_eval(spec) for path, spec in re.findall(r"^SPLIT (\S+) (.+)$", outputs[str(out)], re.M)}
+    steps[name] = dict(np.load(out)), outputs[str(out)], split
+  return steps
 
 
 @pytest.fixture(scope="module")
 def single_device(tmp_path_factory, tiny_bert):
-  return _step(tmp_path_factory.mktemp("one"), tiny_bert, 1, 1, 1)[0]
+  """The same step on this process's one device (no subprocess needed)."""
+  from tests.training import sharded_step  # pylint: disable=import-outside-toplevel
+  out = tmp_path_factory.mktemp("one") / "step.npz"
+  sharded_step.main(str(tiny_bert), str(out), 1, 1)
+  return dict(np.load(out))
 
 
-@pytest.mark.parametrize("data, fsdp, min_size", [(8, 1, sharding.FSDP_MIN_SIZE), (4, 2, sharding.FSDP_MIN_SIZE),
-                                                  (4, 2, 1)], ids=["data8", "data4xfsdp2", "data4xfsdp2-split-all"])
-def test_eight_devices_give_the_single_device_step(tmp_path, tiny_bert, single_device, data, fsdp, min_size):
-  sharded, stdout, split = _step(tmp_path, tiny_bert, 8, data, fsdp, min_size)
+@pytest.mark.parametrize("name", MESHES)
+def test_eight_devices_give_the_single_device_step(eight_devices, single_device, name):
+  _, fsdp, min_size = MESHES[name]
+  sharded, stdout, split = eight_devices[name]
   assert int(sharded["devices"]) == 8
   assert int(sharded["word_shards"]) == fsdp  # Params really are split over fsdp (and replicated over data).
   np.testing.assert_allclose(sharded["loss"], single_device["loss"], atol=1e-5)
