@@ -1,11 +1,13 @@
 """What the STS scorer and the transfer tasks share: the `embed` and `preprocess` callables, one embedding call over
-the distinct sentences of a set of tasks, and the boxed text table both print."""
+the distinct sentences of a set of tasks, the boxed text table both print, and the task lists of a config."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
+
+from jaxemb.errors import ConfigError
 
 Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
 Preprocess = Callable[[str], str]
@@ -35,3 +37,15 @@ def boxed(header: list[str], rows: list[list[str]], left: int) -> str:
   line = lambda row: "| " + " | ".join(
       cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) + " |"
   return "\n".join([rule, line(header), rule, *map(line, rows), rule])
+
+
+def task_names(text: str, field: str, known: Collection[str] | None = None, allow_none: bool = False) -> list[str]:
+  """The comma-separated task names of the config field `field`, each one of `known` (None: left to the task's
+  reader); at least one unless `allow_none`."""
+  names = [name.strip() for name in text.split(",") if name.strip()]
+  unknown = [name for name in names if known is not None and name not in known]
+  if unknown:
+    raise ConfigError(f"{field}: unknown tasks {unknown}; known: {list(known)}")
+  if not names and not allow_none:
+    raise ConfigError(f"{field}: names no task")
+  return names

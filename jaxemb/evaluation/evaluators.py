@@ -115,15 +115,12 @@ def from_config(name: str, block: Any, data: Any, preprocess: common.Preprocess)
   fields = {**FIELDS[block.type], **{k: v for k, v in block.items() if k in FIELDS[block.type]}}
   if block.type == "sts":
     tasks = [sts_data.load_sts_task(data.senteval_dir, task, fields["split"], data.source)
-             for task in task_names(fields["tasks"], f"{field}.tasks")]
+             for task in common.task_names(fields["tasks"], f"{field}.tasks")]
     return StsEvaluator(name, every, tasks, preprocess)
   if block.type == "transfer":
     if fields["mode"] not in logreg.MODES:
       raise ConfigError(f"{field}.mode={fields['mode']!r}: must be one of {sorted(logreg.MODES)}")
-    names = task_names(fields["tasks"], f"{field}.tasks")
-    unknown = [task for task in names if task not in transfer_data.TASKS]
-    if unknown:
-      raise ConfigError(f"{field}.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
+    names = common.task_names(fields["tasks"], f"{field}.tasks", transfer_data.TASKS)
     tasks = transfer_data.load_transfer_tasks(data.senteval_dir, names)
     return TransferEvaluator(name, every, tasks, preprocess, logreg.MODES[fields["mode"]])
   dev = sts_data.load_sts_task(data.senteval_dir, "STSBenchmark", "dev", data.source)
@@ -138,14 +135,6 @@ def from_configs(evals: Any, data: Any, preprocess: common.Preprocess) -> list[E
 def is_due(evaluator: Evaluator, step: int, last_step: int) -> bool:
   """Whether `evaluator` runs after `step`: every `every` steps, and at the last step."""
   return step % evaluator.every == 0 or step == last_step
-
-
-def task_names(text: str, field: str) -> list[str]:
-  """The comma-separated task names of a config field; at least one."""
-  names = [name.strip() for name in text.split(",") if name.strip()]
-  if not names:
-    raise ConfigError(f"{field}: names no task")
-  return names
 
 
 def _with_average(scores: dict[str, float]) -> dict[str, float]:

@@ -56,20 +56,14 @@ def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
 def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[list[sts_data.StsTask],
                                                                              sts_data.StsTask]:
   """(the test tasks `names` names, comma-separated, under SentEval's `root`; STS-B dev)."""
-  names = [name.strip() for name in names.split(",") if name.strip()]
-  unknown = [name for name in names if name not in sts_data.TASKS]
-  if unknown:
-    raise ConfigError(f"eval.tasks: unknown tasks {unknown}; known: {list(sts_data.TASKS)}")
-  tasks = [sts_data.load_sts_task(root, name, "test", source) for name in names]
+  tasks = [sts_data.load_sts_task(root, name, "test", source)
+           for name in common.task_names(names, "eval.tasks", sts_data.TASKS, allow_none=True)]
   return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
 def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
   """The transfer tasks named in config.transfer.tasks, read from config.data.senteval_dir."""
-  names = [name.strip() for name in config.transfer.tasks.split(",") if name.strip()]
-  unknown = [name for name in names if name not in transfer_data.TASKS]
-  if unknown or not names:
-    raise ConfigError(f"transfer.tasks: unknown tasks {unknown}; known: {list(transfer_data.TASKS)}")
+  names = common.task_names(config.transfer.tasks, "transfer.tasks", transfer_data.TASKS)
   return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
 
 
