@@ -32,9 +32,9 @@ def get_config(kind: str = "tied"):
   config.model.architecture.num_attention_heads = 2  # Heads per layer.
   config.model.architecture.intermediate_size = 512  # Feed-forward width.
   config.model.architecture.max_position_embeddings = 128  # Longest input.
-  # False: the MLM decoder is its own [vocab, hidden] matrix (HF `cls.predictions.decoder.weight`), not the word
-  # embeddings.
-  config.model.architecture.tie_word_embeddings = kind == "tied"
+  # The one difference of the two runs: untied, the MLM decoder is its own matrix (prepare.py writes the architecture
+  # with it; HF's initialisation draws it apart from the word embeddings).
+  config.model.tie_word_embeddings = kind == "tied"
 
   config.data.max_sentence_tokens = 32  # Sentences are cut to this many tokens.
   config.objective.columns = ("text",)

@@ -20,6 +20,10 @@ def get_config():
 
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory to start from.
+  # The MLM decoder: False gives it its own [vocab, hidden] matrix (HF `cls.predictions.decoder.weight`; a tied
+  # checkpoint's is initialised as a copy of its word embeddings), True ties it to the word embeddings (refused for
+  # an untied checkpoint: its decoder would be dropped). None: as the checkpoint (or architecture) has it.
+  config.model.tie_word_embeddings = ml_collections.FieldReference(None, field_type=bool)
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
   # Run the layers as one nn.scan over params stacked on a leading axis (`layers/...`, maxtext's pattern): XLA
   # compiles one layer instead of every one (bench/scan_layers.py). False: a module per layer (`layer_{i}/...`).

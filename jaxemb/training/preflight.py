@@ -31,6 +31,7 @@ def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   _check_columns(config)
   _check_files(config)
   source = _check_method(config)
+  hf.retied_config(source.model_dir, source.config, config.model.tie_word_embeddings)
   try:
     trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling and denoising, and the loss.
   except ValueError as e:
