@@ -62,8 +62,11 @@ def get_config():
   # Keep the head for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP
   # becomes the checkpoint's pooler, as run.sh and SimCSE's simcse_to_huggingface.py rename mlp -> pooler.
   config.objective.keep_head = False
-  config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, or extended_info_nce.
+  config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, extended_info_nce, or mlm.
   config.objective.temperature = 0.05  # tau of the cosine logits.
+  # loss "mlm": select whole words (all the WordPiece / byte-level pieces of a word together, jaxemb.training.mlm);
+  # False: each token on its own, as HF's DataCollatorForLanguageModeling.
+  config.objective.whole_word_mask = False
   # info_nce_with_hard_negatives: SimCSE's --hard_negative_weight, log of the weight on each row's own hard negative
   # (0: all terms weigh 1, as every published run).
   config.objective.hard_negative_weight = 0.0

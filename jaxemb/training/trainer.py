@@ -15,7 +15,7 @@ import optax
 from jaxemb import sharding, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, hf
-from jaxemb.training import objectives
+from jaxemb.training import mlm, objectives
 from jaxemb.training import state as train_state
 
 # The fresh heads' key: seed + this, apart from the dropout stream's (seed), so the two draws are independent.
@@ -37,13 +37,14 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   if len(o.columns) != len(o.templates):
     raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
+  word_starts = mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None
   return objectives.Objective(
       views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
       pooling=o.pooling, denoise=o.denoise, head=o.head, loss=o.loss, temperature=o.temperature,
       hard_negative_weight=o.hard_negative_weight,
       trainable=o.trainable, loss_group_size=o.loss_group_size,
       bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
-      ddp_world_size=o.ddp_world_size)
+      ddp_world_size=o.ddp_world_size, word_starts=word_starts)
 
 
 def batch_field(column: str, template: str) -> str:
