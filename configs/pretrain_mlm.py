@@ -6,7 +6,9 @@ identical but for `tie_word_embeddings`, trained with BERT's masked-LM objective
 
 The architecture is a tiny BERT (2 layers, hidden 128, 400 steps at batch 64: about 2 passes over the 11,914-line
 wiki sample, minutes on a CPU) on bert-base-uncased's vocabulary; the paper's were
-bert-base sized, trained 125k steps at batch 2k.
+bert-base sized, trained 125k steps at batch 2k. The two kinds differ in `model.tie_word_embeddings` alone; the
+params are initialised as HF's `_init_weights` with a key from `train.seed`. Tokens are masked one by one, as HF's
+`DataCollatorForLanguageModeling`; `--config.objective.whole_word_mask=True` masks whole words.
 """
 
 import ml_collections
