@@ -244,17 +244,14 @@ def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ck
   if resume_step is None:
     model_config, pretrained = load_start(config, source.model_dir)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = hf.read_config(workdir.model_dir)  # The run's, its decoder tied as the run started.
-    tie = config.model.tie_word_embeddings
-    if tie is not None and tie != model_config.tie_word_embeddings:  # Only --resume_changed gets here.
-      raise ConfigError(f"config.model.tie_word_embeddings={tie}: the run in {workdir.path} started with "
-                        f"{model_config.tie_word_embeddings} ({workdir.config_file}); a run keeps its MLM decoder as "
-                        "it started (set the field to that, or start a new run)")
+    model_config = hf.read_config(workdir.model_dir)  # The run's: its MLM decoder as it started (preflight).
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   trainer = build_trainer(config, model_config, pretrained, source.tokenizer, mesh, total_steps)
   state = trainer.initial_state(pretrained) if resume_step is None else None
   del pretrained
-  if jax.process_index() == 0 and not workdir.config_file.is_file():
+  # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run
+  # stopped before its first save left.
+  if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
     hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
     run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
   meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None,

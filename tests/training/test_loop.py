@@ -360,6 +360,8 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
   config.model.tie_word_embeddings = True
   with pytest.raises(ConfigError, match=r"tie_word_embeddings=True: the run in .* started with False"):
     loop.train(config, resume_changed=True)
+  fingerprint = json.loads((tmp_path / "run" / "fingerprint.json").read_text())
+  assert fingerprint["fields"]["model.tie_word_embeddings"] is False  # Refused before the run recorded it.
 
 
 @pytest.mark.parametrize("name", ["promptroberta_sup", "simcse_sup"])
