@@ -24,7 +24,7 @@ from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_t
 
 SAFETENSORS = "model.safetensors"
 # The default key of the params that `load_pretrained` initialises for an architecture without weights; a training
-# run passes its own (jaxemb.training.trainer.load_start). Evaluation never initialises one: it reads weights.
+# run passes its own (jaxemb.training.trainer.load_start). Evaluation refuses one (`load_weights`).
 SCRATCH_SEED = 0
 # The config.json field that marks a directory as an architecture to initialise from scratch (`write_architecture`):
 # a checkpoint whose weights are missing is an error, not a model to train from random weights.
@@ -225,7 +225,11 @@ def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> 
 
 
 def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp.float32) -> Params:
-  """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`), per layer."""
+  """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`), per layer.
+  An architecture is refused: only a training run initialises one (with its seed), so evaluating it is an error."""
+  if is_architecture(model_dir):
+    raise CheckpointError(f"{model_dir} is an architecture without weights (prepare.py wrote it for a run from "
+                          "scratch): train it with train.py and use the run directory")
   state, source = read_state_dict(model_dir)
   return jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
 

@@ -13,7 +13,7 @@ import transformers
 
 from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
-from jaxemb.models import bert, hf, hf_keys
+from jaxemb.models import bert, hf, hf_keys, run_dir
 from tests.support import shared_path, write_random_checkpoint
 
 
@@ -237,3 +237,5 @@ def test_an_architecture_is_initialised_with_the_seed_given_and_tied_as_asked(tm
   # HF's initialisation of an untied model: a decoder drawn on its own, not a copy of the word embeddings.
   assert not np.allclose(first["mlm_head"]["decoder"], first["embeddings"]["word"]["embedding"].T)
   assert hf.retied_config(arch, config, True).tie_word_embeddings  # No weights to drop.
+  with pytest.raises(CheckpointError, match="is an architecture without weights"):  # Evaluation has no run seed.
+    run_dir.open_source(arch).load_params()
