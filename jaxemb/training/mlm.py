@@ -33,9 +33,9 @@ class WordStarts:
   """Which vocabulary ids begin a word, for whole-word masking: a [vocab] bool table computed once on the host,
   bits packed so that the Objective holding it stays hashable (a static argument of the jitted step).
 
-  WordPiece pieces begin a word unless they start with its continuation prefix, "##"; RoBERTa's byte-level pieces begin one when they start
-  with "Ġ" (a space before them), the others continue the piece before them. A sentence's first token always begins
-  a word (`select_words`): RoBERTa's has no "Ġ" when the sentence is tokenised alone.
+  WordPiece pieces begin a word unless they start with its continuation prefix, "##"; RoBERTa's byte-level pieces
+  begin one when they start with "Ġ" (a space before them), the others continue the piece before them. A sentence's
+  first token always begins a word (`select_words`): RoBERTa's has no "Ġ" when the sentence is tokenised alone.
   """
 
   packed: bytes
@@ -104,7 +104,8 @@ def select_words(rng: jax.Array, input_ids: jax.Array, maskable_positions: jax.A
   `_whole_word_mask`, after google-research/bert `create_pretraining_data.py`) shuffled the words and took whole
   ones until round(0.15 x tokens) tokens were covered: a fixed count. Here each token is selected with its word's
   probability, 0.15, so the share is the same in expectation, with no shuffle in jit. Words are told apart by the
-  vocabulary ("##", "Ġ": `WordStarts`) as in those two, not by transformers 5's character offsets.
+  vocabulary (`WordStarts`), as the older collator and google-research/bert tell them ("##"), not by character
+  offsets as the newer collator does ("don't" is then one word, not three).
   """
   previous = jnp.pad(maskable_positions[:, :-1], ((0, 0), (1, 0)))
   starts = maskable_positions & (jnp.asarray(word_starts.table)[input_ids] | ~previous)
