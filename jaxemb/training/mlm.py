@@ -53,10 +53,10 @@ class WordStarts:
     elif backend is not None and isinstance(backend.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel):
       begins = lambda token: token.startswith(BYTE_LEVEL_WORD_START)
     else:
-      raise ConfigError(f"objective.whole_word_mask: the vocabulary of {type(tokenizer).__name__} "
-                        f"({getattr(tokenizer, 'name_or_path', '')}) gives no word starts: it is neither WordPiece "
-                        f"('##' continuation pieces) nor byte-level BPE ('{BYTE_LEVEL_WORD_START}' word-initial "
-                        "pieces); set objective.whole_word_mask=False (token-level masking)")
+      name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+      raise ConfigError(f"objective.whole_word_mask: the vocabulary of {name} gives no word starts: it is neither "
+                        f"WordPiece ('##' continuation pieces) nor byte-level BPE ('{BYTE_LEVEL_WORD_START}' "
+                        "word-initial pieces); set objective.whole_word_mask=False (token-level masking)")
     table = np.zeros(len(tokenizer), bool)
     for token, index in tokenizer.get_vocab().items():
       if index < len(table):

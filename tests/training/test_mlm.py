@@ -107,18 +107,14 @@ def test_whole_word_masking_selects_whole_words_at_bert_s_rate(family, bert_toke
 
 
 def test_whole_word_masking_needs_word_boundaries_and_the_mlm_loss(bert_tokenizer):
-  class Characters:  # A vocabulary of single characters: no piece marks where a word begins.
-    name_or_path = "characters"
-
-    def get_vocab(self):
-      return {c: i for i, c in enumerate("abc")}
-
-    def __len__(self):
-      return 3
-
-  with pytest.raises(ConfigError, match=r"^objective.whole_word_mask: the vocabulary of Characters \(characters\) "
-                                        "gives no word starts"):
-    mlm.WordStarts.from_tokenizer(Characters())
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  # A word-level vocabulary: no piece marks where a word begins.
+  words = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer(
+      tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]")))
+  with pytest.raises(ConfigError, match=r"^objective.whole_word_mask: the vocabulary of \w+ gives no word starts: "
+                                        r"it is neither WordPiece"):
+    mlm.WordStarts.from_tokenizer(words)
   table = mlm.WordStarts.from_tokenizer(bert_tokenizer).table
   assert table.shape == (30522,) and table[bert_tokenizer.convert_tokens_to_ids("the")]
   assert not table[bert_tokenizer.convert_tokens_to_ids("##s")]
