@@ -6,7 +6,9 @@ identical but for `tie_word_embeddings`, trained with BERT's masked-LM objective
 
 The architecture is a tiny BERT (2 layers, hidden 128, 400 steps at batch 64: about 2 passes over the 11,914-line
 wiki sample, minutes on a CPU) on bert-base-uncased's vocabulary; the paper's were
-bert-base sized, trained 125k steps at batch 2k.
+bert-base sized, trained 125k steps at batch 2k. The two kinds differ in `model.tie_word_embeddings` alone; the
+params are initialised as HF's `_init_weights` with a key from `train.seed`. Tokens are masked one by one, as HF's
+`DataCollatorForLanguageModeling`; `--config.objective.whole_word_mask=True` masks whole words.
 """
 
 import ml_collections
@@ -32,9 +34,9 @@ def get_config(kind: str = "tied"):
   config.model.architecture.num_attention_heads = 2  # Heads per layer.
   config.model.architecture.intermediate_size = 512  # Feed-forward width.
   config.model.architecture.max_position_embeddings = 128  # Longest input.
-  # False: the MLM decoder is its own [vocab, hidden] matrix (HF `cls.predictions.decoder.weight`), not the word
-  # embeddings.
-  config.model.architecture.tie_word_embeddings = kind == "tied"
+  # The one difference of the two runs: untied, the MLM decoder is its own matrix (prepare.py writes the architecture
+  # with it; HF's initialisation draws it apart from the word embeddings).
+  config.model.tie_word_embeddings = kind == "tied"
 
   config.data.max_sentence_tokens = 32  # Sentences are cut to this many tokens.
   config.objective.columns = ("text",)

@@ -20,6 +20,10 @@ def get_config():
 
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory to start from.
+  # The MLM decoder: False gives it its own [vocab, hidden] matrix (HF `cls.predictions.decoder.weight`; a tied
+  # checkpoint's is initialised as a copy of its word embeddings), True ties it to the word embeddings (refused for
+  # an untied checkpoint: its decoder would be dropped). None: as the checkpoint (or architecture) has it.
+  config.model.tie_word_embeddings = ml_collections.FieldReference(None, field_type=bool)
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
   # Run the layers as one nn.scan over params stacked on a leading axis (`layers/...`, maxtext's pattern): XLA
   # compiles one layer instead of every one (bench/scan_layers.py). False: a module per layer (`layer_{i}/...`).
@@ -58,8 +62,11 @@ def get_config():
   # Keep the head for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP
   # becomes the checkpoint's pooler, as run.sh and SimCSE's simcse_to_huggingface.py rename mlp -> pooler.
   config.objective.keep_head = False
-  config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, or extended_info_nce.
+  config.objective.loss = "info_nce"  # info_nce, info_nce_with_hard_negatives, extended_info_nce, or mlm.
   config.objective.temperature = 0.05  # tau of the cosine logits.
+  # loss "mlm": select whole words (all the WordPiece / byte-level pieces of a word together, jaxemb.training.mlm);
+  # False: each token on its own, as HF's DataCollatorForLanguageModeling.
+  config.objective.whole_word_mask = False
   # info_nce_with_hard_negatives: SimCSE's --hard_negative_weight, log of the weight on each row's own hard negative
   # (0: all terms weigh 1, as every published run).
   config.objective.hard_negative_weight = 0.0

@@ -156,26 +156,28 @@ def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapp
     prepare_one = _prepare_senteval if need.key == "senteval" else _prepare_file
     done[str(need.path)] = prepare_one(need, manifest[need.key], source, retries)
   if config.model.get("architecture"):
-    done[str(config.model.path)] = prepare_architecture(config.model.path, config.model.architecture)
+    done[str(config.model.path)] = prepare_architecture(config.model.path, config.model.architecture,
+                                                        config.model.tie_word_embeddings)
   else:
     done[str(config.model.path)] = f"model in {prepare_model(config.model.path)}"
   return done
 
 
-def prepare_architecture(path: str, architecture: Any) -> str:
+def prepare_architecture(path: str, architecture: Any, tie_word_embeddings: bool | None = None) -> str:
   """Writes the model directory of a run from scratch (configs/pretrain_mlm.py): config.json from the config's
-  `model.architecture` (the BERT fields, the vocabulary size the tokenizer's) and the tokenizer files of
-  `architecture.tokenizer`, no weights (`hf.write_architecture`: `hf.load_pretrained` initialises them). A
-  directory already there must hold the same architecture."""
+  `model.architecture` (the BERT fields, the vocabulary size the tokenizer's) and `model.tie_word_embeddings` (None:
+  HF's default, tied), and the tokenizer files of `architecture.tokenizer`, no weights (`hf.write_architecture`:
+  `hf.load_pretrained` initialises them). A directory already there must hold the same architecture."""
   tokenizer = hf.load_tokenizer(architecture.tokenizer)
   fields = {k: v for k, v in architecture.items() if k != "tokenizer"}
-  config = EncoderConfig(model_type="bert", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                            **fields)
+  if tie_word_embeddings is not None:
+    fields["tie_word_embeddings"] = tie_word_embeddings
+  config = EncoderConfig(model_type="bert", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **fields)
   out = pathlib.Path(path)
   if (out / "config.json").is_file():
     if hf.read_config(out) != config:
-      raise PrepareError(f"{out / 'config.json'} holds another architecture than config.model.architecture; "
-                         "delete the directory or point config.model.path elsewhere")
+      raise PrepareError(f"{out / 'config.json'} holds another architecture than config.model.architecture and "
+                         "model.tie_word_embeddings; delete the directory or point config.model.path elsewhere")
     return f"architecture in {out} (already written)"
   hf.write_architecture(out, config, tokenizer)
   return f"architecture written to {out} (no weights: training initialises them from scratch)"

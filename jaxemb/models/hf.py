@@ -5,6 +5,7 @@ the tokenizer and the weights (model.safetensors, sharded safetensors, or pytorc
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -15,13 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxemb.errors import ConfigError
 from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
 from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_to_plain, params_to_state_dict,
                                    state_dict_to_params)
 
 SAFETENSORS = "model.safetensors"
-# The key of the params that `load_pretrained` initialises for an architecture without weights.
+# The default key of the params that `load_pretrained` initialises for an architecture without weights; a training
+# run passes its own (jaxemb.training.trainer.load_start). Evaluation refuses one (`load_weights`).
 SCRATCH_SEED = 0
 # The config.json field that marks a directory as an architecture to initialise from scratch (`write_architecture`):
 # a checkpoint whose weights are missing is an error, not a model to train from random weights.
@@ -117,24 +120,67 @@ def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:
   return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
-def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32,
-                    scan_layers: bool = False) -> tuple[EncoderConfig, Params]:
+def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32, scan_layers: bool = False,
+                    seed: int = SCRATCH_SEED,
+                    tie_word_embeddings: bool | None = None) -> tuple[EncoderConfig, Params]:
   """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id; the layers
   stacked for `Transformer(config, scan_layers=True)` when `scan_layers`.
 
-  A directory that `write_architecture` wrote (config.json marked FROM_SCRATCH, no weights files) is an
-  architecture: its params are initialised from scratch (`init_params`), as MLM pre-training starts (PromptBERT
-  App. A.2).
+  A directory that `write_architecture` wrote (`is_architecture`) has its params initialised from scratch
+  (`init_params` with key `seed`), as MLM pre-training starts (PromptBERT App. A.2). `tie_word_embeddings` ties or
+  unties the MLM decoder (`retied_config`; None: as config.json has it); untying a checkpoint's copies its word
+  embeddings into the new decoder (`untie_decoder`).
   """
   model_dir = resolve_model_dir(name_or_path)
-  config = read_config(model_dir)
-  if _config_json(model_dir).get(FROM_SCRATCH) and not has_weights(model_dir):
+  checkpoint_config = read_config(model_dir)
+  config = retied_config(model_dir, checkpoint_config, tie_word_embeddings)
+  if is_architecture(model_dir):
     logging.getLogger(__name__).info("%s has config.json and no weights: initialised from scratch (seed %d)",
-                                     model_dir, SCRATCH_SEED)
+                                     model_dir, seed)
     initializer_range = float(_config_json(model_dir).get("initializer_range", 0.02))  # HF's default.
-    params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range))
-    return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
-  return config, load_weights(model_dir, config, param_dtype, scan_layers)
+    params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range, seed))
+  else:
+    params = load_weights(model_dir, checkpoint_config, param_dtype)
+    if checkpoint_config.tie_word_embeddings and not config.tie_word_embeddings and "mlm_head" in params:
+      logging.getLogger(__name__).info("%s: MLM decoder untied (tie_word_embeddings False), initialised as a copy of "
+                                       "the word embeddings", model_dir)
+      params = untie_decoder(params)
+  return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+
+
+def is_architecture(model_dir: pathlib.Path) -> bool:
+  """Whether a model directory is an architecture to initialise from scratch: config.json marked FROM_SCRATCH
+  (`write_architecture`) and no weights files."""
+  return bool(_config_json(model_dir).get(FROM_SCRATCH)) and not has_weights(model_dir)
+
+
+def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embeddings: bool | None) -> EncoderConfig:
+  """The config of the checkpoint in `model_dir` (its config.json's, `config`) with its MLM decoder tied as
+  `tie_word_embeddings` asks; None keeps it. An architecture (`is_architecture`) takes either value.
+
+  Raises ConfigError for True on an untied checkpoint: tying would drop its trained decoder. (HF's
+  `from_pretrained(..., tie_word_embeddings=True)` does not drop it either: it keeps the two matrices apart, with a
+  warning, when they differ.)
+  """
+  if tie_word_embeddings is None or tie_word_embeddings == config.tie_word_embeddings:
+    return config
+  if tie_word_embeddings and config.is_masked_lm and not is_architecture(model_dir):
+    raise ConfigError(f"model.tie_word_embeddings=True: {model_dir} has an untied MLM decoder (its config.json's "
+                      "tie_word_embeddings is false), which tying would drop; leave the field unset (None) to keep it")
+  return dataclasses.replace(config, tie_word_embeddings=tie_word_embeddings)
+
+
+def untie_decoder(params: Params) -> Params:
+  """Per-layer params of a tied MLM head given their own decoder, `mlm_head/decoder`, a copy of the word embeddings.
+
+  It is what HF's `BertForMaskedLM.from_pretrained(path, tie_word_embeddings=False)` reads from a tied checkpoint
+  that stores `cls.predictions.decoder.weight` (the original BERT ones; it equals the word embeddings). From one
+  that leaves the key out (transformers' safetensors of a tied model) HF initialises the decoder at random instead,
+  so continued pre-training would start from an untrained decoder; the copy starts from the checkpoint's own
+  predictions either way.
+  """
+  decoder = jnp.array(params["embeddings"]["word"]["embedding"]).T
+  return {**params, "mlm_head": {**params["mlm_head"], "decoder": decoder}}
 
 
 def has_weights(model_dir: pathlib.Path) -> bool:
@@ -154,7 +200,7 @@ def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: in
   return _init_params(config, initializer_range, seed)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+@functools.partial(jax.jit, static_argnums=(0, 1))  # The seed is traced: one program for every seed.
 def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> Params:
   ids = jnp.zeros((1, 1), jnp.int32)
   shapes = flax_to_plain(jax.eval_shape(
@@ -178,12 +224,14 @@ def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> 
   return params
 
 
-def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp.float32,
-                 scan_layers: bool = False) -> Params:
-  """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`)."""
+def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp.float32) -> Params:
+  """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`), per layer.
+  An architecture is refused: only a training run initialises one (with its seed), so evaluating it is an error."""
+  if is_architecture(model_dir):
+    raise CheckpointError(f"{model_dir} is an architecture without weights (prepare.py wrote it for a run from "
+                          "scratch): train it with train.py and use the run directory")
   state, source = read_state_dict(model_dir)
-  params = jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
-  return bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
+  return jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
 
 
 def load_tokenizer(name_or_path: str | pathlib.Path):

@@ -22,10 +22,10 @@ from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, Diverged
 from jaxemb.evaluation import common, evaluators, run
-from jaxemb.models import hf, load_pretrained, run_dir
+from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
-from jaxemb.training.trainer import Trainer, build_trainer
+from jaxemb.training.trainer import Trainer, build_trainer, load_start
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
 
 T = TypeVar("T")
@@ -242,14 +242,16 @@ def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ck
   workdir = ckpt.run
   resume_step = ckpt.latest_step()
   if resume_step is None:
-    model_config, pretrained = load_pretrained(source.model_dir)
+    model_config, pretrained = load_start(config, source.model_dir)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = hf.read_config(workdir.model_dir)
+    model_config = hf.read_config(workdir.model_dir)  # The run's: its MLM decoder as it started (preflight).
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   trainer = build_trainer(config, model_config, pretrained, source.tokenizer, mesh, total_steps)
   state = trainer.initial_state(pretrained) if resume_step is None else None
   del pretrained
-  if jax.process_index() == 0 and not workdir.config_file.is_file():
+  # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run
+  # stopped before its first save left.
+  if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
     hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
     run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
   meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None,
@@ -257,7 +259,7 @@ def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ck
   if resume_step is not None:
     restored = ckpt.restore(trainer.abstract_sharded())
     if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
-      state = trainer.initial_state(load_pretrained(source.model_dir)[1])
+      state = trainer.initial_state(load_start(config, source.model_dir)[1])
     else:
       state, meta = restored[0], _selection_record(restored[1])
       _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")

@@ -63,6 +63,8 @@ class Objective:
       so it back-propagates the global loss through its own rows only; DDP averages the ranks' gradients, which
       leaves the global loss's gradient divided by the world size (the loss value is the global one). The
       step divides the gradient by this before clipping, as that run did.
+    word_starts: loss "mlm" with whole-word masking: the vocabulary's word-initial pieces (mlm.WordStarts); None:
+      tokens are masked one by one.
   """
 
   views: tuple[str, ...]
@@ -79,6 +81,7 @@ class Objective:
   prompt_placement: str = "last_occurrence"
   freeze_padding_rows: bool = True
   ddp_world_size: int = 1
+  word_starts: mlm.WordStarts | None = None
 
   def __post_init__(self):
     expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3, "mlm": 1}
@@ -103,6 +106,8 @@ class Objective:
     if self.loss == "mlm" and (self.head, self.denoise, self.trainable) != ("none", "none", "all"):
       raise ConfigError(f"loss 'mlm' trains the whole encoder with its MLM head: it needs head 'none', denoise "
                         f"'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}")
+    if self.word_starts is not None and self.loss != "mlm":
+      raise ConfigError(f"whole-word masking applies to loss 'mlm' only; loss is {self.loss!r}")
     for view in self.view_list:  # Validates pooling, denoise and the templates' masks.
       del view
 
@@ -220,7 +225,7 @@ def _mlm_loss(objective: Objective, model: Transformer, forward: _TrainingForwar
   (field,), (template,) = objective.views, objective.view_templates
   rows = batch[field]
   input_ids, selected = mlm.mask_tokens(masking, rows.input_ids, mlm.maskable(rows, template), template.mask_id,
-                                        model.config.vocab_size)
+                                        model.config.vocab_size, objective.word_starts)
   hidden = forward.named("view 0")(input_ids, rows.attention_mask).last_hidden_state
   logits = lambda h: model.apply({"params": forward.params["encoder"]}, h, method=Transformer.mlm_logits)
   loss, accuracy = mlm.masked_lm_loss(logits, hidden, rows.input_ids, selected)

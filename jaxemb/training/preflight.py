@@ -31,6 +31,8 @@ def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   _check_columns(config)
   _check_files(config)
   source = _check_method(config)
+  hf.retied_config(source.model_dir, source.config, config.model.tie_word_embeddings)
+  _check_kept_decoder(config)
   try:
     trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling and denoising, and the loss.
   except ValueError as e:
@@ -87,6 +89,20 @@ def _check_files(config: Any):
   except ValueError as e:  # jaxemb.data.sts.DataError: a missing or unreadable file.
     raise DataError(f"config.data.senteval_dir={config.data.senteval_dir}: no STS-B dev ({e}); fetch SentEval "
                     "with prepare.py") from None
+
+
+def _check_kept_decoder(config: Any):
+  """A run resumes with the MLM decoder it started with (its model/config.json): a rerun (with --resume_changed)
+  whose model.tie_word_embeddings says otherwise is refused."""
+  tie = config.model.tie_word_embeddings
+  run = run_dir.RunDir(config.workdir)
+  if tie is None or not run.config_file.is_file() or not run.has_step():
+    return
+  started = hf.read_config(run.model_dir).tie_word_embeddings
+  if tie != started:
+    raise ConfigError(f"config.model.tie_word_embeddings={tie}: the run in {run.path} started with {started} "
+                      f"({run.config_file}) and keeps its MLM decoder; set the field to {started}, or start a new run "
+                      "in another workdir")
 
 
 def _check_method(config: Any) -> run_dir.ModelSource:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pathlib
 from typing import Any
 
 import jax
@@ -13,12 +14,22 @@ import optax
 
 from jaxemb import sharding, templates
 from jaxemb.errors import ConfigError
-from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype
-from jaxemb.training import objectives
+from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, hf
+from jaxemb.training import mlm, objectives
 from jaxemb.training import state as train_state
 
 # The fresh heads' key: seed + this, apart from the dropout stream's (seed), so the two draws are independent.
 HEAD_INIT_SEED_OFFSET = 1
+# An architecture's params, initialised from scratch (hf.load_pretrained): seed + this, apart from both.
+SCRATCH_INIT_SEED_OFFSET = 2
+
+
+def load_start(config: Any, model_dir: pathlib.Path) -> tuple[EncoderConfig, dict[str, Any]]:
+  """(config, per-layer params) of the encoder a new run starts from: the checkpoint in `model_dir` with its MLM
+  decoder tied as config.model.tie_word_embeddings asks (None: as the checkpoint has it), or an architecture
+  initialised from scratch with config.train.seed's key."""
+  return hf.load_pretrained(model_dir, seed=config.train.seed + SCRATCH_INIT_SEED_OFFSET,
+                            tie_word_embeddings=config.model.tie_word_embeddings)
 
 
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
@@ -26,13 +37,14 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
   if len(o.columns) != len(o.templates):
     raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
+  word_starts = mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None
   return objectives.Objective(
       views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
       pooling=o.pooling, denoise=o.denoise, head=o.head, loss=o.loss, temperature=o.temperature,
       hard_negative_weight=o.hard_negative_weight,
       trainable=o.trainable, loss_group_size=o.loss_group_size,
       bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
-      ddp_world_size=o.ddp_world_size)
+      ddp_world_size=o.ddp_world_size, word_starts=word_starts)
 
 
 def batch_field(column: str, template: str) -> str:
@@ -50,7 +62,8 @@ class Trainer:
     tx: the optimizer, its learning rate following `schedule`.
     schedule: the learning rate at each step.
     mesh: the devices the state and the batch are split over.
-    seed: config.train.seed: the dropout stream (seed) and the heads' initialisation (seed + HEAD_INIT_SEED_OFFSET).
+    seed: config.train.seed: the dropout stream (seed) and the heads' initialisation (seed + HEAD_INIT_SEED_OFFSET);
+      an architecture's, from scratch, is `load_start`'s (seed + SCRATCH_INIT_SEED_OFFSET).
     abstract: the train state's shapes and dtypes at step 0.
     shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
   """

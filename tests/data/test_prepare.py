@@ -340,14 +340,18 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
   config.model.path = str(tmp_path / "arch")
   config.model.architecture.tokenizer = str(shared_path("tokenizers", "bert-base-uncased"))
   config.model.architecture.hidden_size = 16
-  assert "written" in prepare.prepare_architecture(config.model.path, config.model.architecture)
+  assert "written" in prepare.prepare_architecture(config.model.path, config.model.architecture,
+                                                  config.model.tie_word_embeddings)
   assert not hf.has_weights(tmp_path / "arch") and (tmp_path / "arch" / "tokenizer_config.json").is_file()
-  assert "already written" in prepare.prepare_architecture(config.model.path, config.model.architecture)
+  assert "already written" in prepare.prepare_architecture(config.model.path, config.model.architecture,
+                                                          config.model.tie_word_embeddings)
   with caplog.at_level(logging.INFO):
     model_config, params = hf.load_pretrained(tmp_path / "arch")
   assert "initialised from scratch" in caplog.text
   assert not model_config.tie_word_embeddings and model_config.vocab_size == 30522
   assert params["mlm_head"]["decoder"].shape == (16, 30522) and "pooler" in params
+  with pytest.raises(prepare.PrepareError, match="holds another architecture"):  # The same, tied.
+    prepare.prepare_architecture(config.model.path, config.model.architecture)
   config.model.architecture.num_hidden_layers = 3
   with pytest.raises(prepare.PrepareError, match="holds another architecture"):
-    prepare.prepare_architecture(config.model.path, config.model.architecture)
+    prepare.prepare_architecture(config.model.path, config.model.architecture, config.model.tie_word_embeddings)

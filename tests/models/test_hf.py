@@ -11,8 +11,9 @@ import safetensors.torch
 import torch
 import transformers
 
-from jaxemb.models import CheckpointError, Transformer, load_pretrained, save_pretrained
-from jaxemb.models import bert, hf, hf_keys
+from jaxemb.errors import ConfigError
+from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
+from jaxemb.models import bert, hf, hf_keys, run_dir
 from tests.support import shared_path, write_random_checkpoint
 
 
@@ -184,3 +185,57 @@ def test_hub_ids_are_looked_for_under_jaxemb_models_first(tmp_path, monkeypatch)
   with pytest.raises(FileNotFoundError, match=r"not a local directory, nor under \$JAXEMB_MODELS \(.*/org/missing, "
                                               r".*/missing\).*--local-dir"):
     hf.resolve_model_dir("org/missing")
+
+
+def test_untying_a_tied_checkpoint_copies_its_word_embeddings_and_saves_as_hf_untied(tmp_path, tiny_checkpoint, caplog):
+  """tie_word_embeddings=False on a tied checkpoint: its own decoder, a copy of the word embeddings (the original
+  model's logits unchanged), saved as an untied *ForMaskedLM that HF loads whole with the same logits."""
+  import logging  # pylint: disable=g-import-not-at-top
+  family, path = tiny_checkpoint
+  with caplog.at_level(logging.INFO):
+    config, params = load_pretrained(path, tie_word_embeddings=False)
+  assert "MLM decoder untied" in caplog.text and not config.tie_word_embeddings
+  np.testing.assert_array_equal(params["mlm_head"]["decoder"], params["embeddings"]["word"]["embedding"].T)
+  save_pretrained(tmp_path / "saved", config, params)
+  torch_model, info = transformers.AutoModelForMaskedLM.from_pretrained(
+      tmp_path / "saved", output_loading_info=True, attn_implementation="eager")
+  assert not info["missing_keys"] and not info["unexpected_keys"] and not torch_model.config.tie_word_embeddings
+  original = transformers.AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager")
+  ids = np.array([[0, 5, 17, 2000, 2]]) if family == "roberta" else np.array([[101, 2023, 6251, 2000, 102]])
+  with torch.no_grad():
+    theirs = torch_model.eval()(input_ids=torch.tensor(ids)).logits.numpy()
+    before = original.eval()(input_ids=torch.tensor(ids)).logits.numpy()
+  ours = Transformer(config).apply({"params": params}, ids, np.ones_like(ids), output_mlm_logits=True).mlm_logits
+  np.testing.assert_allclose(np.asarray(ours), theirs, atol=1e-4)
+  np.testing.assert_allclose(theirs, before, atol=1e-4)
+  assert load_pretrained(path, tie_word_embeddings=True)[0].tie_word_embeddings  # Already tied: as it is.
+
+
+def test_tying_an_untied_checkpoint_is_refused_and_none_keeps_it(tmp_path):
+  write_random_checkpoint(tmp_path, "bert", tie_word_embeddings=False)
+  with pytest.raises(ConfigError, match=rf"model.tie_word_embeddings=True: {tmp_path} has an untied MLM decoder"):
+    load_pretrained(tmp_path, tie_word_embeddings=True)
+  config, params = load_pretrained(tmp_path)
+  assert not config.tie_word_embeddings and "decoder" in params["mlm_head"]
+
+
+def _architecture(out, tie_word_embeddings=True):
+  """A tiny BERT architecture directory (no weights), bert-base-uncased's vocabulary."""
+  config = EncoderConfig(model_type="bert", vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=16, max_position_embeddings=16, tie_word_embeddings=tie_word_embeddings)
+  hf.write_architecture(out, config, hf.load_tokenizer(shared_path("tokenizers", "bert-base-uncased")))
+  return out
+
+
+def test_an_architecture_is_initialised_with_the_seed_given_and_tied_as_asked(tmp_path):
+  arch = _architecture(tmp_path / "arch", tie_word_embeddings=False)
+  config, first = load_pretrained(arch, seed=1)
+  _assert_same_params(first, load_pretrained(arch, seed=1)[1])
+  _, second = load_pretrained(arch, seed=2)
+  for path in ("layer_0", "query", "kernel"), ("embeddings", "word", "embedding"), ("mlm_head", "decoder"):
+    assert not np.array_equal(_leaves(first)[path], _leaves(second)[path]), path
+  # HF's initialisation of an untied model: a decoder drawn on its own, not a copy of the word embeddings.
+  assert not np.allclose(first["mlm_head"]["decoder"], first["embeddings"]["word"]["embedding"].T)
+  assert hf.retied_config(arch, config, True).tie_word_embeddings  # No weights to drop.
+  with pytest.raises(CheckpointError, match="is an architecture without weights"):  # Evaluation has no run seed.
+    run_dir.open_source(arch).load_params()

@@ -327,6 +327,43 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   assert Encoder.from_pretrained(tmp_path).method == Method(**seven)
 
 
+def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decoder(tmp_path, wiki_head,
+                                                                                   short_senteval):
+  """configs/pretrain_mlm.py at toy scale, whole words, on a tied architecture run with model.tie_word_embeddings
+  False: the run directory records the untied model, its best step holds the decoder, which a rerun resumes with (a
+  changed field refused) and a Hugging Face checkpoint written from the run loads with."""
+  from jaxemb.data import prepare  # pylint: disable=g-import-not-at-top
+  from jaxemb.errors import ConfigError  # pylint: disable=g-import-not-at-top
+  from jaxemb.models import hf  # pylint: disable=g-import-not-at-top
+  config = tiny_config("pretrain_mlm", tmp_path / "arch", tmp_path / "run", wiki_head, num_steps=2, eval_every=2)
+  config.data.senteval_dir = str(short_senteval)
+  config.model.architecture.update(tokenizer=str(shared_path("tokenizers", "bert-base-uncased")), hidden_size=16,
+                                   num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                                   max_position_embeddings=64)
+  prepare.prepare_architecture(config.model.path, config.model.architecture)  # HF's default: tied.
+  config.model.tie_word_embeddings = False
+  config.objective.whole_word_mask = True
+  config.model.scan_layers = False  # One layer: unrolled, the step compiles in half the time (test_mlm.py scans).
+  assert loop.train(config)["steps_run"] == 2
+  records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert all(np.isfinite(r["loss"]) and 0 <= r["mlm_accuracy"] <= 1 for r in records if "loss" in r)
+  model_config, best, _ = run_dir.load_best(tmp_path / "run")
+  assert not model_config.tie_word_embeddings  # The run's model/config.json: evaluate.py and export read it.
+  decoder = best["encoder"]["mlm_head"]["decoder"]
+  assert decoder.shape == (16, 30522)
+  hf.save_pretrained(tmp_path / "hf", model_config, best["encoder"])
+  config_read, params_read = load_pretrained(tmp_path / "hf")
+  assert not config_read.tie_word_embeddings
+  np.testing.assert_array_equal(params_read["mlm_head"]["decoder"], decoder)  # HF's loading: tests/models/test_hf.py.
+  # Rerun, it resumes at its last step from the run's model (a tied model's state would not restore the decoder).
+  assert loop.train(config)["steps_run"] == 0
+  config.model.tie_word_embeddings = True
+  with pytest.raises(ConfigError, match=r"tie_word_embeddings=True: the run in .* started with False"):
+    loop.train(config, resume_changed=True)
+  fingerprint = json.loads((tmp_path / "run" / "fingerprint.json").read_text())
+  assert fingerprint["fields"]["model.tie_word_embeddings"] is False  # Refused before the run recorded it.
+
+
 @pytest.mark.parametrize("name", ["promptroberta_sup", "simcse_sup"])
 def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_models):
   """Supervised PromptRoBERTa and SimCSE train their fresh dense + tanh without --mlp_only_train and keep it: the

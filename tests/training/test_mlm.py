@@ -32,9 +32,9 @@ def _rows(bert_tokenizer, batch, width, seed=0):
   return template, rows
 
 
-def _shares(original, corrupted, selected):
-  """(selected share of the maskable tokens, [MASK], random, kept shares of the selected) of one masking."""
-  masked = corrupted == 103
+def _shares(original, corrupted, selected, mask_id=103):
+  """([MASK], random, kept shares of the selected tokens) of one masking."""
+  masked = corrupted == mask_id
   kept = corrupted == original
   n = selected.sum()
   return np.array([(masked & selected).sum() / n, (~masked & ~kept & selected).sum() / n, (kept & selected).sum() / n])
@@ -61,6 +61,66 @@ def test_masking_statistics_are_bert_s_and_hf_collator_s(bert_tokenizer):
   assert abs(selected.sum() / maskable.sum() - 0.15) < 0.01 and abs(hf_selected.sum() / maskable.sum() - 0.15) < 0.01
   np.testing.assert_allclose(ours, [0.8, 0.1, 0.1], atol=0.03)
   np.testing.assert_allclose(ours, theirs, atol=0.04)
+
+
+def _words(tokenizer, sentence_ids):
+  """Each token's word index in one sentence, from its piece's text: a word begins at the first token and at every
+  WordPiece piece without "##" (BERT) or byte-level piece with "Ġ" (RoBERTa)."""
+  tokens = tokenizer.convert_ids_to_tokens(sentence_ids)
+  roberta = tokenizer.convert_ids_to_tokens([tokenizer.cls_token_id])[0] == "<s>"
+  begins = [i == 0 or (t.startswith("\u0120") if roberta else not t.startswith("##")) for i, t in enumerate(tokens)]
+  return np.cumsum(begins) - 1
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_whole_word_masking_selects_whole_words_at_bert_s_rate(family, bert_tokenizer, roberta_tokenizer):
+  """Whole words of the sentences only (never a part of one, nor [CLS], [SEP], template tokens or padding), 15% of
+  them, each token then replaced 80/10/10; a sentence's first word too, whose RoBERTa piece has no "Ġ"."""
+  from configs import train_common  # pylint: disable=g-import-not-at-top
+  tokenizer = bert_tokenizer if family == "bert" else roberta_tokenizer
+  text = train_common.PROMPTBERT_OF if family == "bert" else train_common.PROMPTROBERTA_THIS
+  template = templates.Template.parse(text, tokenizer)
+  sentences = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:1024]
+  rows = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=32, tokenization="alone")
+  maskable = mlm.maskable(rows, template)
+  ids, selected = jax.jit(mlm.mask_tokens, static_argnums=(3, 4, 5))(
+      jax.random.key(0), rows.input_ids, maskable, template.mask_id, len(tokenizer),
+      mlm.WordStarts.from_tokenizer(tokenizer))
+  original, ids, selected = np.asarray(rows.input_ids), np.asarray(ids), np.asarray(selected)
+  assert not (selected & ~np.asarray(maskable)).any() and (ids[~selected] == original[~selected]).all()
+  start = 1 + len(template.prefix_ids)
+  chosen, pieces, first_words = [], [], 0
+  for row, length in enumerate(np.asarray(rows.sentence_lengths)):
+    words = _words(tokenizer, original[row, start:start + length].tolist())
+    picked = selected[row, start:start + length]
+    for word in range(words[-1] + 1 if length else 0):
+      of_word = picked[words == word]
+      assert of_word.all() or not of_word.any(), (row, word)  # Never a part of a word.
+      chosen.append(of_word[0])
+      pieces.append(len(of_word))
+    first_words += bool(length and picked[0])
+  chosen, pieces = np.array(chosen), np.array(pieces)
+  # ~24k words: the std of the 15% share is 0.0023.
+  assert abs(chosen.mean() - mlm.SELECT_RATE) < 0.01, chosen.mean()
+  assert chosen[pieces > 1].sum() > 100 and 100 < first_words < 220  # Words of several pieces; 15% of 1024 first words.
+  np.testing.assert_allclose(_shares(original, ids, selected, template.mask_id), [0.8, 0.1, 0.1], atol=0.03)
+
+
+def test_whole_word_masking_needs_word_boundaries_and_the_mlm_loss(bert_tokenizer):
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  # A word-level vocabulary: no piece marks where a word begins.
+  words = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer(
+      tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]")))
+  with pytest.raises(ConfigError, match=r"^objective.whole_word_mask: the vocabulary of \w+ gives no word starts: "
+                                        r"it is neither WordPiece"):
+    mlm.WordStarts.from_tokenizer(words)
+  table = mlm.WordStarts.from_tokenizer(bert_tokenizer).table
+  assert table.shape == (30522,) and table[bert_tokenizer.convert_tokens_to_ids("the")]
+  assert not table[bert_tokenizer.convert_tokens_to_ids("##s")]
+  with pytest.raises(ConfigError, match="whole-word masking applies to loss 'mlm' only"):
+    dataclasses.replace(_mlm_objective(bert_tokenizer), views=("a", "b"), view_templates=(
+        _mlm_objective(bert_tokenizer).view_templates * 2), loss="info_nce", word_starts=mlm.WordStarts(b"", 0))
 
 
 def test_init_params_are_hf_s_initialisation():

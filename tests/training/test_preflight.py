@@ -10,6 +10,7 @@ import pytest
 from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.training import loop, preflight
+from tests.support import write_random_checkpoint
 from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
 
 
@@ -18,7 +19,7 @@ def _heavy_steps_fail(monkeypatch):
   """Makes loading the weights or reading the corpus fail the test: a refused config must not reach them."""
   def called(*args, **kwargs):
     raise AssertionError("loaded before the config was checked")
-  monkeypatch.setattr(loop, "load_pretrained", called)
+  monkeypatch.setattr(loop, "load_start", called)
   monkeypatch.setattr(loop, "read_columns", called)
 
 
@@ -28,6 +29,15 @@ def _config(tiny_bert, tmp_path, wiki_head, **changes):  # pylint: disable=redef
     section, name = field.split("__")
     config[section][name] = value
   return config
+
+
+def test_tying_an_untied_checkpoint_is_refused_before_anything_is_loaded_or_written(tmp_path, wiki_head,
+                                                                                    heavy_steps_fail):
+  untied = write_random_checkpoint(tmp_path / "untied", "bert", tie_word_embeddings=False)
+  config = _config(untied, tmp_path, wiki_head, model__tie_word_embeddings=True)
+  with pytest.raises(ConfigError, match=rf"^model\.tie_word_embeddings=True: {untied} has an untied MLM decoder"):
+    loop.train(config)
+  assert not (tmp_path / "run").exists()
 
 
 def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(tmp_path, tiny_bert, wiki_head,
