@@ -1,4 +1,5 @@
-"""XLA compiler options for the jitted functions that run the encoder (evaluation and the train step).
+"""XLA compiler options for the jitted functions that run the encoder (evaluation and the train step), and the
+other choices of how they compile per backend.
 
 On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10). For BERT's attention, batch x heads products of
 [length, head_dim] matrices, YNNPACK is 2-3x slower than XLA's Eigen dots: the bert-base-sized forward at batch
@@ -26,6 +27,15 @@ def compiler_options() -> dict[str, str] | None:
   except jax.errors.JaxRuntimeError:  # An XLA without the option: its defaults.
     return None
   return CPU_OPTIONS
+
+
+def scan_unroll(num_layers: int) -> int:
+  """`Transformer.scan_unroll` for a scanned model of `num_layers` layers on this backend: on the CPU all of them,
+  one loop trip, as the scan's loop cost a tenth of a MiniLM train step there (it stacks each layer's activations
+  into buffers for the backward pass, one dynamic-update-slice at a time; SimCSE 2528 ms/step scanned, 2255 ms
+  unrolled, 2264 ms with a module per layer; bench/train_step.py); elsewhere 1, one layer compiled, which keeps
+  bert-large's compile short."""
+  return num_layers if jax.default_backend() == "cpu" else 1
 
 
 def jit(fn: Callable[..., Any], **kwargs) -> Callable[..., Any]:

@@ -204,6 +204,9 @@ class Transformer(nn.Module):
       unrolled model's (`layer_{i}/...`) to float32 rounding; dropout masks differ, the per-layer rngs being split
       by the scan rather than folded in by layer name. False by default: the layout `load_pretrained` returns
       unless asked (training's config.model.scan_layers is True).
+    scan_unroll: how many layers each trip of the scan's loop runs (`nn.scan`'s `unroll`; num_hidden_layers: no
+      loop at all). A compile-time choice: the params, dropout streams and outputs are the scanned model's
+      (jaxemb.xla.scan_unroll picks it per backend).
     remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":
       nothing, recomputed: about one more forward pass of compute for less memory); the same params and outputs.
   """
@@ -212,6 +215,7 @@ class Transformer(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
   scan_layers: bool = False
+  scan_unroll: int = 1
   remat_policy: str = "none"
 
   def setup(self):
@@ -309,7 +313,8 @@ class Transformer(nn.Module):
         buffer = jax.lax.dynamic_update_index_in_dim(buffer, probs, slot, 0)
       return (x, buffer), (x if output_hidden_states else None)
 
-    scan = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True}, length=num_layers)
+    scan = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True}, length=num_layers,
+                   unroll=self.scan_unroll)
     (x, buffer), outputs = scan(self.layers, (x, buffer), slots)
     attentions = {layer: buffer[slot] for slot, layer in enumerate(attention_layers)}
     return (list(outputs) if output_hidden_states else [x]), attentions

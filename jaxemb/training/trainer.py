@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import optax
 
-from jaxemb import sharding, templates
+from jaxemb import sharding, templates, xla
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, hf
 from jaxemb.training import mlm, objectives
@@ -112,6 +112,7 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   objective = build_objective(config, tokenizer)
   check_model_options(config)
   model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), scan_layers=config.model.scan_layers,
+                      scan_unroll=xla.scan_unroll(model_config.num_hidden_layers),
                       remat_policy=config.model.remat_policy)
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed

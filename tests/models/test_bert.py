@@ -186,14 +186,14 @@ def test_minilm_hidden_states_match_hf(scan_layers):
 
 
 @functools.lru_cache(maxsize=None)
-def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none"):
+def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none", scan_unroll=1):
   """The value and gradients (per layer, whatever the layout) of a loss on the last states and layer 1's attention,
   dropout drawn from key 0 unless `deterministic`; cached, as several tests compare against the same baseline."""
   config, params, _ = _load(path, scan_layers)
   ids, mask = _padded_batch(path)
 
   def loss(params):
-    out = Transformer(config, scan_layers=scan_layers, remat_policy=remat_policy).apply(
+    out = Transformer(config, scan_layers=scan_layers, remat_policy=remat_policy, scan_unroll=scan_unroll).apply(
         {"params": params}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(0)},
         output_attentions=(1,))
     return jnp.sum(out.last_hidden_state ** 2) + jnp.sum(out.attentions[1])
@@ -228,6 +228,20 @@ def test_scanned_layers_give_the_unrolled_outputs_and_gradients(tiny_checkpoint)
   path = str(tiny_checkpoint[1])
   _assert_close(_loss_and_grads(path, True, True), _loss_and_grads(path, True, False))
   assert not np.allclose(_loss_and_grads(path, False, True)[0], _loss_and_grads(path, False, False)[0], rtol=1e-3)
+
+
+def test_unrolled_scan_is_the_scanned_model(tiny_checkpoint):
+  """scan_unroll (the CPU's choice, jaxemb.xla.scan_unroll) changes the compiled loop only: with dropout on, the
+  loss and gradients of the scan unrolled into one trip equal the looping scan's (the same dropout streams), and
+  the compiled program has no loop left."""
+  _, path = tiny_checkpoint
+  config, params, _ = _load(str(path), scan_layers=True)
+  unrolled = _loss_and_grads(str(path), False, True, scan_unroll=config.num_hidden_layers)
+  _assert_close(unrolled, _loss_and_grads(str(path), False, True))
+  ids, mask = _padded_batch(path)
+  hlo = lambda unroll: jax.jit(lambda p: Transformer(config, scan_layers=True, scan_unroll=unroll).apply(
+      {"params": p}, ids, mask).last_hidden_state).lower(params).compile().as_text()
+  assert " while(" in hlo(1) and " while(" not in hlo(config.num_hidden_layers)
 
 
 def test_dropout_keeps_each_element_with_probability_one_minus_rate():
