@@ -54,7 +54,7 @@ def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method
     raise FileExistsError(f"{out} is not empty; export into a new directory")
   config, params, tokenizer, method = _load(source, method)
   card_facts = model_card.facts(source)
-  hf.save_pretrained(out, config, params if method.head == "mlm_transform" else
+  hf.save_pretrained(out, config, params if _keeps_mlm_head(method, card_facts) else
                      {k: v for k, v in params.items() if k != "mlm_head"}, tokenizer)
   if method.name == "prompt":
     _write_prompt_module(out, config, templates.Template.parse(method.template, tokenizer), method)
@@ -103,6 +103,13 @@ def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any,
     raise ConfigError(f"method {method.name!r} (head {method.head!r}) needs the checkpoint's {needed} weights; "
                      f"{source} has none")
   return model.config, params, model.tokenizer, method
+
+
+def _keeps_mlm_head(method: Method, card_facts: dict[str, Any]) -> bool:
+  """Whether the export keeps the MLM head: when the method reads it, or when the run trained it (loss "mlm":
+  pre-training continues from the export, as preflight tells a user who names a run directory as model.path)."""
+  training = card_facts["training"] or {}
+  return method.head == "mlm_transform" or training.get("fields", {}).get("objective.loss") == "mlm"
 
 
 def _write_json(path: pathlib.Path, value: Any):

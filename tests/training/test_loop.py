@@ -331,10 +331,9 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
                                                                                    short_senteval):
   """configs/pretrain_mlm.py at toy scale, whole words, on a tied architecture run with model.tie_word_embeddings
   False: the run directory records the untied model, its best step holds the decoder, which a rerun resumes with (a
-  changed field refused) and a Hugging Face checkpoint written from the run loads with."""
+  changed field refused) and the run's export keeps, so pre-training can continue from it."""
   from jaxemb.data import prepare  # pylint: disable=g-import-not-at-top
   from jaxemb.errors import ConfigError  # pylint: disable=g-import-not-at-top
-  from jaxemb.models import hf  # pylint: disable=g-import-not-at-top
   config = tiny_config("pretrain_mlm", tmp_path / "arch", tmp_path / "run", wiki_head, num_steps=2, eval_every=2)
   config.data.senteval_dir = str(short_senteval)
   config.model.architecture.update(tokenizer=str(shared_path("tokenizers", "bert-base-uncased")), hidden_size=16,
@@ -351,7 +350,7 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
   assert not model_config.tie_word_embeddings  # The run's model/config.json: evaluate.py and export read it.
   decoder = best["encoder"]["mlm_head"]["decoder"]
   assert decoder.shape == (16, 30522)
-  hf.save_pretrained(tmp_path / "hf", model_config, best["encoder"])
+  export.export_model(tmp_path / "run", tmp_path / "hf", "last_avg")  # Keeps the MLM head of an MLM run.
   config_read, params_read = load_pretrained(tmp_path / "hf")
   assert not config_read.tie_word_embeddings
   np.testing.assert_array_equal(params_read["mlm_head"]["decoder"], decoder)  # HF's loading: tests/models/test_hf.py.
