@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import transformers
 
-from jaxemb import sharding, templates
+from jaxemb import sharding, templates, xla
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import trainer
@@ -44,7 +44,8 @@ def print_load(when: str):
   """The 1/5/15-minute load averages: the machine is shared, so every number is read against them."""
   one, five, fifteen = os.getloadavg()
   print(f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs "
-        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r})", flush=True)
+        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
+        f"{xla.OPTIONS_ENV}={os.environ.get(xla.OPTIONS_ENV, '')!r})", flush=True)
 
 
 def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:

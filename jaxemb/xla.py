@@ -8,25 +8,49 @@ On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10). For BERT's atten
 """
 
 import functools
+import json
 import os
 from typing import Any, Callable
 
 import jax
 
+from jaxemb.errors import ConfigError
+
 # Library fusion types handed to YNNPACK: none, so every dot goes to XLA's own (Eigen) kernels.
 CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+# A JSON object of XLA compiler options merged over CPU_OPTIONS, to try another CPU's best without editing code
+# (e.g. '{"xla_cpu_prefer_vector_width": 512}'; docs/accelerators.md). The benchmarks print it.
+OPTIONS_ENV = "JAXEMB_XLA_CPU_OPTIONS"
 
 
 @functools.cache
-def compiler_options() -> dict[str, str] | None:
-  """CPU_OPTIONS on the CPU when this jaxlib accepts them (checked once by compiling a no-op), else None."""
+def compiler_options() -> dict[str, Any] | None:
+  """CPU_OPTIONS and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once by compiling
+  a no-op), else None. ConfigError for a variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
+  extra = _options_from_env()
+  options = {**CPU_OPTIONS, **extra}
   try:
-    jax.jit(lambda x: x, compiler_options=CPU_OPTIONS).lower(0.0).compile()
-  except jax.errors.JaxRuntimeError:  # An XLA without the option: its defaults.
-    return None
-  return CPU_OPTIONS
+    jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
+  except jax.errors.JaxRuntimeError as e:
+    if extra:
+      refusal = str(e).splitlines()[0]
+      raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})") from None
+    return None  # An XLA without the option: its defaults.
+  return options
+
+
+def _options_from_env() -> dict[str, Any]:
+  text = os.environ.get(OPTIONS_ENV, "").strip()
+  try:
+    options = json.loads(text) if text else {}
+  except ValueError:
+    options = None
+  if not isinstance(options, dict):
+    raise ConfigError(f"{OPTIONS_ENV}={text}: not a JSON object of XLA compiler options, such as "
+                      '\'{"xla_cpu_prefer_vector_width": 512}\'')
+  return options
 
 
 def scan_unroll(num_layers: int) -> int:
