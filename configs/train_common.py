@@ -27,9 +27,12 @@ def get_config():
   config.model.dtype = "float32"  # Compute dtype (bfloat16 on accelerators); params and loss stay float32.
   # Run the layers as one nn.scan over params stacked on a leading axis (`layers/...`, maxtext's pattern): XLA
   # compiles one layer instead of every one (bench/scan_layers.py). False: a module per layer (`layer_{i}/...`).
-  # Checkpoints written for Hugging Face and a run's best step read back per layer either way. On the CPU the scan's
-  # loop is unrolled when compiled (jaxemb.xla.scan_unroll: the same params and dropout, a tenth faster a step).
+  # Checkpoints written for Hugging Face and a run's best step read back per layer either way.
   config.model.scan_layers = True
+  # Layers run per trip of the scan's loop (nn.scan's unroll; the same params, dropout and outputs, compiled
+  # differently). None: per backend (jaxemb.xla.scan_unroll): every layer on the CPU, where the loop cost a tenth of
+  # a step, 1 elsewhere (one layer compiled). 1 also compiles faster on the CPU (tests at toy scale set it).
+  config.model.scan_unroll = ml_collections.FieldReference(None, field_type=int)
   # What each layer keeps for the backward pass: "none" (everything), "full" (nothing: recomputed, about one more
   # forward pass of compute for less activation memory), or a jax.checkpoint_policies name such as "dots_saveable"
   # (keep the matmul outputs): jaxemb.models.bert.REMAT_POLICIES.

@@ -100,6 +100,8 @@ class Trainer:
 
 def check_model_options(config: Any):
   """Raises ConfigError for a config.model field the Transformer cannot take."""
+  if config.model.scan_unroll is not None and config.model.scan_unroll < 1:
+    raise ConfigError(f"config.model.scan_unroll={config.model.scan_unroll}: must be at least 1 (or None: per backend)")
   if config.model.remat_policy not in bert.REMAT_POLICIES:
     raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of "
                       f"{bert.REMAT_POLICIES}")
@@ -112,7 +114,7 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   objective = build_objective(config, tokenizer)
   check_model_options(config)
   model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), scan_layers=config.model.scan_layers,
-                      scan_unroll=xla.scan_unroll(model_config.num_hidden_layers),
+                      scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
                       remat_policy=config.model.remat_policy)
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed

@@ -27,12 +27,13 @@ from jaxemb.models import run_dir
 # things are kept (the workdir itself, so a moved run directory resumes; the caches), what the run evaluates and how
 # often (config.evals), what is scored after it (eval.tasks, eval.output_json), how often it logs and saves and how
 # many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching, padding of batches,
-# evaluation batches, recomputation in the backward pass: the same numbers up to rounding). A name covers the
-# fields under it.
+# evaluation batches, recomputation in the backward pass, the scan's unrolling: the same numbers up to rounding). A
+# name covers the fields under it.
 NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data.length_multiple",
-                     "model.remat_policy", "evals", "eval.tasks", "eval.output_json", "train.save_every",
-                     "train.log_every", "train.keep_checkpoints", "train.prefetch", "train.mesh_data",
-                     "train.mesh_fsdp", "train.distributed", "eval.batch_size", "eval.length_multiple")
+                     "model.remat_policy", "model.scan_unroll", "evals", "eval.tasks", "eval.output_json",
+                     "train.save_every", "train.log_every", "train.keep_checkpoints", "train.prefetch",
+                     "train.mesh_data", "train.mesh_fsdp", "train.distributed", "eval.batch_size",
+                     "eval.length_multiple")
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
 # path that names no local file is a hub id, compared as given.
 PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")

@@ -90,6 +90,7 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
     ("eval__batch_size", 0, r"config\.eval\.batch_size=0: must be a positive int"),
     ("data__max_sentence_tokens", 0, r"config\.data\.max_sentence_tokens=0: must be a positive int"),
     ("data__format", "tsv", r"config\.data\.format='tsv': must be one of \['nli', 'text'\]"),
+    ("model__scan_unroll", 0, r"^config\.model\.scan_unroll=0: must be at least 1"),
     ("model__remat_policy", "dots", r"^config\.model\.remat_policy='dots': must be one of \('none', 'full', "),
     ("objective__templates", ('This sentence of "[X]" means.', 'This sentence : "[X]" means[MASK].'),
      r"^config\.objective: mask pooling and denoising need a template with \[MASK\]"),
