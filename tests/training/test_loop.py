@@ -185,7 +185,7 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
             f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
             "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
             "--config.train.num_steps=6", "--config.train.save_every=2", "--config.evals.stsb_dev.every=100",
-            "--config.train.log_every=1",
+            "--config.train.log_every=1", "--config.model.scan_unroll=1",
             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
@@ -216,7 +216,7 @@ def test_sigterm_saves_exits_preempted_and_rerun_resumes_to_the_same_params(tmp_
             f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
             "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
             f"--config.train.num_steps={num_steps}", "--config.train.save_every=100",
-            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1",
+            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
 
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)

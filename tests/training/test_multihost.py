@@ -35,7 +35,7 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
           f"--config.model.path={model_dir}", f"--config.data.train_file={corpus_file}",
           f"--config.data.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
           f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
-          "--config.eval.length_multiple=64", "--config.eval.batch_size=1024",
+          "--config.eval.length_multiple=64", "--config.eval.batch_size=1024", "--config.model.scan_unroll=1",
           f"--config.compilation_cache_dir={cache / 'xla'}", f"--config.evals.stsb_dev.every={eval_every}",
           *(f"--config.train.{name}={value}" for name, value in train.items())]
 
