@@ -248,8 +248,7 @@ class Encoder:
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
     def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
-      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params),
-                          scan_unroll=xla.scan_unroll(config.num_hidden_layers))
+      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
       return sentence_vectors(model, params, method, template=self.template, **inputs)
     self._vectors = xla.jit(vectors, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self.compiled_shapes: set[tuple[int, int]] = set()
