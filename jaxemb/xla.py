@@ -54,11 +54,11 @@ def _options_from_env() -> dict[str, Any]:
 
 
 def scan_unroll(num_layers: int) -> int:
-  """`Transformer.scan_unroll` for a scanned model of `num_layers` layers on this backend: on the CPU all of them,
-  one loop trip, as the scan's loop cost a tenth of a MiniLM train step there (it stacks each layer's activations
-  into buffers for the backward pass, one dynamic-update-slice at a time; SimCSE 2528 ms/step scanned, 2255 ms
-  unrolled, 2264 ms with a module per layer; bench/train_step.py); elsewhere 1, one layer compiled, which keeps
-  bert-large's compile short."""
+  """The train step's `Transformer.scan_unroll` for `num_layers` scanned layers on this backend: on the CPU all of
+  them, one loop trip, as the scan's loop cost a tenth of a MiniLM train step there (it stacks each layer's
+  activations into buffers for the backward pass, one dynamic-update-slice at a time; SimCSE 2528 ms/step scanned,
+  2255 ms unrolled, 2264 ms with a module per layer; bench/train_step.py); elsewhere 1, one layer compiled, which
+  keeps bert-large's compile short."""
   return num_layers if jax.default_backend() == "cpu" else 1
 
 
