@@ -1,13 +1,14 @@
 r"""One unsupervised training step: jaxemb's jitted step against a straightforward PyTorch step, same batch.
 
-Two settings, as configs/promptbert.py and configs/simcse.py define them: PromptBERT (two templates, the
-[MASK] state, position-offset template denoising with one bias table per template, the training-only dense +
-tanh MLP, InfoNCE) and SimCSE (the same sentences twice, dropout the only noise, [CLS], MLP, InfoNCE). The
-jaxemb step is built as train.py builds it (jaxemb/training/trainer.py); the PyTorch step runs HF `BertModel` in train mode
-through the same encoder calls (each view, then each template's bias rows), `torch.optim.AdamW` on the same
-linear schedule. Both start from the same weights (the MLP too) and read the same rows: the script first
-checks that their dropout-free losses agree, then times steps alternately, with the jax step once per dropout
-PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg are cheaper on CPU).
+Two settings, as configs/promptbert.py and configs/simcse.py define them: PromptBERT (two templates, the [MASK]
+state, position-offset template denoising with one bias table per template, the training-only dense + tanh MLP,
+InfoNCE) and SimCSE (the same sentences twice, dropout the only noise, [CLS], MLP, InfoNCE). The jaxemb step is
+built as train.py builds it (jaxemb/training/trainer.py); the PyTorch step runs HF `BertModel` in train mode
+through the same encoder calls (each view, then each template's bias rows), clips the gradients as the config does
+(`torch.nn.utils.clip_grad_norm_`), then `torch.optim.AdamW` on the same linear schedule. Both start from the same
+weights (the MLP too) and read the same rows: the script first checks that their dropout-free losses agree, then
+times steps alternately, with the jax step once per dropout PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg
+were 3-8% slower on a 2-core CPU, docs/benchmarks.md).
 
   python bench/train_step.py                                  # MiniLM, batch 64, 32 sentence tokens
   python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
@@ -53,7 +54,8 @@ class TorchTrainStep:
     self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(config.data.max_sentence_tokens + 1), offset))
                       for t in o.view_templates if o.denoise == "position_offset"}
     t = config.train
-    params = [*self.bert.parameters(), *self.mlp.parameters()]
+    self.params = params = [*self.bert.parameters(), *self.mlp.parameters()]
+    self.max_grad_norm = t.max_grad_norm  # Clipped as jaxemb's step clips (0: not at all).
     self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_b1, t.adam_b2), eps=t.adam_eps,
                                        weight_decay=t.weight_decay)
     self.schedule = torch.optim.lr_scheduler.LinearLR(self.optimizer, 1.0, 0.0, total_iters=common.SCHEDULE_STEPS)
@@ -83,6 +85,8 @@ class TorchTrainStep:
     self.optimizer.zero_grad()
     loss = self.loss()
     loss.backward()
+    if self.max_grad_norm:
+      torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
     self.optimizer.step()
     self.schedule.step()
     return loss.item()
