@@ -2,14 +2,18 @@ r"""Encoder forward throughput: jaxemb against HF PyTorch on the same weights an
 machine's matmul peak that each reaches.
 
 For each model and batch x length it times the jitted jaxemb forward (last hidden state) and HF `BertModel` (no
-pooler, torch.inference_mode) alternately, with a large float32 matmul in jax and in torch in the same rotation;
-the higher matmul rate is the peak. Both jax functions are compiled as jaxemb compiles the encoder
-(`jaxemb.xla.jit`: on the CPU, XLA's Eigen dots rather than YNNPACK's); --xla-defaults adds the forward compiled
-with XLA's default options. Forward FLOPs are counted analytically (`common.forward_flops`). The bert-base-sized checkpoint is random, written with HF transformers into a temporary folder and read by
-`jaxemb.models.load_pretrained`, so both sides run the same weights.
+pooler, torch.inference_mode) alternately, with a large matmul in jax and in torch in the same rotation; the higher
+matmul rate is the peak. The jax functions are compiled as jaxemb.encode compiles the encoder (`jaxemb.xla.jit`
+with the compute dtype's CPU options: oneDNN's dots for float32 on x86, YNNPACK's for bfloat16, whose dots return
+float32); --compare adds the forward compiled with other options (XLA's defaults; Eigen's dots, jaxemb's float32
+choice until 2026-11-24). --dtype bfloat16 runs jaxemb in bfloat16 and PyTorch under CPU autocast. Forward FLOPs
+are counted analytically (`common.forward_flops`). The bert-base-sized checkpoint is random, written with HF
+transformers into a temporary folder and read by `jaxemb.models.load_pretrained`, so both sides run the same
+weights.
 
   python bench/encoder_forward.py                                 # bert-base-sized and MiniLM, 4 shapes each
   python bench/encoder_forward.py --models bert-base --shapes 64x64 --repeats 9
+  python bench/encoder_forward.py --dtype bfloat16 --compare eigen     # against torch's CPU autocast
 """
 
 import argparse
@@ -27,32 +31,39 @@ from jaxemb import xla  # pylint: disable=g-bad-import-order
 from jaxemb.models import Transformer, load_pretrained
 
 
-def matmul_cases(n: int) -> tuple[dict, float]:
-  """({"jax matmul", "torch matmul"} callables, FLOPs) of one [n, n] x [n, n] float32 product."""
+# Other compiler options --compare times the jaxemb forward with: XLA's defaults and jaxemb's previous float32 choice.
+OTHER_OPTIONS = {"defaults": {}, "eigen": xla.EIGEN_DOTS}
+
+
+def matmul_cases(n: int, dtype: str) -> tuple[dict, float]:
+  """({"jax matmul", "torch matmul"} callables, FLOPs) of one [n, n] x [n, n] product in `dtype`, each side's
+  dot as its forward runs it (jax's returning `xla.dot_output_dtype`)."""
   a, b = np.random.default_rng(0).standard_normal((2, n, n), np.float32)
-  ja, jb = jnp.asarray(a), jnp.asarray(b)
-  ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-  product = xla.jit(jnp.matmul)
+  ja, jb = jnp.asarray(a, dtype), jnp.asarray(b, dtype)
+  ta, tb = torch.from_numpy(a).to(getattr(torch, dtype)), torch.from_numpy(b).to(getattr(torch, dtype))
+  product = xla.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=xla.dot_output_dtype(dtype)), dtype)
   return {"jax matmul": lambda: product(ja, jb).block_until_ready(), "torch matmul": lambda: ta @ tb}, 2.0 * n**3
 
 
-def forward_cases(config, params, torch_model, batch: int, length: int) -> dict:
-  """{"jaxemb", "pytorch", "XLA defaults"}: one forward pass of the same random full-length batch."""
+def forward_cases(config, params, torch_model, batch: int, length: int, dtype: str, compare: list[str]) -> dict:
+  """{"jaxemb", "pytorch", *compare}: one forward pass of the same random full-length batch in `dtype` (torch's
+  under CPU autocast for bfloat16)."""
   ids = np.random.default_rng(1).integers(1000, config.vocab_size, (batch, length), dtype=np.int32)
   mask = np.ones_like(ids)
-  model = Transformer(config)
+  model = Transformer(config, dtype=dtype, dot_output_dtype=xla.dot_output_dtype(dtype))  # As jaxemb.encode's.
   apply = lambda p, i, m: model.apply({"params": p}, i, m).last_hidden_state
-  forward = xla.jit(apply)  # As jaxemb.encode compiles it.
-  xla_defaults = jax.jit(apply)
   jax_inputs = (jnp.asarray(ids), jnp.asarray(mask))
+  forwards = {"jaxemb": xla.jit(apply, dtype)}  # As jaxemb.encode compiles it.
+  forwards.update({name: jax.jit(apply, compiler_options=OTHER_OPTIONS[name]) for name in compare})
   torch_inputs = dict(input_ids=torch.from_numpy(ids).long(), attention_mask=torch.from_numpy(mask).long())
+  autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16")
 
   def pytorch():
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast:
       return torch_model(**torch_inputs).last_hidden_state
 
-  return {"jaxemb": lambda: forward(params, *jax_inputs).block_until_ready(), "pytorch": pytorch,
-          "XLA defaults": lambda: xla_defaults(params, *jax_inputs).block_until_ready()}
+  return {**{name: lambda f=f: f(params, *jax_inputs).block_until_ready() for name, f in forwards.items()},
+          "pytorch": pytorch}
 
 
 def main():
@@ -61,7 +72,10 @@ def main():
   parser.add_argument("--shapes", default="64x32,64x64,128x32,128x64", help="batch x length, comma-separated")
   parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (median); alternating")
   parser.add_argument("--matmul", type=int, default=4096, help="side of the square matmul that measures the peak")
-  parser.add_argument("--xla-defaults", action="store_true", help="also time the forward with XLA's defaults")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="compute dtype (PyTorch's: CPU autocast to bfloat16)")
+  parser.add_argument("--compare", default="", help=f"also time jaxemb's forward with these compiler options: "
+                      f"{', '.join(OTHER_OPTIONS)} (comma-separated)")
   parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
   args = parser.parse_args()
   if args.threads:
@@ -69,7 +83,12 @@ def main():
   common.print_load("start")
   print(f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__} "
         f"({torch.get_num_threads()} threads)")
-  matmuls, matmul_flops = matmul_cases(args.matmul)
+  compare = [name for name in args.compare.split(",") if name]
+  unknown = sorted(set(compare) - set(OTHER_OPTIONS))
+  if unknown:
+    parser.error(f"--compare {','.join(unknown)}: not one of {', '.join(OTHER_OPTIONS)}")
+  print(f"compute dtype {args.dtype}; jaxemb's CPU options for it: {xla.compiler_options(args.dtype)}")
+  matmuls, matmul_flops = matmul_cases(args.matmul, args.dtype)
   header = (f"{'model':<10} {'shape':>7} {'jaxemb ms':>10} {'torch ms':>9} {'jaxemb sent/s':>13} {'tok/s':>7} "
             f"{'torch sent/s':>12} {'tok/s':>7} {'ratio':>6} {'matmul GF/s jax/torch':>21} {'jaxemb %pk':>10} "
             f"{'torch %pk':>9}")
@@ -83,9 +102,7 @@ def main():
       print(header)
       for shape in args.shapes.split(","):
         batch, length = map(int, shape.split("x"))
-        forwards = forward_cases(config, params, torch_model, batch, length)
-        if not args.xla_defaults:
-          del forwards["XLA defaults"]
+        forwards = forward_cases(config, params, torch_model, batch, length, args.dtype, compare)
         times = common.interleaved({**forwards, **matmuls}, args.repeats)
         jax_mm, torch_mm = matmul_flops / times["jax matmul"], matmul_flops / times["torch matmul"]
         peak = max(jax_mm, torch_mm)
@@ -97,11 +114,11 @@ def main():
               f"{common.ratio(1 / ours, 1 / theirs):>6} {f'{jax_mm / 1e9:.1f}/{torch_mm / 1e9:.1f}':>21} "
               f"{100 * flops / ours / peak:9.1f}% "
               f"{100 * flops / theirs / peak:8.1f}%", flush=True)
-        if args.xla_defaults:
-          print(f"{'':<18} jaxemb with XLA's default compiler options: {times['XLA defaults'] * 1e3:.0f} ms "
-                f"({100 * flops / times['XLA defaults'] / peak:.1f}% of peak)")
-  print(f"\n%pk: forward FLOP/s over the faster of the jax and torch {args.matmul}^2 float32 matmuls timed in the same "
-        "rotation; ratio: jaxemb / PyTorch throughput")
+        for other in compare:
+          print(f"{'':<18} jaxemb with the {other} compiler options: {times[other] * 1e3:.0f} ms "
+                f"({100 * flops / times[other] / peak:.1f}% of peak, {common.ratio(1 / times[other], 1 / theirs)})")
+  print(f"\n%pk: forward FLOP/s over the faster of the jax and torch {args.matmul}^2 {args.dtype} matmuls timed in the "
+        "same rotation; ratio: jaxemb / PyTorch throughput")
   common.print_load("end")
 
 

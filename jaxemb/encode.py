@@ -248,9 +248,10 @@ class Encoder:
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
     def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
-      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
+      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params),
+                          dot_output_dtype=xla.dot_output_dtype(dtype))
       return sentence_vectors(model, params, method, template=self.template, **inputs)
-    self._vectors = xla.jit(vectors, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
+    self._vectors = xla.jit(vectors, dtype, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.

@@ -1,36 +1,72 @@
 """XLA compiler options for the jitted functions that run the encoder (evaluation and the train step), and the
 other choices of how they compile per backend.
 
-On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10). For BERT's attention, batch x heads products of
-[length, head_dim] matrices, YNNPACK is 2-3x slower than XLA's Eigen dots: the bert-base-sized forward at batch
-64 x length 64 took 4.3 s with it and 3.8 s without (2 cores; bench/encoder_forward.py). The option is passed per
-`jax.jit`, so other JAX code in the process keeps XLA's defaults, and only where this jaxlib knows it.
+On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10), and upcasts a bfloat16 dot whole to float32. Per
+compute dtype jaxemb picks the library each dot goes to (bench/encoder_forward.py, docs/benchmarks.md):
+- float32: oneDNN's matmuls on x86 (the library torch's CPU matmuls come from; XLA's Eigen dots elsewhere).
+  YNNPACK is 2-3x slower than Eigen on BERT's attention products (batch x heads of [length, head_dim]
+  matrices): the bert-base-sized forward at batch 64 x 64 took 4.3 s with it and 3.8 s without (2 cores).
+  oneDNN's were 1-7% faster than Eigen's in the forward and within 2% in the train step on an AMD EPYC; on Intel
+  Xeons, where Eigen's dots reached 270-290 GF/s against torch's 350-400, they are Intel's own kernels.
+- bfloat16: YNNPACK's, dot by dot, given dots that return float32 (`dot_output_dtype`): bf16 multiplies with
+  float32 sums, 2x the float32 rate with AVX512-BF16 (394 against 206 GF/s), where XLA's own path converts the
+  operands to float32 first.
+The options are passed per `jax.jit`, so other JAX code in the process keeps XLA's defaults, and only where this
+jaxlib knows them.
 """
 
 import functools
 import json
 import os
+import platform
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 
 from jaxemb.errors import ConfigError
 
-# Library fusion types handed to YNNPACK: none, so every dot goes to XLA's own (Eigen) kernels.
-CPU_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+# No library fusion types: every dot stays with XLA (its Eigen kernels; jaxemb's float32 choice before oneDNN).
+EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
+# Per compute dtype name: the CPU options of the programs that compute in it (see the module docstring).
+CPU_OPTIONS = {
+    "float32": {**EIGEN_DOTS, "xla_cpu_use_onednn": True,
+                "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+    "bfloat16": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+}
+# oneDNN is built into x86 jaxlibs only; other CPUs keep XLA's Eigen dots for float32.
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
 # A JSON object of XLA compiler options merged over CPU_OPTIONS, to try another CPU's best without editing code
 # (e.g. '{"xla_cpu_prefer_vector_width": 512}'; docs/accelerators.md). The benchmarks print it.
 OPTIONS_ENV = "JAXEMB_XLA_CPU_OPTIONS"
 
 
+def cpu_options(dtype: Any = jnp.float32) -> dict[str, Any]:
+  """CPU_OPTIONS for programs computing in `dtype` (other dtypes: float32's) on this machine."""
+  options = CPU_OPTIONS.get(jnp.dtype(dtype).name, CPU_OPTIONS["float32"])
+  if not _X86 and "xla_cpu_use_onednn" in options:
+    options = EIGEN_DOTS
+  return dict(options)
+
+
+def dot_output_dtype(dtype: Any) -> Any:
+  """The `Transformer.dot_output_dtype` of an encoder computing in `dtype` on this backend: float32 for bfloat16
+  on the CPU, whose YNNPACK dots take bfloat16 operands only with float32 results; else None (dots return
+  `dtype`, as accelerators' do, summing in float32 inside)."""
+  if jax.default_backend() == "cpu" and jnp.dtype(dtype) == jnp.bfloat16:
+    return jnp.float32
+  return None
+
+
 @functools.cache
-def compiler_options() -> dict[str, Any] | None:
-  """CPU_OPTIONS and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once by compiling
-  a no-op), else None. ConfigError for a variable that is not a JSON object or names options XLA refuses."""
+def compiler_options(dtype: Any = jnp.float32) -> dict[str, Any] | None:
+  """`cpu_options(dtype)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once per
+  dtype by compiling a no-op), else None. ConfigError for a variable that is not a JSON object or names options
+  XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
   extra = _options_from_env()
-  options = {**CPU_OPTIONS, **extra}
+  options = {**cpu_options(dtype), **extra}
   try:
     jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
   except jax.errors.JaxRuntimeError as e:
@@ -62,9 +98,9 @@ def scan_unroll(num_layers: int) -> int:
   return num_layers if jax.default_backend() == "cpu" else 1
 
 
-def jit(fn: Callable[..., Any], **kwargs) -> Callable[..., Any]:
-  """`jax.jit(fn, **kwargs)` with `compiler_options()`."""
-  return jax.jit(fn, compiler_options=compiler_options(), **kwargs)
+def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, **kwargs) -> Callable[..., Any]:
+  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype)`: `fn` computes in `dtype`."""
+  return jax.jit(fn, compiler_options=compiler_options(dtype), **kwargs)
 
 
 def use_compilation_cache(directory: str):

@@ -6,11 +6,27 @@ from jaxemb import xla
 from jaxemb.errors import ConfigError
 
 
-def test_cpu_dots_go_to_xla_not_ynnpack():
-  assert jax.default_backend() == "cpu" and xla.compiler_options() == xla.CPU_OPTIONS
+def compiled_text(fn, dtype, *args) -> str:
+  return xla.jit(fn, dtype).lower(*args).compile().as_text()
+
+
+@pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
+def test_float32_dots_go_to_onednn_not_ynnpack():
+  assert jax.default_backend() == "cpu" and xla.compiler_options() == xla.CPU_OPTIONS["float32"]
   q = jnp.ones((2, 8, 2, 4))
-  compiled = xla.jit(lambda q: jax.nn.dot_product_attention(q, q, q)).lower(q).compile().as_text()
-  assert "dot(" in compiled and "__ynn_fusion" not in compiled
+  compiled = compiled_text(lambda q: jax.nn.dot_product_attention(q, q, q), jnp.float32, q)
+  assert "onednn_fusion" in compiled and "ynn_fusion" not in compiled
+
+
+def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
+  """A bfloat16 dot returning float32 (`dot_output_dtype`) goes to YNNPACK with its bfloat16 operands; one returning
+  bfloat16 is converted to a float32 dot by XLA."""
+  assert xla.dot_output_dtype(jnp.bfloat16) == jnp.float32 and xla.dot_output_dtype(jnp.float32) is None
+  x, w = jnp.ones((16, 32), jnp.bfloat16), jnp.ones((32, 24), jnp.bfloat16)  # A Dense's dot.
+  native = compiled_text(lambda x, w: jnp.matmul(x, w, preferred_element_type=jnp.float32), jnp.bfloat16, x, w)
+  upcast = compiled_text(lambda x, w: jnp.matmul(x, w), jnp.bfloat16, x, w)
+  assert "ynn_fusion = f32[16,24]{1,0} fusion(%x.1, %w.1)" in native and "convert" not in native
+  assert "f32[16,32]{1,0} fusion(%x.1)" in upcast  # An operand converted to float32.
 
 
 def test_the_cpu_unrolls_the_scanned_layers():
@@ -28,7 +44,7 @@ def fresh_options():
 
 def test_options_from_the_environment_are_merged_over_the_cpu_options(monkeypatch, fresh_options):
   monkeypatch.setenv(xla.OPTIONS_ENV, '{"xla_cpu_prefer_vector_width": 512}')
-  assert xla.compiler_options() == {**xla.CPU_OPTIONS, "xla_cpu_prefer_vector_width": 512}
+  assert xla.compiler_options() == {**xla.cpu_options(), "xla_cpu_prefer_vector_width": 512}
   assert float(xla.jit(lambda x: x * 2)(1.5)) == 3.0
 
 

@@ -16,6 +16,7 @@ Usage: `Transformer(config).apply({"params": params}, input_ids, attention_mask,
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from typing import Any, Callable, Sequence
@@ -152,17 +153,28 @@ class Embeddings(nn.Module):
     return self.project(x) if self.config.projects_embeddings else x
 
 
+def rounded_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *, output_dtype):
+  """`lax.dot_general` returning `output_dtype`, rounded to the operands' dtype: a Dense's dot through the kernels
+  that return `output_dtype` (`Transformer.dot_output_dtype`)."""
+  del preferred_element_type  # Flax's Dense passes none.
+  return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                             preferred_element_type=output_dtype).astype(lhs.dtype)
+
+
 class Layer(nn.Module):
-  """One post-LayerNorm transformer layer."""
+  """One post-LayerNorm transformer layer (`dot_output_dtype`: Transformer's)."""
 
   config: EncoderConfig
   dtype: Dtype
   param_dtype: Dtype
+  dot_output_dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x, attention_mask, deterministic: bool, return_attention: bool):
     c = self.config
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+    dot_general = jax.lax.dot_general if self.dot_output_dtype is None else functools.partial(
+        rounded_dot_general, output_dtype=self.dot_output_dtype)
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype, dot_general=dot_general,
                                      kernel_init=nn.initializers.normal(0.02), name=name)
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)
@@ -178,18 +190,20 @@ class Layer(nn.Module):
   def _attention(self, q, k, v, attention_mask, deterministic, return_attention):
     """Scaled dot-product attention over [batch, length, heads, head_dim].
 
-    The fused `jax.nn.dot_product_attention` is used unless the probabilities are needed: to return them
-    (Ditto reads one layer) or to apply attention dropout in training (the fused op has no dropout).
+    The fused `jax.nn.dot_product_attention` is used unless the probabilities are needed (to return them, as
+    Ditto reads one layer, or to apply attention dropout in training: the fused op has no dropout) or the dots
+    must return `dot_output_dtype` (the fused op takes no output dtype).
     """
     key_mask = attention_mask[:, None, None, :].astype(bool)  # [batch, 1, 1, key]
     rate = self.config.attention_probs_dropout_prob
-    if not (return_attention or (rate > 0 and not deterministic)):
+    if not (return_attention or (rate > 0 and not deterministic) or self.dot_output_dtype is not None):
       return jax.nn.dot_product_attention(q, k, v, mask=key_mask), None
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(self.config.head_dim)
+    einsum = functools.partial(jnp.einsum, preferred_element_type=self.dot_output_dtype)
+    scores = einsum("bqhd,bkhd->bhqk", q, k).astype(self.dtype) / math.sqrt(self.config.head_dim)
     scores = jnp.where(key_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
     dropped = Dropout(rate)(probs, deterministic=deterministic)
-    return jnp.einsum("bhqk,bkhd->bqhd", dropped, v), (probs if return_attention else None)
+    return einsum("bhqk,bkhd->bqhd", dropped, v).astype(self.dtype), (probs if return_attention else None)
 
 
 class Transformer(nn.Module):
@@ -210,6 +224,9 @@ class Transformer(nn.Module):
       4% from unrolling on the CPU, less than its compile time in a training run's evaluations).
     remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":
       nothing, recomputed: about one more forward pass of compute for less memory); the same params and outputs.
+    dot_output_dtype: None, or the dtype the layers' dots return before they are rounded to `dtype` (float32 for
+      bfloat16 on the CPU, jaxemb.xla.dot_output_dtype's: XLA's CPU kernels multiply in bfloat16 only then). The
+      same values either way, up to the order of the float32 sums; attention then runs unfused.
   """
 
   config: EncoderConfig
@@ -218,6 +235,7 @@ class Transformer(nn.Module):
   scan_layers: bool = False
   scan_unroll: int = 1
   remat_policy: str = "none"
+  dot_output_dtype: Dtype | None = None
 
   def setup(self):
     kwargs = dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype)
@@ -227,10 +245,11 @@ class Transformer(nn.Module):
     # body is not merged with its neighbours by CSE, so only unrolled layers need remat's CSE barrier (maxtext).
     layer = Layer if self.remat_policy == "none" else nn.remat(
         Layer, policy=policy, prevent_cse=not self.scan_layers, static_argnums=(3, 4))
+    layer_kwargs = dict(kwargs, dot_output_dtype=self.dot_output_dtype)
     if self.scan_layers:
-      self.layers = layer(**kwargs, name=STACKED)
+      self.layers = layer(**layer_kwargs, name=STACKED)
     else:
-      self.layers = [layer(**kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
+      self.layers = [layer(**layer_kwargs, name=f"layer_{i}") for i in range(self.config.num_hidden_layers)]
     self.pooler = heads.DenseTanh(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype)
     self.mlm_head = heads.MLMHead(**kwargs)
 

@@ -165,7 +165,7 @@ def jit_train_step(objective: objectives.Objective, model: Transformer, tx: opta
                    mesh: jax.sharding.Mesh, state_shardings: Any):
   """The step compiled with explicit shardings: the state stays where it is (and is donated), the batch is
   split over every device, and the contrastive logits are computed on the global batch."""
-  return xla.jit(functools.partial(train_step, objective, model, tx),
+  return xla.jit(functools.partial(train_step, objective, model, tx), model.dtype,
                  in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
                  out_shardings=(state_shardings, sharding.replicated(mesh)),
                  donate_argnums=(0,))

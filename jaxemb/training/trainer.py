@@ -113,9 +113,10 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   per layer or stacked (the model's layout is config.model.scan_layers')."""
   objective = build_objective(config, tokenizer)
   check_model_options(config)
-  model = Transformer(model_config, dtype=compute_dtype(config.model.dtype), scan_layers=config.model.scan_layers,
+  dtype = compute_dtype(config.model.dtype)
+  model = Transformer(model_config, dtype=dtype, scan_layers=config.model.scan_layers,
                       scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
-                      remat_policy=config.model.remat_policy)
+                      remat_policy=config.model.remat_policy, dot_output_dtype=xla.dot_output_dtype(dtype))
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed
   init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)

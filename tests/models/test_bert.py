@@ -174,6 +174,43 @@ def test_bfloat16_compute_keeps_float32_params(tiny_checkpoint):
   np.testing.assert_allclose(np.asarray(half, np.float32)[attended], np.asarray(full)[attended], atol=0.15)
 
 
+def _dot_output_dtypes(jaxpr) -> list:
+  """The output dtype of every dot_general in `jaxpr`, nested jaxprs (jit, scan, remat) included."""
+  dtypes = []
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      dtypes.append(eqn.outvars[0].aval.dtype)
+    for param in eqn.params.values():
+      inner = getattr(param, "jaxpr", param)
+      if hasattr(inner, "eqns"):
+        dtypes += _dot_output_dtypes(inner)
+  return dtypes
+
+
+@pytest.mark.parametrize("deterministic", [True, False], ids=["forward", "dropout"])
+def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, deterministic):
+  """dot_output_dtype=float32 (bfloat16 compute on the CPU) changes which kernels run, not the values: each layer
+  dot (6 projections, 2 attention products) returns float32 and is rounded to bfloat16, as a bfloat16 dot's float32
+  sums are; the pooler's and heads' dots are left as they are."""
+  _, path = tiny_checkpoint
+  config, params, _ = _load(str(path))
+  ids, mask = _padded_batch(path)
+  outputs = {}
+  for dot_output_dtype in (None, jnp.float32):
+    model = Transformer(config, dtype=jnp.bfloat16, dot_output_dtype=dot_output_dtype)
+    run = lambda p: model.apply({"params": p}, ids, mask, deterministic=deterministic,
+                                rngs={"dropout": jax.random.key(0)}).last_hidden_state
+    dtypes = _dot_output_dtypes(jax.make_jaxpr(run)(params).jaxpr)
+    assert len(dtypes) == 8 * config.num_hidden_layers
+    # Without it the dots return bfloat16, but for jax.nn.dot_product_attention's scores (forward only).
+    per_layer = 0 if dot_output_dtype else (7 if deterministic else 8)
+    assert dtypes.count(jnp.bfloat16) == per_layer * config.num_hidden_layers
+    outputs[dot_output_dtype] = np.asarray(jax.jit(run)(params), np.float32)
+  attended = np.asarray(mask).astype(bool)
+  # Within a bfloat16 step at these magnitudes (identical here with dropout, both taking the unfused attention).
+  np.testing.assert_allclose(outputs[jnp.float32][attended], outputs[None][attended], atol=0.02)
+
+
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
 def test_minilm_hidden_states_match_hf(scan_layers):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
