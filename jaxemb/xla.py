@@ -61,20 +61,20 @@ def dot_output_dtype(dtype: Any) -> Any:
 @functools.cache
 def compiler_options(dtype: Any = jnp.float32) -> dict[str, Any] | None:
   """`cpu_options(dtype)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once per
-  dtype by compiling a no-op), else None. ConfigError for a variable that is not a JSON object or names options
-  XLA refuses."""
+  dtype by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults). ConfigError for a
+  variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
   extra = _options_from_env()
-  options = {**cpu_options(dtype), **extra}
-  try:
-    jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
-  except jax.errors.JaxRuntimeError as e:
-    if extra:
-      refusal = str(e).splitlines()[0]
-      raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})") from None
-    return None  # An XLA without the option: its defaults.
-  return options
+  for options in ({**cpu_options(dtype), **extra}, EIGEN_DOTS):
+    try:
+      jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
+      return options
+    except jax.errors.JaxRuntimeError as e:
+      if extra:
+        refusal = str(e).splitlines()[0]
+        raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})") from None
+  return None
 
 
 def _options_from_env() -> dict[str, Any]:

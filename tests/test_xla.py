@@ -48,6 +48,11 @@ def test_options_from_the_environment_are_merged_over_the_cpu_options(monkeypatc
   assert float(xla.jit(lambda x: x * 2)(1.5)) == 3.0
 
 
+def test_options_an_older_jaxlib_lacks_fall_back_to_eigen_dots(monkeypatch, fresh_options):
+  monkeypatch.setattr(xla, "cpu_options", lambda dtype: {"xla_cpu_option_from_the_future": True})
+  assert xla.compiler_options() == xla.EIGEN_DOTS
+
+
 @pytest.mark.parametrize("value, message", [
     ("[1, 2]", "not a JSON object"),
     ("{oops", "not a JSON object"),
