@@ -251,7 +251,9 @@ class Encoder:
       model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params),
                           dot_output_dtype=xla.dot_output_dtype(dtype))
       return sentence_vectors(model, params, method, template=self.template, **inputs)
-    self._vectors = xla.jit(vectors, dtype, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
+    jit = functools.partial(xla.jit, vectors, dtype,
+                            out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
+    self._vectors, self._vectors_of_few_rows = jit(), jit(rows=0)  # xla.ONEDNN_MIN_ROWS: the dots' library.
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
@@ -360,7 +362,10 @@ class Encoder:
     if self._batch_sharding is not None and batch_size % self._batch_sharding.mesh.size == 0:
       batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__),
                            batch)
-    return self._vectors(self.params, batch=batch, idf=self.idf, prompt=self.prompt)
+    devices = 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
+    many = batch_size * width >= xla.ONEDNN_MIN_ROWS * devices
+    return (self._vectors if many else self._vectors_of_few_rows)(self.params, batch=batch, idf=self.idf,
+                                                                   prompt=self.prompt)
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows: the sentences in the template, or for static_remove_biases their filtered text alone."""

@@ -6,8 +6,9 @@ compute dtype jaxemb picks the library each dot goes to (bench/encoder_forward.p
 - float32: oneDNN's matmuls on x86 (the library torch's CPU matmuls come from; XLA's Eigen dots elsewhere).
   YNNPACK is 2-3x slower than Eigen on BERT's attention products (batch x heads of [length, head_dim]
   matrices): the bert-base-sized forward at batch 64 x 64 took 4.3 s with it and 3.8 s without (2 cores).
-  oneDNN's were 1-7% faster than Eigen's in the forward and within 2% in the train step on an AMD EPYC; on Intel
-  Xeons, where Eigen's dots reached 270-290 GF/s against torch's 350-400, they are Intel's own kernels.
+  oneDNN's were 1-13% faster than Eigen's in the forward and 2-4% in the train step on an AMD EPYC; on Intel
+  Xeons, where Eigen's dots reached 270-290 GF/s against torch's 350-400, they are Intel's own kernels. Calls of
+  few token rows (ONEDNN_MIN_ROWS) keep Eigen's, whose per-dot overhead is lower.
 - bfloat16: YNNPACK's, dot by dot, given dots that return float32 (`dot_output_dtype`): bf16 multiplies with
   float32 sums, 2x the float32 rate with AVX512-BF16 (394 against 206 GF/s), where XLA's own path converts the
   operands to float32 first.
@@ -36,15 +37,20 @@ CPU_OPTIONS = {
 }
 # oneDNN is built into x86 jaxlibs only; other CPUs keep XLA's Eigen dots for float32.
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
+# Token rows (batch x length) a device's call encodes below which float32 dots stay with Eigen: oneDNN's per-dot
+# overhead outweighs its faster kernels there (MiniLM forward, 4 x 16 tokens: 11.3 ms with Eigen's, 12.6 ms with
+# oneDNN's; 16 x 32: 63.0 and 58.7 ms; the tiny test models' steps, 5% of the test suite's time).
+ONEDNN_MIN_ROWS = 256
 # A JSON object of XLA compiler options merged over CPU_OPTIONS, to try another CPU's best without editing code
 # (e.g. '{"xla_cpu_prefer_vector_width": 512}'; docs/accelerators.md). The benchmarks print it.
 OPTIONS_ENV = "JAXEMB_XLA_CPU_OPTIONS"
 
 
-def cpu_options(dtype: Any = jnp.float32) -> dict[str, Any]:
-  """CPU_OPTIONS for programs computing in `dtype` (other dtypes: float32's) on this machine."""
+def cpu_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, Any]:
+  """CPU_OPTIONS for programs computing in `dtype` (other dtypes: float32's) on this machine, EIGEN_DOTS instead
+  of oneDNN's for `few_rows` (fewer than ONEDNN_MIN_ROWS per call)."""
   options = CPU_OPTIONS.get(jnp.dtype(dtype).name, CPU_OPTIONS["float32"])
-  if not _X86 and "xla_cpu_use_onednn" in options:
+  if "xla_cpu_use_onednn" in options and (few_rows or not _X86):
     options = EIGEN_DOTS
   return dict(options)
 
@@ -59,14 +65,14 @@ def dot_output_dtype(dtype: Any) -> Any:
 
 
 @functools.cache
-def compiler_options(dtype: Any = jnp.float32) -> dict[str, Any] | None:
-  """`cpu_options(dtype)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once per
+def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, Any] | None:
+  """`cpu_options(dtype, few_rows)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once per
   dtype by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults). ConfigError for a
   variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
   extra = _options_from_env()
-  for options in ({**cpu_options(dtype), **extra}, EIGEN_DOTS):
+  for options in ({**cpu_options(dtype, few_rows), **extra}, EIGEN_DOTS):
     try:
       jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
       return options
@@ -98,9 +104,11 @@ def scan_unroll(num_layers: int) -> int:
   return num_layers if jax.default_backend() == "cpu" else 1
 
 
-def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, **kwargs) -> Callable[..., Any]:
-  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype)`: `fn` computes in `dtype`."""
-  return jax.jit(fn, compiler_options=compiler_options(dtype), **kwargs)
+def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, rows: int | None = None, **kwargs) -> Callable[..., Any]:
+  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, ...)`: `fn` computes in `dtype` on about `rows` token
+  rows per device and call (None: many)."""
+  few_rows = rows is not None and rows < ONEDNN_MIN_ROWS
+  return jax.jit(fn, compiler_options=compiler_options(dtype, few_rows), **kwargs)
 
 
 def use_compilation_cache(directory: str):

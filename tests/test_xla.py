@@ -18,6 +18,15 @@ def test_float32_dots_go_to_onednn_not_ynnpack():
   assert "onednn_fusion" in compiled and "ynn_fusion" not in compiled
 
 
+def test_programs_of_few_rows_keep_eigen_dots():
+  """oneDNN's per-dot overhead outweighs its kernels below ONEDNN_MIN_ROWS token rows per call; bfloat16 keeps
+  YNNPACK's."""
+  x = jnp.ones((16, 32))
+  assert "onednn_fusion" not in xla.jit(jnp.matmul, rows=xla.ONEDNN_MIN_ROWS - 1).lower(x, x.T).compile().as_text()
+  assert xla.cpu_options(jnp.float32, few_rows=True) == xla.EIGEN_DOTS
+  assert xla.cpu_options(jnp.bfloat16, few_rows=True) == xla.CPU_OPTIONS["bfloat16"]
+
+
 def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
   """A bfloat16 dot returning float32 (`dot_output_dtype`) goes to YNNPACK with its bfloat16 operands; one returning
   bfloat16 is converted to a float32 dot by XLA."""
@@ -49,7 +58,7 @@ def test_options_from_the_environment_are_merged_over_the_cpu_options(monkeypatc
 
 
 def test_options_an_older_jaxlib_lacks_fall_back_to_eigen_dots(monkeypatch, fresh_options):
-  monkeypatch.setattr(xla, "cpu_options", lambda dtype: {"xla_cpu_option_from_the_future": True})
+  monkeypatch.setattr(xla, "cpu_options", lambda *_: {"xla_cpu_option_from_the_future": True})
   assert xla.compiler_options() == xla.EIGEN_DOTS
 
 

@@ -66,6 +66,8 @@ class Trainer:
       an architecture's, from scratch, is `load_start`'s (seed + SCRATCH_INIT_SEED_OFFSET).
     abstract: the train state's shapes and dtypes at step 0.
     shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
+    rows: token rows in each device's encoder call at most (its share of the batch x the widest row): what
+      jaxemb.xla.jit compiles the step for.
   """
 
   objective: objectives.Objective
@@ -76,6 +78,7 @@ class Trainer:
   seed: int
   abstract: Any
   shardings: Any
+  rows: int
 
   def initial_params(self, pretrained: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
@@ -95,7 +98,7 @@ class Trainer:
   @functools.cached_property
   def step(self):
     """The jitted, sharded step: (state, batch) -> (state, metrics); the state is donated."""
-    return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings)
+    return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings, self.rows)
 
 
 def check_model_options(config: Any):
@@ -121,8 +124,9 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   seed = config.train.seed
   init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)
   abstract = jax.eval_shape(init, pretrained)
+  widest = max((t.num_tokens for t in objective.view_templates), default=0) + config.data.max_sentence_tokens
   return Trainer(objective, model, tx, train_state.learning_rate_schedule(config.train, total_steps), mesh, seed,
-                 abstract, sharding.tree_shardings(mesh, abstract))
+                 abstract, sharding.tree_shardings(mesh, abstract), -(-config.train.batch_size // mesh.size) * widest)
 
 
 def _initial_params(objective: objectives.Objective, model: Transformer, pretrained: dict[str, Any], seed: int):
