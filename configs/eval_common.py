@@ -54,7 +54,7 @@ def get_config():
 
   config.model = ml_collections.ConfigDict()
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory of a HF checkpoint.
-  config.model.dtype = "float32"  # Compute dtype: float32, or bfloat16 on accelerators.
+  config.model.dtype = "float32"  # Compute dtype: float32, or bfloat16 (accelerators; CPUs with AVX512-BF16 or AMX).
 
   config.method = method_config("cls_before_pooler")  # One of jaxemb.encode.METHODS; the eval_*.py files set it.
 
