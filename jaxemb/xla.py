@@ -66,9 +66,9 @@ def dot_output_dtype(dtype: Any) -> Any:
 
 @functools.cache
 def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, Any] | None:
-  """`cpu_options(dtype, few_rows)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked once per
-  dtype by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults). ConfigError for a
-  variable that is not a JSON object or names options XLA refuses."""
+  """`cpu_options(dtype, few_rows)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked
+  once per dtype by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults).
+  ConfigError for a variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
   extra = _options_from_env()

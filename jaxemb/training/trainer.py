@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import pathlib
 from typing import Any
 
@@ -125,8 +126,9 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)
   abstract = jax.eval_shape(init, pretrained)
   widest = max((t.num_tokens for t in objective.view_templates), default=0) + config.data.max_sentence_tokens
+  rows = math.ceil(config.train.batch_size / mesh.size) * widest
   return Trainer(objective, model, tx, train_state.learning_rate_schedule(config.train, total_steps), mesh, seed,
-                 abstract, sharding.tree_shardings(mesh, abstract), -(-config.train.batch_size // mesh.size) * widest)
+                 abstract, sharding.tree_shardings(mesh, abstract), rows)
 
 
 def _initial_params(objective: objectives.Objective, model: Transformer, pretrained: dict[str, Any], seed: int):
