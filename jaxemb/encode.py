@@ -253,7 +253,7 @@ class Encoder:
       return sentence_vectors(model, params, method, template=self.template, **inputs)
     jit = functools.partial(xla.jit, vectors, dtype,
                             out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
-    self._vectors, self._vectors_of_few_rows = jit(), jit(rows=0)  # xla.ONEDNN_MIN_ROWS: the dots' library.
+    self._vectors = {few: jit(few_rows=few) for few in (False, True)}  # By xla.is_few_rows of a batch.
     self.compiled_shapes: set[tuple[int, int]] = set()
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
@@ -348,8 +348,13 @@ class Encoder:
     """`batch_size`, or `num_sentences` when fewer (3 sentences at batch_size=32768 run as 3 rows, not 32768);
     rounded up to a multiple of the mesh's devices when `batch_size` is one, so the batch still splits over them."""
     rows = min(batch_size, num_sentences)
-    devices = 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
+    devices = self._num_devices
     return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
+
+  @property
+  def _num_devices(self) -> int:
+    """The devices a batch is split over when its size is a multiple of them (1 without a mesh)."""
+    return 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
 
   def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int) -> jax.Array:
     """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, a multiple of
@@ -359,13 +364,12 @@ class Encoder:
     self.padded_tokens += batch_size * width
     self.compiled_shapes.add((batch_size, width))
     batch = _pad_batch(rows, batch_size, width, self.template.pad_id)
-    if self._batch_sharding is not None and batch_size % self._batch_sharding.mesh.size == 0:
+    split = self._batch_sharding is not None and batch_size % self._num_devices == 0
+    if split:
       batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__),
                            batch)
-    devices = 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
-    many = batch_size * width >= xla.ONEDNN_MIN_ROWS * devices
-    return (self._vectors if many else self._vectors_of_few_rows)(self.params, batch=batch, idf=self.idf,
-                                                                   prompt=self.prompt)
+    rows_per_device = batch_size * width // (self._num_devices if split else 1)
+    return self._vectors[xla.is_few_rows(rows_per_device)](self.params, batch=batch, idf=self.idf, prompt=self.prompt)
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows: the sentences in the template, or for static_remove_biases their filtered text alone."""

@@ -67,7 +67,7 @@ def dot_output_dtype(dtype: Any) -> Any:
 @functools.cache
 def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, Any] | None:
   """`cpu_options(dtype, few_rows)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked
-  once per dtype by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults).
+  once per choice by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults).
   ConfigError for a variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
@@ -104,10 +104,14 @@ def scan_unroll(num_layers: int) -> int:
   return num_layers if jax.default_backend() == "cpu" else 1
 
 
-def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, rows: int | None = None, **kwargs) -> Callable[..., Any]:
-  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, ...)`: `fn` computes in `dtype` on about `rows` token
-  rows per device and call (None: many)."""
-  few_rows = rows is not None and rows < ONEDNN_MIN_ROWS
+def is_few_rows(rows: int) -> bool:
+  """Whether a call of `rows` token rows (batch x length) per device is below ONEDNN_MIN_ROWS: `jit`'s few_rows."""
+  return rows < ONEDNN_MIN_ROWS
+
+
+def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False, **kwargs) -> Callable[..., Any]:
+  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, few_rows)`: `fn` computes in `dtype`, on few token rows
+  per device and call (`is_few_rows`) or many."""
   return jax.jit(fn, compiler_options=compiler_options(dtype, few_rows), **kwargs)
 
 

@@ -22,7 +22,8 @@ def test_programs_of_few_rows_keep_eigen_dots():
   """oneDNN's per-dot overhead outweighs its kernels below ONEDNN_MIN_ROWS token rows per call; bfloat16 keeps
   YNNPACK's."""
   x = jnp.ones((16, 32))
-  assert "onednn_fusion" not in xla.jit(jnp.matmul, rows=xla.ONEDNN_MIN_ROWS - 1).lower(x, x.T).compile().as_text()
+  assert xla.is_few_rows(xla.ONEDNN_MIN_ROWS - 1) and not xla.is_few_rows(xla.ONEDNN_MIN_ROWS)
+  assert "onednn_fusion" not in xla.jit(jnp.matmul, few_rows=True).lower(x, x.T).compile().as_text()
   assert xla.cpu_options(jnp.float32, few_rows=True) == xla.EIGEN_DOTS
   assert xla.cpu_options(jnp.bfloat16, few_rows=True) == xla.CPU_OPTIONS["bfloat16"]
 

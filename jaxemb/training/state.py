@@ -165,8 +165,8 @@ def jit_train_step(objective: objectives.Objective, model: Transformer, tx: opta
                    mesh: jax.sharding.Mesh, state_shardings: Any, rows: int):
   """The step compiled with explicit shardings: the state stays where it is (and is donated), the batch is
   split over every device, and the contrastive logits are computed on the global batch. `rows`: each device's
-  token rows per encoder call (jaxemb.xla.jit's)."""
-  return xla.jit(functools.partial(train_step, objective, model, tx), model.dtype, rows,
+  token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library."""
+  return xla.jit(functools.partial(train_step, objective, model, tx), model.dtype, xla.is_few_rows(rows),
                  in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
                  out_shardings=(state_shardings, sharding.replicated(mesh)),
                  donate_argnums=(0,))
