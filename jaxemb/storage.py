@@ -1,0 +1,283 @@
+"""Where a path points: a local file or a Cloud Storage object (gs://bucket/key), one `Path` type for both.
+
+etils.epath is the path of the JAX ecosystem (Orbax, JAX's compilation cache and TensorStore take it; it comes
+with orbax-checkpoint), so a run directory in a bucket goes to them as it is. Its gs:// backend is gcsfs, an
+optional dependency (`pip install gcsfs`); the checks and the lease of a run directory use google-cloud-storage,
+which gcsfs brings. Cloud Storage has no folders, no renames and no locks, so here:
+
+- a folder needs no creating (`makedirs` does nothing in a bucket: gcsfs would create a missing bucket);
+- a file is written whole by one upload (`jaxemb.atomic`): an upload a kill interrupts leaves no object;
+- what a library reads from local paths only (tokenizers, safetensors, `datasets`) is copied once per host into
+  the download cache (`local_copy`), and fetched again only when its objects change;
+- an object is created only if absent, or replaced only if unchanged since it was read (`create`, `replace`), which
+  is what the run directory's lease is built on (`jaxemb.training.workdir`).
+
+Every gs:// path a command uses is checked before any work starts (`check`): the package, the credentials, the
+bucket and the permission, each a one-line StorageError saying what to do. Transient errors (HTTP 429 and 5xx, a
+dropped connection) are retried by gcsfs, google-cloud-storage and TensorStore, with backoff.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import re
+import shutil
+import socket
+import tempfile
+import time
+from typing import Any, Iterable, Iterator
+
+from etils import epath
+
+from jaxemb.errors import ConfigError, StorageError
+
+Path = epath.Path
+PathLike = str | os.PathLike
+REMOTE_SCHEMES = ("gs",)
+# The download cache of `local_copy`: <root>/<bucket>/<key>, with what was fetched in <root>/.manifests.
+DOWNLOADS_ENV = "JAXEMB_DOWNLOADS"
+DEFAULT_DOWNLOADS = "~/.cache/jaxemb/downloads"
+# Set by Google's emulators and by tests (fake-gcs-server): Cloud Storage's JSON API at this URL.
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+_INSTALL = "reading and writing gs:// paths needs gcsfs: pip install gcsfs"
+
+
+def scheme(value: PathLike) -> str | None:
+  """The URL scheme of `value` ("gs" for gs://bucket/key), None for a local path."""
+  match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", os.fspath(value))
+  return match.group(1).lower() if match else None
+
+
+def is_remote(value: PathLike) -> bool:
+  return scheme(value) is not None
+
+
+def path(value: PathLike) -> Path:
+  """`value` as a Path: a local path with `~` expanded, or a gs:// URL.
+
+  Raises:
+    ConfigError: a URL of another scheme (hdfs://, s3://, ...).
+    StorageError: a gs:// URL without gcsfs installed.
+  """
+  if isinstance(value, epath.Path):
+    return value
+  text = os.fspath(value)
+  found = scheme(text)
+  if found is None:
+    return epath.Path(os.path.expanduser(text))
+  if found not in REMOTE_SCHEMES:
+    raise ConfigError(f"{text}: {found}:// paths are not supported; use a local path or gs://bucket/...")
+  _gcsfs()
+  return epath.Path(text)
+
+
+def makedirs(folder: Path):
+  """Creates a local folder and its parents; nothing in a bucket, whose folders are the objects' name prefixes."""
+  if not is_remote(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+
+
+def split(value: PathLike) -> tuple[str, str]:
+  """(bucket, key) of gs://bucket/key."""
+  bucket, _, key = os.fspath(value).split("://", 1)[1].partition("/")
+  return bucket, key.rstrip("/")
+
+
+@functools.cache
+def _gcsfs():
+  """gcsfs, imported once; a StorageError saying to install it when it is missing."""
+  if os.environ.get(EMULATOR_ENV):
+    # An emulator has no control plane: gcsfs's probe of each bucket's layout would warn at every call. TensorStore
+    # (Orbax's arrays) is pointed at the emulator as the other clients are.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ[EMULATOR_ENV])
+  try:
+    import gcsfs  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise StorageError(_INSTALL) from None
+  return gcsfs
+
+
+@functools.cache
+def client():
+  """google-cloud-storage's client: anonymous against an emulator, else the application default credentials."""
+  _gcsfs()
+  from google.cloud import storage as gcs  # pylint: disable=g-import-not-at-top
+  return gcs.Client(project="_") if not os.environ.get(EMULATOR_ENV) else gcs.Client()
+
+
+def error(e: BaseException, url: str, action: str = "use") -> StorageError | None:
+  """The one line for a Cloud Storage failure of `url` that a user can act on (credentials, permission, the
+  service unreachable after the clients' retries); None for anything else."""
+  from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+  from google.auth import exceptions as auth  # pylint: disable=g-import-not-at-top
+  if isinstance(e, (auth.DefaultCredentialsError, auth.RefreshError, api.Unauthorized)):
+    return StorageError(f"cannot {action} {url}: no valid Google Cloud credentials. Run `gcloud auth "
+                        "application-default login`, or on a VM give its service account the storage scope "
+                        "(--scopes=cloud-platform)")
+  if isinstance(e, api.Forbidden):
+    return StorageError(f"cannot {action} {url}: permission denied on bucket gs://{split(url)[0]} (grant this "
+                        "account roles/storage.objectAdmin on it)")
+  if isinstance(e, (api.GoogleAPICallError, api.RetryError, ConnectionError, TimeoutError)):
+    return StorageError(f"cannot {action} {url}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
+  return None
+
+
+def check(paths: Iterable[PathLike], writes: Iterable[PathLike] = ()):
+  """Checks, before any work starts, that each gs:// path can be read and each of `writes` written: the package,
+  the credentials, the bucket and the permission (a probe object is written and deleted under each of `writes`).
+  Local paths are left to the commands' own checks.
+
+  Raises:
+    StorageError: one line naming the path and what to do.
+  """
+  writes = [os.fspath(p) for p in writes if p and is_remote(p)]
+  for url in dict.fromkeys([os.fspath(p) for p in paths if p and is_remote(p)] + writes):
+    path(url)
+    _check(url, url in writes)
+
+
+@functools.cache
+def _check(url: str, write: bool):
+  bucket_name, key = split(url)
+  try:
+    bucket = client().bucket(bucket_name)
+    next(iter(client().list_blobs(bucket, prefix=key, max_results=1)), None)
+    if write:
+      probe = bucket.blob(f"{key}/.jaxemb-write-check-{socket.gethostname()}-{os.getpid()}".lstrip("/"))
+      probe.upload_from_string(b"")
+      probe.delete()
+  except Exception as e:  # pylint: disable=broad-except  # Anything but a user's error is re-raised.
+    from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+    if isinstance(e, api.NotFound):  # Listing a prefix finds no object without failing: the bucket is missing.
+      raise StorageError(f"cannot use {url}: bucket gs://{bucket_name} does not exist (create it with `gcloud "
+                         f"storage buckets create gs://{bucket_name}`, or fix the path)") from None
+    found = error(e, url, "write" if write else "read")
+    if found is None:
+      raise
+    raise found from None
+
+
+class Conflict(Exception):
+  """The object changed (or appeared) since it was read: another process wrote it first."""
+
+
+def read_object(url: str) -> tuple[bytes, int, float] | None:
+  """(contents, generation, seconds since it was written, by the server's clock as far as the local clock agrees)
+  of a gs:// object; None when there is none."""
+  from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+  blob = client().bucket(split(url)[0]).get_blob(split(url)[1])
+  if blob is None:
+    return None
+  try:
+    data = blob.download_as_bytes(if_generation_match=blob.generation)
+  except (api.NotFound, api.PreconditionFailed):  # Replaced or deleted between the two requests: read it again.
+    return read_object(url)
+  return data, blob.generation, time.time() - blob.updated.timestamp()
+
+
+def create(url: str, data: bytes) -> int:
+  """Creates the gs:// object `url` if there is none; its generation. Raises Conflict when there is one."""
+  return replace(url, data, 0)
+
+
+def replace(url: str, data: bytes, generation: int) -> int:
+  """Writes `data` to the gs:// object `url` only if it is still at `generation` (0: absent); the new generation.
+  Raises Conflict when another writer got there first."""
+  from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+  blob = client().bucket(split(url)[0]).blob(split(url)[1])
+  try:
+    blob.upload_from_string(data, if_generation_match=generation)
+  except api.PreconditionFailed:
+    raise Conflict(url) from None
+  return blob.generation
+
+
+def local_copy(value: PathLike) -> pathlib.Path:
+  """A local path to read `value` from: the path itself when it is local; a gs:// file or folder copied into the
+  download cache ($JAXEMB_DOWNLOADS, default ~/.cache/jaxemb/downloads) as <bucket>/<key>.
+
+  Each host fetches an object once: what was fetched (each object's generation) is recorded, and a later call
+  fetches only the objects that changed, appeared or are missing locally. Each file lands whole (written beside
+  its place, then renamed), so a kill leaves nothing a later call takes for fetched.
+
+  Raises:
+    FileNotFoundError: no object has that name or that prefix.
+    StorageError: as `check`.
+  """
+  if not is_remote(value):
+    return pathlib.Path(os.path.expanduser(os.fspath(value)))
+  url = os.fspath(value).rstrip("/")
+  fs = _gcsfs().GCSFileSystem()
+  objects = _listing(fs, url)
+  root = pathlib.Path(os.path.expanduser(os.environ.get(DOWNLOADS_ENV) or DEFAULT_DOWNLOADS))
+  local = root.joinpath(*split(url))
+  manifest = root / ".manifests" / (re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[1]) + ".json")
+  fetched = _read_manifest(manifest)
+  for name, generation in objects.items():
+    target = local / name if name else local
+    if fetched.get(name) != generation or not target.is_file():
+      _fetch(fs, f"{url}/{name}" if name else url, target)
+  if fetched != objects:
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=manifest.parent, delete=False, suffix=".partial") as f:
+      json.dump(objects, f)
+    os.replace(f.name, manifest)
+  return local
+
+
+def _listing(fs: Any, url: str) -> dict[str, str]:
+  """{name under `url` ("" for `url` itself when it is an object): generation} of the objects at `url`."""
+  try:
+    if fs.isfile(url):
+      return {"": str(fs.info(url)["generation"])}
+    found = fs.find(url, detail=True)
+  except Exception as e:  # pylint: disable=broad-except  # Anything but a user's error is re-raised.
+    user = error(e, url, "read") or (e if isinstance(e, OSError) else None)
+    if user is None:
+      raise
+    raise user from None
+  prefix = split(url)[1]
+  objects = {info["name"].split("/", 1)[1][len(prefix):].lstrip("/"): str(info.get("generation"))
+             for info in found.values() if info.get("type") == "file"}
+  objects = {name: generation for name, generation in objects.items() if name and not name.endswith("/")}
+  if not objects:
+    raise FileNotFoundError(f"{url}: no such file or folder")
+  return objects
+
+
+def _read_manifest(manifest: pathlib.Path) -> dict[str, str]:
+  try:
+    return json.loads(manifest.read_text())
+  except (OSError, ValueError):
+    return {}
+
+
+def _fetch(fs: Any, url: str, target: pathlib.Path):
+  target.parent.mkdir(parents=True, exist_ok=True)
+  with tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=".partial",
+                                   delete=False) as f:
+    try:
+      with fs.open(url, "rb") as source:
+        shutil.copyfileobj(source, f, 2**22)
+    except BaseException:
+      f.close()
+      os.unlink(f.name)
+      raise
+  os.replace(f.name, target)
+
+
+def upload_tree(local: pathlib.Path, target: Path):
+  """Copies the local folder `local` into `target` (a gs:// folder), file by file, each file one upload."""
+  for file in sorted(p for p in local.rglob("*") if p.is_file()):
+    (target / file.relative_to(local).as_posix()).write_bytes(file.read_bytes())
+
+
+def walk_files(folder: Path) -> Iterator[Path]:
+  """The files under `folder`, recursively, local or in a bucket."""
+  for root, _, files in folder.walk():
+    for name in files:
+      yield Path(root) / name

@@ -1,0 +1,150 @@
+"""jaxemb.storage against a real Cloud Storage emulator (fake-gcs-server on loopback): paths, whole-object writes,
+the download cache, create-if-absent, and the one-line errors a user meets before any work starts."""
+
+import http.server
+import json
+import sys
+import threading
+
+import pytest
+
+from jaxemb import atomic, storage
+from jaxemb.errors import ConfigError, StorageError
+
+
+def test_local_paths_expand_the_home_and_other_schemes_are_one_line(monkeypatch, tmp_path):
+  monkeypatch.setenv("HOME", str(tmp_path))
+  assert storage.path("~/runs/x") == storage.Path(tmp_path / "runs" / "x")
+  assert not storage.is_remote("runs/x") and storage.is_remote("gs://b/x")
+  with pytest.raises(ConfigError, match=r"^hdfs://nn/runs: hdfs:// paths are not supported; use a local path or "
+                     r"gs://bucket/\.\.\.$"):
+    storage.path("hdfs://nn/runs")
+
+
+def test_a_gs_path_without_gcsfs_says_what_to_install(monkeypatch):
+  monkeypatch.setitem(sys.modules, "gcsfs", None)  # `import gcsfs` raises ImportError.
+  storage._gcsfs.cache_clear()  # pylint: disable=protected-access
+  try:
+    with pytest.raises(StorageError, match=r"^reading and writing gs:// paths needs gcsfs: pip install gcsfs$"):
+      storage.path("gs://bucket/runs/x")
+  finally:
+    storage._gcsfs.cache_clear()  # pylint: disable=protected-access
+
+
+def test_atomic_writes_to_a_bucket_are_whole_or_nothing(bucket):
+  target = f"{bucket}/run/fingerprint.json"
+  atomic.write_json(target, {"a": 1})
+  assert json.loads(storage.path(target).read_text()) == {"a": 1}
+
+  def fail(f):
+    f.write(b"half of a new")
+    raise OSError(28, "No space left on device")
+
+  with pytest.raises(StorageError, match=f"^cannot write {target}: No space left on device$"):
+    atomic.write(target, fail)
+  assert json.loads(storage.path(target).read_text()) == {"a": 1}
+  assert [p.name for p in storage.path(f"{bucket}/run").iterdir()] == ["fingerprint.json"]
+
+
+def test_create_if_absent_replace_if_unchanged(bucket):
+  url = f"{bucket}/run/lease"
+  assert storage.read_object(url) is None
+  generation = storage.create(url, b"one")
+  with pytest.raises(storage.Conflict):
+    storage.create(url, b"two")
+  data, read_generation, age = storage.read_object(url)
+  assert (data, read_generation) == (b"one", generation) and -5 < age < 60
+  newer = storage.replace(url, b"three", generation)
+  with pytest.raises(storage.Conflict):  # Another writer renewed it since `generation` was read.
+    storage.replace(url, b"four", generation)
+  assert storage.read_object(url)[:2] == (b"three", newer)
+
+
+def test_local_copy_fetches_each_object_once_per_host_and_again_when_it_changes(bucket, tmp_path, monkeypatch):
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  folder = storage.path(f"{bucket}/models/tiny")
+  (folder / "config.json").write_text('{"a": 1}')
+  (folder / "sub" / "vocab.txt").write_text("x\ny\n")
+  fetched = []
+  fetch = storage._fetch  # pylint: disable=protected-access
+  monkeypatch.setattr(storage, "_fetch", lambda fs, url, target: (fetched.append(url), fetch(fs, url, target)))
+
+  local = storage.local_copy(f"{bucket}/models/tiny/")
+  assert local == tmp_path / "downloads" / bucket[5:] / "models" / "tiny"
+  assert json.loads((local / "config.json").read_text()) == {"a": 1}
+  assert (local / "sub" / "vocab.txt").read_text() == "x\ny\n"
+  assert sorted(fetched) == [f"{bucket}/models/tiny/config.json", f"{bucket}/models/tiny/sub/vocab.txt"]
+
+  fetched.clear()
+  assert storage.local_copy(f"{bucket}/models/tiny") == local and not fetched
+  (folder / "config.json").write_text('{"a": 2}')
+  (local / "sub" / "vocab.txt").unlink()
+  storage.local_copy(f"{bucket}/models/tiny")
+  assert sorted(fetched) == [f"{bucket}/models/tiny/config.json", f"{bucket}/models/tiny/sub/vocab.txt"]
+  assert json.loads((local / "config.json").read_text()) == {"a": 2}
+
+  file = storage.local_copy(f"{bucket}/models/tiny/config.json")
+  assert json.loads(file.read_text()) == {"a": 2} and file.is_file()
+  with pytest.raises(FileNotFoundError, match=f"^{bucket}/models/none: no such file or folder$"):
+    storage.local_copy(f"{bucket}/models/none")
+
+
+def test_check_reads_writes_and_names_a_missing_bucket(bucket):
+  storage.check([f"{bucket}/data/wiki.txt"], writes=[f"{bucket}/runs/r1"])
+  assert not list(storage.path(bucket).iterdir())  # The write probe is gone.
+  with pytest.raises(StorageError, match=r"^cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does "
+                     r"not exist \(create it with `gcloud storage buckets create gs://no-such-bucket`, or fix the "
+                     r"path\)$"):
+    storage.check([], writes=["gs://no-such-bucket/runs/r1"])
+
+
+@pytest.fixture
+def fresh_clients():
+  storage.client.cache_clear()
+  storage._check.cache_clear()  # pylint: disable=protected-access
+  yield
+  storage.client.cache_clear()
+  storage._check.cache_clear()  # pylint: disable=protected-access
+
+
+def test_check_without_credentials_says_how_to_get_them(gcs_emulator, fresh_clients, monkeypatch, tmp_path):
+  """Off an emulator and off Google Cloud, with no application default credentials."""
+  del gcs_emulator  # Imports gcsfs; its address is taken away below.
+  monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+  monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+  monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # No gcloud credentials file.
+  monkeypatch.setenv("NO_GCE_CHECK", "True")  # Not a Google Cloud VM: no metadata server.
+  with pytest.raises(StorageError, match=r"^cannot write gs://bucket/runs/r1: no valid Google Cloud credentials\. Run "
+                     r"`gcloud auth application-default login`, or on a VM give its service account the storage "
+                     r"scope \(--scopes=cloud-platform\)$"):
+    storage.check([], writes=["gs://bucket/runs/r1"])
+
+
+class _Forbidden(http.server.BaseHTTPRequestHandler):
+  """Cloud Storage's answer to an account without permission, to every request."""
+
+  def _deny(self):
+    body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.list access"}})
+    self.send_response(403)
+    self.send_header("Content-Type", "application/json")
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    self.wfile.write(body.encode())
+
+  do_GET = do_POST = do_PUT = do_DELETE = _deny
+
+  def log_message(self, *args):  # pylint: disable=arguments-differ
+    pass
+
+
+def test_check_without_permission_names_the_bucket(gcs_emulator, fresh_clients, monkeypatch):
+  del gcs_emulator
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Forbidden)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
+  try:
+    with pytest.raises(StorageError, match=r"^cannot read gs://private/data: permission denied on bucket gs://private "
+                       r"\(grant this account roles/storage\.objectAdmin on it\)$"):
+      storage.check(["gs://private/data"])
+  finally:
+    server.shutdown()
