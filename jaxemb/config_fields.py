@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import difflib
+from typing import Any, Iterator
 
 import ml_collections
+
+
+def leaves(config: ml_collections.ConfigDict) -> Iterator[tuple[str, Any]]:
+  """(dotted name, value) of every field of `config` that is not a group of fields."""
+  yield from _flatten(config.to_dict())
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      yield from _flatten(value, f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", value
 
 
 def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:

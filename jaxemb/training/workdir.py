@@ -1,4 +1,5 @@
-"""A run directory's identity: one process trains in it at a time (its lock), and one command (its fingerprint).
+"""A run directory's identity: one process trains in it at a time (its lock: a flock on a disk, a lease in a
+bucket), and one command (its fingerprint).
 
 Two processes on one workdir interleave their checkpoints and metrics; a rerun with other fields would silently
 resume a run made by another command. `claim_workdir` refuses both when train() starts, before anything is loaded.
@@ -19,9 +20,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxemb import atomic
+from jaxemb import atomic, config_fields, storage
 from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
+from jaxemb.training import lease
 
 # Fields left out of the fingerprint, as they do not change what a run computes, so a rerun may change them: where
 # things are kept (the workdir itself, so a moved run directory resumes; the caches), what the run evaluates and how
@@ -43,19 +45,12 @@ _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 def fingerprint(config: Any) -> dict[str, Any]:
   """The fields of a training config that define its run, by dotted name, as they read back from JSON."""
-  fields = {key: value for key, value in _flatten(config.to_dict()) if not _excluded(key)}
+  fields = {key: value for key, value in config_fields.leaves(config) if not _excluded(key)}
   for key in PATH_FIELDS:
-    if key in fields and fields[key] and pathlib.Path(fields[key]).expanduser().exists():
+    if key in fields and fields[key] and not storage.is_remote(fields[key]) and \
+        pathlib.Path(fields[key]).expanduser().exists():
       fields[key] = str(pathlib.Path(fields[key]).expanduser().resolve())
   return json.loads(json.dumps(fields))  # Tuples become lists, as they are read back.
-
-
-def _flatten(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
-  for key, value in tree.items():
-    if isinstance(value, dict):
-      yield from _flatten(value, f"{prefix}{key}.")
-    else:
-      yield f"{prefix}{key}", value
 
 
 def _excluded(key: str) -> bool:
@@ -113,15 +108,33 @@ def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
+def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[Callable[[], None]]:
+  """Holds the run directory's lock until the block ends: a flock on <workdir>/lock on a disk, a lease in a bucket
+  (`jaxemb.training.lease`). Yields a check to call before writing to the run: it raises WorkdirError when a lease
+  was lost to another process (a flock is never lost).
+
+  Raises:
+    WorkdirError: another process holds it; the message names its pid and host.
+  """
+  if storage.is_remote(run.path):
+    held = lease.Lease(run.path, run.lock_file)
+    held.acquire(say)
+    try:
+      yield held.check
+    finally:
+      held.release()
+  else:
+    with _file_lock(run, say):
+      yield lambda: None
+
+
+@contextlib.contextmanager
+def _file_lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
   """Holds <workdir>/lock, with this process's pid and host written in it, until the block ends.
 
   flock: the kernel releases it when the process dies, so a lock file whose holder died (a non-empty file nobody
   holds) is taken over. The file is emptied on release and never deleted: deleting it would let a process that
   opened it before the deletion lock a file no later process sees.
-
-  Raises:
-    WorkdirError: another process holds it; the message names its pid and host.
   """
   run.path.mkdir(parents=True, exist_ok=True)
   fd = os.open(run.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
@@ -143,6 +156,9 @@ def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
 def refuse_if_busy(run: run_dir.RunDir):
   """Raises WorkdirError at once when another process holds the workdir's lock; creates nothing (a config that
   fails its checks afterwards leaves the workdir as it was). `lock` takes the lock itself later."""
+  if storage.is_remote(run.path):
+    lease.refuse_if_held(run.path, run.lock_file)
+    return
   try:
     fd = os.open(run.lock_file, os.O_RDWR)
   except FileNotFoundError:
@@ -158,8 +174,7 @@ def _flock(run: run_dir.RunDir, fd: int, say: Callable[[str], None]):
   try:
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except BlockingIOError:
-    raise WorkdirError(f"{run.path} is in use by {_holder(fd) or 'another process'} (lock {run.lock_file}): wait "
-                       "for it to end or stop it, or choose another --config.workdir") from None
+    raise lease.busy(run.path, _holder(fd), run.lock_file) from None
   except OSError as e:
     if e.errno not in _NO_LOCKS:
       raise
@@ -178,8 +193,9 @@ def _holder(fd: int) -> str:
 
 @contextlib.contextmanager
 def claim_workdir(config: Any, resume_changed: bool = False,
-                  say: Callable[[str], None] = print) -> Iterator[run_dir.RunDir]:
+                  say: Callable[[str], None] = print) -> Iterator[tuple[run_dir.RunDir, Callable[[], None]]]:
   """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`).
+  Yields the run directory and the lock's check (`lock`), to call before each write to the run.
 
   In a multi-host job the workdir is shared, so process 0 claims it for the job and tells the other processes
   whether it could, and they all stop together. Released when the block ends (a sweep trains its runs one after
@@ -190,10 +206,10 @@ def claim_workdir(config: Any, resume_changed: bool = False,
   """
   run = run_dir.RunDir(config.workdir)
   with contextlib.ExitStack() as held:
-    refused = None
+    refused, check = None, lambda: None
     if jax.process_index() == 0:
       try:
-        held.enter_context(lock(run, say))
+        check = held.enter_context(lock(run, say))
         check_fingerprint(run, fingerprint(config), resume_changed, say)
       except Exception as e:  # pylint: disable=broad-except  # Raised once the other processes are told.
         refused = e
@@ -201,4 +217,4 @@ def claim_workdir(config: Any, resume_changed: bool = False,
       refused = refused or WorkdirError(f"process 0 refused {run.path}; its output says why")
     if refused:
       raise refused
-    yield run
+    yield run, check
