@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import tempfile
+import pathlib
 from typing import IO, Any, Callable
 
 from jaxemb import storage
@@ -20,9 +19,6 @@ from jaxemb.errors import StorageError
 
 def write(path: storage.PathLike, fill: Callable[[IO[bytes]], Any]):
   """Calls `fill` on a binary file and puts what it wrote at `path` (its folder created), whole or not at all.
-
-  A local temporary file has a unique name (concurrent writers do not share one) and is removed whatever fails,
-  closing it included (a full disk often shows only when the last buffer is flushed).
 
   Raises:
     StorageError: the file system refused the write (a full disk, no permission), naming `path`.
@@ -34,22 +30,9 @@ def write(path: storage.PathLike, fill: Callable[[IO[bytes]], Any]):
       fill(buffer)
       path.write_bytes(buffer.getvalue())
     else:
-      _write_local(path, fill)
+      storage.replace_file(pathlib.Path(path), fill)
   except OSError as e:
     raise StorageError(f"cannot write {path}: {e.strerror or e}") from e
-
-
-def _write_local(path: storage.Path, fill: Callable[[IO[bytes]], Any]):
-  path.parent.mkdir(parents=True, exist_ok=True)
-  f = tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name + ".", suffix=".partial", delete=False)
-  try:
-    with f:
-      fill(f)
-    os.replace(f.name, path)
-  except BaseException:
-    if os.path.exists(f.name):
-      os.unlink(f.name)
-    raise
 
 
 def write_text(path: storage.PathLike, text: str):

@@ -23,7 +23,7 @@ from absl import flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from jaxemb import config_fields
+from jaxemb import config_fields, storage
 from jaxemb.errors import ConfigError, UserError
 
 CONFIG = "config"  # The name of every command's config flag: --config FILE, --config.train.batch_size=8.
@@ -60,12 +60,26 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
   if not verbose and not flags.FLAGS["verbosity"].present:  # An explicit --verbosity is the user's to keep.
     absl_logging.get_absl_handler().addFilter(_ours_or_a_warning)
   try:
+    check_storage(config.value)
     return main(config.value)
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, below.
     message = user_message(e)
     if message is None or verbose:
       raise
     return _fail(message)
+
+
+# The config fields a command writes to, by name: a run directory, caches and outputs. Every other field holding a
+# URL is read.
+_WRITTEN = re.compile(r"(.*\.)?(workdir|[a-z_]*cache_dir|output[a-z_]*|[a-z_]*_png)")
+
+
+def check_storage(config: Any):
+  """Checks every gs:// path of `config` before any work starts (`jaxemb.storage.check`): readable, and writable
+  for the fields a command writes to; an unsupported scheme is refused. One line for each problem."""
+  urls = {name: value for name, value in config_fields.leaves(config)
+          if isinstance(value, str) and storage.is_remote(value)}
+  storage.check(urls.values(), [value for name, value in urls.items() if _WRITTEN.fullmatch(name)])
 
 
 def _ours_or_a_warning(record: logging.LogRecord) -> bool:

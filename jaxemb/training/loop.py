@@ -5,19 +5,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import pathlib
 import queue
 import signal
 import threading
 import time
-from typing import Any, Generator, Iterator, TypeVar
+from typing import Any, Callable, Generator, Iterator, TypeVar
 
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import atomic, sharding
+from jaxemb import atomic, sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, Diverged
@@ -32,8 +31,11 @@ T = TypeVar("T")
 
 
 def read_columns(config: Any) -> dict[str, list[str]]:
-  """config.data's training corpus by column (corpus.read_columns)."""
-  return corpus.read_columns(config.data.train_file, config.data.format, config.data.cache_dir or None)
+  """config.data's training corpus by column (corpus.read_columns); `datasets` caches its tables in data.cache_dir
+  when that is a local folder."""
+  cache_dir = config.data.cache_dir
+  return corpus.read_columns(config.data.train_file, config.data.format,
+                             cache_dir if cache_dir and not storage.is_remote(cache_dir) else None)
 
 
 def maybe_initialize_distributed(config: Any):
@@ -175,13 +177,14 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     evals = build_evaluators(config)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
-    with claim_workdir(config, resume_changed, _say):
-      return _train(config, sigterm, mesh, columns, source, evals)
+    with claim_workdir(config, resume_changed, _say) as (_, held):
+      return _train(config, sigterm, mesh, columns, source, evals, held)
 
 
 def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
-           source: run_dir.ModelSource, evals: list[evaluators.Evaluator]) -> dict[str, Any]:
-  """The run: setup, then the loop of steps, evaluations and saves."""
+           source: run_dir.ModelSource, evals: list[evaluators.Evaluator], held: Callable[[], None]) -> dict[str, Any]:
+  """The run: setup, then the loop of steps, evaluations and saves; `held` raises when the run directory's lock
+  was lost (workdir.lock), and is called before each write to it."""
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
@@ -189,7 +192,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
   trainer, model_config, state, meta = _start(config, source, mesh, ckpt, total_steps)
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = batches.tokenize_fields(config, columns, trainer.objective, source.tokenizer,
-                                   pathlib.Path(config.data.cache_dir or workdir.cache_dir), hosts)
+                                   storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
   plan = batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
   encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
                     **run.encoder_options(config))
@@ -209,6 +212,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
       due = evaluation.due(done, total_steps)
       save = done % config.train.save_every == 0 or done == total_steps
       if due or save:  # Nothing is evaluated or saved before its loss is known to be finite.
+        held()
         recorder.record(*pending)
         pending = None
       if due:
@@ -216,11 +220,14 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
           scores = evaluation.run(due, state, done)
         recorder.write(done, scores)
       if save:
+        recorder.flush()  # The records up to a saved step outlive a kill after it.
         ckpt.save(state, meta)
       if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
         if pending:  # Its loss must be known finite before it is saved.
           recorder.record(*pending)
         if not save:
+          held()
+          recorder.flush()
           ckpt.save(state, meta)
         ckpt.wait()
         preempted = Preempted(done)
@@ -360,6 +367,11 @@ class _Recorder:
     if self.writer:
       self.writer.write(done, scalars)
 
+  def flush(self):
+    """Returns once the records so far are written."""
+    if self.writer:
+      self.writer.flush()
+
   @contextlib.contextmanager
   def pause(self) -> Iterator[None]:
     """Time in the block is not training time."""
@@ -428,37 +440,83 @@ def _say(message: str):
 
 
 class _MetricsWriter:
-  """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard.
+  """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard, written by a
+  background thread: a write to a bucket is a request, which no step waits for. `flush` returns once every record
+  so far is written (the loop flushes before each checkpoint, so the records of a saved step outlive a kill).
 
-  A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes each later step again:
-  the records an earlier process wrote past that step (before it was killed) are dropped first, so each step's
-  scalars are there once.
+  metrics.jsonl is rewritten whole at each write (jaxemb.atomic: a bucket cannot append, and a kill leaves the
+  previous whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes
+  each later step again: the records an earlier process wrote past that step (before it was killed) are dropped
+  first, so each step's scalars are there once. TensorBoard discards the events past `start_step` from the files
+  already there (purge_step); its writer opens at the first record and flushes with each, so a killed attempt
+  leaves neither an empty event file nor events only in memory.
   """
 
   def __init__(self, workdir: run_dir.RunDir, start_step: int):
-    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-    workdir.path.mkdir(parents=True, exist_ok=True)
-    _drop_records_after(workdir.metrics_file, start_step)
-    self._file = open(workdir.metrics_file, "a", encoding="utf-8")  # pylint: disable=consider-using-with
-    # TensorBoard discards the events at purge_step and later from the files already there.
-    self._tensorboard = SummaryWriter(str(workdir.tensorboard_dir), purge_step=start_step + 1)
+    self._workdir, self._purge_step = workdir, start_step + 1
+    self._lines = _records_up_to(workdir.metrics_file, start_step)
+    self._tensorboard = None
+    self._queue: queue.Queue = queue.Queue()
+    self._error: BaseException | None = None
+    self._thread = threading.Thread(target=self._write_queued, name="jaxemb-metrics", daemon=True)
+    self._thread.start()
 
   def write(self, step: int, scalars: dict[str, float]):
-    self._file.write(json.dumps({"step": step, **scalars}) + "\n")
-    self._file.flush()
-    for name, value in scalars.items():
-      self._tensorboard.add_scalar(name, value, step)
+    self._raise_error()
+    self._queue.put((step, scalars))
+
+  def flush(self):
+    self._queue.join()
+    self._raise_error()
 
   def close(self):
-    self._file.close()
-    self._tensorboard.close()
+    self._queue.put(None)
+    self._thread.join()
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+    self._raise_error()
+
+  def _raise_error(self):
+    if self._error is not None:
+      error, self._error = self._error, None
+      raise error
+
+  def _write_queued(self):
+    """The thread: each batch of queued records written at once, until close's None."""
+    while True:
+      records = [self._queue.get()]
+      while not self._queue.empty():
+        records.append(self._queue.get())
+      try:
+        if self._error is None:
+          self._write([r for r in records if r is not None])
+      except BaseException as e:  # pylint: disable=broad-except  # Raised in the loop's thread.
+        self._error = e
+      finally:
+        for _ in records:
+          self._queue.task_done()
+      if records[-1] is None:
+        return
+
+  def _write(self, records: list[tuple[int, dict[str, float]]]):
+    if not records:
+      return
+    self._lines += [json.dumps({"step": step, **scalars}) + "\n" for step, scalars in records]
+    atomic.write_text(self._workdir.metrics_file, "".join(self._lines))
+    if self._tensorboard is None:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      # tensorboardX writes gs:// event files itself (google-cloud-storage), each flush uploading the whole file.
+      self._tensorboard = SummaryWriter(str(self._workdir.tensorboard_dir), purge_step=self._purge_step)
+    for step, scalars in records:
+      for name, value in scalars.items():
+        self._tensorboard.add_scalar(name, value, step)
+    self._tensorboard.flush()
 
 
-def _drop_records_after(path: pathlib.Path, step: int):
-  """Rewrites the metrics file `path` without its records past `step`, and without a last line cut short by a
-  kill; whole or not at all (jaxemb.atomic)."""
+def _records_up_to(path: storage.Path, step: int) -> list[str]:
+  """The lines of the metrics file `path` of the steps up to `step`, without a last line cut short by a kill."""
   if not path.is_file():
-    return
+    return []
   kept = []
   for line in path.read_text(encoding="utf-8").splitlines():
     try:
@@ -467,4 +525,4 @@ def _drop_records_after(path: pathlib.Path, step: int):
       continue
     if record["step"] <= step:
       kept.append(line + "\n")
-  atomic.write_text(path, "".join(kept))
+  return kept

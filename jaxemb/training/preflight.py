@@ -5,12 +5,11 @@ the corpus is read, `check_corpus_size` refuses a batch larger than it before an
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 from jax.sharding import Mesh
 
-from jaxemb import sharding
+from jaxemb import sharding, storage
 from jaxemb.data import corpus
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Method, open_model
@@ -81,7 +80,7 @@ def _check_columns(config: Any):
 def _check_files(config: Any):
   """The corpus and STS-B dev (read here: it is small, and the default evaluator needs it; loop.build_evaluators
   reads every evaluator's data next)."""
-  if not pathlib.Path(config.data.train_file).is_file():
+  if not storage.path(config.data.train_file).is_file():
     raise DataError(f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
                     "point the field at the corpus")
   try:

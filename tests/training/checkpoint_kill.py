@@ -1,7 +1,8 @@
 """A tiny PromptBERT run that dies with os._exit at one stage of one of its saves: a real kill, which leaves the
 files of that moment on disk and runs no `finally` block (no save is finished for it).
 
-Run in a subprocess, as `python -m tests.training.checkpoint_kill MODEL_DIR WORKDIR TRAIN_FILE XLA_CACHE STAGE`,
+Run in a subprocess, as `python -m tests.training.checkpoint_kill MODEL_DIR WORKDIR TRAIN_FILE XLA_CACHE STAGE
+[SENTEVAL_DIR]`,
 STAGE one of STAGES or "none" (the run ends as usual: a reference, or the rerun that resumes): "during" stops Orbax as it commits the step (its files written into the temporary folder,
 the commit marker and the rename not yet done), "after" once the save is committed.
 """
@@ -21,10 +22,11 @@ KILL_STEP = 2  # The first evaluated step: its best save always happens, after t
 KILLED = 77  # The exit status of a run that reached its kill point.
 
 
-def kill_config(model_dir, workdir, train_file, xla_cache):
+def kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir=None):
   """3 steps, saved every step and scored at steps 2 and 3: a kill at step 2 resumes from step 1 and replays it."""
   config = tiny_config("promptbert", model_dir, workdir, train_file, num_steps=3, save_every=1, eval_every=2)
   config.compilation_cache_dir = str(xla_cache)
+  config.data.senteval_dir = str(senteval_dir or config.data.senteval_dir)
   return config
 
 
@@ -58,7 +60,7 @@ def _die_while_committing(folder: str):
   atomicity.AtomicRenameTemporaryPath.finalize = finalize
 
 
-def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: str):
+def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: str, senteval_dir: str = ""):
   when, save = stage.split() if stage != "none" else ("none", "none")
   if when == "none":
     pass
@@ -68,7 +70,7 @@ def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: s
     checkpoints.RunCheckpoints.save_best = _wrap(checkpoints.RunCheckpoints.save_best, when, lambda step, *_: step)
   else:
     checkpoints.RunCheckpoints.save = _wrap(checkpoints.RunCheckpoints.save, when, lambda state, _: int(state.step))
-  config = kill_config(model_dir, workdir, train_file, xla_cache)
+  config = kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir)
   xla.use_compilation_cache(config.compilation_cache_dir)
   loop.train(config)
   if stage != "none":

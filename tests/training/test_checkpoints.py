@@ -3,6 +3,7 @@ kill at any stage of a save, an unreadable checkpoint (set aside, the one before
 
 import os
 import pathlib
+import json
 import re
 import shutil
 import subprocess
@@ -14,10 +15,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
 from jaxemb.models import run_dir
 from jaxemb.training import checkpoints, loop
-from tests.support import REPO
+from tests.support import REPO, shared_path
 from tests.training import checkpoint_kill
 from tests.training.test_loop import wiki_head  # pylint: disable=unused-import  # A fixture.
 
@@ -53,10 +55,19 @@ def test_finiteness_is_one_small_replicated_vector():
 _KILLS_IN_CI = ("after best", "during periodic")
 
 
-def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage) -> subprocess.CompletedProcess:
+def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, *senteval_dir, vm=None) -> subprocess.CompletedProcess:
+  """The driver in the repository, or on a `vm`: a folder of its own, as its working directory and HOME."""
+  env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
   return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
-                         str(train_file), str(xla_cache), stage], cwd=REPO, capture_output=True, text=True,
-                        check=False)
+                         str(train_file), str(xla_cache), stage, *map(str, senteval_dir)], cwd=vm or REPO, env=env,
+                        capture_output=True, text=True, check=False)
+
+
+def _vm_env(vm: pathlib.Path) -> dict[str, str]:
+  """A new VM's environment: `vm` its working directory and HOME (so an empty download cache), the repository on
+  the Python path."""
+  (vm / "home").mkdir(parents=True, exist_ok=True)
+  return {**os.environ, "HOME": str(vm / "home"), "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +122,50 @@ def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, w
   assert not list((tmp_path / "run").glob("*/*.orbax-checkpoint-tmp*"))
   assert "Traceback" not in rerun.stderr
   _assert_same_run(whole, tmp_path / "run")
+
+
+def _upload(local: pathlib.Path, url: str) -> str:
+  """A local file, or a folder's files, copied to `url` in the bucket; `url`."""
+  files = [local] if local.is_file() else [p for p in local.rglob("*") if p.is_file()]
+  for file in files:
+    (storage.path(url) / file.relative_to(local).as_posix() if file != local else storage.path(url)).write_bytes(
+        file.read_bytes())
+  return url
+
+
+def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evaluated_from_it(whole_run, tiny_bert,
+                                                                                             wiki_head, bucket,
+                                                                                             tmp_path):
+  """The bucket issue's scenario on a real GCS emulator: the run directory, the model, the corpus and STS-B in a
+  bucket. Killed as the save of step 2 commits (its lease left behind), the same command on a new VM (another
+  working directory and HOME: an empty download cache) takes the run over and ends as the uninterrupted local run;
+  evaluate.py scores its best step from the bucket. No local `gs:` folder appears anywhere."""
+  whole, xla_cache = whole_run
+  model = _upload(tiny_bert, f"{bucket}/models/tiny")
+  corpus = _upload(wiki_head, f"{bucket}/data/wiki_head.txt")
+  senteval = f"{bucket}/senteval"
+  _upload(shared_path("data", "senteval", "STS", "STSBenchmark"), f"{senteval}/STS/STSBenchmark")
+  run = f"{bucket}/runs/r1"
+  killed = _kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
+  assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
+  rerun = _kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")
+  assert rerun.returncode == 0, rerun.stderr
+  assert f"took over {run}/lock from pid " in rerun.stdout and "which ended without releasing it" in rerun.stdout
+  assert f"resumed from {run}/checkpoints at step 2" in rerun.stdout
+  assert "Traceback" not in rerun.stderr
+  _assert_same_run(whole, storage.path(run))
+
+  vm3 = tmp_path / "vm3"
+  evaluated = subprocess.run(
+      [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_prompt.py"),
+       f"--config.model.path={run}", f"--config.data.senteval_dir={senteval}", "--config.eval.tasks=STSBenchmark",
+       f"--config.compilation_cache_dir={xla_cache}", f"--config.eval.output_json={run}/eval.json"],
+      cwd=vm3, env=_vm_env(vm3), capture_output=True, text=True, check=False)
+  assert evaluated.returncode == 0, evaluated.stderr
+  assert re.search(r"\| STSBenchmark +\| test +\| +-?\d+\.\d\d", evaluated.stdout), evaluated.stdout
+  assert json.loads(storage.path(f"{run}/eval.json").read_text())
+  for folder in (tmp_path / "vm1", tmp_path / "vm2", vm3, REPO):
+    assert not list(folder.glob("gs:*")) and not list(folder.glob("*/gs:*")), folder
 
 
 def _largest_data_file(item_dir):

@@ -146,6 +146,17 @@ def _tensorboard_events(directory):
   return events
 
 
+def _tensorboard_scalars(directory, tag):
+  """[(step, value)] of `tag` as TensorBoard shows them: the files in order, each SessionLog.START at step s
+  discarding the events at s and later read before it (a resumed run's purge_step)."""
+  shown = []
+  for event in _tensorboard_events(directory):
+    if event.session_log.status == event_pb2.SessionLog.START:
+      shown = [(step, value) for step, value in shown if step < event.step]
+    shown += [(event.step, value.simple_value) for value in event.summary.value if value.tag == tag]
+  return shown
+
+
 def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_path):
   """Resumed at step 2, the killed process having logged steps 3 and 4 (its last line cut short by the kill):
   metrics.jsonl keeps steps 1-2 and its stsb_dev record, and TensorBoard discards the events from step 3 on."""
@@ -176,8 +187,9 @@ def _steps(metrics_file, scalar):
 
 
 def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki_head):
-  """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl has
-  each step once (the steps logged after the checkpoint it resumes from are replayed)."""
+  """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl and
+  TensorBoard have each step once (the steps logged after the checkpoint it resumes from are replayed; those before
+  it were written when it was saved), with no empty event file left by the killed process."""
   def command(workdir):
     return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
@@ -200,6 +212,9 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
   assert "resumed from" in resumed.stdout + resumed.stderr
   assert _steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
   assert _steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev/STSBenchmark") == [6]
+  assert all(path.stat().st_size for path in (tmp_path / "killed" / "tensorboard").iterdir())
+  assert [step for step, _ in _tensorboard_scalars(tmp_path / "killed" / "tensorboard", "loss")] == [1, 2, 3, 4, 5, 6]
+  assert [step for step, _ in _tensorboard_scalars(tmp_path / "killed" / "tensorboard", "stsb_dev/STSBenchmark")] == [6]
   whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "killed")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
     np.testing.assert_array_equal(a, b)
