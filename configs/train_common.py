@@ -101,10 +101,12 @@ def get_config():
   config.train.prefetch = 2  # Batches gathered and sent to the devices while a step runs; 0 = none.
   config.train.mesh_data = -1  # Devices on the data axis; -1 = all that fsdp leaves.
   config.train.mesh_fsdp = 1  # Devices each param and optimizer state is split over.
+  # Multi-host: with coordinator_address "", the job of the cluster jax.distributed.initialize() detects (a TPU pod
+  # slice, a SLURM job step, an Open MPI launch: the same command on every host), else a single process.
   config.train.distributed = ml_collections.ConfigDict()
-  config.train.distributed.coordinator_address = ""  # host:port of process 0; "" = single process.
-  config.train.distributed.num_processes = 1  # Processes in the job.
-  config.train.distributed.process_id = 0  # This process's index.
+  config.train.distributed.coordinator_address = ""  # host:port of process 0; "" = the detected cluster, if any.
+  config.train.distributed.num_processes = 1  # Processes in the job, with coordinator_address.
+  config.train.distributed.process_id = 0  # This process's index, with coordinator_address.
 
   # The run's evaluation method, recorded in its run directory (evaluate.py, Encoder.from_pretrained(workdir)): the
   # authors' evaluation.py flags in run.sh. The same block as the evaluation configs' (eval_common.method_config):

@@ -38,13 +38,38 @@ def read_columns(config: Any) -> dict[str, list[str]]:
                              cache_dir if cache_dir and not storage.is_remote(cache_dir) else None)
 
 
-def maybe_initialize_distributed(config: Any):
-  """Multi-host: join the job when a coordinator is configured (each host runs the same command)."""
+def join_multihost_job(config: Any):
+  """Joins the multi-host job this process is one of, so every host runs the same command: at the configured
+  coordinator (config.train.distributed), else at the one of the cluster jax.distributed.initialize() detects (a
+  TPU pod slice, a SLURM job step, an Open MPI launch). A single machine, or a cluster of one process, starts none.
+  Once per process: a sweep calls train() again."""
+  if jax.distributed.is_initialized():
+    return
   d = config.train.distributed
   if d.coordinator_address:
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
-    jax.distributed.initialize(coordinator_address=d.coordinator_address, num_processes=d.num_processes,
-                               process_id=d.process_id)
+    given = dict(coordinator_address=d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
+  elif _detected_process_count() > 1:
+    # jax fills in the coordinator, the process count and id. On SLURM, off TPU VMs, it also sets
+    # local_device_ids=[SLURM_LOCALID]: CUDA/ROCm then show that one GPU (jax's one task per GPU); the CPU backend
+    # ignores it and keeps all its devices (tests/training/test_multihost.py: two per process).
+    given = {}
+  else:
+    return
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
+  jax.distributed.initialize(**given)
+
+
+def _detected_process_count() -> int:
+  """The process count of the cluster jax.distributed.initialize() would detect, as it does (jax/_src/clusters:
+  the first environment present that is not opt-in only); 1 when none is. Asked first since initialize() raises on a
+  plain machine and would start a coordinator for one process. A jax without the private module detects nothing."""
+  try:
+    from jax._src import clusters  # pylint: disable=import-outside-toplevel
+    types = clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return 1
+  env = next((t for t in types if not t.opt_in_only_method and t.is_env_present()), None)
+  return env.get_process_count() if env else 1
 
 
 def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +191,7 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
       another command (workdir.claim_workdir).
   """
-  maybe_initialize_distributed(config)
+  join_multihost_job(config)
   with _Sigterm() as sigterm:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
       refuse_if_busy(run_dir.RunDir(config.workdir))

@@ -1,7 +1,9 @@
-"""Multi-host for real: two processes on 127.0.0.1 (gloo CPU collectives, two simulated devices each), each
+"""Multi-host for real: two processes on 127.0.0.1 (gloo CPU collectives, two simulated devices each) that find
+each other from the variables of a SLURM job step alone, as every host of a cluster runs the same command, each
 reading its own shard of every batch, with fsdp over all four devices, so the params are split across the two
 processes. They are checked for NaNs, saved, scored on STS-B dev, preempted and resumed, and end with the params of
-one process with four devices; their checkpoints restore in a single process."""
+one process with four devices; their checkpoints restore in a single process. Which environments start a job, and
+the configured coordinator, are checked without one."""
 
 import json
 import os
@@ -12,10 +14,13 @@ import subprocess
 import sys
 
 import jax
+import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from jaxemb.models import run_dir
+from jaxemb.training import loop
 from tests.support import REPO, shared_path
 
 
@@ -40,18 +45,23 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
           *(f"--config.train.{name}={value}" for name, value in train.items())]
 
 
-def _env(devices):
+def _env(devices, **variables):
   return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
-          "PYTHONUNBUFFERED": "1"}
+          "PYTHONUNBUFFERED": "1", **variables}
+
+
+def _slurm(process_id: int, num_processes: int) -> dict[str, str]:
+  """What srun sets in task `process_id` of a job step of `num_processes` tasks, one per node: the variables
+  jax's SlurmCluster reads (jax/_src/clusters/slurm_cluster.py), the first node being this one."""
+  return {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NTASKS": str(num_processes),
+          "SLURM_PROCID": str(process_id), "SLURM_LOCALID": "0"}
 
 
 def _start_pair(*args, **train):
-  """Two processes, two devices each, of one train.py job."""
-  port = _free_port()
-  return [subprocess.Popen(
-      _command(*args, **train, **{"distributed.coordinator_address": f"127.0.0.1:{port}",
-                                  "distributed.num_processes": 2, "distributed.process_id": i}),
-      env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  """Two processes, two devices each, of one train.py job step on SLURM: the same command, no distributed flags."""
+  port = str(_free_port())  # jax's SLURM default derives it from the job id; a fixed one may be taken here.
+  return [subprocess.Popen(_command(*args, **train), env=_env(2, **_slurm(i, 2), JAX_COORDINATOR_PORT=port),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
 
 
 def _wait(processes, returncode=0):
@@ -84,7 +94,13 @@ def _assert_params_close(expected, got):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
-def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert):
+@pytest.fixture
+def pair_workdir(tmp_path):
+  """The two-process run's workdir: any path train.py takes, read back through the methods of pathlib.Path."""
+  return tmp_path / "pair"
+
+
+def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir):
   """fsdp over the four devices of two processes splits the word table across them. Process 1 alone is sent
   SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143; the
   same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev on the split
@@ -95,7 +111,7 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
                           capture_output=True, text=True, check=False)
   assert single.returncode == 0, single.stderr[-3000:]
 
-  pair = _start_pair(tiny_bert, corpus_file, tmp_path / "pair", cache, **train)
+  pair = _start_pair(tiny_bert, corpus_file, pair_workdir, cache, **train)
   lines = []
   for line in pair[0].stdout:  # Process 0 reports; the run is in train() with its SIGTERM handling in place.
     lines.append(line)
@@ -107,20 +123,65 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   assert match, "".join(lines) + stdout
   step = int(match.group(1))
   assert 1 <= step < train["num_steps"]
-  assert os.listdir(tmp_path / "pair" / "checkpoints") == [str(step)]
+  assert [path.name for path in (pair_workdir / "checkpoints").iterdir()] == [str(step)]
 
-  (stdout, _), _ = _wait(_start_pair(tiny_bert, corpus_file, tmp_path / "pair", cache, **train))
-  assert f"resumed from {tmp_path / 'pair' / 'checkpoints'} at step {step}" in stdout, stdout
-  expected, got = _restore_params(tmp_path / "single"), _restore_params(tmp_path / "pair")
+  (stdout, _), _ = _wait(_start_pair(tiny_bert, corpus_file, pair_workdir, cache, **train))
+  assert f"resumed from {pair_workdir / 'checkpoints'} at step {step}" in stdout, stdout
+  expected, got = _restore_params(tmp_path / "single"), _restore_params(pair_workdir)
   _assert_params_close(expected, got)
-  metrics = [json.loads(line) for line in (tmp_path / "pair" / "metrics.jsonl").read_text().splitlines()]
+  metrics = [json.loads(line) for line in (pair_workdir / "metrics.jsonl").read_text().splitlines()]
   expected_metrics = [json.loads(line) for line in (tmp_path / "single" / "metrics.jsonl").read_text().splitlines()]
   dev = lambda records: {r["step"]: r["stsb_dev/STSBenchmark"] for r in records if "stsb_dev/STSBenchmark" in r}
   assert sorted(dev(metrics)) == [4, 8]
   for step, score in dev(expected_metrics).items():
     assert abs(dev(metrics)[step] - score) < 1e-3, (step, dev(metrics), dev(expected_metrics))
-  _, best, meta = run_dir.load_best(tmp_path / "pair")  # What evaluate.py reads, in one process.
+  _, best, meta = run_dir.load_best(pair_workdir)  # What evaluate.py reads, in one process.
   assert meta["step"] == max(dev(metrics), key=dev(metrics).get)
   if meta["step"] == train["num_steps"]:
     np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
                                   got["encoder"]["layers"]["query"]["kernel"][0])
+
+
+@pytest.fixture
+def initialize_calls(monkeypatch):
+  """What join_multihost_job asks of jax (config updates and jax.distributed.initialize's arguments), recorded
+  instead of made, in an environment of no cluster: no SLURM, Open MPI or Kubernetes variables."""
+  for name in list(os.environ):
+    if name.startswith(("SLURM_", "OMPI_")) or name in ("KUBERNETES_SERVICE_HOST", "JAX_COORDINATOR_PORT"):
+      monkeypatch.delenv(name)
+  calls = []
+  monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
+  monkeypatch.setattr(jax.distributed, "initialize", lambda **given: calls.append(given))
+  return calls
+
+
+def _distributed(coordinator_address="", num_processes=1, process_id=0):
+  return ml_collections.ConfigDict({"train": {"distributed": {
+      "coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}}})
+
+
+def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls, monkeypatch):
+  """The flags win over a detected cluster: a process of a SLURM job may join a job of its own."""
+  for name, value in _slurm(0, 4).items():
+    monkeypatch.setenv(name, value)
+  loop.join_multihost_job(_distributed("10.0.0.1:1234", num_processes=2, process_id=1))
+  assert initialize_calls == [("jax_cpu_collectives_implementation", "gloo"),
+                              {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}]
+
+
+@pytest.mark.parametrize("variables, joins", [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True)],
+                         ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks"])
+def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, monkeypatch, variables, joins):
+  """A plain machine, or a job step of one task, starts no coordinator; one of several tasks leaves jax to fill in
+  the coordinator, the process count and id."""
+  for name, value in variables.items():
+    monkeypatch.setenv(name, value)
+  loop.join_multihost_job(_distributed())
+  assert initialize_calls == ([("jax_cpu_collectives_implementation", "gloo"), {}] if joins else [])
+
+
+def test_a_process_joins_once(initialize_calls, monkeypatch):
+  """A sweep's second train() in a joined process initialises nothing again (jax would raise)."""
+  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
+  loop.join_multihost_job(_distributed("10.0.0.1:1234", num_processes=2, process_id=1))
+  assert not initialize_calls
