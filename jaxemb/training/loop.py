@@ -48,28 +48,32 @@ def join_multihost_job(config: Any):
   d = config.train.distributed
   if d.coordinator_address:
     given = dict(coordinator_address=d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
-  elif _detected_process_count() > 1:
+  elif (cluster := _detected_cluster()) is not None and cluster.get_process_count() > 1:
     # jax fills in the coordinator, the process count and id. On SLURM, off TPU VMs, it also sets
     # local_device_ids=[SLURM_LOCALID]: CUDA/ROCm then show that one GPU (jax's one task per GPU); the CPU backend
     # ignores it and keeps all its devices (tests/training/test_multihost.py: two per process).
-    given = {}
+    given = dict(cluster_detection_method=cluster.name)
   else:
     return
   jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
   jax.distributed.initialize(**given)
 
 
-def _detected_process_count() -> int:
-  """The process count of the cluster jax.distributed.initialize() would detect, as it does (jax/_src/clusters:
-  the first environment present that is not opt-in only); 1 when none is. Asked first since initialize() raises on a
-  plain machine and would start a coordinator for one process. A jax without the private module detects nothing."""
+# The clusters joined without flags (jax/_src/clusters names): TPU VMs of a pod slice (GCE, GKE), SLURM and Open
+# MPI. Not jax's Kubernetes detection: a plain pod (a dev container) would have every single-machine run try it.
+AUTO_CLUSTERS = ("gcetpu", "gketpu", "slurm", "ompi")
+
+
+def _detected_cluster() -> Any:
+  """The cluster environment of AUTO_CLUSTERS that jax.distributed.initialize() detects, found as jax finds it
+  (jax/_src/clusters: the first present), None when none is. Asked first since initialize() raises on a plain
+  machine and would start a coordinator for one process. A jax without the private module detects nothing."""
   try:
     from jax._src import clusters  # pylint: disable=import-outside-toplevel
     types = clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
   except (ImportError, AttributeError):
-    return 1
-  env = next((t for t in types if not t.opt_in_only_method and t.is_env_present()), None)
-  return env.get_process_count() if env else 1
+    return None
+  return next((t for t in types if t.name in AUTO_CLUSTERS and t.is_env_present()), None)
 
 
 def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:

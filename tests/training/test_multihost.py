@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import warnings
 
 import jax
 import ml_collections
@@ -169,15 +170,19 @@ def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls,
                               {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}]
 
 
-@pytest.mark.parametrize("variables, joins", [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True)],
-                         ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks"])
+@pytest.mark.parametrize("variables, joins", [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True),
+                                              ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
+                         ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks", "a Kubernetes pod"])
 def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, monkeypatch, variables, joins):
-  """A plain machine, or a job step of one task, starts no coordinator; one of several tasks leaves jax to fill in
-  the coordinator, the process count and id."""
+  """A plain machine, a job step of one task or a Kubernetes pod (not a cluster jaxemb joins) starts no
+  coordinator; one of several tasks leaves jax to fill in the coordinator, the process count and id."""
   for name, value in variables.items():
     monkeypatch.setenv(name, value)
-  loop.join_multihost_job(_distributed())
-  assert initialize_calls == ([("jax_cpu_collectives_implementation", "gloo"), {}] if joins else [])
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # jax's Kubernetes detection warns in a pod without the kubernetes package.
+    loop.join_multihost_job(_distributed())
+  assert initialize_calls == ([("jax_cpu_collectives_implementation", "gloo"),
+                               {"cluster_detection_method": "slurm"}] if joins else [])
 
 
 def test_a_process_joins_once(initialize_calls, monkeypatch):
