@@ -5,6 +5,8 @@ import http.server
 import json
 import sys
 import threading
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -148,3 +150,75 @@ def test_check_without_permission_names_the_bucket(gcs_emulator, fresh_clients, 
       storage.check(["gs://private/data"])
   finally:
     server.shutdown()
+
+
+class _Flaky(http.server.BaseHTTPRequestHandler):
+  """A proxy to the emulator that answers every tenth request with 503 Service Unavailable, as Cloud Storage does
+  under load: the clients must retry it."""
+
+  upstream = ""
+  count = 0
+  lock = threading.Lock()
+
+  def _forward(self):
+    with _Flaky.lock:
+      _Flaky.count += 1
+      fail = _Flaky.count % 10 == 0
+    body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+    if fail:
+      self._answer(503, {"Content-Type": "application/json"}, b'{"error": {"code": 503, "message": "try again"}}')
+      return
+    request = urllib.request.Request(self.upstream + self.path, data=body if body else None, method=self.command,
+                                     headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+    try:
+      with urllib.request.urlopen(request, timeout=30) as response:
+        self._answer(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as e:
+      self._answer(e.code, dict(e.headers), e.read())
+
+  def _answer(self, status, headers, body):
+    self.send_response(status)
+    for key, value in headers.items():
+      if key.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+        self.send_header(key, value)
+    self.send_header("Content-Length", str(len(body)))
+    self.end_headers()
+    self.wfile.write(body)
+
+  do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _forward
+
+  def log_message(self, *args):  # pylint: disable=arguments-differ
+    pass
+
+
+def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monkeypatch, tmp_path):
+  """Through a proxy that fails every tenth request: whole-object writes and reads, the download cache, the lease's
+  conditional writes and an Orbax checkpoint all succeed."""
+  import gcsfs  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  _Flaky.upstream = gcs_emulator.url
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  for name in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL"):
+    monkeypatch.setenv(name, f"http://127.0.0.1:{server.server_port}")
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path))
+  gcsfs.GCSFileSystem.clear_instance_cache()
+  try:
+    for i in range(4):
+      atomic.write_json(f"{bucket}/run/{i}.json", {"i": i})
+    assert [json.loads(storage.path(f"{bucket}/run/{i}.json").read_text()) for i in range(4)] == [{"i": i}
+                                                                                                   for i in range(4)]
+    assert sorted(p.name for p in storage.local_copy(f"{bucket}/run").iterdir()) == [f"{i}.json" for i in range(4)]
+    generation = storage.create(f"{bucket}/run/lease", b"a")
+    for _ in range(3):
+      generation = storage.replace(f"{bucket}/run/lease", b"b", generation)
+    manager = ocp.CheckpointManager(storage.path(f"{bucket}/run/checkpoints"))
+    manager.save(1, args=ocp.args.StandardSave({"w": jnp.arange(4.0)}))
+    manager.wait_until_finished()
+    assert list(manager.restore(1, args=ocp.args.StandardRestore())["w"]) == [0.0, 1.0, 2.0, 3.0]
+    manager.close()
+    assert _Flaky.count > 20  # The proxy saw the traffic (and failed a tenth of it).
+  finally:
+    server.shutdown()
+    gcsfs.GCSFileSystem.clear_instance_cache()
