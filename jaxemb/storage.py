@@ -260,6 +260,7 @@ def objects(value: PathLike) -> dict[str, Object]:
   """
   url = os.fspath(value).rstrip("/")
   fs = _gcsfs().GCSFileSystem()
+  fs.invalidate_cache(url)  # gcsfs answers from its listings of the folders above, which miss others' writes.
   try:
     is_file = fs.isfile(url)
     found = [fs.info(url)] if is_file else [info for info in fs.find(url, detail=True).values()

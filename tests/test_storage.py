@@ -108,6 +108,8 @@ def test_upload_staging_and_the_listing_of_sizes_and_digests(bucket, tmp_path, m
                                                           (4, hashlib.md5(b"two!").hexdigest())]
   (file,) = storage.objects(f"{bucket}/data/b.txt").values()
   assert file.md5 == listed["b.txt"].md5 and file.generation != listed["b.txt"].generation
+  storage.path(f"{bucket}/data/senteval/b.txt").write_bytes(b"new!")  # Listed above: the listing is read again.
+  assert storage.objects(f"{bucket}/data/senteval/b.txt")[""].md5 == hashlib.md5(b"new!").hexdigest()
   assert list(storage.objects(f"{bucket}/data/b.txt")) == [""]
   with pytest.raises(FileNotFoundError, match=f"^{bucket}/data/none: no such file or folder$"):
     storage.objects(f"{bucket}/data/none")
