@@ -129,6 +129,15 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
                              Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
   assert export.main(["--model", run, "--out", out]) == 1
   assert capsys.readouterr().err.endswith(f"\nerror: {out} is not empty; export into a new directory\n")
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  uploads = []
+  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
+                                      commit_description="", oid="1")
+  monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: None)
+  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                      lambda self, **kw: uploads.append(kw["folder_path"]) or commit)
+  assert export.push_to_hub(out, "me/model") == "https://huggingface.co/me/model"
+  assert uploads == [str(storage.local_copy(out))], "a bucket's folder is uploaded from its local copy"
   assert not list(tmp_path.glob("gs:*")) and not list(tmp_path.glob("*/gs:*"))
 
 
