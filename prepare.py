@@ -3,6 +3,7 @@ r"""Fetches and checks everything a config reads: SentEval's data, the training 
   python prepare.py --config configs/promptbert.py                   # wiki1m, STS-B dev, bert-base-uncased
   python prepare.py --config configs/eval_prompt.py --source ../shared/data \
       --config.model.path=../shared/models/all-MiniLM-L6-v2        # offline: copies from a local folder
+  JAXEMB_DATA=gs://bucket/data python prepare.py --config configs/promptbert.py   # into a bucket, uploaded whole
 
 Paths are the config's (default: under $JAXEMB_DATA, itself "data" by default); a second run re-verifies what
 the first fetched and fetches nothing. See jaxemb/data/prepare.py.

@@ -261,8 +261,10 @@ class Encoder:
   @classmethod
   def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method | str | None = None,
                       **kwargs) -> Encoder:
-    """An Encoder for a Hugging Face checkpoint (local directory or hub id), or the best step of a jaxemb run
-    directory (train.py's workdir, with its continuous template if it trained one).
+    """An Encoder for a Hugging Face checkpoint (local directory, gs:// folder or hub id), or the best step of a
+    jaxemb run directory (train.py's workdir, local or gs://, with its continuous template if it trained one). A
+    folder in a bucket is read from its copy in the download cache (`jaxemb.storage.local_copy`), a run's best step
+    from the bucket itself.
 
     `method` is a Method, a method name (e.g. "last_avg"), or None: a run directory's own evaluation method
     (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked

@@ -6,24 +6,23 @@ and pools no [MASK] position, so `prompt` (the manual template, position-offset 
 pooler heads; BERT and RoBERTa) becomes a custom module: jaxemb/st_prompt_module.py copied into the folder, which
 `SentenceTransformer(out, trust_remote_code=True)` loads. Either way the vectors equal `Encoder.encode`'s with the
 same method. Every export writes README.md, the model card (jaxemb/model_card.py); `--push_to_hub REPO` then
-uploads the folder.
+uploads the folder. The source and the folder may be in a bucket (gs://), each file written there in one upload.
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method
+  python -m jaxemb.export --model gs://bucket/runs/promptbert --out gs://bucket/exported/promptbert
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import shutil
 import sys
 from typing import Any
 
 import numpy as np
 
-from jaxemb import cli, model_card, templates, views
+from jaxemb import atomic, cli, model_card, storage, templates, views
 from jaxemb.encode import METHOD_HEADS, Method, open_model
 from jaxemb.errors import ConfigError, StorageError
 from jaxemb.models import hf
@@ -39,17 +38,18 @@ class NotExportable(ConfigError, NotImplementedError):
   """A method (or a run's continuous template) that the exported modules cannot compute."""
 
 
-def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method: Method | str | None = None,
-                 hub_repo: str | None = None) -> pathlib.Path:
-  """Writes `source` (an HF checkpoint directory or hub id, or a jaxemb run directory's best step) with `method`
-  to the new directory `out_dir` as a sentence-transformers model with its model card; returns it.
+def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Method | str | None = None,
+                 hub_repo: str | None = None) -> storage.Path:
+  """Writes `source` (an HF checkpoint directory or hub id, or a jaxemb run directory's best step; local or gs://)
+  with `method` to the new directory `out_dir` (local or gs://) as a sentence-transformers model with its model
+  card; returns it.
 
   `method` is a Method, a method name, or None for a run directory's own evaluation method; `hub_repo`, the Hub
   repository it is meant for, is what the model card's code loads (default: the folder, by its path). Raises
   NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous templates, ConfigError for a method
   the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
   """
-  out = pathlib.Path(out_dir)
+  out = storage.path(out_dir)
   if out.exists() and any(out.iterdir()):
     raise FileExistsError(f"{out} is not empty; export into a new directory")
   config, params, tokenizer, method = _load(source, method)
@@ -64,8 +64,9 @@ def export_model(source: str | pathlib.Path, out_dir: str | pathlib.Path, method
   return out
 
 
-def push_to_hub(out: pathlib.Path, repo: str) -> str:
-  """Uploads the exported folder `out` to the Hub model repository `repo` (created if needed); returns its URL.
+def push_to_hub(out: storage.PathLike, repo: str) -> str:
+  """Uploads the exported folder `out` (in a bucket: its copy in the download cache) to the Hub model repository
+  `repo` (created if needed); returns its URL.
 
   Raises:
     StorageError: the upload failed (offline, no token, no access), naming the repository and the cause.
@@ -77,7 +78,7 @@ def push_to_hub(out: pathlib.Path, repo: str) -> str:
   api = huggingface_hub.HfApi()
   try:
     api.create_repo(repo, repo_type="model", exist_ok=True)
-    commit = api.upload_folder(folder_path=str(out), repo_id=repo, repo_type="model",
+    commit = api.upload_folder(folder_path=str(storage.local_copy(out)), repo_id=repo, repo_type="model",
                                commit_message="Upload a jaxemb export")
   except failures as e:
     cause = " ".join(str(e).split()) or type(e).__name__
@@ -86,7 +87,7 @@ def push_to_hub(out: pathlib.Path, repo: str) -> str:
   return str(commit.repo_url)
 
 
-def _load(source: str | pathlib.Path, method: Method | str | None) -> tuple[Any, dict[str, Any], Any, Method]:
+def _load(source: storage.PathLike, method: Method | str | None) -> tuple[Any, dict[str, Any], Any, Method]:
   """(config, encoder params, tokenizer, method) of the source, the method checked before the weights load."""
   model, method = open_model(source, method, EXPORTABLE)
   if method.name not in EXPORTABLE:
@@ -112,40 +113,36 @@ def _keeps_mlm_head(method: Method, card_facts: dict[str, Any]) -> bool:
   return method.head == "mlm_transform" or training.get("fields", {}).get("objective.loss") == "mlm"
 
 
-def _write_json(path: pathlib.Path, value: Any):
-  path.parent.mkdir(parents=True, exist_ok=True)
-  path.write_text(json.dumps(value, indent=2) + "\n")
-
-
-def _write_sentence_transformers(out: pathlib.Path, config: Any, params: dict[str, Any], method: Method):
+def _write_sentence_transformers(out: storage.Path, config: Any, params: dict[str, Any], method: Method):
   """modules.json and the module folders around the Hugging Face checkpoint already in `out`."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
   modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Dense", "Dense")] if method.name == "cls" else [])
-  _write_json(out / "modules.json", [
+  atomic.write_json(out / "modules.json", [
       {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
       for i, (path, kind) in enumerate(modules)])
-  _write_json(out / "sentence_bert_config.json", {"max_seq_length": config.max_length, "do_lower_case": False})
+  atomic.write_json(out / "sentence_bert_config.json", {"max_seq_length": config.max_length, "do_lower_case": False})
   mode = _POOLING[method.name]
-  _write_json(out / "1_Pooling" / "config.json", {
+  atomic.write_json(out / "1_Pooling" / "config.json", {
       "word_embedding_dimension": config.hidden_size,
       **{f"pooling_mode_{m}": m == mode for m in _POOLING_MODES}})
   if method.name == "cls":  # The pretrained pooler: [CLS] state -> dense -> tanh.
     dense = params["pooler"]["dense"]
-    _write_json(out / "2_Dense" / "config.json", {
+    atomic.write_json(out / "2_Dense" / "config.json", {
         "in_features": config.hidden_size, "out_features": config.hidden_size, "bias": True,
         "activation_function": "torch.nn.modules.activation.Tanh"})
-    save_file({"linear.weight": np.ascontiguousarray(np.asarray(dense["kernel"], np.float32).T),
-               "linear.bias": np.asarray(dense["bias"], np.float32)},
-              str(out / "2_Dense" / "model.safetensors"), metadata={"format": "pt"})
+    weights = save({"linear.weight": np.ascontiguousarray(np.asarray(dense["kernel"], np.float32).T),
+                    "linear.bias": np.asarray(dense["bias"], np.float32)}, metadata={"format": "pt"})
+    atomic.write(out / "2_Dense" / "model.safetensors", lambda f: f.write(weights))
 
 
-def _write_prompt_module(out: pathlib.Path, config: Any, template: templates.Template, method: Method):
+def _write_prompt_module(out: storage.Path, config: Any, template: templates.Template, method: Method):
   """modules.json naming the custom module `jaxemb_prompt.PromptEncoder` (a copy of jaxemb/st_prompt_module.py,
   loaded with trust_remote_code) and its jaxemb_prompt.json: the template's own ids, the last [MASK], denoising,
   the head, all as jaxemb's Template and Method hold them."""
-  shutil.copyfile(pathlib.Path(__file__).with_name("st_prompt_module.py"), out / f"{PROMPT_MODULE}.py")
-  _write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": f"{PROMPT_MODULE}.PromptEncoder"}])
-  _write_json(out / f"{PROMPT_MODULE}.json", {
+  atomic.write_text(out / f"{PROMPT_MODULE}.py", pathlib.Path(__file__).with_name("st_prompt_module.py").read_text())
+  atomic.write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "",
+                                            "type": f"{PROMPT_MODULE}.PromptEncoder"}])
+  atomic.write_json(out / f"{PROMPT_MODULE}.json", {
       "template": method.template, "prefix_text": template.prefix_text, "suffix_text": template.suffix_text,
       "prefix_ids": list(template.prefix_ids), "suffix_ids": list(template.suffix_ids), "cls_id": template.cls_id,
       "sep_id": template.sep_id, "pad_id": template.pad_id, "mask_index": template.mask_indices[-1],
@@ -158,8 +155,9 @@ def _write_prompt_module(out: pathlib.Path, config: Any, template: templates.Tem
 def main(argv: list[str] | None = None) -> int:
   """The command: prints the exported folder (and the Hub URL); an error a user can act on is one line, status 1."""
   parser = argparse.ArgumentParser(prog="python -m jaxemb.export", description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory")
-  parser.add_argument("--out", required=True, help="the new directory to write")
+  parser.add_argument("--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory "
+                      "(local or gs://)")
+  parser.add_argument("--out", required=True, help="the new directory to write (local or gs://)")
   parser.add_argument("--method", help=f"one of {EXPORTABLE}; default: a run directory's own method")
   parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
   parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
@@ -171,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
   method = None if args.method is None else Method(args.method, template=args.template, denoise=args.denoise,
                                                     head=args.head)
   try:
+    storage.check([args.model], writes=[args.out])
     out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub)
     print(out)
     if args.push_to_hub:

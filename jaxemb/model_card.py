@@ -12,6 +12,7 @@ import pathlib
 import re
 from typing import Any
 
+from jaxemb import atomic, storage
 from jaxemb.data.prepare import MANIFEST, SIMCSE_URL
 from jaxemb.encode import PROMPT_METHODS, Method
 from jaxemb.models import run_dir
@@ -25,12 +26,12 @@ _TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoise"
                     "train.learning_rate", "train.seed", "data.train_file", "model.path")
 
 
-def write(out: pathlib.Path, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any],
+def write(out: storage.Path, source: storage.PathLike, method: Method, card_facts: dict[str, Any],
           name: str | None = None):
-  """Writes `out`/README.md for `source` exported with `method`; `card_facts` are `facts(source)`, `name` the Hub
-  repository that the card's code loads (default: the folder, by the path `out`)."""
+  """Writes `out`/README.md (local or gs://) for `source` exported with `method`; `card_facts` are `facts(source)`,
+  `name` the Hub repository that the card's code loads (default: the folder, by the path `out`)."""
   body = _body(name or str(out), source, method, card_facts)
-  (out / "README.md").write_text(_metadata(method, card_facts) + body)
+  atomic.write_text(out / "README.md", _metadata(method, card_facts) + body)
 
 
 def facts(source: str | pathlib.Path) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 import numpy as np
 
+from jaxemb import storage
 from jaxemb.data.sts import add_period as append_period
 from jaxemb.encode import PROMPT_METHODS, Encoder, Method
 from jaxemb.model_card import changed_fields
@@ -33,12 +34,13 @@ class JaxembModel(AbsEncoder):
   """A jaxemb `Encoder` (a learning-free method, a prompt method, Ditto, a run directory's best step) for mteb.
 
   Args:
-    model_name: a Hugging Face checkpoint (local directory or hub id) or a jaxemb run directory.
+    model_name: a Hugging Face checkpoint (local directory, gs:// folder or hub id) or a jaxemb run directory
+      (local or gs://).
     revision: the revision mteb records with the results; default: a run directory's best step ("best-N"), else
       none.
     device: unused (JAX places the model on its default device); mteb's `run` CLI passes it.
     name: the name mteb records ("organization/model"); default: a hub id as it is, or "jaxemb/<folder>" for a
-      local directory (and a hub id without an organization).
+      local or gs:// directory (and a hub id without an organization).
     method: a `jaxemb.encode.Method` or a method name; None for a run directory's own evaluation method (any
       other source needs one).
     add_period: append "." to sentences without final punctuation, as jaxemb's STS evaluation of the prompt
@@ -53,8 +55,7 @@ class JaxembModel(AbsEncoder):
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
     self.add_period = method.name in PROMPT_METHODS if add_period is None else add_period
-    path = pathlib.Path(model_name)
-    best = run_dir.read_best_meta(path) if revision is None and run_dir.is_run_dir(path) else None
+    best = run_dir.read_best_meta(model_name) if revision is None and run_dir.is_run_dir(model_name) else None
     revision = f"best-{best['step']}" if best else revision
     # The method and its fields that differ from their defaults: mteb keeps each method's results apart by them.
     experiment = {"method": method.name, **changed_fields(method)}
@@ -83,6 +84,8 @@ class JaxembModel(AbsEncoder):
 
 def _meta_name(model_name: str | pathlib.Path) -> str:
   """A hub id "org/model" as it is; else "jaxemb/<the folder's or id's last part>" (mteb wants an organization)."""
+  if storage.is_remote(model_name):
+    return f"jaxemb/{storage.path(model_name).name}"
   path = pathlib.Path(model_name)
   if not path.is_dir() and str(model_name).count("/") == 1:
     return str(model_name)

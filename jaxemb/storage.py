@@ -9,6 +9,9 @@ which gcsfs brings. Cloud Storage has no folders, no renames and no locks, so he
 - a file is written whole by one upload (`jaxemb.atomic`): an upload a kill interrupts leaves no object;
 - what a library reads from local paths only (tokenizers, safetensors, `datasets`) is copied once per host into
   the download cache (`local_copy`), and fetched again only when its objects change;
+- what is built with local tools (an archive unpacked) is built in a local folder and uploaded file by file
+  (`local_folder`, or `staging` and `upload` where the work must survive a kill); a listing gives each object's
+  size and MD5 without reading it (`objects`);
 - an object is created only if absent, or replaced only if unchanged since it was read (`create`, `replace`), which
   is what the run directory's lease is built on (`jaxemb.training.workdir`).
 
@@ -19,7 +22,9 @@ dropped connection) are retried by gcsfs, google-cloud-storage and TensorStore, 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -38,7 +43,8 @@ from jaxemb.errors import ConfigError, StorageError
 Path = epath.Path
 PathLike = str | os.PathLike
 REMOTE_SCHEMES = ("gs",)
-# The download cache of `local_copy`: <root>/<bucket>/<key>, with what was fetched in <root>/.manifests.
+# The download cache of `local_copy`: <root>/<bucket>/<key>, with what was fetched in <root>/.manifests, and what
+# is built for a bucket in <root>/.staging (bucket names start with a letter or a digit).
 DOWNLOADS_ENV = "JAXEMB_DOWNLOADS"
 DEFAULT_DOWNLOADS = "~/.cache/jaxemb/downloads"
 # Set by Google's emulators and by tests (fake-gcs-server): Cloud Storage's JSON API at this URL.
@@ -213,17 +219,16 @@ def local_copy(value: PathLike) -> pathlib.Path:
     return pathlib.Path(os.path.expanduser(os.fspath(value)))
   url = os.fspath(value).rstrip("/")
   fs = _gcsfs().GCSFileSystem()
-  objects = _listing(fs, url)
-  root = pathlib.Path(os.path.expanduser(os.environ.get(DOWNLOADS_ENV) or DEFAULT_DOWNLOADS))
-  local = root.joinpath(*split(url))
-  manifest = root / ".manifests" / (re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[1]) + ".json")
+  generations = {name: info.generation for name, info in objects(url).items()}
+  local = _downloads().joinpath(*split(url))
+  manifest = _downloads() / ".manifests" / (re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[1]) + ".json")
   fetched = _read_manifest(manifest)
-  for name, generation in objects.items():
+  for name, generation in generations.items():
     target = local / name if name else local
     if fetched.get(name) != generation or not target.is_file():
       _fetch(fs, f"{url}/{name}" if name else url, target)
-  if fetched != objects:
-    replace_file(manifest, lambda f: f.write(json.dumps(objects).encode()))
+  if fetched != generations:
+    replace_file(manifest, lambda f: f.write(json.dumps(generations).encode()))
   return local
 
 
@@ -236,24 +241,55 @@ def find_local(value: PathLike) -> pathlib.Path | None:
   return local if local.exists() else None
 
 
-def _listing(fs: Any, url: str) -> dict[str, str]:
-  """{name under `url` ("" for `url` itself when it is an object): generation} of the objects at `url`."""
+@dataclasses.dataclass(frozen=True)
+class Object:
+  """What a listing says of an object, without reading it."""
+
+  size: int
+  generation: str
+  md5: str | None  # The hex MD5 that Cloud Storage computed of the contents; None for a composite object.
+
+
+def objects(value: PathLike) -> dict[str, Object]:
+  """The objects at the gs:// path `value`, by name under it ("" for `value` itself when it is an object), from
+  one listing (one request per page of 1,000 objects): sizes and digests of a whole folder without a download.
+
+  Raises:
+    FileNotFoundError: no object has that name or that prefix.
+    StorageError: as `check`.
+  """
+  url = os.fspath(value).rstrip("/")
+  fs = _gcsfs().GCSFileSystem()
+  fs.invalidate_cache(url)  # gcsfs answers from its listings of the folders above, which miss others' writes.
   try:
-    if fs.isfile(url):
-      return {"": str(fs.info(url)["generation"])}
-    found = fs.find(url, detail=True)
+    is_file = fs.isfile(url)
+    found = [fs.info(url)] if is_file else [info for info in fs.find(url, detail=True).values()
+                                            if info.get("type") == "file"]
   except Exception as e:  # pylint: disable=broad-except  # Anything but a user's error is re-raised.
     user = error(e, url, "read") or (e if isinstance(e, OSError) else None)
     if user is None:
       raise
     raise user from None
   prefix = split(url)[1]
-  objects = {info["name"].split("/", 1)[1][len(prefix):].lstrip("/"): str(info.get("generation"))
-             for info in found.values() if info.get("type") == "file"}
-  objects = {name: generation for name, generation in objects.items() if name and not name.endswith("/")}
-  if not objects:
+  named = {"" if is_file else info["name"].split("/", 1)[1][len(prefix):].lstrip("/"): info for info in found}
+  listed = {name: Object(int(info["size"]), str(info.get("generation")),
+                         base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else None)
+            for name, info in named.items() if (name or is_file) and not name.endswith("/")}
+  if not listed:
     raise FileNotFoundError(f"{url}: no such file or folder")
-  return objects
+  return listed
+
+
+def _downloads() -> pathlib.Path:
+  """The root of the download cache: $JAXEMB_DOWNLOADS, default ~/.cache/jaxemb/downloads."""
+  return pathlib.Path(os.path.expanduser(os.environ.get(DOWNLOADS_ENV) or DEFAULT_DOWNLOADS))
+
+
+def staging(value: PathLike) -> pathlib.Path:
+  """A local path to build the gs:// file or folder `value` in before it is uploaded (`upload`): <download
+  cache>/.staging/<bucket>/<key>. It stays until its user removes it, so what a killed run left there (a partial
+  download) is found again by the next run on this host."""
+  return _downloads() / ".staging" / pathlib.Path(*split(value))
 
 
 def _read_manifest(manifest: pathlib.Path) -> dict[str, str]:
@@ -299,5 +335,13 @@ def local_folder(target: PathLike) -> Iterator[pathlib.Path]:
     return
   with tempfile.TemporaryDirectory(prefix="jaxemb-upload-") as folder:
     yield pathlib.Path(folder)
-    for file in sorted(p for p in pathlib.Path(folder).rglob("*") if p.is_file()):
-      (path(target) / file.relative_to(folder).as_posix()).write_bytes(file.read_bytes())
+    upload(pathlib.Path(folder), target)
+
+
+def upload(local: pathlib.Path, target: PathLike):
+  """Copies the local file `local` to `target`, or the files under the local folder `local` under it (in a bucket:
+  each file one upload, so each object is whole or absent)."""
+  files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+  for file in files:
+    (path(target) / file.relative_to(local).as_posix() if file != local else path(target)).write_bytes(
+        file.read_bytes())

@@ -11,7 +11,8 @@ one setting at a time (PromptBERT Tables 8-9, CoT-BERT Tables 3, 4 and 6). An ex
     <workdir>/table.md, .json  mean ± std per row over whatever sts.json files exist
 
 A run with sts.json is finished and skipped; any other resumes from its last checkpoint (train.py's resume). Runs are
-independent, so hosts can split them (`--shard i/n`) and any host can write the table once they are done.
+independent, so hosts can split them (`--shard i/n`) and any host can write the table once they are done. The
+workdir may be in a bucket (gs://), where every host sees every run.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import dataclasses
 import importlib
 import json
 import logging
-import pathlib
 import re
 import zlib
 from typing import Any, Sequence
@@ -31,6 +31,7 @@ import numpy as np
 
 from jaxemb import atomic
 from jaxemb import config_fields
+from jaxemb import storage
 from jaxemb import xla
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run as eval_run
@@ -49,7 +50,7 @@ class Run:
   row: str
   seed: int | None
   config: ml_collections.ConfigDict
-  directory: pathlib.Path
+  directory: storage.Path  # Local or gs://.
 
   @property
   def is_training(self) -> bool:
@@ -114,7 +115,7 @@ def slug(name: str, base: str, overrides: dict[str, Any]) -> str:
 
 def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
   """Every run of the experiment, in row order then seed order."""
-  workdir = pathlib.Path(experiment.workdir)
+  workdir = storage.path(experiment.workdir)
   common = parse_overrides(experiment.overrides)
   names = [row["name"] for row in experiment.rows]
   if len(set(names)) != len(names):
@@ -138,8 +139,9 @@ def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
     for seed in experiment.seeds:
       run = config.copy_and_resolve_references()
       run.train.seed = seed
-      run.workdir = str(workdir / name / f"seed{seed}")
-      runs.append(Run(row["name"], seed, run, pathlib.Path(run.workdir)))
+      directory = workdir / name / f"seed{seed}"
+      run.workdir = str(directory)
+      runs.append(Run(row["name"], seed, run, directory))
   return runs
 
 
@@ -232,12 +234,12 @@ def markdown(experiment: ml_collections.ConfigDict, records: Sequence[dict[str, 
 
 
 def write_table(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> str:
-  """Writes <workdir>/table.md and table.json from the finished runs; returns the Markdown."""
+  """Writes <workdir>/table.md and table.json (local or gs://, each whole) from the finished runs; returns the
+  Markdown."""
   records = aggregate(experiment, runs)
   text = markdown(experiment, records)
-  workdir = pathlib.Path(experiment.workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / "table.md").write_text(text)
-  (workdir / "table.json").write_text(json.dumps({"experiment": experiment.name, "rows": records}, indent=2) + "\n")
+  workdir = storage.path(experiment.workdir)
+  atomic.write_text(workdir / "table.md", text)
+  atomic.write_json(workdir / "table.json", {"experiment": experiment.name, "rows": records})
   return text
 

@@ -18,7 +18,7 @@ import pathlib
 
 import numpy as np
 
-from jaxemb import templates
+from jaxemb import atomic, storage, templates
 
 
 def fit_idf(sentences: Iterable[str], tokenizer: templates.Tokenizer, chunk_size: int = 10_000) -> dict[int, float]:
@@ -61,15 +61,13 @@ def _non_empty_lines(path: pathlib.Path) -> Iterator[str]:
     raise ValueError(f"{path}: no non-empty lines (the IDF corpus, one sentence per line)")
 
 
-def save_idf(path: str | os.PathLike, idf: dict[int, float]):
-  """Writes `{token id: idf}` as JSON."""
-  with open(path, "w") as f:
-    json.dump({str(token): value for token, value in idf.items()}, f)
+def save_idf(path: storage.PathLike, idf: dict[int, float]):
+  """Writes `{token id: idf}` as JSON, whole, to `path` (local or gs://)."""
+  atomic.write_json(path, {str(token): value for token, value in idf.items()}, indent=None)
 
 
-def load_idf(path: str | os.PathLike) -> dict[int, float]:
-  with open(path) as f:
-    return {int(token): float(value) for token, value in json.load(f).items()}
+def load_idf(path: storage.PathLike) -> dict[int, float]:
+  return {int(token): float(value) for token, value in json.loads(storage.path(path).read_text()).items()}
 
 
 def idf_vector(idf: dict[int, float], vocab_size: int) -> np.ndarray:

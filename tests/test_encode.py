@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from jaxemb import bias_removal, sharding, templates, tfidf
+from jaxemb import bias_removal, sharding, storage, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.errors import ConfigError
 from jaxemb.models import load_tokenizer
@@ -166,6 +166,19 @@ def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):
   np.testing.assert_allclose(alone[0], vectors[5], atol=1e-5)
   normalized = encoder.encode(sentences[:3], normalize=True)
   np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-6)
+
+
+def test_a_checkpoint_and_a_run_directory_in_a_bucket_encode_as_their_local_copies(tiny_bert, trained_run, bucket,
+                                                                                  tmp_path, monkeypatch):
+  """Encoder.from_pretrained("gs://..."): a Hugging Face folder and a run directory (its best step, its own method)
+  read from a bucket give the vectors of the folders they were uploaded from."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  for local, url, method in ((tiny_bert, f"{bucket}/models/tiny", Method("prompt", template=PROMPT)),
+                             (trained_run, f"{bucket}/runs/r1", None)):
+    storage.upload(local, url)
+    ours, theirs = Encoder.from_pretrained(local, method), Encoder.from_pretrained(url, method)
+    assert theirs.method == ours.method
+    np.testing.assert_array_equal(theirs.encode(SENTENCES), ours.encode(SENTENCES))
 
 
 def test_with_params_reuses_the_compiled_shapes_and_a_mesh_changes_no_vector(tiny_checkpoint):

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxemb import export, model_card
+from jaxemb import export, model_card, storage
 from jaxemb.encode import Encoder, Method
 from tests.support import write_random_checkpoint
 
@@ -103,6 +103,42 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "prompt", method))(SENTENCES)
   np.testing.assert_allclose(prompt, Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
+
+
+def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, bucket, tmp_path, monkeypatch,
+                                                                  capsys):
+  """The command from a run directory in a bucket to a folder there: Encoder.from_pretrained reads the exported
+  folder from the bucket, sentence-transformers its local copy, both with the run's vectors; a prompt export copies
+  its module there; the folder is not exported into twice, and no local `gs:` folder appears."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  monkeypatch.chdir(tmp_path)
+  run, out = f"{bucket}/runs/r1", f"{bucket}/exported/x"
+  storage.upload(trained_run, run)
+  assert export.main(["--model", run, "--out", out]) == 0
+  assert capsys.readouterr().out.strip() == out
+  ours = Encoder.from_pretrained(trained_run).encode(SENTENCES)
+  np.testing.assert_allclose(Encoder.from_pretrained(out, "cls_before_pooler").encode(SENTENCES), ours, atol=1e-5)
+  theirs = _sentence_transformers_encode(storage.local_copy(out))([s.strip() for s in SENTENCES])
+  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  card = storage.path(f"{out}/README.md").read_text()
+  assert f"Encoder.from_pretrained({run!r}, Method('cls_before_pooler'))" in card
+  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
+  prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
+  assert (prompt / f"{export.PROMPT_MODULE}.py").is_file()
+  np.testing.assert_allclose(_sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES),
+                             Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
+  assert export.main(["--model", run, "--out", out]) == 1
+  assert capsys.readouterr().err.endswith(f"\nerror: {out} is not empty; export into a new directory\n")
+  huggingface_hub = pytest.importorskip("huggingface_hub")
+  uploads = []
+  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
+                                      commit_description="", oid="1")
+  monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: None)
+  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
+                      lambda self, **kw: uploads.append(kw["folder_path"]) or commit)
+  assert export.push_to_hub(out, "me/model") == "https://huggingface.co/me/model"
+  assert uploads == [str(storage.local_copy(out))], "a bucket's folder is uploaded from its local copy"
+  assert not list(tmp_path.glob("gs:*")) and not list(tmp_path.glob("*/gs:*"))
 
 
 def _card(out):

@@ -8,6 +8,7 @@ import pytest
 
 mteb = pytest.importorskip("mteb")
 
+from jaxemb import storage  # pylint: disable=g-import-not-at-top
 from jaxemb.data.sts import join_tokens, load_sts_task  # pylint: disable=g-import-not-at-top
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run, sts
@@ -61,6 +62,18 @@ def test_run_directory_model_is_its_best_step(trained_run):
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert model.mteb_model_meta.revision == f"best-{step}"
   assert model.mteb_model_meta.experiment_kwargs == {"method": "cls_before_pooler"}
+
+
+def test_run_directory_in_a_bucket_is_named_by_its_folder_with_its_best_step(trained_run, bucket, tmp_path,
+                                                                             monkeypatch):
+  """A gs:// run directory is neither a hub id nor a local path: "jaxemb/<its folder>", its best step's revision."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  storage.upload(trained_run, f"{bucket}/runs/r1")
+  model = JaxembModel(f"{bucket}/runs/r1")
+  np.testing.assert_allclose(_encode(model, [SENTENCES]),
+                             Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6)
+  (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
+  assert (model.mteb_model_meta.name, model.mteb_model_meta.revision) == ("jaxemb/r1", f"best-{step}")
 
 
 def _local_stsb(pairs: int | None):

@@ -1,6 +1,7 @@
 """jaxemb.storage against a real Cloud Storage emulator (fake-gcs-server on loopback): paths, whole-object writes,
 the download cache, create-if-absent, and the one-line errors a user meets before any work starts."""
 
+import hashlib
 import http.server
 import json
 import sys
@@ -89,6 +90,31 @@ def test_local_copy_fetches_each_object_once_per_host_and_again_when_it_changes(
   assert json.loads(file.read_text()) == {"a": 2} and file.is_file()
   with pytest.raises(FileNotFoundError, match=f"^{bucket}/models/none: no such file or folder$"):
     storage.local_copy(f"{bucket}/models/none")
+
+
+def test_upload_staging_and_the_listing_of_sizes_and_digests(bucket, tmp_path, monkeypatch):
+  """A local folder's files uploaded under a prefix; the listing gives each object's size, generation and MD5
+  (Cloud Storage's, equal to hashlib's of what was uploaded) without reading it; the staging place of a gs:// path
+  is in the download cache."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  local = storage.staging(f"{bucket}/data/senteval")
+  assert local == tmp_path / "downloads" / ".staging" / bucket[5:] / "data" / "senteval"
+  (local / "STS").mkdir(parents=True)
+  (local / "STS" / "a.txt").write_bytes(b"one")
+  (local / "b.txt").write_bytes(b"two!")
+  storage.upload(local, f"{bucket}/data/senteval")
+  storage.upload(local / "b.txt", f"{bucket}/data/b.txt")
+  listed = storage.objects(f"{bucket}/data/senteval/")
+  assert sorted(listed) == ["STS/a.txt", "b.txt"]
+  assert [(o.size, o.md5) for o in listed.values()] == [(3, hashlib.md5(b"one").hexdigest()),
+                                                          (4, hashlib.md5(b"two!").hexdigest())]
+  (file,) = storage.objects(f"{bucket}/data/b.txt").values()
+  assert file.md5 == listed["b.txt"].md5 and file.generation != listed["b.txt"].generation
+  storage.path(f"{bucket}/data/senteval/b.txt").write_bytes(b"new!")  # Listed above: the listing is read again.
+  assert storage.objects(f"{bucket}/data/senteval/b.txt")[""].md5 == hashlib.md5(b"new!").hexdigest()
+  assert list(storage.objects(f"{bucket}/data/b.txt")) == [""]
+  with pytest.raises(FileNotFoundError, match=f"^{bucket}/data/none: no such file or folder$"):
+    storage.objects(f"{bucket}/data/none")
 
 
 def test_check_reads_writes_and_names_a_missing_bucket(bucket):

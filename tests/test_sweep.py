@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from jaxemb import sweep
+from jaxemb import atomic, storage, sweep
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
@@ -96,9 +96,8 @@ def test_shards_are_disjoint_and_cover_the_plan(tmp_path):
 
 
 def _fake_result(run, average):
-  run.directory.mkdir(parents=True, exist_ok=True)
   tasks = {task: {"all": average + i} for i, task in enumerate(sweep.TASK_COLUMNS)}
-  (run.directory / sweep.RESULT_FILE).write_text(json.dumps({"average": average, "stsb_dev": 80.0, "tasks": tasks}))
+  atomic.write_json(run.directory / sweep.RESULT_FILE, {"average": average, "stsb_dev": 80.0, "tasks": tasks})
 
 
 def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
@@ -148,10 +147,16 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   assert len(set(directories)) == 3
 
 
-def test_a_killed_sweep_reruns_only_what_did_not_finish(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypatch, request):
   """A run preempted mid-sweep stops the sweep; the rerun skips the finished runs, redoes the stopped one first and
-  finishes the rest; a share runs only its runs; table_only runs nothing."""
-  experiment = _experiment("seeds", tmp_path, seeds=(1, 2, 3, 4))
+  finishes the rest; a share runs only its runs; table_only runs nothing. The same with the workdir in a bucket:
+  the runs' directories and the table there, no local `gs:` folder."""
+  workdir = tmp_path if root == "local" else f"{request.getfixturevalue('bucket')}/sweeps/seeds"
+  monkeypatch.chdir(tmp_path)
+  experiment = _experiment("seeds", workdir, seeds=(1, 2, 3, 4))
+  assert all(run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}" and
+             run.config.data.cache_dir == f"{workdir}/cache" for run in sweep.plan(experiment))
   calls = []
 
   def execute(run):
@@ -170,8 +175,10 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(tmp_path, monkeypatch, c
   assert calls == [1, 2, 2, 4]
   sweep.run_experiment(experiment)
   assert calls == [1, 2, 2, 4, 3]
-  record = json.loads((tmp_path / "table.json").read_text())["rows"][0]
+  record = json.loads((storage.path(workdir) / "table.json").read_text())["rows"][0]
   assert record["runs"] == 4 and record["average"]["mean"] == pytest.approx(72.5)
+  assert "| promptbert | 78.54 ± 0.15 | 72.50 ± " in (storage.path(workdir) / "table.md").read_text()
+  assert not list(tmp_path.glob("gs:*"))
 
 
 def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny_bert, tmp_path, monkeypatch):

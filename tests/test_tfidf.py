@@ -18,10 +18,12 @@ def test_fit_idf_counts_documents_not_occurrences(bert_tokenizer):
   assert idf == {a: 0.0, cat: math.log2(3 / 2), dog: math.log2(3)}  # No [CLS]/[SEP]: they weigh 0.
 
 
-def test_save_load_and_vector(tmp_path, bert_tokenizer):
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_save_load_and_vector(root, tmp_path, bert_tokenizer, request):
   idf = tfidf.fit_idf(["a cat", "a dog"], bert_tokenizer)
-  tfidf.save_idf(tmp_path / "idf.json", idf)
-  assert tfidf.load_idf(tmp_path / "idf.json") == idf
+  path = tmp_path / "idf.json" if root == "local" else f"{request.getfixturevalue('bucket')}/idf/idf.json"
+  tfidf.save_idf(path, idf)
+  assert tfidf.load_idf(path) == idf
   vector = tfidf.idf_vector(idf, bert_tokenizer.vocab_size)
   assert vector.shape == (bert_tokenizer.vocab_size,) and vector.dtype == np.float32
   np.testing.assert_array_equal(vector[list(idf)], np.float32(list(idf.values())))

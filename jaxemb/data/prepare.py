@@ -16,13 +16,20 @@ local folder (offline): `<source>/<name>` or `<source>/*/<name>`, the name being
 then the public one (for SentEval also an unpacked `senteval/` folder). Downloads stream to `<file>.part` and an
 interrupted one resumes from the bytes already there (HTTP Range), within the run and on the next run. The public
 files are checked against MANIFEST's size and sha256 where known; a mismatch is moved to `<file>.corrupt` and
-reported. What was fetched is recorded in `<path>.lock.json` (size and sha256; for SentEval, of every unpacked
-file), which later runs re-verify, so a second run with everything in place fetches nothing.
+reported. What was fetched is recorded in `<path>.lock.json` (size, sha256 and md5; for SentEval, of every
+unpacked file), which later runs re-verify, so a second run with everything in place fetches nothing.
+
+A path may be in a bucket (gs://). The file or the SentEval folder is then fetched into a local staging folder on
+this host (`jaxemb.storage.staging`, where an interrupted download resumes), checked there, and uploaded file by
+file (each object whole), its lock record last. A later run re-verifies the objects without reading them: their
+sizes and MD5s, as one listing gives them, against the record. A gs:// model is checked where it is (config.json
+and the name of a weights file), not downloaded.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+import contextlib
 import dataclasses
 import hashlib
 import http.client
@@ -41,7 +48,7 @@ import zipfile
 
 import tqdm
 
-from jaxemb import atomic
+from jaxemb import atomic, storage
 from jaxemb.errors import DataError, UserError
 from jaxemb.models import EncoderConfig, hf
 from jaxemb.models import run_dir
@@ -94,7 +101,7 @@ class Need:
   """One thing a config reads: its MANIFEST key, where it goes, and for SentEval the folders read under it."""
 
   key: str
-  path: pathlib.Path
+  path: storage.Path  # Local or gs://.
   folders: tuple[str, ...] = ()
 
 
@@ -104,7 +111,7 @@ def needs(config: Any) -> list[Need]:
   if "train_file" in config.data:  # A training config: the corpus, and STS-B dev for model selection.
     if config.data.format not in _CORPUS_BY_FORMAT:
       raise PrepareError(f"config.data.format {config.data.format!r} is not one of {sorted(_CORPUS_BY_FORMAT)}")
-    found.append(Need(_CORPUS_BY_FORMAT[config.data.format], pathlib.Path(config.data.train_file)))
+    found.append(Need(_CORPUS_BY_FORMAT[config.data.format], storage.path(config.data.train_file)))
     found.append(_senteval(config.data.senteval_dir, ["STSBenchmark"]))
   elif config.data.get("source", "senteval") != "senteval":
     logger.warning("config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
@@ -117,7 +124,7 @@ def needs(config: Any) -> list[Need]:
       tasks += _split(config.transfer.tasks)
     found.append(_senteval(config.data.senteval_dir, tasks))
   if "analysis" in config and config.analysis.sample_file:
-    found.append(Need("wiki1m", pathlib.Path(config.analysis.sample_file)))
+    found.append(Need("wiki1m", storage.path(config.analysis.sample_file)))
   return list({need.path: need for need in found}.values())
 
 
@@ -129,7 +136,7 @@ def _senteval(path: str, tasks: Iterable[str]) -> Need:
   unknown = sorted(set(tasks) - set(SENTEVAL_FOLDERS))
   if unknown:
     raise PrepareError(f"unknown SentEval tasks {unknown}; known: {list(SENTEVAL_FOLDERS)}")
-  return Need("senteval", pathlib.Path(path), tuple(dict.fromkeys(SENTEVAL_FOLDERS[task] for task in tasks)))
+  return Need("senteval", storage.path(path), tuple(dict.fromkeys(SENTEVAL_FOLDERS[task] for task in tasks)))
 
 
 def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapping[str, Artifact] = MANIFEST,
@@ -151,8 +158,10 @@ def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapp
   source = pathlib.Path(source) if source is not None else None
   if source is not None and not source.is_dir():
     raise PrepareError(f"source {source} is not a directory")
+  wanted = needs(config)
+  storage.check([], writes=[need.path.parent for need in wanted])  # Written to: a bucket's permission, before work.
   done = {}
-  for need in needs(config):
+  for need in wanted:
     prepare_one = _prepare_senteval if need.key == "senteval" else _prepare_file
     done[str(need.path)] = prepare_one(need, manifest[need.key], source, retries)
   if config.model.get("architecture"):
@@ -173,7 +182,7 @@ def prepare_architecture(path: str, architecture: Any, tie_word_embeddings: bool
   if tie_word_embeddings is not None:
     fields["tie_word_embeddings"] = tie_word_embeddings
   config = EncoderConfig(model_type="bert", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **fields)
-  out = pathlib.Path(path)
+  out = storage.path(path)
   if (out / "config.json").is_file():
     if hf.read_config(out) != config:
       raise PrepareError(f"{out / 'config.json'} holds another architecture than config.model.architecture and "
@@ -183,11 +192,18 @@ def prepare_architecture(path: str, architecture: Any, tie_word_embeddings: bool
   return f"architecture written to {out} (no weights: training initialises them from scratch)"
 
 
-def prepare_model(name_or_path: str) -> pathlib.Path:
+def prepare_model(name_or_path: str) -> storage.Path:
   """The model's directory: a jaxemb run directory, or a Hugging Face one (fetched from the hub for a hub id)
-  that holds a readable config.json and weights."""
+  that holds a readable config.json and weights. A gs:// one is checked in its bucket, by its config.json and the
+  presence of a weights file: the runs copy it once per host when they start."""
   if run_dir.is_run_dir(name_or_path):
-    return pathlib.Path(name_or_path)
+    return storage.path(name_or_path)
+  if storage.is_remote(name_or_path):
+    model_dir = storage.path(name_or_path)
+    hf.read_config(model_dir)
+    if not hf.has_weights(model_dir):
+      raise _no_weights(model_dir)
+    return model_dir
   model_dir = hf.resolve_model_dir(name_or_path)
   hf.read_config(model_dir)
   check_weights(model_dir)
@@ -212,8 +228,12 @@ def check_weights(model_dir: pathlib.Path):
   elif (model_dir / hf.TORCH_BIN).is_file():
     _check_torch_bin(model_dir / hf.TORCH_BIN)
   else:
-    weights = (hf.SAFETENSORS, hf.SAFETENSORS_INDEX, hf.TORCH_BIN)
-    raise hf.CheckpointError(f"{model_dir}: no weights found (looked for {', '.join(weights)})")
+    raise _no_weights(model_dir)
+
+
+def _no_weights(model_dir: storage.PathLike) -> hf.CheckpointError:
+  weights = (hf.SAFETENSORS, hf.SAFETENSORS_INDEX, hf.TORCH_BIN)
+  return hf.CheckpointError(f"{model_dir}: no weights found (looked for {', '.join(weights)})")
 
 
 def _check_safetensors(path: pathlib.Path):
@@ -269,6 +289,14 @@ def _prepare_file(need: Need, artifact: Artifact, source: pathlib.Path | None, r
       _verify(path, json.loads(_lock_path(path).read_text()))
       return "verified"
     return "present (not fetched by prepare.py, so not verified)"
+  with _staged(path) as local:
+    return _fetch_file(local, path, artifact, source, retries)
+
+
+def _fetch_file(path: pathlib.Path, target: storage.Path, artifact: Artifact, source: pathlib.Path | None,
+                retries: int) -> str:
+  """Downloads (or copies from `source`) the local file `path`, checks it and writes its lock record; `target` is
+  where it is going (`path`, or the gs:// path it is staged for)."""
   path.parent.mkdir(parents=True, exist_ok=True)
   part = path.with_name(path.name + ".part")
   if source is None:
@@ -278,7 +306,7 @@ def _prepare_file(need: Need, artifact: Artifact, source: pathlib.Path | None, r
     names = list(dict.fromkeys([path.name, artifact.filename]))
     found = _find_local(source, names, pathlib.Path.is_file)
     if found is None:
-      raise PrepareError(f"{path}: no {' or '.join(names)} under {source} or its subfolders (a config field names "
+      raise PrepareError(f"{target}: no {' or '.join(names)} under {source} or its subfolders (a config field names "
                          "the file to use, e.g. --config.data.train_file)")
     # MANIFEST describes the public file; a file under another name (a sample) has nothing to be checked against.
     origin, expected = str(found), artifact if found.name == artifact.filename else None
@@ -362,16 +390,16 @@ def _check_part(part: pathlib.Path, path: pathlib.Path, expected: Artifact | Non
   return record
 
 
-def _verify(path: pathlib.Path, expected: Mapping[str, Any]):
+def _verify(path: storage.Path, expected: Mapping[str, Any]):
   """Checks a file fetched earlier against its lock record."""
-  _compare(path, expected, _digest(path), path, " (since it was fetched)")
+  _compare(path, expected, _stored(path, [""])[""], path, " (since it was fetched)")
 
 
-def _compare(file: pathlib.Path, expected: Mapping[str, Any], actual: Mapping[str, Any], name: pathlib.Path,
+def _compare(file: storage.Path, expected: Mapping[str, Any], actual: Mapping[str, Any], name: storage.Path,
              context: str):
-  """Moves `file` to `<name>.corrupt` and raises when a known size or sha256 differs from `actual`."""
-  for key in ("size", "sha256"):
-    if expected.get(key) is not None and expected[key] != actual[key]:
+  """Moves `file` to `<name>.corrupt` and raises when a size or digest that both know differs."""
+  for key in ("size", "sha256", "md5"):
+    if expected.get(key) is not None and actual.get(key) is not None and expected[key] != actual[key]:
       corrupt = name.with_name(name.name + ".corrupt")
       file.replace(corrupt)
       raise PrepareError(f"{name}: {key} mismatch{context}: expected {expected[key]}, got {actual[key]}; moved "
@@ -379,14 +407,50 @@ def _compare(file: pathlib.Path, expected: Mapping[str, Any], actual: Mapping[st
 
 
 def _digest(path: pathlib.Path) -> dict[str, Any]:
-  sha256 = hashlib.sha256()
+  """Size, sha256 and md5 of a local file: sha256 is what a local file is checked by, md5 what a bucket lists of
+  the object it is uploaded to."""
+  sha256, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
   with open(path, "rb") as f:
     while chunk := f.read(_CHUNK):
       sha256.update(chunk)
-  return {"size": path.stat().st_size, "sha256": sha256.hexdigest()}
+      md5.update(chunk)
+  return {"size": path.stat().st_size, "sha256": sha256.hexdigest(), "md5": md5.hexdigest()}
 
 
-def _lock_path(path: pathlib.Path) -> pathlib.Path:
+def _stored(root: storage.Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+  """The digests of the files `names` under `root` ("": `root` itself) that are there, by name: a local file's
+  `_digest` (read whole); an object's size and md5 as one listing of `root` gives them (nothing is read)."""
+  if not storage.is_remote(root):
+    files = {name: pathlib.Path(root, name) if name else pathlib.Path(root) for name in names}
+    return {name: _digest(file) for name, file in files.items() if file.is_file()}
+  try:
+    listed = storage.objects(root)
+  except FileNotFoundError:
+    return {}
+  return {name: {"size": listed[name].size, "md5": listed[name].md5} for name in names if name in listed}
+
+
+@contextlib.contextmanager
+def _staged(path: storage.Path) -> Iterator[pathlib.Path]:
+  """Where to fetch `path` (a file, or SentEval's folder) and write its lock record: `path` itself when it is
+  local. For a gs:// path, its staging place on this host (`storage.staging`, kept when the block fails, so that a
+  download resumes there), whose files are uploaded once the block ends, each object whole, the lock record last
+  (as a local file is renamed into place before it), then removed."""
+  if not storage.is_remote(path):
+    yield pathlib.Path(path)
+    return
+  local = storage.staging(path)
+  yield local
+  storage.upload(local, path)
+  storage.upload(_lock_path(local), _lock_path(path))
+  if local.is_dir():
+    shutil.rmtree(local)
+  else:
+    local.unlink()
+  _lock_path(local).unlink()
+
+
+def _lock_path(path: storage.Path) -> storage.Path:
   return path.with_name(path.name + ".lock.json")
 
 
@@ -411,15 +475,24 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
   path, lock = need.path, _lock_path(need.path)
   if lock.is_file():
     record = json.loads(lock.read_text())
-    missing = [name for name in record["files"] if not (path / name).is_file()]
+    found = _stored(path, record["files"])
+    missing = [name for name in record["files"] if name not in found]
     if not missing:
       for name, expected in record["files"].items():
-        _verify(path / name, expected)
+        _compare(path / name, expected, found[name], path / name, " (since it was fetched)")
       return f"verified ({len(record['files'])} files)"
     logger.warning("%s: %d files recorded in %s are missing (%s ...); fetching again", path, len(missing), lock,
                    missing[0])
   elif all((path / folder).is_dir() for folder in need.folders):
     return "present (not fetched by prepare.py, so not verified)"
+  with _staged(path) as local:
+    return _fetch_senteval(local, need, artifact, source, retries)
+
+
+def _fetch_senteval(path: pathlib.Path, need: Need, artifact: Artifact, source: pathlib.Path | None,
+                    retries: int) -> str:
+  """Copies an unpacked SentEval folder from `source`, or fetches and unpacks the archive, into the local folder
+  `path` (`need.path`, or where the gs:// one is staged) and writes its lock record."""
   has_folders = lambda root: all((root / folder).is_dir() for folder in need.folders)
   unpacked = _find_local(source, dict.fromkeys([path.name, "senteval"]), has_folders) if source is not None else None
   if unpacked is not None:
@@ -446,14 +519,14 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
       archive_lock.unlink()
   lacking = [folder for folder in need.folders if not (path / folder).is_dir()]
   if lacking:
-    raise PrepareError(f"{path}: {record['source']} has no {', '.join(lacking)}")
+    raise PrepareError(f"{need.path}: {record['source']} has no {', '.join(lacking)}")
   _write_lock(path, {**record, "files": files})
   return f"fetched from {record['source']} ({len(files)} files)"
 
 
 def _install(root: pathlib.Path, path: pathlib.Path, move: bool) -> dict[str, dict[str, Any]]:
   """Puts the files under `root` under `path` (moved or copied; other files there are kept); returns each one's
-  size and sha256 by its path relative to `path`."""
+  `_digest` by its path relative to `path`."""
   names = sorted(str(file.relative_to(root)) for file in root.rglob("*") if file.is_file())
   for name in names:  # Contents only: a copy of a read-only folder (../shared) stays writable.
     (path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxemb import templates
+from jaxemb import atomic, storage, templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import PROMPT_METHODS, Encoder, Method, sentence_vectors
 from jaxemb.errors import ConfigError
@@ -149,10 +149,10 @@ def mask_top_tokens(config: EncoderConfig, params: Any, tokenizer: templates.Tok
           for sentence, raw, denoised in zip(sentences, ids[0], ids[1])]
 
 
-def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: str | pathlib.Path, title: str = "",
-                        normalize: bool = False) -> pathlib.Path:
-  """CoT-BERT Fig. 3: a PNG scatter of predicted cosine (y) against gold score (x); `normalize` min-max scales
-  the cosines to [0, 1] as the figure does."""
+def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: storage.PathLike, title: str = "",
+                        normalize: bool = False) -> storage.Path:
+  """CoT-BERT Fig. 3: a PNG scatter of predicted cosine (y) against gold score (x), written whole to `path` (local
+  or gs://); `normalize` min-max scales the cosines to [0, 1] as the figure does."""
   try:
     from matplotlib import figure  # pylint: disable=g-import-not-at-top
     from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
@@ -170,9 +170,8 @@ def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: str | pat
   ax.set_ylabel("predicted cosine" + (" (min-max normalised)" if normalize else ""))
   ax.set_title(title)
   fig.tight_layout()
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, format="png")
+  path = storage.path(path)
+  atomic.write(path, lambda f: fig.savefig(f, format="png"))
   return path
 
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxemb import pooling, templates, tfidf, xla
+from jaxemb import atomic, pooling, storage, templates, tfidf, xla
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import analysis, run, search
 from jaxemb.models import Transformer, run_dir
@@ -115,9 +115,10 @@ def all_diagonal_attentions(model: Transformer, params: Any, input_ids: jax.Arra
   return jnp.stack([pooling.diagonal_attention(out, layer) for layer in layers], axis=1)
 
 
-def _heatmap(matrix: np.ndarray, rows: Sequence[str], columns: Sequence[str], path: str | pathlib.Path,
-             title: str, xlabel: str, ylabel: str, marked: Sequence[int] = ()) -> pathlib.Path:
-  """A PNG heatmap with a label per row and column; cells (k, k) for k in `marked` are outlined."""
+def _heatmap(matrix: np.ndarray, rows: Sequence[str], columns: Sequence[str], path: storage.PathLike,
+             title: str, xlabel: str, ylabel: str, marked: Sequence[int] = ()) -> storage.Path:
+  """A PNG heatmap with a label per row and column, written whole to `path` (local or gs://); cells (k, k) for k
+  in `marked` are outlined."""
   try:
     from matplotlib import figure, patches  # pylint: disable=g-import-not-at-top
     from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
@@ -138,21 +139,20 @@ def _heatmap(matrix: np.ndarray, rows: Sequence[str], columns: Sequence[str], pa
   ax.set_ylabel(ylabel)
   ax.set_title(title, fontsize=9)
   fig.tight_layout()
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, format="png")
+  path = storage.path(path)
+  atomic.write(path, lambda f: fig.savefig(f, format="png"))
   return path
 
 
-def impact_heatmap(impact: np.ndarray, tokens: Sequence[str], path: str | pathlib.Path,
-                   title: str = "") -> pathlib.Path:
+def impact_heatmap(impact: np.ndarray, tokens: Sequence[str], path: storage.PathLike,
+                   title: str = "") -> storage.Path:
   """Ditto Fig. 1: the impact matrix of one sentence, x_i down the y-axis and the masked x_j along the x-axis
   (informative tokens show as bright columns)."""
   return _heatmap(impact, tokens, tokens, path, title, "masked token x_j", "token x_i")
 
 
-def attention_heatmap(attention: np.ndarray, tokens: Sequence[str], path: str | pathlib.Path, title: str = "",
-                      top_diagonal: int = 5) -> pathlib.Path:
+def attention_heatmap(attention: np.ndarray, tokens: Sequence[str], path: storage.PathLike, title: str = "",
+                      top_diagonal: int = 5) -> storage.Path:
   """Ditto Fig. 2 as a heatmap: one head's attention matrix (query rows, key columns) over every token of
   `[CLS] x_1 .. x_N [SEP]`, with the `top_diagonal` largest diagonal values of the sentence tokens outlined (blue
   in the figure, which marks words only)."""
@@ -214,9 +214,7 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   summary["figures"] = _figures(config, model, params, tokenizer, impact, top[0])
   print(_markdown(summary))
   if a.output_md:
-    path = pathlib.Path(a.output_md)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_markdown(summary) + "\n")
+    atomic.write_text(a.output_md, _markdown(summary) + "\n")
   run.write_summary(config, summary)
   return summary
 

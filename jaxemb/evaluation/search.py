@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import pathlib
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from jaxemb import storage
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
@@ -99,10 +99,10 @@ def run_template_search(config: Any) -> dict[str, Any]:
 
 
 def read_templates(path: str) -> list[str]:
-  """The templates of a JSON file `{"templates": [{"template": ...}, ...]}` (what the generate_templates job
-  writes); DataError naming the file when it is not one."""
+  """The templates of a JSON file (local or gs://) `{"templates": [{"template": ...}, ...]}` (what the
+  generate_templates job writes); DataError naming the file when it is not one."""
   try:
-    templates = [entry["template"] for entry in json.loads(pathlib.Path(path).read_text())["templates"]]
+    templates = [entry["template"] for entry in json.loads(storage.path(path).read_text())["templates"]]
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise DataError(f"{path}: not a templates JSON ({{\"templates\": [{{\"template\": ...}}]}}): {e}") from None
   if not templates or not all(isinstance(t, str) for t in templates):

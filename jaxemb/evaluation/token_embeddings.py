@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxemb import encode
+from jaxemb import atomic, encode, storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import run_dir
 
@@ -67,9 +67,9 @@ def mean_cosine(rows: np.ndarray) -> float:
   return float((np.square(unit.sum(0)).sum() - n) / (n * (n - 1)))
 
 
-def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: pathlib.Path):
-  """One scatter of the 2-D points: `colour` is either {"values": [n] floats} (a dark-is-high colour scale) or
-  {"groups": [(label, [n] bool, colour), ...]} drawn in that order."""
+def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: storage.PathLike):
+  """One scatter of the 2-D points, a PNG written whole to `path` (local or gs://): `colour` is either {"values":
+  [n] floats} (a dark-is-high colour scale) or {"groups": [(label, [n] bool, colour), ...]} drawn in that order."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -87,7 +87,7 @@ def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: pathlib.P
   ax.set_xlabel("PC 1")
   ax.set_ylabel("PC 2")
   fig.tight_layout()
-  fig.savefig(path)
+  atomic.write(path, lambda f: fig.savefig(f, format="png"))
   plt.close(fig)
 
 
@@ -110,8 +110,7 @@ def run_token_embeddings(config: Any) -> dict[str, Any]:
   counts = token_frequencies(t.corpus_file, tokenizer, t.max_lines)[:n][keep]
   subword, cased = subword[keep], cased[keep]
   points, explained = pca_2d(rows)
-  out = pathlib.Path(t.output_dir)
-  out.mkdir(parents=True, exist_ok=True)
+  out = storage.path(t.output_dir)
   name = f"{pathlib.Path(str(config.model.path)).name}, {t.rows}"
   pcs = f"PC 1-2: {explained[0]:.1%}, {explained[1]:.1%} of the variance"
   draw(points, {"values": np.log10(1 + counts)},
@@ -126,7 +125,7 @@ def run_token_embeddings(config: Any) -> dict[str, Any]:
              "subword": int(subword.sum()), "cased": int(cased.sum()), "seen_in_corpus": int((counts > 0).sum()),
              "explained_variance": explained.tolist(), "mean_cosine": mean_cosine(rows),
              "pngs": [str(out / f"{t.rows}_{bias}.png") for bias in BIASES]}
-  (out / f"{t.rows}_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+  atomic.write_json(out / f"{t.rows}_summary.json", summary)
   logging.getLogger(__name__).info("token embeddings: %s in %.1f s", summary, time.perf_counter() - start)
   print(json.dumps(summary, indent=2))
   return summary

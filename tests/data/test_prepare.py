@@ -15,8 +15,10 @@ import pytest
 import safetensors.numpy
 
 from configs import eval_prompt, promptbert, promptbert_sup
-from jaxemb.data import prepare
+from jaxemb import storage
+from jaxemb.data import prepare, sts
 from jaxemb.errors import DataError
+from jaxemb.models import hf
 from tests.support import shared_path
 
 WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
@@ -263,6 +265,78 @@ def test_data_already_in_place_is_kept_unverified(tmp_path, server, model):
   assert not handler.requests
 
 
+def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(tmp_path, server, model, bucket,
+                                                                         monkeypatch):
+  """The corpus, SentEval and the model in a bucket: fetched and checked in the local staging folder, uploaded with
+  their lock records (no archive, part or staged file left anywhere), read from there as train.py and evaluate.py
+  read them; a second run fetches and uploads nothing and reads no data object (the listing's sizes and MD5s); an
+  object changed since is named and moved aside, a missing one noticed, and the next run fetches both again."""
+  gcsfs = pytest.importorskip("gcsfs")
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  monkeypatch.chdir(tmp_path)
+  manifest, handler = server
+  data, wiki = f"{bucket}/data", f"{bucket}/data/wiki1m_for_simcse.txt"
+  storage.upload(pathlib.Path(model), f"{bucket}/models/m")
+  config = _train_config(promptbert, tmp_path, f"{bucket}/models/m", "wiki1m_for_simcse.txt")
+  config.data.train_file, config.data.senteval_dir = wiki, f"{data}/senteval"
+  done = prepare.prepare(config, manifest=manifest)
+  assert done[wiki].startswith("fetched from http://127.0.0.1")
+  assert done[f"{bucket}/models/m"] == f"model in {bucket}/models/m"
+  listed = storage.objects(data)
+  assert sorted(listed) == sorted(["senteval.lock.json", "wiki1m_for_simcse.txt", "wiki1m_for_simcse.txt.lock.json",
+                                   *(f"senteval/{name}" for name in SENTEVAL)])
+  assert not [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()], "the staging folder is emptied"
+  assert storage.path(wiki).read_bytes() == WIKI
+  assert sts.load_sts_task(f"{data}/senteval", "STSBenchmark", "dev").subsets["dev"].sentences2 == ["an airplane ."]
+
+  opened = []
+  def _open(fs, path, *args, open_object=gcsfs.GCSFileSystem._open, **kwargs):  # pylint: disable=protected-access
+    opened.append(path)
+    return open_object(fs, path, *args, **kwargs)
+  monkeypatch.setattr(gcsfs.GCSFileSystem, "_open", _open)
+  done = prepare.prepare(config, manifest=manifest)
+  assert (done[wiki], done[f"{data}/senteval"]) == ("verified", f"verified ({len(SENTEVAL)} files)")
+  assert len(handler.requests) == 2 and storage.objects(data) == listed
+  assert opened and all(name.endswith((".lock.json", "/config.json")) for name in opened), opened
+
+  storage.path(wiki).write_bytes(WIKI.replace(b"number", b"NUMBER"))  # The same size.
+  storage.path(f"{data}/senteval/SICK/SICK_test_annotated.txt").unlink()
+  with pytest.raises(prepare.PrepareError, match=rf"^{wiki}: md5 mismatch \(since it was fetched\): expected "
+                     rf"{hashlib.md5(WIKI).hexdigest()}, got [0-9a-f]{{32}}; moved to {wiki}\.corrupt \(running"):
+    prepare.prepare(config, manifest=manifest)
+  prepare.prepare(config, manifest=manifest)
+  assert [name for name, _ in handler.requests] == ["wiki1m_for_simcse.txt", "senteval.tar"] * 2
+  assert storage.path(wiki).read_bytes() == WIKI and storage.path(f"{wiki}.corrupt").is_file()
+  assert storage.path(f"{data}/senteval/SICK/SICK_test_annotated.txt").read_bytes() == SENTEVAL[
+      "SICK/SICK_test_annotated.txt"]
+  assert not list(tmp_path.glob("gs:*"))
+
+
+def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model_there(tmp_path, model, bucket,
+                                                                                       monkeypatch):
+  """prepare.py --source with SentEval and the model in a bucket: the unpacked folder copied there; the model
+  checked in its bucket, where a missing config.json or weights file is one line naming it."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  monkeypatch.chdir(tmp_path)
+  source = tmp_path / "source"
+  for name, data in SENTEVAL.items():
+    (source / "senteval" / name).parent.mkdir(parents=True, exist_ok=True)
+    (source / "senteval" / name).write_bytes(data)
+  config = eval_prompt.get_config()
+  config.model.path, config.eval.tasks, config.data.senteval_dir = f"{bucket}/m", STS_TASKS, f"{bucket}/senteval"
+  with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m/config.json not found"):
+    prepare.prepare(config, source=source)
+  storage.upload(pathlib.Path(model) / "config.json", f"{bucket}/m/config.json")
+  with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m: no weights found \(looked for model.safetensors"):
+    prepare.prepare(config, source=source)
+  storage.upload(pathlib.Path(model), f"{bucket}/m")
+  assert prepare.prepare(config, source=source) == {f"{bucket}/senteval": f"verified ({len(SENTEVAL)} files)",
+                                                    f"{bucket}/m": f"model in {bucket}/m"}
+  _assert_senteval(storage.path(f"{bucket}/senteval"))
+  assert json.loads(storage.path(f"{bucket}/senteval.lock.json").read_text())["source"] == str(source / "senteval")
+  assert not list(tmp_path.glob("gs:*"))
+
+
 def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
   monkeypatch.setenv("JAXEMB_DATA", "/big/disk")
   assert promptbert.get_config().data.train_file == "/big/disk/wiki1m_for_simcse.txt"
@@ -355,3 +429,13 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
   config.model.architecture.num_hidden_layers = 3
   with pytest.raises(prepare.PrepareError, match="holds another architecture"):
     prepare.prepare_architecture(config.model.path, config.model.architecture, config.model.tie_word_embeddings)
+
+
+def test_architecture_of_a_run_from_scratch_is_written_into_a_bucket(bucket, tmp_path, monkeypatch):
+  from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  architecture = pretrain_mlm.get_config().model.architecture
+  architecture.tokenizer, architecture.hidden_size = str(shared_path("tokenizers", "bert-base-uncased")), 16
+  assert "written to" in prepare.prepare_architecture(f"{bucket}/arch", architecture)
+  assert "already written" in prepare.prepare_architecture(f"{bucket}/arch", architecture)
+  assert hf.read_config(storage.path(f"{bucket}/arch")).hidden_size == 16 and not list(tmp_path.glob("gs:*"))

@@ -113,12 +113,16 @@ def test_mask_top_tokens_needs_an_mlm_head(tiny_checkpoint):
     analysis.mask_top_tokens(config, headless, load_tokenizer(path), TEMPLATES[family], SENTENCES)
 
 
-def test_cosine_gold_scatter_writes_a_png(tmp_path):
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_cosine_gold_scatter_writes_a_png(root, tmp_path, request, monkeypatch):
   pytest.importorskip("matplotlib")
   rng = np.random.default_rng(3)
   gold = rng.uniform(0, 5, 200)
-  path = analysis.cosine_gold_scatter(gold / 5 + rng.normal(0, 0.1, 200), gold, tmp_path / "plots" / "stsb.png",
+  folder = tmp_path if root == "local" else request.getfixturevalue("bucket")
+  monkeypatch.chdir(tmp_path)
+  path = analysis.cosine_gold_scatter(gold / 5 + rng.normal(0, 0.1, 200), gold, f"{folder}/plots/stsb.png",
                                       title="test", normalize=True)
+  assert str(path) == f"{folder}/plots/stsb.png" and not list(tmp_path.glob("gs:*"))
   data = path.read_bytes()
   assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
 

@@ -101,12 +101,16 @@ def test_tfidf_correlation_per_head_matches_scipy_with_ties():
       assert spearman[layer, head] == pytest.approx(100 * stats.spearmanr(x, y).statistic)
 
 
-def test_heatmaps_write_pngs(tmp_path):
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_heatmaps_write_pngs(root, tmp_path, request, monkeypatch):
   pytest.importorskip("matplotlib")
   tokens = ["[CLS]", "a", "dog", "[SEP]"]
   attention = np.random.default_rng(1).dirichlet(np.ones(4), size=4)
-  for path in (ditto_analysis.impact_heatmap(attention[1:-1, 1:-1], tokens[1:-1], tmp_path / "f" / "impact.png"),
-               ditto_analysis.attention_heatmap(attention, tokens, tmp_path / "attention.png", "head 1-1")):
+  folder = tmp_path if root == "local" else request.getfixturevalue("bucket")
+  monkeypatch.chdir(tmp_path)
+  for path in (ditto_analysis.impact_heatmap(attention[1:-1, 1:-1], tokens[1:-1], f"{folder}/f/impact.png"),
+               ditto_analysis.attention_heatmap(attention, tokens, f"{folder}/attention.png", "head 1-1")):
+    assert str(path).startswith(f"{folder}/") and not list(tmp_path.glob("gs:*"))
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from configs import generate_templates
+from jaxemb import atomic
 from jaxemb.data import wordnet
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import search
@@ -109,3 +110,11 @@ def test_a_templates_file_that_is_not_one_is_named(tmp_path):
       search.read_templates(str(path))
   with pytest.raises(DataError, match="absent.json"):
     search.read_templates(str(tmp_path / "absent.json"))
+
+
+def test_a_templates_file_in_a_bucket_is_read_there(bucket):
+  """generate_templates' output_json may be gs://; the search it runs then reads the file from there."""
+  atomic.write_json(f"{bucket}/templates.json", {"templates": [{"template": "Also called [MASK] . [X]"}]})
+  assert search.read_templates(f"{bucket}/templates.json") == ["Also called [MASK] . [X]"]
+  with pytest.raises(DataError, match=f"^{bucket}/absent.json: not a templates JSON"):
+    search.read_templates(f"{bucket}/absent.json")

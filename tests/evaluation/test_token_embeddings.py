@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from configs import eval_token_embeddings
+from jaxemb import storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import token_embeddings
 from tests.support import write_random_checkpoint
@@ -66,3 +67,15 @@ def test_job_writes_one_png_per_bias_and_refuses_bad_input(tmp_path, untied, tin
     token_embeddings.run_token_embeddings(_config(untied, tmp_path / "x", corpus, rows="decoder"))
   with pytest.raises(DataError, match="corpus_file=.*no such file"):
     token_embeddings.run_token_embeddings(_config(untied, tmp_path / "x", tmp_path / "missing.txt"))
+
+
+def test_job_writes_its_pngs_and_summary_into_a_bucket(tmp_path, untied, bucket, monkeypatch):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("The cat sat on the mat.\n")
+  monkeypatch.chdir(tmp_path)
+  summary = token_embeddings.run_token_embeddings(_config(untied, f"{bucket}/figures", corpus))
+  assert summary["pngs"] == [f"{bucket}/figures/mlm_decoder_{b}.png" for b in token_embeddings.BIASES]
+  for png in summary["pngs"]:
+    assert storage.path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert json.loads(storage.path(f"{bucket}/figures/mlm_decoder_summary.json").read_text()) == summary
+  assert not list(tmp_path.glob("gs:*"))

@@ -124,15 +124,6 @@ def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, w
   _assert_same_run(whole, tmp_path / "run")
 
 
-def _upload(local: pathlib.Path, url: str) -> str:
-  """A local file, or a folder's files, copied to `url` in the bucket; `url`."""
-  files = [local] if local.is_file() else [p for p in local.rglob("*") if p.is_file()]
-  for file in files:
-    (storage.path(url) / file.relative_to(local).as_posix() if file != local else storage.path(url)).write_bytes(
-        file.read_bytes())
-  return url
-
-
 def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evaluated_from_it(whole_run, tiny_bert,
                                                                                              wiki_head, bucket,
                                                                                              tmp_path):
@@ -141,11 +132,11 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
   working directory and HOME: an empty download cache) takes the run over and ends as the uninterrupted local run;
   evaluate.py scores its best step from the bucket. No local `gs:` folder appears anywhere."""
   whole, xla_cache = whole_run
-  model = _upload(tiny_bert, f"{bucket}/models/tiny")
-  corpus = _upload(wiki_head, f"{bucket}/data/wiki_head.txt")
-  senteval = f"{bucket}/senteval"
-  _upload(shared_path("data", "senteval", "STS", "STSBenchmark"), f"{senteval}/STS/STSBenchmark")
-  run = f"{bucket}/runs/r1"
+  model, corpus, senteval, run = (f"{bucket}/{key}" for key in ("models/tiny", "data/wiki_head.txt", "senteval",
+                                                                  "runs/r1"))
+  storage.upload(tiny_bert, model)
+  storage.upload(wiki_head, corpus)
+  storage.upload(shared_path("data", "senteval", "STS", "STSBenchmark"), f"{senteval}/STS/STSBenchmark")
   killed = _kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
   rerun = _kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")
