@@ -102,9 +102,14 @@ def _gcsfs():
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", os.environ[EMULATOR_ENV])
   try:
+    import fsspec.config  # pylint: disable=g-import-not-at-top
     import gcsfs  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise StorageError(_INSTALL) from None
+  # Every gs:// filesystem (etils.epath's and Orbax's through it, JAX's compilation cache, ours) lists a bucket
+  # afresh: gcsfs would answer from a process's earlier listing of a folder, which misses what other hosts,
+  # processes and clients (TensorStore) wrote since (a step another host saved, a chunk of the token cache).
+  fsspec.config.conf.setdefault("gs", {})["use_listings_cache"] = False
   return gcsfs
 
 
@@ -260,7 +265,6 @@ def objects(value: PathLike) -> dict[str, Object]:
   """
   url = os.fspath(value).rstrip("/")
   fs = _gcsfs().GCSFileSystem()
-  fs.invalidate_cache(url)  # gcsfs answers from its listings of the folders above, which miss others' writes.
   try:
     is_file = fs.isfile(url)
     found = [fs.info(url)] if is_file else [info for info in fs.find(url, detail=True).values()

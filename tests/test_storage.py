@@ -248,3 +248,14 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
   finally:
     server.shutdown()
     gcsfs.GCSFileSystem.clear_instance_cache()
+
+
+def test_a_listing_sees_what_other_clients_wrote_since(bucket):
+  """gcsfs keeps a process's listings by default: a folder listed once would hide the steps other hosts (and
+  TensorStore) save later. Every listing is asked afresh."""
+  folder = storage.path(f"{bucket}/run/checkpoints")
+  (folder / "1" / "commit_success.txt").write_text("done")
+  assert [p.name for p in folder.iterdir()] == ["1"]
+  storage.create(f"{bucket}/run/checkpoints/2/commit_success.txt", b"done")  # Another client, as another host.
+  assert sorted(p.name for p in folder.iterdir()) == ["1", "2"]
+  assert (folder / "2" / "commit_success.txt").exists()
