@@ -20,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from jaxemb import storage
 from jaxemb.models import run_dir
 from jaxemb.training import loop
 from tests.support import REPO, shared_path
@@ -96,9 +97,10 @@ def _assert_params_close(expected, got):
 
 
 @pytest.fixture
-def pair_workdir(tmp_path):
-  """The two-process run's workdir: any path train.py takes, read back through the methods of pathlib.Path."""
-  return tmp_path / "pair"
+def pair_workdir(bucket):
+  """The two-process run's workdir, in a bucket on the GCS emulator as on a TPU pod slice (the processes inherit
+  its environment): one run directory the hosts share, with no shared disk."""
+  return storage.path(f"{bucket}/pair")
 
 
 def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir):
