@@ -13,6 +13,8 @@ from jaxemb import storage
 from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease, workdir
+from tests.support import REPO, shared_path
+from tests.training.test_loop import wiki_head  # pylint: disable=unused-import  # A fixture.
 
 
 def _holder(run):
@@ -99,3 +101,25 @@ def test_a_holder_whose_lease_was_taken_over_stops_writing(bucket, monkeypatch):
                        r"not renewed for 0 s \(a stalled VM or network\) and was taken over; stopping without saving$"):
       check()
   assert _holder(run)["host"] == "other-vm"  # Not released by the loser.
+
+
+def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, tiny_bert, wiki_head, tmp_path):
+  """Two VMs started on one gs:// workdir at the same moment: exactly one trains; the other exits with one line
+  naming the holder (refused when it claims the run, or at once if the lease is already taken)."""
+  workdir = f"{bucket}/runs/race"
+  command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "simcse.py"),
+             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}", f"--config.data.train_file={wiki_head}",
+             f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+             "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
+             "--config.train.num_steps=1", "--config.model.scan_unroll=1",
+             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  outputs = [racer.communicate(timeout=600) for racer in racers]
+  assert sorted(racer.returncode for racer in racers) == [0, 1], [stderr[-2000:] for _, stderr in outputs]
+  (winner, (stdout, _)), (_, (_, stderr)) = sorted(zip(racers, outputs), key=lambda pair: pair[0].returncode)
+  assert "done: best" in stdout
+  errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and errors[0].startswith(
+      f"error: {workdir} is in use by pid {winner.pid} on host {socket.gethostname()} (lock {workdir}/lock, a lease "
+      "renewed"), stderr[-2000:]
+  assert storage.read_object(f"{workdir}/lock")[0] == b""  # The winner released it.
