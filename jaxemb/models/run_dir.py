@@ -14,17 +14,24 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
 import pathlib
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 import jax
 import orbax.checkpoint as ocp
+
+try:  # Orbax's own: each save and restore runs its coroutine through its run_sync (`quiet_orbax_failures`).
+  from orbax.checkpoint._src import asyncio_utils as _orbax_asyncio
+except ImportError:  # An Orbax without it: its operations are run as they are.
+  _orbax_asyncio = None
 
 from jaxemb.errors import DataError
 from jaxemb.models import bert, hf
@@ -179,11 +186,14 @@ _QUIET = _OrbaxBackgroundErrors()
 
 def quiet_orbax_failures():
   """Keeps a failed checkpoint read or write to the one line its caller reports: Orbax's logged duplicates are
-  dropped, and so is "Event loop is closed", raised by TensorStore callbacks of the failed operation's other reads
-  that complete after Orbax closed their event loop (Python prints each as an unraisable exception)."""
+  dropped, the other reads or writes of the failed operation are cancelled and awaited before Orbax closes their
+  event loop (`_drained`), and "Event loop is closed", raised by TensorStore callbacks that complete after a loop
+  closed (Python prints each as an unraisable exception), is dropped."""
   logger = logging.getLogger("absl")
   if _QUIET not in logger.filters:
     logger.addFilter(_QUIET)
+  if _orbax_asyncio is not None and not getattr(_orbax_asyncio.run_sync, "drained", False):
+    _orbax_asyncio.run_sync = _drained(_orbax_asyncio.run_sync)
   previous = sys.unraisablehook
   if getattr(previous, "quiet_orbax", False):
     return
@@ -194,6 +204,36 @@ def quiet_orbax_failures():
 
   hook.quiet_orbax = True
   sys.unraisablehook = hook
+
+
+def _drained(run_sync: Callable[[Coroutine], Any]) -> Callable[[Coroutine], Any]:
+  """Orbax's asyncio_utils.run_sync, whose operation, when it fails, cancels and awaits the tasks it leaves.
+
+  run_sync runs an operation (a restore reads each array in a task of its own) on an event loop of its own and
+  closes the loop once the operation's coroutine ends, without asyncio.run's cancelling of the tasks still there
+  (`_run_sync_via_new_loop`). After a failed read the other reads stayed on the closed loop: asyncio logged each
+  exception nobody retrieved, and each read still pending, closed when collected, raised from Orbax's `except
+  BaseException` around it: Python printed hundreds of tracebacks after one damaged checkpoint. Those reads are
+  cancelled and awaited here, while their loop runs."""
+
+  @functools.wraps(run_sync)
+  def run(coroutine: Coroutine) -> Any:
+    return run_sync(_cancelling_the_rest_on_failure(coroutine))
+
+  run.drained = True
+  return run
+
+
+async def _cancelling_the_rest_on_failure(coroutine: Coroutine) -> Any:
+  try:
+    return await coroutine
+  except BaseException:
+    this = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not this]  # The loop is the operation's own.
+    for task in rest:
+      task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    raise
 
 
 def read_best_meta(workdir: str | pathlib.Path) -> dict[str, Any] | None:
@@ -223,7 +263,7 @@ def load_eval_method(workdir: str | pathlib.Path) -> dict[str, Any]:
 def abstract_on_one_device(item_dir: pathlib.Path) -> Any:
   """The saved tree's shapes and dtypes placed on this process's first device: a checkpoint written on any mesh
   (8 devices, several hosts) restores in one process."""
-  metadata = ocp.StandardCheckpointer().metadata(item_dir).item_metadata
+  metadata = ocp.StandardCheckpointHandler().metadata(item_dir)  # The item's own: no step metadata is looked for.
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
 
