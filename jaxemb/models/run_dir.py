@@ -87,25 +87,40 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
   manager = ocp.CheckpointManager(run.best_dir)
   try:
     step = manager.latest_step()
-    if step is None:
-      raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
-    step_dir = run.best_dir / str(step)
-    cause = checkpoint_problem(step_dir, BEST_ITEMS)
-    if cause is None:
-      try:
-        target = abstract_on_one_device(step_dir / "params")
-        restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
-                                                                 meta=ocp.args.JsonRestore()))
-      except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
-        cause = read_failure(e, step_dir)
-        if cause is None:
-          raise
-    if cause is not None:
-      raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   finally:
     manager.close()
+  if step is None:
+    raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
+  step_dir = run.best_dir / str(step)
+  restored, cause = _read_best_step(step_dir)
+  if cause is not None:
+    raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   params = {**restored["params"], "encoder": bert.unstack_layers(restored["params"]["encoder"])}
   return params, restored["meta"]
+
+
+def best_step_problem(step_dir: pathlib.Path) -> str | None:
+  """Why the best step folder `step_dir` cannot be restored, its arrays read to find out (a missing or truncated data
+  file shows only then, unlike `checkpoint_problem`'s); None when it reads whole."""
+  return _read_best_step(step_dir)[1]
+
+
+def _read_best_step(step_dir: pathlib.Path) -> tuple[Any, str | None]:
+  """({"params", "meta"} of the best step folder `step_dir`, the params on this process's first device, None), or
+  (None, why it cannot be read). Anything but a read failure of the step is raised."""
+  cause = checkpoint_problem(step_dir, BEST_ITEMS)
+  if cause is not None:
+    return None, cause
+  try:
+    target = abstract_on_one_device(step_dir / "params")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+      return checkpointer.restore(step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
+                                                                    meta=ocp.args.JsonRestore())), None
+  except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
+    cause = read_failure(e, step_dir)
+    if cause is None:
+      raise
+    return None, cause
 
 
 # What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,

@@ -20,7 +20,7 @@ import tqdm
 from jaxemb import atomic, sharding
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError, Diverged
+from jaxemb.errors import ConfigError, DataError, Diverged
 from jaxemb.evaluation import common, evaluators, run
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
@@ -163,6 +163,8 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
       SIGTERM that arrives while the run loads data or compiles stops it after its first step.
     WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
       another command (workdir.claim_workdir).
+    DataError: the best step of a resumed run is unreadable or deleted and its params are gone
+      (_Evaluation.keep_best).
   """
   maybe_initialize_distributed(config)
   with _Sigterm() as sigterm:
@@ -194,6 +196,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
   encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
                     **run.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
+  evaluation.keep_best(state, total_steps)
   evaluation.score_before(state)
   start_step = int(state.step)
   recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps)
@@ -226,6 +229,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
         preempted = Preempted(done)
         _say(str(preempted))
         raise preempted
+    evaluation.keep_best(state, total_steps)
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     placed.close()
     recorder.close()
@@ -323,10 +327,40 @@ class _Evaluation:
     scores = self.scores(due, state)
     if self.metric in scores and scores[self.metric] > self.meta["best_value"]:
       self.meta.update(best_value=scores[self.metric], best_step=done)
-      params = state.all_params
-      self.ckpt.save_best(done, {**params, "encoder": eval_params(self.config, params)},
-                          {"step": done, self.metric: scores[self.metric]})
+      self._save_best(state)
     return scores
+
+  def keep_best(self, state: train_state.TrainState, total_steps: int):
+    """Makes sure best/ holds the step `meta` names best, when the run starts and when it ends, so that its summary
+    never names a step that evaluate.py cannot read.
+
+    A resumed run knows its best step from its checkpoint's record. best/ lacks it when it was unreadable (set aside
+    at start, RunCheckpoints._tidy) or deleted; a later step there, which the rest of the run reaches, is no loss: the
+    kill of a run between a best save and its next periodic one leaves it, and the replay scores it best again
+    (RunCheckpoints.save_best). Otherwise the best step's params are only in the train state of that step: when it is
+    the state in hand (the run resumed from its best step, or ends at it) they are saved again; an earlier one's are
+    gone, and the run stops with one line saying what to do rather than train on and report a step that is not there.
+
+    Raises:
+      DataError: the best step is missing and its params are gone.
+    """
+    best, at = self.meta["best_step"], int(state.step)
+    saved = self.ckpt.best.all_steps()
+    if best is None or best in saved or any(at < step <= total_steps for step in saved):
+      return
+    best_dir = self.ckpt.run.best_dir
+    if best != at:
+      raise DataError(f"best step {best} of the run in {self.ckpt.run.path} is missing from {best_dir} (unreadable or "
+                      f"deleted) and its params are gone (the run is at step {at}): restore {best_dir / str(best)} "
+                      "from a copy, or train again in another --config.workdir")
+    _say(f"best step {best} is missing from {best_dir}: saving it again from the train state of that step")
+    self._save_best(state)
+
+  def _save_best(self, state: train_state.TrainState):
+    """Saves the params of `state`, the best step, in best/ (what evaluation reads: a kept MLP as the pooler)."""
+    params, step = state.all_params, self.meta["best_step"]
+    self.ckpt.save_best(step, {**params, "encoder": eval_params(self.config, params)},
+                        {"step": step, self.metric: self.meta["best_value"]})
 
 
 class _Recorder:

@@ -218,6 +218,53 @@ def test_an_unreadable_best_step_is_one_data_error_naming_it(corrupt, whole_run,
   assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]  # The error alone.
 
 
+def _cut_short_its_best_step(whole, run, kept_checkpoints) -> pathlib.Path:
+  """A copy of the uninterrupted run in `run` with only the periodic checkpoints `kept_checkpoints` and its best
+  step's largest data file cut short (evaluate.py refuses it); the best step's folder."""
+  shutil.copytree(whole, run)
+  for step in {2, 3} - set(kept_checkpoints):
+    shutil.rmtree(run / "checkpoints" / str(step))
+  (best,) = (run / "best").iterdir()
+  data = _largest_data_file(best / "params")
+  data.write_bytes(data.read_bytes()[:10])
+  return best
+
+
+@pytest.mark.parametrize("kept", [(2,), ()], ids=["resumed from step 2", "started again"])
+def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, tiny_bert, wiki_head, tmp_path,
+                                                                capsys):
+  """A best step whose arrays do not read is set aside at start and saved again: from the checkpoint the run resumes
+  from when that is its best step (step 2, the first scored, always is), or when the replay scores it best again.
+  Either way the run ends as the uninterrupted one, its best step readable."""
+  whole, _ = whole_run
+  best = _cut_short_its_best_step(whole, tmp_path / "run", kept)
+  summary = loop.train(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, ""))
+  out = capsys.readouterr().out
+  assert f"checkpoint {best} is unreadable (" in out
+  assert (f"best step 2 is missing from {best.parent}: saving it again from the train state of that step" in out) == (
+      kept == (2,))
+  assert summary["best_step"] == int(best.name)
+  _assert_same_run(whole, tmp_path / "run")
+  assert run_dir.load_best(tmp_path / "run")[2]["step"] == summary["best_step"]
+
+
+def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_do(whole_run, tiny_bert, wiki_head,
+                                                                                   tmp_path):
+  """The run resumes from step 3; its best step, 2, cannot be read, and its params are in no checkpoint: one line
+  names the step and what to do, instead of a run that ends naming a step best/ does not hold."""
+  whole, _ = whole_run
+  best = _cut_short_its_best_step(whole, tmp_path / "run", (2, 3))
+  assert best.name == "2", "step 3 beat step 2: the run resumes from its best step"
+  config = checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")
+  with pytest.raises(DataError, match=f"^best step 2 of the run in {re.escape(str(tmp_path / 'run'))} is missing from "
+                                      f"{re.escape(str(best.parent))} \\(unreadable or deleted\\) and its params are "
+                                      f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a copy, or "
+                                      "train again in another --config.workdir$"):
+    loop.train(config)
+  (aside,) = best.parent.iterdir()  # Set aside, nothing saved in its place.
+  assert aside.name.startswith("corrupt-2-")
+
+
 @pytest.fixture
 def small_disk(tmp_path):
   """A 1 MiB file system of its own (remount it to resize) (a tmpfs; mounting one needs root, else the test is skipped)."""
