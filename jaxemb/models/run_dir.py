@@ -152,6 +152,21 @@ def checkpoint_problem(step_dir: pathlib.Path, items: Sequence[str]) -> str | No
   return None
 
 
+def saved_layers_stacked(run: RunDir) -> bool | None:
+  """Whether the train state of the run's newest periodic checkpoint holds the encoder's layers stacked (`layers/...`,
+  a run with config.model.scan_layers) rather than per layer, read from its metadata; None without a checkpoint
+  whose metadata reads (the run starts from its first step)."""
+  if not run.checkpoints_dir.is_dir():
+    return None
+  for step in sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True):
+    try:
+      metadata = ocp.StandardCheckpointHandler().metadata(run.checkpoints_dir / str(step) / "state")
+    except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
+      continue
+    return any(jax.tree_util.DictKey(bert.STACKED) in path for path, _ in jax.tree_util.tree_leaves_with_path(metadata))
+  return None
+
+
 def read_failure(error: BaseException, step_dir: pathlib.Path) -> str | None:
   """`error`'s short cause when it is a failure to read the files of `step_dir` (a missing or truncated file); None
   for anything else (a bug, a tree that does not match), which is no reason to set the checkpoint aside."""
