@@ -51,47 +51,61 @@ def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
 
 
 class Preempted(Exception):
-  """The run stopped on SIGTERM after saving its state; rerunning the same command resumes it."""
+  """The run stopped on SIGTERM or Ctrl-C (SIGINT) after saving its state; rerunning the same command resumes it."""
 
-  exit_code = 128 + signal.SIGTERM  # The status a command exits with: that of a job the signal ended.
-
-  def __init__(self, step: int):
-    super().__init__(f"preempted at step {step}; checkpoint saved; rerun the same command to resume")
+  def __init__(self, step: int, signum: int = signal.SIGTERM):
+    stopped = "preempted" if signum == signal.SIGTERM else "stopped on Ctrl-C"
+    super().__init__(f"{stopped} at step {step}; checkpoint saved; rerun the same command to resume")
     self.step = step
+    self.exit_code = 128 + signum  # The status a command exits with: that of a process the signal ended.
 
 
-class _Sigterm:
-  """Notes a SIGTERM (a preempted TPU VM, a cluster scheduler) so the loop stops cleanly after a step.
+class _CleanStop:
+  """Notes a request to stop, SIGTERM (a preempted TPU VM, a cluster scheduler) or Ctrl-C (SIGINT), so the loop
+  stops cleanly after a step, saving it.
 
-  One process installs its own handler. A multi-host job leaves SIGTERM to JAX's preemption service, which
-  jax.distributed.initialize starts: it tells every host of a notice to any one of them and names a step that all
-  of them reach, so they save the same step together.
+  One process installs its own handlers. A first Ctrl-C is said at once, and a second one stops the run at once:
+  the handler gives SIGINT back to Python's, whose KeyboardInterrupt jaxemb.cli says in one line. Where SIGINT is
+  not Python's own (ignored, as by a shell for a background job, or another program's) it is left alone.
+
+  A multi-host job leaves SIGTERM to JAX's preemption service, which jax.distributed.initialize starts: it tells every
+  host of a notice to any one of them and names a step that all of them reach, so they save the same step together.
+  The service hears no SIGINT, so Ctrl-C keeps Python's meaning there: that host stops at once, and the job with it,
+  as when a host is killed. A job stops with a checkpoint on SIGTERM (`kill PID` on any host).
   """
 
   def __init__(self):
-    self.received = False
-    self._previous = None
-    self._installed = False
+    self.received = None  # The first signal that asked to stop.
+    self._previous = {}  # Signal -> the handler to give back.
 
   def __enter__(self):
     # signal.signal works in the main thread only.
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._note)
-      self._installed = True
+      self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._note)
+      if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._note)
     return self
 
   def __exit__(self, *exc_info):
-    if self._installed:
-      signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
 
   def _note(self, signum, frame):  # pylint: disable=unused-argument
-    self.received = True
+    self.received = self.received or signum
+    if signum == signal.SIGINT:
+      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])  # The next Ctrl-C raises KeyboardInterrupt.
+      _say("Ctrl-C: stopping once this step is saved; Ctrl-C again stops at once")
 
   def stop(self, done: int) -> bool:
     """Whether this process stops after step `done` (each process of a job calls it at every step)."""
     if jax.process_count() == 1:
-      return self.received
+      return self.received is not None
     return multihost_utils.reached_preemption_sync_point(done)
+
+  @property
+  def signum(self) -> int:
+    """The signal the run stops on: the first received, or the preemption service's SIGTERM."""
+    return self.received or signal.SIGTERM
 
 
 SELECTIONS = ("training_view", "eval_method")
@@ -159,15 +173,16 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
   made with other fields (train.py --resume_changed).
 
   Raises:
-    Preempted: on SIGTERM, after saving the state. The handler is installed before anything is loaded, so a
-      SIGTERM that arrives while the run loads data or compiles stops it after its first step.
+    Preempted: on SIGTERM or a first Ctrl-C, after saving the state (_CleanStop). The handlers are installed before
+      anything is loaded, so a signal that arrives while the run loads data or compiles stops it after its first
+      step.
     WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
       another command (workdir.claim_workdir).
     DataError: the best step of a resumed run is unreadable or deleted and its params are gone
       (_Evaluation.keep_best).
   """
   maybe_initialize_distributed(config)
-  with _Sigterm() as sigterm:
+  with _CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
       refuse_if_busy(run_dir.RunDir(config.workdir))
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
@@ -178,10 +193,10 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say):
-      return _train(config, sigterm, mesh, columns, source, evals)
+      return _train(config, stop, mesh, columns, source, evals)
 
 
-def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
+def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
            source: run_dir.ModelSource, evals: list[evaluators.Evaluator]) -> dict[str, Any]:
   """The run: setup, then the loop of steps, evaluations and saves."""
   workdir = run_dir.RunDir(config.workdir)
@@ -220,13 +235,13 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
         recorder.write(done, scores)
       if save:
         ckpt.save(state, meta)
-      if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
+      if done < total_steps and stop.stop(done):  # Preempted or Ctrl-C: save this step's state, then stop.
         if pending:  # Its loss must be known finite before it is saved.
           recorder.record(*pending)
         if not save:
           ckpt.save(state, meta)
         ckpt.wait()
-        preempted = Preempted(done)
+        preempted = Preempted(done, stop.signum)
         _say(str(preempted))
         raise preempted
     evaluation.keep_best(state, total_steps)
