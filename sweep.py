@@ -7,7 +7,8 @@ table of mean ± std per row (<workdir>/table.md and table.json).
 
 Rerunning skips finished runs and resumes unfinished ones from their checkpoints. On several hosts, give each its
 share with --shard=i/n (every n-th run from i); --table_only then writes the table from the run directories.
-On SIGTERM the current run saves its state and the sweep exits with status 143, as train.py does.
+On SIGTERM (or Ctrl-C) the current run saves its state and the sweep exits with status 143 (130), as train.py
+does.
 """
 
 from absl import flags
@@ -24,8 +25,8 @@ _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Run nothing; write the tab
 def main(config) -> int:
   try:
     print(sweep.run_experiment(config, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
-  except loop.Preempted:  # The run saved its state; the status tells the scheduler, as train.py's.
-    return loop.Preempted.exit_code
+  except loop.Preempted as stopped:  # The run saved its state; the status tells the scheduler, as train.py's.
+    return stopped.exit_code
   return 0
 
 

@@ -5,7 +5,8 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
 
 Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
 finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
-ended); the same command then resumes. A rerun whose fields differ from those the workdir's run was made with
+ended); on Ctrl-C likewise, with status 130 (128 + SIGINT), and a second Ctrl-C stops it at once; the same command
+then resumes. A rerun whose fields differ from those the workdir's run was made with
 (<workdir>/fingerprint.json) is refused, listing them; --resume_changed continues it with the new ones. A second
 process on a workdir in use is refused at once. An error a user can act on is one line and exit status 1 (see
 jaxemb/cli.py).
@@ -27,8 +28,8 @@ def main(config) -> int:
   xla.use_compilation_cache(config.compilation_cache_dir)
   try:
     loop.train(config, _RESUME_CHANGED.value)
-  except loop.Preempted:  # The loop saved its state and said so; the status tells the scheduler.
-    return loop.Preempted.exit_code
+  except loop.Preempted as stopped:  # The loop saved its state and said so; the status tells the scheduler.
+    return stopped.exit_code
   return 0
 
 

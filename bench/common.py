@@ -48,6 +48,16 @@ def print_load(when: str):
         f"{xla.OPTIONS_ENV}={os.environ.get(xla.OPTIONS_ENV, '')!r})", flush=True)
 
 
+def cpu_model() -> str:
+  """The CPU's model name (/proc/cpuinfo), printed beside every timing: numbers compare only on one CPU."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+  except OSError:
+    names = []
+  return f"{names[0] if names else 'unknown CPU'} ({os.cpu_count()} CPUs)"
+
+
 def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
   """Median seconds per call of each case. The cases run alternately (a, b, a, b, ...) after `warmup` calls each,
   so a burst of load from other jobs hits every side alike. Each callable must block until its work is done."""

@@ -4,7 +4,8 @@ can act on printed as one line (`error: <message>`, exit status 1, no traceback)
 An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSError` that names its path (a missing
 file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
 exception is a bug and keeps its traceback; --verbose (or JAXEMB_VERBOSE=1) shows the traceback of all of them and
-the INFO logs of orbax, absl and jax, which a normal run leaves out.
+the INFO logs of orbax, absl and jax, which a normal run leaves out. A Ctrl-C that stops a command at once is one
+line too, `interrupted (Ctrl-C)`, exit status 130.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import os
 import pathlib
 import re
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
@@ -37,6 +39,7 @@ _VERBOSE = flags.DEFINE_bool("verbose", False, "Show the traceback of every erro
 _FILE_SYSTEM_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 _FILE_SYSTEM_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO)
 Main = Callable[[Any], "int | None"]
+INTERRUPTED = 128 + signal.SIGINT  # The exit status of a command Ctrl-C stopped: that of a process SIGINT ended.
 
 
 def define_config(help_string: str) -> flags.FlagHolder:
@@ -62,6 +65,11 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
   try:
     check_storage(config.value)
     return main(config.value)
+  except KeyboardInterrupt:  # Ctrl-C that stops at once (train.py's second): one line, not where it was.
+    if verbose:
+      raise
+    print("interrupted (Ctrl-C)", file=sys.stderr)
+    return INTERRUPTED
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, below.
     message = user_message(e)
     if message is None or verbose:

@@ -5,7 +5,7 @@ with orbax-checkpoint), so a run directory in a bucket goes to them as it is. It
 optional dependency (`pip install gcsfs`); the checks and the lease of a run directory use google-cloud-storage,
 which gcsfs brings. Cloud Storage has no folders, no renames and no locks, so here:
 
-- a folder needs no creating (`makedirs` does nothing in a bucket: gcsfs would create a missing bucket);
+- a folder needs no creating (and is not created: gcsfs would create a missing bucket);
 - a file is written whole by one upload (`jaxemb.atomic`): an upload a kill interrupts leaves no object;
 - what a library reads from local paths only (tokenizers, safetensors, `datasets`) is copied once per host into
   the download cache (`local_copy`), and fetched again only when its objects change;
@@ -79,12 +79,6 @@ def path(value: PathLike) -> Path:
     raise ConfigError(f"{text}: {found}:// paths are not supported; use a local path or gs://bucket/...")
   _gcsfs()
   return epath.Path(text)
-
-
-def makedirs(folder: Path):
-  """Creates a local folder and its parents; nothing in a bucket, whose folders are the objects' name prefixes."""
-  if not is_remote(folder):
-    folder.mkdir(parents=True, exist_ok=True)
 
 
 def split(value: PathLike) -> tuple[str, str]:

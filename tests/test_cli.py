@@ -70,6 +70,21 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   assert _one_error_line(*sweep) == f"--config {REPO / 'configs' / 'experiments' / 'no_such_table.py'}: no such file"
 
 
+def test_a_bucket_path_that_cannot_work_is_one_line_before_any_work(gcs_emulator, tmp_path):
+  """A missing bucket and an unsupported scheme, each refused by every command before it loads anything (the model
+  path named here does not exist: it is never looked for)."""
+  missing = _command("train.py", "promptbert.py", "--config.workdir=gs://no-such-bucket/runs/r1",
+                     "--config.model.path=/nonexistent/model", env=gcs_emulator.env)
+  assert _one_error_line(*missing) == ("cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does not "
+                                       "exist (create it with `gcloud storage buckets create gs://no-such-bucket`, "
+                                       "or fix the path)")
+  scheme = _command("evaluate.py", "eval_prompt.py", "--config.eval.output_json=hdfs://namenode/out.json",
+                    "--config.model.path=/nonexistent/model")
+  assert _one_error_line(*scheme) == ("hdfs://namenode/out.json: hdfs:// paths are not supported; use a local path "
+                                      "or gs://bucket/...")
+  assert not list(tmp_path.iterdir()) and not (REPO / "gs:").exists()
+
+
 @pytest.mark.parametrize("flag, env", [("--verbose", None), ("--config.workdir=x", {cli.VERBOSE_ENV: "1"})])
 def test_verbose_shows_the_traceback(flag, env):
   status, _, stderr = _command("train.py", "promptbert.py", "--config.model.pth=x", flag, env=env)

@@ -15,17 +15,24 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import os
 import pathlib
 import re
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Coroutine, Sequence
 
 import jax
 import orbax.checkpoint as ocp
+
+try:  # Orbax's own: each save and restore runs its coroutine through its run_sync (`quiet_orbax_failures`).
+  from orbax.checkpoint._src import asyncio_utils as _orbax_asyncio
+except ImportError:  # An Orbax without it: its operations are run as they are.
+  _orbax_asyncio = None
 
 from jaxemb import atomic, storage
 from jaxemb.errors import DataError
@@ -83,25 +90,40 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
   manager = ocp.CheckpointManager(run.best_dir)
   try:
     step = manager.latest_step()
-    if step is None:
-      raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
-    step_dir = run.best_dir / str(step)
-    cause = checkpoint_problem(step_dir, BEST_ITEMS)
-    if cause is None:
-      try:
-        target = abstract_on_one_device(step_dir / "params")
-        restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
-                                                                 meta=ocp.args.JsonRestore()))
-      except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
-        cause = read_failure(e, step_dir)
-        if cause is None:
-          raise
-    if cause is not None:
-      raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   finally:
     manager.close()
+  if step is None:
+    raise FileNotFoundError(f"{run.best_dir} holds no checkpoint yet")
+  step_dir = run.best_dir / str(step)
+  restored, cause = _read_best_step(step_dir)
+  if cause is not None:
+    raise DataError(f"best checkpoint {step_dir} is unreadable: {cause}; restore it from a copy or train again")
   params = {**restored["params"], "encoder": bert.unstack_layers(restored["params"]["encoder"])}
   return params, restored["meta"]
+
+
+def best_step_problem(step_dir: pathlib.Path) -> str | None:
+  """Why the best step folder `step_dir` cannot be restored, its arrays read to find out (a missing or truncated data
+  file shows only then, unlike `checkpoint_problem`'s); None when it reads whole."""
+  return _read_best_step(step_dir)[1]
+
+
+def _read_best_step(step_dir: pathlib.Path) -> tuple[Any, str | None]:
+  """({"params", "meta"} of the best step folder `step_dir`, the params on this process's first device, None), or
+  (None, why it cannot be read). Anything but a read failure of the step is raised."""
+  cause = checkpoint_problem(step_dir, BEST_ITEMS)
+  if cause is not None:
+    return None, cause
+  try:
+    target = abstract_on_one_device(step_dir / "params")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+      return checkpointer.restore(step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
+                                                                    meta=ocp.args.JsonRestore())), None
+  except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
+    cause = read_failure(e, step_dir)
+    if cause is None:
+      raise
+    return None, cause
 
 
 # What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,
@@ -130,6 +152,21 @@ def checkpoint_problem(step_dir: storage.Path, items: Sequence[str]) -> str | No
         ocp.StandardCheckpointHandler().metadata(path)
     except (OSError, ValueError) as e:
       return f"{path}: {short_cause(e)}"
+  return None
+
+
+def saved_layers_stacked(run: RunDir) -> bool | None:
+  """Whether the train state of the run's newest periodic checkpoint holds the encoder's layers stacked (`layers/...`,
+  a run with config.model.scan_layers) rather than per layer, read from its metadata; None without a checkpoint
+  whose metadata reads (the run starts from its first step)."""
+  if not run.checkpoints_dir.is_dir():
+    return None
+  for step in sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True):
+    try:
+      metadata = ocp.StandardCheckpointHandler().metadata(run.checkpoints_dir / str(step) / "state")
+    except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
+      continue
+    return any(jax.tree_util.DictKey(bert.STACKED) in path for path, _ in jax.tree_util.tree_leaves_with_path(metadata))
   return None
 
 
@@ -182,11 +219,14 @@ _QUIET = _OrbaxBackgroundErrors()
 
 def quiet_orbax_failures():
   """Keeps a failed checkpoint read or write to the one line its caller reports: Orbax's logged duplicates are
-  dropped, and so is "Event loop is closed", raised by TensorStore callbacks of the failed operation's other reads
-  that complete after Orbax closed their event loop (Python prints each as an unraisable exception)."""
+  dropped, the other reads or writes of the failed operation are cancelled and awaited before Orbax closes their
+  event loop (`_drained`), and "Event loop is closed", raised by TensorStore callbacks that complete after a loop
+  closed (Python prints each as an unraisable exception), is dropped."""
   logger = logging.getLogger("absl")
   if _QUIET not in logger.filters:
     logger.addFilter(_QUIET)
+  if _orbax_asyncio is not None and not getattr(_orbax_asyncio.run_sync, "drained", False):
+    _orbax_asyncio.run_sync = _drained(_orbax_asyncio.run_sync)
   previous = sys.unraisablehook
   if getattr(previous, "quiet_orbax", False):
     return
@@ -197,6 +237,36 @@ def quiet_orbax_failures():
 
   hook.quiet_orbax = True
   sys.unraisablehook = hook
+
+
+def _drained(run_sync: Callable[[Coroutine], Any]) -> Callable[[Coroutine], Any]:
+  """Orbax's asyncio_utils.run_sync, whose operation, when it fails, cancels and awaits the tasks it leaves.
+
+  run_sync runs an operation (a restore reads each array in a task of its own) on an event loop of its own and
+  closes the loop once the operation's coroutine ends, without asyncio.run's cancelling of the tasks still there
+  (`_run_sync_via_new_loop`). After a failed read the other reads stayed on the closed loop: asyncio logged each
+  exception nobody retrieved, and each read still pending, closed when collected, raised from Orbax's `except
+  BaseException` around it: Python printed hundreds of tracebacks after one damaged checkpoint. Those reads are
+  cancelled and awaited here, while their loop runs."""
+
+  @functools.wraps(run_sync)
+  def run(coroutine: Coroutine) -> Any:
+    return run_sync(_cancelling_the_rest_on_failure(coroutine))
+
+  run.drained = True
+  return run
+
+
+async def _cancelling_the_rest_on_failure(coroutine: Coroutine) -> Any:
+  try:
+    return await coroutine
+  except BaseException:
+    this = asyncio.current_task()
+    rest = [task for task in asyncio.all_tasks() if task is not this]  # The loop is the operation's own.
+    for task in rest:
+      task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+    raise
 
 
 def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
@@ -226,7 +296,7 @@ def load_eval_method(workdir: storage.PathLike) -> dict[str, Any]:
 def abstract_on_one_device(item_dir: storage.Path) -> Any:
   """The saved tree's shapes and dtypes placed on this process's first device: a checkpoint written on any mesh
   (8 devices, several hosts) restores in one process."""
-  metadata = ocp.StandardCheckpointer().metadata(item_dir).item_metadata
+  metadata = ocp.StandardCheckpointHandler().metadata(item_dir)  # The item's own: no step metadata is looked for.
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   return jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
 

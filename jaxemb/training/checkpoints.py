@@ -117,16 +117,19 @@ class RunCheckpoints:
       multihost_utils.sync_global_devices("jaxemb.training.checkpoints: run directory changed")
 
   def _tidy(self):
-    """Removes the folders of saves a kill interrupted and sets aside the step folders whose small files do not
-    read, before Orbax lists the steps."""
+    """Removes the folders of saves a kill interrupted and sets aside the step folders that do not read, before
+    Orbax lists the steps: a periodic checkpoint whose small files fail (its arrays are read when it is restored), a
+    best step whose arrays fail too. The run relies on its best step (its summary names it, evaluate.py reads it),
+    so one set aside is saved again (loop._Evaluation.keep_best)."""
     partial = self._unfinished_saves()
     for path in partial:
       path.rmtree()
     if partial:
       self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
-    for directory, items in ((self.run.checkpoints_dir, run_dir.PERIODIC_ITEMS), (self.run.best_dir,
-                                                                                  run_dir.BEST_ITEMS)):
-      unreadable = [(p, run_dir.checkpoint_problem(p, items)) for p in directory.glob("*") if p.name.isdigit()]
+    periodic_problem = functools.partial(run_dir.checkpoint_problem, items=run_dir.PERIODIC_ITEMS)
+    for directory, problem in ((self.run.checkpoints_dir, periodic_problem),
+                               (self.run.best_dir, run_dir.best_step_problem)):
+      unreadable = [(p, problem(p)) for p in directory.glob("*") if p.name.isdigit()]
       for step_dir, cause in unreadable:
         if cause is not None:
           self._set_aside(step_dir, cause)

@@ -19,7 +19,7 @@ import tqdm
 from jaxemb import atomic, sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError, Diverged
+from jaxemb.errors import ConfigError, DataError, Diverged
 from jaxemb.evaluation import common, evaluators, run
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
@@ -82,47 +82,61 @@ def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
 
 
 class Preempted(Exception):
-  """The run stopped on SIGTERM after saving its state; rerunning the same command resumes it."""
+  """The run stopped on SIGTERM or Ctrl-C (SIGINT) after saving its state; rerunning the same command resumes it."""
 
-  exit_code = 128 + signal.SIGTERM  # The status a command exits with: that of a job the signal ended.
-
-  def __init__(self, step: int):
-    super().__init__(f"preempted at step {step}; checkpoint saved; rerun the same command to resume")
+  def __init__(self, step: int, signum: int = signal.SIGTERM):
+    stopped = "preempted" if signum == signal.SIGTERM else "stopped on Ctrl-C"
+    super().__init__(f"{stopped} at step {step}; checkpoint saved; rerun the same command to resume")
     self.step = step
+    self.exit_code = 128 + signum  # The status a command exits with: that of a process the signal ended.
 
 
-class _Sigterm:
-  """Notes a SIGTERM (a preempted TPU VM, a cluster scheduler) so the loop stops cleanly after a step.
+class _CleanStop:
+  """Notes a request to stop, SIGTERM (a preempted TPU VM, a cluster scheduler) or Ctrl-C (SIGINT), so the loop
+  stops cleanly after a step, saving it.
 
-  One process installs its own handler. A multi-host job leaves SIGTERM to JAX's preemption service, which
-  jax.distributed.initialize starts: it tells every host of a notice to any one of them and names a step that all
-  of them reach, so they save the same step together.
+  One process installs its own handlers. A first Ctrl-C is said at once, and a second one stops the run at once:
+  the handler gives SIGINT back to Python's, whose KeyboardInterrupt jaxemb.cli says in one line. Where SIGINT is
+  not Python's own (ignored, as by a shell for a background job, or another program's) it is left alone.
+
+  A multi-host job leaves SIGTERM to JAX's preemption service, which jax.distributed.initialize starts: it tells every
+  host of a notice to any one of them and names a step that all of them reach, so they save the same step together.
+  The service hears no SIGINT, so Ctrl-C keeps Python's meaning there: that host stops at once, and the job with it,
+  as when a host is killed. A job stops with a checkpoint on SIGTERM (`kill PID` on any host).
   """
 
   def __init__(self):
-    self.received = False
-    self._previous = None
-    self._installed = False
+    self.received = None  # The first signal that asked to stop.
+    self._previous = {}  # Signal -> the handler to give back.
 
   def __enter__(self):
     # signal.signal works in the main thread only.
     if jax.process_count() == 1 and threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._note)
-      self._installed = True
+      self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._note)
+      if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._note)
     return self
 
   def __exit__(self, *exc_info):
-    if self._installed:
-      signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+    for signum, previous in self._previous.items():
+      signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
 
   def _note(self, signum, frame):  # pylint: disable=unused-argument
-    self.received = True
+    self.received = self.received or signum
+    if signum == signal.SIGINT:
+      signal.signal(signal.SIGINT, self._previous[signal.SIGINT])  # The next Ctrl-C raises KeyboardInterrupt.
+      _say("Ctrl-C: stopping once this step is saved; Ctrl-C again stops at once")
 
   def stop(self, done: int) -> bool:
     """Whether this process stops after step `done` (each process of a job calls it at every step)."""
     if jax.process_count() == 1:
-      return self.received
+      return self.received is not None
     return multihost_utils.reached_preemption_sync_point(done)
+
+  @property
+  def signum(self) -> int:
+    """The signal the run stops on: the first received, or the preemption service's SIGTERM."""
+    return self.received or signal.SIGTERM
 
 
 SELECTIONS = ("training_view", "eval_method")
@@ -190,13 +204,16 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
   made with other fields (train.py --resume_changed).
 
   Raises:
-    Preempted: on SIGTERM, after saving the state. The handler is installed before anything is loaded, so a
-      SIGTERM that arrives while the run loads data or compiles stops it after its first step.
+    Preempted: on SIGTERM or a first Ctrl-C, after saving the state (_CleanStop). The handlers are installed before
+      anything is loaded, so a signal that arrives while the run loads data or compiles stops it after its first
+      step.
     WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
       another command (workdir.claim_workdir).
+    DataError: the best step of a resumed run is unreadable or deleted and its params are gone
+      (_Evaluation.keep_best).
   """
   join_multihost_job(config)
-  with _Sigterm() as sigterm:
+  with _CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
       refuse_if_busy(run_dir.RunDir(config.workdir))
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
@@ -207,10 +224,10 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say) as (_, held):
-      return _train(config, sigterm, mesh, columns, source, evals, held)
+      return _train(config, stop, mesh, columns, source, evals, held)
 
 
-def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
+def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
            source: run_dir.ModelSource, evals: list[evaluators.Evaluator], held: Callable[[], None]) -> dict[str, Any]:
   """The run: setup, then the loop of steps, evaluations and saves; `held` raises when the run directory's lock
   was lost (workdir.lock), and is called before each write to it."""
@@ -226,6 +243,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
   encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
                     **run.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
+  evaluation.keep_best(state, total_steps)
   evaluation.score_before(state)
   start_step = int(state.step)
   recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps)
@@ -251,7 +269,7 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
       if save:
         recorder.flush()  # The records up to a saved step outlive a kill after it.
         ckpt.save(state, meta)
-      if done < total_steps and sigterm.stop(done):  # Preempted: save this step's state, then stop.
+      if done < total_steps and stop.stop(done):  # Preempted or Ctrl-C: save this step's state, then stop.
         if pending:  # Its loss must be known finite before it is saved.
           recorder.record(*pending)
         if not save:
@@ -259,9 +277,10 @@ def _train(config: Any, sigterm: _Sigterm, mesh: jax.sharding.Mesh, columns: dic
           recorder.flush()
           ckpt.save(state, meta)
         ckpt.wait()
-        preempted = Preempted(done)
+        preempted = Preempted(done, stop.signum)
         _say(str(preempted))
         raise preempted
+    evaluation.keep_best(state, total_steps)
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     placed.close()
     recorder.close()
@@ -359,10 +378,40 @@ class _Evaluation:
     scores = self.scores(due, state)
     if self.metric in scores and scores[self.metric] > self.meta["best_value"]:
       self.meta.update(best_value=scores[self.metric], best_step=done)
-      params = state.all_params
-      self.ckpt.save_best(done, {**params, "encoder": eval_params(self.config, params)},
-                          {"step": done, self.metric: scores[self.metric]})
+      self._save_best(state)
     return scores
+
+  def keep_best(self, state: train_state.TrainState, total_steps: int):
+    """Makes sure best/ holds the step `meta` names best, when the run starts and when it ends, so that its summary
+    never names a step that evaluate.py cannot read.
+
+    A resumed run knows its best step from its checkpoint's record. best/ lacks it when it was unreadable (set aside
+    at start, RunCheckpoints._tidy) or deleted; a later step there, which the rest of the run reaches, is no loss: the
+    kill of a run between a best save and its next periodic one leaves it, and the replay scores it best again
+    (RunCheckpoints.save_best). Otherwise the best step's params are only in the train state of that step: when it is
+    the state in hand (the run resumed from its best step, or ends at it) they are saved again; an earlier one's are
+    gone, and the run stops with one line saying what to do rather than train on and report a step that is not there.
+
+    Raises:
+      DataError: the best step is missing and its params are gone.
+    """
+    best, at = self.meta["best_step"], int(state.step)
+    saved = self.ckpt.best.all_steps()
+    if best is None or best in saved or any(at < step <= total_steps for step in saved):
+      return
+    best_dir = self.ckpt.run.best_dir
+    if best != at:
+      raise DataError(f"best step {best} of the run in {self.ckpt.run.path} is missing from {best_dir} (unreadable or "
+                      f"deleted) and its params are gone (the run is at step {at}): restore {best_dir / str(best)} "
+                      "from a copy, or train again in another --config.workdir")
+    _say(f"best step {best} is missing from {best_dir}: saving it again from the train state of that step")
+    self._save_best(state)
+
+  def _save_best(self, state: train_state.TrainState):
+    """Saves the params of `state`, the best step, in best/ (what evaluation reads: a kept MLP as the pooler)."""
+    params, step = state.all_params, self.meta["best_step"]
+    self.ckpt.save_best(step, {**params, "encoder": eval_params(self.config, params)},
+                        {"step": step, self.metric: self.meta["best_value"]})
 
 
 class _Recorder:

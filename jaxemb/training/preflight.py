@@ -32,6 +32,7 @@ def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   source = _check_method(config)
   hf.retied_config(source.model_dir, source.config, config.model.tie_word_embeddings)
   _check_kept_decoder(config)
+  _check_kept_layout(config)
   try:
     trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling and denoising, and the loss.
   except ValueError as e:
@@ -102,6 +103,20 @@ def _check_kept_decoder(config: Any):
     raise ConfigError(f"config.model.tie_word_embeddings={tie}: the run in {run.path} started with {started} "
                       f"({run.config_file}) and keeps its MLM decoder; set the field to {started}, or start a new run "
                       "in another workdir")
+
+
+def _check_kept_layout(config: Any):
+  """A run resumes in the layer layout its checkpoints hold: a rerun (with --resume_changed) whose model.scan_layers
+  says otherwise is refused, before the change is recorded. Its params and optimizer moments would convert exactly
+  (bert.stack_layers), but the steps after the switch would draw other dropout masks (the scan splits each layer's
+  rng where the unrolled layers fold in their names: bert.Transformer), so the run would equal no uninterrupted one."""
+  run = run_dir.RunDir(config.workdir)
+  stacked = run_dir.saved_layers_stacked(run)
+  if stacked is not None and stacked != config.model.scan_layers:
+    layout = "stacked" if stacked else "per layer"
+    raise ConfigError(f"config.model.scan_layers={config.model.scan_layers}: the run in {run.path} started with "
+                      f"{stacked} (its checkpoints hold the layers {layout}) and resumes so; set the field to "
+                      f"{stacked}, or start a new run in another workdir")
 
 
 def _check_method(config: Any) -> run_dir.ModelSource:

@@ -1,5 +1,6 @@
 """train.py's loop on a tiny model and the real data samples: every config, checkpoints, resume, bad input."""
 
+import functools
 import importlib
 import json
 import os
@@ -186,20 +187,30 @@ def _steps(metrics_file, scalar):
   return [r["step"] for r in map(json.loads, metrics_file.read_text().splitlines()) if scalar in r]
 
 
-def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki_head):
+@pytest.fixture(scope="module")
+def train_py(tmp_path_factory, tiny_bert, wiki_head):
+  """train.py's command for a toy run in a workdir: num_steps steps saved every save_every, each logged, STS-B dev
+  scored at the end. The runs of this module share one XLA cache and one cache of tokenised rows."""
+  caches = tmp_path_factory.mktemp("train_py")
+
+  def command(workdir, num_steps, save_every):
+    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
+            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
+            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={caches / 'cache'}",
+            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
+            f"--config.train.num_steps={num_steps}", f"--config.train.save_every={save_every}",
+            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
+            f"--config.compilation_cache_dir={caches / 'xla'}"]
+
+  return command
+
+
+def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl and
   TensorBoard have each step once (the steps logged after the checkpoint it resumes from are replayed; those before
   it were written when it was saved), with no empty event file left by the killed process."""
-  def command(workdir):
-    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
-            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
-            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
-            "--config.train.num_steps=6", "--config.train.save_every=2", "--config.evals.stsb_dev.every=100",
-            "--config.train.log_every=1", "--config.model.scan_unroll=1",
-            f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
-
+  command = functools.partial(train_py, num_steps=6, save_every=2)
   subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
   killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 300
@@ -220,42 +231,75 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki
     np.testing.assert_array_equal(a, b)
 
 
-def test_sigterm_saves_exits_preempted_and_rerun_resumes_to_the_same_params(tmp_path, tiny_bert, wiki_head):
-  """A preempted run (SIGTERM) finishes its step, saves it, exits 143; the same command then ends exactly where an
-  uninterrupted run ends. save_every is past the end, so the only checkpoint before the rerun is the preemption's."""
-  num_steps = 40  # Enough steps that the signal lands mid-run on a fast machine.
-  def command(workdir):
-    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
-            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={tmp_path / 'cache'}",
-            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
-            f"--config.train.num_steps={num_steps}", "--config.train.save_every=100",
-            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
-            f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+# Enough steps that a signal lands mid-run on a fast machine; save_every past the end, so the only checkpoint before
+# the rerun is the one the signal's stop saves.
+_STOPPED_STEPS, _STOPPED_SAVE_EVERY = 40, 100
 
-  subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
-  run = subprocess.Popen(command(tmp_path / "preempted"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-  metrics, deadline = tmp_path / "preempted" / "metrics.jsonl", time.time() + 300
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, train_py):
+  """The workdir of the run that the stopped runs resume to."""
+  workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
+  subprocess.run(train_py(workdir, _STOPPED_STEPS, _STOPPED_SAVE_EVERY), check=True, capture_output=True)
+  return workdir
+
+
+def _started(command) -> subprocess.Popen:
+  """train.py started with SIGINT Python's own, as in a terminal (a child keeps an ignored SIGINT ignored, whatever
+  runs the tests), and its output unbuffered, stderr in it."""
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+  finally:
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("signum,status,said", [(signal.SIGTERM, 143, "preempted"),
+                                                (signal.SIGINT, 130, "stopped on Ctrl-C")], ids=["SIGTERM", "Ctrl-C"])
+def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_params(signum, status, said, tmp_path,
+                                                                                    train_py, uninterrupted):
+  """A preempted run (SIGTERM) or one stopped by Ctrl-C finishes its step, saves it and exits 128 + the signal;
+  the same command then ends exactly where an uninterrupted run ends."""
+  command = functools.partial(train_py, num_steps=_STOPPED_STEPS, save_every=_STOPPED_SAVE_EVERY)
+  run = _started(command(tmp_path / "stopped"))
+  metrics, deadline = tmp_path / "stopped" / "metrics.jsonl", time.time() + 300
   while not (metrics.is_file() and metrics.read_text()) and run.poll() is None and time.time() < deadline:
-    time.sleep(0.05)  # A logged step: the loop, and so the SIGTERM handler, is running.
-  run.send_signal(signal.SIGTERM)
+    time.sleep(0.05)  # A logged step: the loop, and so the signal handlers, are running.
+  run.send_signal(signum)
   output, _ = run.communicate(timeout=300)
-  assert run.returncode == 143, output
+  assert run.returncode == status, output
   # No library INFO logs among the user's lines (absl's format: I<mmdd> <time> <thread> <file>:<line>]; orbax logs
   # ~50 a checkpoint): only jaxemb's own.
   sources = re.findall(r"I\d{4} [\d:.]+ +\d+ (\S+):\d+\]", output)
   assert all(list(REPO.glob(f"jaxemb/**/{source}")) for source in sources), output
-  match = re.search(r"preempted at step (\d+); checkpoint saved; rerun the same command to resume", output)
+  assert "Traceback" not in output
+  assert ("Ctrl-C: stopping once this step is saved; Ctrl-C again stops at once" in output) == (signum == signal.SIGINT)
+  match = re.search(rf"{said} at step (\d+); checkpoint saved; rerun the same command to resume", output)
   assert match, output
   step = int(match.group(1))
-  assert 1 <= step < num_steps
-  assert os.listdir(tmp_path / "preempted" / "checkpoints") == [str(step)]
-  resumed = subprocess.run(command(tmp_path / "preempted"), check=True, capture_output=True, text=True)
-  assert f"resumed from {tmp_path / 'preempted' / 'checkpoints'} at step {step}" in resumed.stdout + resumed.stderr
-  whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "preempted")
+  assert 1 <= step < _STOPPED_STEPS
+  assert os.listdir(tmp_path / "stopped" / "checkpoints") == [str(step)]
+  resumed = subprocess.run(command(tmp_path / "stopped"), check=True, capture_output=True, text=True)
+  assert f"resumed from {tmp_path / 'stopped' / 'checkpoints'} at step {step}" in resumed.stdout + resumed.stderr
+  whole, again = _final_params(uninterrupted), _final_params(tmp_path / "stopped")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again), strict=True):
     np.testing.assert_array_equal(a, b)
+
+
+def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, train_py):
+  """Ctrl-C again while the first one's stop is under way raises KeyboardInterrupt, said in one line (jaxemb.cli),
+  exit status 130. The first comes once the run has scored its start, so its stop has a step to compile and run."""
+  run = _started(train_py(tmp_path / "run", _STOPPED_STEPS, _STOPPED_SAVE_EVERY))
+  lines = []
+  for awaited in ("before training: ", "Ctrl-C again stops at once"):
+    while run.poll() is None and not (lines and awaited in lines[-1]):
+      lines.append(run.stdout.readline())
+    run.send_signal(signal.SIGINT)
+  output = "".join(lines) + run.communicate(timeout=300)[0]
+  assert run.returncode == 130, output
+  assert output.endswith("\ninterrupted (Ctrl-C)\n") and "Traceback" not in output, output
+  assert "checkpoint saved" not in output and not list((tmp_path / "run" / "checkpoints").glob("[0-9]*")), output
 
 
 @pytest.mark.parametrize("save_every", [1, 3])

@@ -142,3 +142,21 @@ def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(tmp_pat
                                         r"from a Hugging Face checkpoint"):
     loop.train(config)
   assert not (tmp_path / "run").exists()
+
+
+def test_a_changed_scan_layers_is_refused_before_it_is_recorded(tmp_path, trained_run, tiny_bert, wiki_head,
+                                                               heavy_steps_fail):
+  """train.py --resume_changed with model.scan_layers flipped: the run's checkpoints hold its layers stacked (the
+  training default), and the other layout would draw other dropout masks from then on, so the field is refused in
+  one line before anything is loaded or recorded: the run's fingerprint is as it was, and its own layout passes."""
+  run = tmp_path / "run"
+  shutil.copytree(trained_run, run)
+  recorded = (run / "fingerprint.json").read_text()
+  config = tiny_config("simcse", tiny_bert, run, wiki_head)
+  config.model.scan_layers = False
+  with pytest.raises(ConfigError, match=rf"^config\.model\.scan_layers=False: the run in {run} started with True \(its "
+                                        r"checkpoints hold the layers stacked\) and resumes so; set the field to True"):
+    loop.train(config, resume_changed=True)
+  assert (run / "fingerprint.json").read_text() == recorded
+  config.model.scan_layers = True
+  preflight.check(config, sharding.make_mesh(-1, 1))
