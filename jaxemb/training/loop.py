@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import queue
 import signal
@@ -16,7 +15,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import tqdm
 
-from jaxemb import atomic, sharding, storage
+from jaxemb import sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError, Diverged
@@ -24,6 +23,7 @@ from jaxemb.evaluation import common, evaluators, run
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
+from jaxemb.training.metrics import MetricsWriter
 from jaxemb.training.trainer import Trainer, build_trainer, load_start
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
 
@@ -420,7 +420,7 @@ class _Recorder:
 
   def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int):
     self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
-    self.writer = _MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
+    self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
     self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
                               dynamic_ncols=True)
     self.start_time = time.perf_counter()
@@ -515,92 +515,3 @@ def _say(message: str):
   """A line for the person running the job (process 0 only)."""
   if jax.process_index() == 0:
     tqdm.tqdm.write(message)
-
-
-class _MetricsWriter:
-  """Scalars to <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard, written by a
-  background thread: a write to a bucket is a request, which no step waits for. `flush` returns once every record
-  so far is written (the loop flushes before each checkpoint, so the records of a saved step outlive a kill).
-
-  metrics.jsonl is rewritten whole at each write (jaxemb.atomic: a bucket cannot append, and a kill leaves the
-  previous whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes
-  each later step again: the records an earlier process wrote past that step (before it was killed) are dropped
-  first, so each step's scalars are there once. TensorBoard discards the events past `start_step` from the files
-  already there (purge_step); its writer opens at the first record and flushes with each, so a killed attempt
-  leaves neither an empty event file nor events only in memory.
-  """
-
-  def __init__(self, workdir: run_dir.RunDir, start_step: int):
-    self._workdir, self._purge_step = workdir, start_step + 1
-    self._lines = _records_up_to(workdir.metrics_file, start_step)
-    self._tensorboard = None
-    self._queue: queue.Queue = queue.Queue()
-    self._error: BaseException | None = None
-    self._thread = threading.Thread(target=self._write_queued, name="jaxemb-metrics", daemon=True)
-    self._thread.start()
-
-  def write(self, step: int, scalars: dict[str, float]):
-    self._raise_error()
-    self._queue.put((step, scalars))
-
-  def flush(self):
-    self._queue.join()
-    self._raise_error()
-
-  def close(self):
-    self._queue.put(None)
-    self._thread.join()
-    if self._tensorboard is not None:
-      self._tensorboard.close()
-    self._raise_error()
-
-  def _raise_error(self):
-    if self._error is not None:
-      error, self._error = self._error, None
-      raise error
-
-  def _write_queued(self):
-    """The thread: each batch of queued records written at once, until close's None."""
-    while True:
-      records = [self._queue.get()]
-      while not self._queue.empty():
-        records.append(self._queue.get())
-      try:
-        if self._error is None:
-          self._write([r for r in records if r is not None])
-      except BaseException as e:  # pylint: disable=broad-except  # Raised in the loop's thread.
-        self._error = e
-      finally:
-        for _ in records:
-          self._queue.task_done()
-      if records[-1] is None:
-        return
-
-  def _write(self, records: list[tuple[int, dict[str, float]]]):
-    if not records:
-      return
-    self._lines += [json.dumps({"step": step, **scalars}) + "\n" for step, scalars in records]
-    atomic.write_text(self._workdir.metrics_file, "".join(self._lines))
-    if self._tensorboard is None:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      # tensorboardX writes gs:// event files itself (google-cloud-storage), each flush uploading the whole file.
-      self._tensorboard = SummaryWriter(str(self._workdir.tensorboard_dir), purge_step=self._purge_step)
-    for step, scalars in records:
-      for name, value in scalars.items():
-        self._tensorboard.add_scalar(name, value, step)
-    self._tensorboard.flush()
-
-
-def _records_up_to(path: storage.Path, step: int) -> list[str]:
-  """The lines of the metrics file `path` of the steps up to `step`, without a last line cut short by a kill."""
-  if not path.is_file():
-    return []
-  kept = []
-  for line in path.read_text(encoding="utf-8").splitlines():
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError:
-      continue
-    if record["step"] <= step:
-      kept.append(line + "\n")
-  return kept

@@ -148,6 +148,8 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
   assert f"resumed from {run}/checkpoints at step 2" in rerun.stdout
   assert "Traceback" not in rerun.stderr
   _assert_same_run(whole, storage.path(run))
+  events = list((storage.path(run) / "tensorboard").iterdir())  # One file an attempt, uploaded whole.
+  assert len(events) == 2 and all(event.stat().length for event in events), events
 
   vm3 = tmp_path / "vm3"
   evaluated = subprocess.run(

@@ -24,7 +24,7 @@ from jaxemb.data import corpus
 from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, trainer
+from jaxemb.training import loop, metrics, trainer
 from tests.support import REPO, shared_path, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
@@ -164,7 +164,7 @@ def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_pat
   records = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "stsb_dev": 70.0},
              {"step": 3, "loss": 3.0}, {"step": 4, "stsb_dev": 71.0}]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
-  writer = loop._MetricsWriter(run_dir.RunDir(tmp_path), 2)  # pylint: disable=protected-access
+  writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 2)
   writer.write(3, {"loss": 30.0})
   writer.close()
   written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

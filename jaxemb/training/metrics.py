@@ -1,0 +1,116 @@
+"""A run's logged scalars: <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard, on a disk or
+in a bucket, written by a background thread so that no step waits for a write (a request, in a bucket)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import queue
+import tempfile
+import threading
+from typing import Any
+
+from jaxemb import atomic, storage
+from jaxemb.models import run_dir
+
+
+class MetricsWriter:
+  """Scalars to <workdir>/metrics.jsonl and TensorBoard. `flush` returns once every record so far is written (the
+  loop flushes before each checkpoint, so the records of a saved step outlive a kill).
+
+  metrics.jsonl is rewritten whole at each write (jaxemb.atomic: a bucket cannot append, and a kill leaves the
+  previous whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes
+  each later step again: the records an earlier process wrote past that step (before it was killed) are dropped
+  first, so each step's scalars are there once. TensorBoard discards the events past `start_step` from the files
+  already there (purge_step); this attempt's event file opens at its first record and is flushed with each, so a
+  killed attempt leaves neither an empty event file nor events only in memory. In a bucket the event file is
+  written locally and uploaded whole after each flush (tensorboardX's own gs:// writer uploads again when it is
+  garbage-collected, retrying for minutes and printing a traceback when the bucket is out of reach).
+  """
+
+  def __init__(self, workdir: run_dir.RunDir, start_step: int):
+    self._workdir, self._purge_step = workdir, start_step + 1
+    self._lines = _records_up_to(workdir.metrics_file, start_step)
+    self._tensorboard = None
+    self._local_events = None  # A bucket's run: the temporary folder of this attempt's event file.
+    self._queue: queue.Queue = queue.Queue()
+    self._error: BaseException | None = None
+    self._thread = threading.Thread(target=self._write_queued, name="jaxemb-metrics", daemon=True)
+    self._thread.start()
+
+  def write(self, step: int, scalars: dict[str, float]):
+    self._raise_error()
+    self._queue.put((step, scalars))
+
+  def flush(self):
+    self._queue.join()
+    self._raise_error()
+
+  def close(self):
+    self._queue.put(None)
+    self._thread.join()
+    if self._tensorboard is not None:
+      self._tensorboard.close()
+    if self._local_events is not None:
+      self._local_events.cleanup()
+    self._raise_error()
+
+  def _raise_error(self):
+    if self._error is not None:
+      error, self._error = self._error, None
+      raise error
+
+  def _write_queued(self):
+    """The thread: each batch of queued records written at once, until close's None."""
+    while True:
+      records = [self._queue.get()]
+      while not self._queue.empty():
+        records.append(self._queue.get())
+      try:
+        if self._error is None:
+          self._write([r for r in records if r is not None])
+      except BaseException as e:  # pylint: disable=broad-except  # Raised in the loop's thread.
+        self._error = e
+      finally:
+        for _ in records:
+          self._queue.task_done()
+      if records[-1] is None:
+        return
+
+  def _write(self, records: list[tuple[int, dict[str, float]]]):
+    if not records:
+      return
+    self._lines += [json.dumps({"step": step, **scalars}) + "\n" for step, scalars in records]
+    atomic.write_text(self._workdir.metrics_file, "".join(self._lines))
+    tensorboard = self._open_tensorboard()
+    for step, scalars in records:
+      for name, value in scalars.items():
+        tensorboard.add_scalar(name, value, step)
+    tensorboard.flush()
+    if self._local_events is not None:
+      storage.upload(pathlib.Path(self._local_events.name), self._workdir.tensorboard_dir)
+
+  def _open_tensorboard(self) -> Any:
+    if self._tensorboard is None:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      folder = self._workdir.tensorboard_dir
+      if storage.is_remote(folder):
+        self._local_events = tempfile.TemporaryDirectory(prefix="jaxemb-tensorboard-")
+        folder = self._local_events.name
+      self._tensorboard = SummaryWriter(str(folder), purge_step=self._purge_step)
+    return self._tensorboard
+
+
+def _records_up_to(path: storage.Path, step: int) -> list[str]:
+  """The lines of the metrics file `path` of the steps up to `step`, without a last line cut short by a kill."""
+  if not path.is_file():
+    return []
+  kept = []
+  for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError:
+      continue
+    if record["step"] <= step:
+      kept.append(line + "\n")
+  return kept
