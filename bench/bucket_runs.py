@@ -99,7 +99,7 @@ def main():
         print(f"{kind} run {i}: {results[kind][-1][0]:.1f} examples/s", flush=True)
   emulator.stop()
   common.print_load("after")
-  print(f"\n{common.cpu_model()}, {args.model}, batch {args.batch_size}, {args.steps} steps, saved every "
+  print(f"\n{common.cpu_model()}: {args.model}, batch {args.batch_size}, {args.steps} steps, saved every "
         f"{args.save_every}, logged every {args.log_every}, {args.repeats} runs each (alternating)")
   print("| workdir | examples/s | vs local | a save holds the loop (mean / max) |")
   print("|---|---|---|---|")

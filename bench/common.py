@@ -41,21 +41,30 @@ transformers.logging.disable_progress_bar()
 
 
 def print_load(when: str):
-  """The 1/5/15-minute load averages: the machine is shared, so every number is read against them."""
+  """The CPU and its 1/5/15-minute load averages: the machine is shared and varies, so every number is read
+  against them."""
   one, five, fifteen = os.getloadavg()
-  print(f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs "
+  print(f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {cpu_model()} "
         f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
         f"{xla.OPTIONS_ENV}={os.environ.get(xla.OPTIONS_ENV, '')!r})", flush=True)
 
 
+# The vector and matrix extensions that decide the CPU's dot speed, by their /proc/cpuinfo flag.
+_CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF16", "amx_tile": "AMX"}
+
+
 def cpu_model() -> str:
-  """The CPU's model name (/proc/cpuinfo), printed beside every timing: numbers compare only on one CPU."""
+  """The CPU's model name and dot-relevant extensions (/proc/cpuinfo), printed beside every timing: numbers compare
+  only on one CPU, and a VM's model name can be as short as "AMD EPYC"."""
   try:
     with open("/proc/cpuinfo", encoding="utf-8") as f:
-      names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+      fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
   except OSError:
-    names = []
-  return f"{names[0] if names else 'unknown CPU'} ({os.cpu_count()} CPUs)"
+    fields = {}
+  fields = {key.strip(): value.strip() for key, value in fields.items()}
+  flags = set(fields.get("flags", "").split())
+  features = ", ".join(name for flag, name in _CPU_FEATURES.items() if flag in flags)
+  return f"{fields.get('model name', 'unknown CPU')} ({features + '; ' if features else ''}{os.cpu_count()} CPUs)"
 
 
 def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
