@@ -44,8 +44,8 @@ class RunDir:
   """The paths of a run directory, local (absolute, as Orbax wants them) or in a bucket (gs://)."""
 
   def __init__(self, path: storage.PathLike):
-    self.path = storage.path(path)
-    self.path = self.path if storage.is_remote(self.path) else self.path.absolute()
+    path = storage.path(path)
+    self.path = path if storage.is_remote(path) else path.absolute()
     self.model_dir = self.path / "model"
     self.config_file = self.model_dir / "config.json"
     self.eval_method_file = self.model_dir / "eval_method.json"
@@ -102,13 +102,13 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
   return params, restored["meta"]
 
 
-def best_step_problem(step_dir: pathlib.Path) -> str | None:
+def best_step_problem(step_dir: storage.Path) -> str | None:
   """Why the best step folder `step_dir` cannot be restored, its arrays read to find out (a missing or truncated data
   file shows only then, unlike `checkpoint_problem`'s); None when it reads whole."""
   return _read_best_step(step_dir)[1]
 
 
-def _read_best_step(step_dir: pathlib.Path) -> tuple[Any, str | None]:
+def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
   """({"params", "meta"} of the best step folder `step_dir`, the params on this process's first device, None), or
   (None, why it cannot be read). Anything but a read failure of the step is raised."""
   cause = checkpoint_problem(step_dir, BEST_ITEMS)

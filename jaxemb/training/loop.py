@@ -249,6 +249,12 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps)
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   placed = prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
+
+  def save_state():
+    held()
+    recorder.flush()  # The records up to a saved step outlive a kill after it.
+    ckpt.save(state, meta)
+
   try:
     for step, batch in zip(range(start_step, total_steps), placed):
       state, metrics = trainer.step(state, batch)
@@ -259,23 +265,20 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
       due = evaluation.due(done, total_steps)
       save = done % config.train.save_every == 0 or done == total_steps
       if due or save:  # Nothing is evaluated or saved before its loss is known to be finite.
-        held()
         recorder.record(*pending)
         pending = None
       if due:
+        held()  # A best step may be saved.
         with recorder.pause():
           scores = evaluation.run(due, state, done)
         recorder.write(done, scores)
       if save:
-        recorder.flush()  # The records up to a saved step outlive a kill after it.
-        ckpt.save(state, meta)
+        save_state()
       if done < total_steps and stop.stop(done):  # Preempted or Ctrl-C: save this step's state, then stop.
         if pending:  # Its loss must be known finite before it is saved.
           recorder.record(*pending)
         if not save:
-          held()
-          recorder.flush()
-          ckpt.save(state, meta)
+          save_state()
         ckpt.wait()
         preempted = Preempted(done, stop.signum)
         _say(str(preempted))
