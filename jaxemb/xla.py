@@ -14,16 +14,26 @@ compute dtype jaxemb picks the library each dot goes to (bench/encoder_forward.p
   operands to float32 first.
 The options are passed per `jax.jit`, so other JAX code in the process keeps XLA's defaults, and only where this
 jaxlib knows them.
+
+XLA cannot write a program with oneDNN's dots to the persistent compilation cache (jaxlib 0.10.2: "ToProto is not
+implemented for thunk kind: onednn-fusion"), so each program gets what is faster over a first and a second run
+(docs/benchmarks.md, "Cold and warm starts"): the encoder's forward keeps oneDNN's dots and compiles on every run
+(faster even so than Eigen's loaded from the cache), without trying to write itself to the cache; the train step,
+whose compile costs more than oneDNN's few percent a step give back in a CPU run, is `cached`: Eigen's dots.
 """
 
+import contextlib
 import functools
 import json
+import math
 import os
 import platform
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+from jax._src import config as jax_config  # For a per-compile cache setting; jax has no public one.
+from jax.experimental import serialize_executable
 
 from jaxemb.errors import ConfigError
 
@@ -65,22 +75,59 @@ def dot_output_dtype(dtype: Any) -> Any:
 
 
 @functools.cache
-def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, Any] | None:
+def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False, cached: bool = False) -> dict[str, Any] | None:
   """`cpu_options(dtype, few_rows)` and $JAXEMB_XLA_CPU_OPTIONS's on the CPU when this jaxlib accepts them (checked
-  once per choice by compiling a no-op), else EIGEN_DOTS if it accepts that, else None (XLA's defaults).
+  once per choice by compiling a probe), else EIGEN_DOTS if it accepts that, else None (XLA's defaults). For a
+  `cached` program (one that later runs must load from the persistent cache) options whose programs XLA cannot
+  serialize give way to EIGEN_DOTS, unless $JAXEMB_XLA_CPU_OPTIONS names them.
   ConfigError for a variable that is not a JSON object or names options XLA refuses."""
   if jax.default_backend() != "cpu":
     return None
   extra = _options_from_env()
-  for options in ({**cpu_options(dtype, few_rows), **extra}, EIGEN_DOTS):
+  preferred = cpu_options(dtype, few_rows)
+  if cached and not serializable(preferred):
+    preferred = EIGEN_DOTS
+  for options in ({**preferred, **extra}, EIGEN_DOTS):
     try:
-      jax.jit(lambda x: x, compiler_options=options).lower(0.0).compile()
+      _compile_probe(options)
       return options
     except jax.errors.JaxRuntimeError as e:
       if extra:
         refusal = str(e).splitlines()[0]
         raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})") from None
   return None
+
+
+def serializable(options: dict[str, Any]) -> bool:
+  """Whether XLA can write programs compiled with `options` to the persistent cache (False also when XLA refuses
+  them); probed once per set of options."""
+  return _serializable(json.dumps(options, sort_keys=True))
+
+
+@functools.cache
+def _serializable(options_json: str) -> bool:
+  try:
+    serialize_executable.serialize(_compile_probe(json.loads(options_json)))
+    return True
+  except jax.errors.JaxRuntimeError:
+    return False
+
+
+def _compile_probe(options: dict[str, Any]) -> Any:
+  """A one-dot program compiled with `options`: any dot library they choose takes it (probes are not cached)."""
+  operand = jax.ShapeDtypeStruct((2, 2), jnp.float32)
+  with no_cache_writes():
+    return jax.jit(_dot_probe, compiler_options=options).lower(operand).compile()
+
+
+def _dot_probe(a: jax.Array) -> jax.Array:
+  return a @ a
+
+
+def no_cache_writes() -> contextlib.AbstractContextManager:
+  """Programs compiled in this block (in this thread) are not offered to the persistent cache: JAX then neither
+  tries to serialize them nor warns that it cannot."""
+  return jax_config.persistent_cache_min_compile_time_secs(math.inf)
 
 
 def _options_from_env() -> dict[str, Any]:
@@ -109,10 +156,30 @@ def is_few_rows(rows: int) -> bool:
   return rows < ONEDNN_MIN_ROWS
 
 
-def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False, **kwargs) -> Callable[..., Any]:
-  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, few_rows)`: `fn` computes in `dtype`, on few token rows
-  per device and call (`is_few_rows`) or many."""
-  return jax.jit(fn, compiler_options=compiler_options(dtype, few_rows), **kwargs)
+def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False, cached: bool = False,
+        **kwargs) -> Callable[..., Any]:
+  """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, few_rows, cached)`: `fn` computes in `dtype`, on few
+  token rows per device and call (`is_few_rows`) or many, and is `cached` or not (see the module docstring). A
+  program XLA cannot serialize is compiled without a cache write."""
+  options = compiler_options(dtype, few_rows, cached)
+  jitted = jax.jit(fn, compiler_options=options, **kwargs)
+  if options is None or serializable(options):
+    return jitted
+  return _Uncached(jitted)
+
+
+class _Uncached:
+  """A jitted function whose calls compile under `no_cache_writes`; its other attributes are the jitted one's."""
+
+  def __init__(self, jitted: Callable[..., Any]):
+    self._jitted = jitted
+
+  def __call__(self, *args, **kwargs):
+    with no_cache_writes():
+      return self._jitted(*args, **kwargs)
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._jitted, name)
 
 
 def use_compilation_cache(directory: str):

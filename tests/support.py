@@ -1,7 +1,9 @@
 """What the tests and the benchmarks share: the ../shared folder, subprocesses on simulated devices, tiny random
 Hugging Face checkpoints, and the poolings of HF hidden states the comparisons with PyTorch use."""
+import collections
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -20,6 +22,20 @@ def python_on_devices(code: str, devices: int, *args) -> str:
                           text=True, check=False)
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
+
+
+# jaxemb's programs that compile on every run by design (jaxemb/xla.py): the encoder's forward with oneDNN's dots,
+# which XLA cannot serialize, and the probe of which compiler options this jaxlib accepts and serializes.
+UNCACHED_PROGRAMS = {"jit_vectors", "jit__dot_probe"}
+
+
+def compiled_not_loaded(stderr: str) -> collections.Counter:
+  """The programs a process run with JAX_LOG_COMPILES=1 compiled instead of loading them from the persistent cache,
+  by module name (e.g. "jit_train_step"), from its stderr: XLA compilations minus cache hits."""
+  names = re.findall(r"Finished XLA compilation of (.+?) in [\d.]+ sec", stderr)  # e.g. jit(<lambda>): jit__lambda
+  compiled = collections.Counter(re.sub(r"\W", "_", name).rstrip("_") for name in names)
+  hits = collections.Counter(re.findall(r"Persistent compilation cache hit for '([^']+)'", stderr))
+  return compiled - hits
 
 
 def shared_path(*parts: str) -> pathlib.Path:

@@ -1,3 +1,5 @@
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -26,6 +28,37 @@ def test_programs_of_few_rows_keep_eigen_dots():
   assert "onednn_fusion" not in xla.jit(jnp.matmul, few_rows=True).lower(x, x.T).compile().as_text()
   assert xla.cpu_options(jnp.float32, few_rows=True) == xla.EIGEN_DOTS
   assert xla.cpu_options(jnp.bfloat16, few_rows=True) == xla.CPU_OPTIONS["bfloat16"]
+
+
+@pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
+def test_cached_programs_take_dots_xla_can_serialize():
+  """XLA cannot write oneDNN's programs to the persistent cache (jaxlib 0.10.2; if a jaxlib can, the train step
+  should go back to oneDNN's dots): a `cached` program (the train step) takes Eigen's dots; bfloat16's YNNPACK
+  programs serialize, so they keep them."""
+  assert not xla.serializable(xla.CPU_OPTIONS["float32"])
+  assert xla.serializable(xla.EIGEN_DOTS) and xla.serializable(xla.CPU_OPTIONS["bfloat16"])
+  assert xla.compiler_options(cached=True) == xla.EIGEN_DOTS
+  assert xla.compiler_options(jnp.bfloat16, cached=True) == xla.CPU_OPTIONS["bfloat16"]
+
+
+@pytest.fixture
+def every_program_cached():
+  """This process's persistent cache (tests/conftest.py) takes every program, however short its compile."""
+  previous = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  yield
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
+
+
+@pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
+def test_programs_xla_cannot_serialize_are_compiled_without_a_cache_write(every_program_cached):
+  """jax.jit with oneDNN's options warns that it cannot write the program; xla.jit's does not try."""
+  x = jnp.ones((3, 5))
+  with pytest.warns(UserWarning, match="onednn-fusion"):
+    jax.jit(lambda x: x @ x.T + 1, compiler_options=xla.CPU_OPTIONS["float32"])(x).block_until_ready()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert float(xla.jit(lambda x: x @ x.T + 2)(x)[0, 0]) == 7.0
 
 
 def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():

@@ -167,6 +167,6 @@ def jit_train_step(objective: objectives.Objective, model: Transformer, tx: opta
   split over every device, and the contrastive logits are computed on the global batch. `rows`: each device's
   token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library."""
   return xla.jit(functools.partial(train_step, objective, model, tx), model.dtype, xla.is_few_rows(rows),
-                 in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+                 cached=True, in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
                  out_shardings=(state_shardings, sharding.replicated(mesh)),
                  donate_argnums=(0,))

@@ -1,6 +1,7 @@
 """evaluate.py and the config-driven jobs (STS, transfer, both), on a tiny model and one small task each."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -10,7 +11,8 @@ import pytest
 from configs import eval_baselines, eval_prompt, eval_transfer
 from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
-from tests.support import REPO, shared_path
+from jaxemb import xla
+from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path
 from tests.evaluation.test_sts import STSB, TASKS, FakeEncoder
 
 
@@ -72,14 +74,14 @@ def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
     run.run_sts(config)
 
 
-def _evaluate_py(tmp_path, config_file, model_path, out, *flags):
+def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
   """evaluate.py run as a user would: configs/<config_file> on the shared SentEval data, results to `out`, the
-  compiled programs kept under tmp_path/xla."""
+  compiled programs kept under tmp_path/xla; `env` the process's environment (None: this one's)."""
   command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / config_file),
              f"--config.model.path={model_path}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
              *flags, "--config.eval.length_multiple=32", f"--config.eval.output_json={out}",
              f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
-  return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False)
+  return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False, env=env)
 
 
 def test_evaluate_py_command_line(tmp_path, tiny_bert):
@@ -91,6 +93,17 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   assert pathlib.Path(out).is_file()
   assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.
+  again = _evaluate_py(tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16",
+                       "--config.method.name=last_avg", env={**os.environ, "JAX_LOG_COMPILES": "1"})
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert _table(again.stdout) == _table(result.stdout) and "| STS16 " in "\n".join(_table(result.stdout))
+  compiled = compiled_not_loaded(again.stderr)  # Only what compiles on every run by design; no cache warning.
+  assert set(compiled) <= UNCACHED_PROGRAMS and (compiled["jit_vectors"] > 0) == xla._X86, compiled
+  assert "compilation cache" not in result.stderr and "Error writing" not in again.stderr
+
+
+def _table(stdout: str) -> list[str]:
+  return [line for line in stdout.splitlines() if line.startswith(("|", "+"))]
 
 
 def _transfer_config(model_path, **overrides):

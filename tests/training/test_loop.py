@@ -25,7 +25,7 @@ from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, metrics, trainer
-from tests.support import REPO, shared_path, write_random_checkpoint
+from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
            "simcse_sup", "optiprompt"]
@@ -190,7 +190,9 @@ def _steps(metrics_file, scalar):
 @pytest.fixture(scope="module")
 def train_py(tmp_path_factory, tiny_bert, wiki_head):
   """train.py's command for a toy run in a workdir: num_steps steps saved every save_every, each logged, STS-B dev
-  scored at the end. The runs of this module share one XLA cache and one cache of tokenised rows."""
+  scored at the end. The runs of this module share one XLA cache and one cache of tokenised rows. A batch of 12
+  makes the step's encoder calls as many token rows as a real run's (not `xla.is_few_rows`): its dots take the
+  same path."""
   caches = tmp_path_factory.mktemp("train_py")
 
   def command(workdir, num_steps, save_every):
@@ -198,7 +200,7 @@ def train_py(tmp_path_factory, tiny_bert, wiki_head):
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={caches / 'cache'}",
             f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
+            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=12",
             f"--config.train.num_steps={num_steps}", f"--config.train.save_every={save_every}",
             "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
             f"--config.compilation_cache_dir={caches / 'xla'}"]
@@ -211,14 +213,20 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   TensorBoard have each step once (the steps logged after the checkpoint it resumes from are replayed; those before
   it were written when it was saved), with no empty event file left by the killed process."""
   command = functools.partial(train_py, num_steps=6, save_every=2)
-  subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True)
-  killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  whole = subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, text=True)
+  with open(tmp_path / "killed.log", "w", encoding="utf-8") as log:  # A second run, as far as it goes.
+    killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=log,
+                              env={**os.environ, "JAX_LOG_COMPILES": "1"})
   deadline = time.time() + 300
   while not (tmp_path / "killed" / "checkpoints" / "2").is_dir() and killed.poll() is None and time.time() < deadline:
     time.sleep(0.2)
   killed.send_signal(signal.SIGKILL)
   killed.wait()
   assert not (tmp_path / "killed" / "checkpoints" / "6").exists(), "the run ended before it was killed"
+  second_run = (tmp_path / "killed.log").read_text(encoding="utf-8")  # Its step was loaded, not compiled.
+  assert "Persistent compilation cache hit for 'jit_train_step'" in second_run
+  assert set(compiled_not_loaded(second_run)) <= UNCACHED_PROGRAMS, compiled_not_loaded(second_run)
+  assert "compilation cache" not in whole.stderr and "Error writing" not in second_run
   resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
   assert "resumed from" in resumed.stdout + resumed.stderr
   assert _steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
