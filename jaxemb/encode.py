@@ -287,7 +287,7 @@ class Encoder:
 
   def encode(self, sentences: str | Iterable[str], batch_size: int | None = None, normalize: bool | None = None,
              progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
-             progress_label: str = "encode", normalize_embeddings: bool | None = None,
+             progress_label: str = "", normalize_embeddings: bool | None = None,
              show_progress_bar: bool | None = None, convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 

@@ -21,7 +21,8 @@ BAR_LABEL = 24  # The most characters of a label a bar shows.
 
 @contextlib.contextmanager
 def track(label: str, total: int, unit: str, show: bool | None = True) -> Iterator[Callable[[int], None]]:
-  """Shows the work named `label`, `total` `unit`s, on stderr; yields `advance(n)`, to call as n more are done.
+  """Shows the work named `label` ("": unnamed), `total` `unit`s, on stderr; yields `advance(n)`, to call as n more
+  are done.
 
   `show`: True draws the bar on a terminal and prints the line (`done_line`) elsewhere; None draws the bar on a
   terminal and shows nothing elsewhere (the default of a library call, and training's evaluations, under the training
@@ -49,9 +50,10 @@ def bar_label(label: str) -> str:
 
 
 def done_line(label: str, total: int, unit: str, seconds: float) -> str:
-  """"STS12: 6,252 sentences in 12.3 s (508/s)"."""
+  """"STS12: 6,252 sentences in 12.3 s (508/s)"; unnamed ("" label), "6,252 sentences in 12.3 s (508/s)"."""
   rate = f"{total / seconds:,.0f}/s" if seconds > 0 else "instant"
-  return f"{label}: {total:,} {unit}{'' if total == 1 else 's'} in {seconds:.1f} s ({rate})"
+  done = f"{total:,} {unit}{'' if total == 1 else 's'} in {seconds:.1f} s ({rate})"
+  return f"{label}: {done}" if label else done
 
 
 def is_terminal(stream: Any) -> bool:

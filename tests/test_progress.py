@@ -26,6 +26,7 @@ def _work(show, stream, monkeypatch, total=300):
 def test_done_line_names_the_work_its_size_time_and_rate():
   assert progress.done_line("STS12", 6252, "sentence", 12.3) == "STS12: 6,252 sentences in 12.3 s (508/s)"
   assert progress.done_line("x", 1, "sentence", 0.0) == "x: 1 sentence in 0.0 s (instant)"
+  assert progress.done_line("", 2, "sentence", 1.0) == "2 sentences in 1.0 s (2/s)"  # Unnamed.
 
 
 def test_a_log_gets_one_line_once_done(monkeypatch):
