@@ -14,11 +14,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
-import tqdm
 
 from jaxemb import bias_removal, pooling, sharding, templates, tfidf, views, xla
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
+from jaxemb.progress import track
 
 PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
 METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_layer_last_avg", "top2_avg",
@@ -287,15 +287,17 @@ class Encoder:
 
   def encode(self, sentences: str | Iterable[str], batch_size: int | None = None, normalize: bool | None = None,
              progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
-             normalize_embeddings: bool | None = None, show_progress_bar: bool | None = None,
-             convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
+             progress_label: str = "", normalize_embeddings: bool | None = None,
+             show_progress_bar: bool | None = None, convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
     `batch_size` overrides the encoder's own for this call (sentence-transformers' keyword). One str is one
     sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
     [0, hidden] without running the model. `normalize` scales the vectors to unit length. `progress(n)` is called
-    after each batch of n distinct sentences. `show_progress` draws a progress bar on stderr; None draws it for
-    more than 8 batches when stderr is a terminal. For code written for sentence-transformers,
+    after each batch of n distinct sentences. `show_progress` shows the progress on stderr, named
+    `progress_label` (e.g. the task): a bar on a terminal, and where stderr is no terminal one line once done
+    (`jaxemb.progress.track`); None draws the bar for more than 8 batches on a terminal and prints no line; False
+    shows nothing. For code written for sentence-transformers,
     `normalize_embeddings` and `show_progress_bar` stand for `normalize` and `show_progress`, and
     `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
 
@@ -313,13 +315,14 @@ class Encoder:
       heads = (self.config.num_attention_heads,) if self.method.name == "ditto_all_heads" else ()
       vectors = np.zeros((0, *heads, self.method.width(self.config)), np.float32)
     else:
-      vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress)
+      vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress, progress_label)
     if single:
       vectors = vectors[0]
     return vectors if convert_to_numpy else jnp.asarray(vectors)
 
   def _encode_list(self, sentences: list[str], batch_size: int, normalize: bool,
-                   progress: Callable[[int], None] | None, show_progress: bool | None) -> np.ndarray:
+                   progress: Callable[[int], None] | None, show_progress: bool | None,
+                   progress_label: str) -> np.ndarray:
     """`encode` of a non-empty list of checked sentences."""
     unique = list(dict.fromkeys(sentences))
     batch_size = self._rows_per_call(int(batch_size), len(unique))
@@ -328,17 +331,16 @@ class Encoder:
     order = np.argsort(lengths, kind="stable")
     vectors = None
     batches = _length_batches(order, batch_size)
-    # tqdm's disable=None shows the bar on a terminal only; leave=False keeps logs and the training bar clean.
-    disable = (None if len(batches) > 8 else True) if show_progress is None else not show_progress
+    show = (None if len(batches) > 8 else False) if show_progress is None else show_progress
     dispatched = ((index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], batch_size))
                   for index in batches)
-    with tqdm.tqdm(total=len(unique), unit="sentence", leave=False, disable=disable) as bar:
+    with track(progress_label, len(unique), "sentence", show) as advance:
       for index, device_vectors in _one_ahead(dispatched):
         batch_vectors = np.asarray(device_vectors, np.float32)[:len(index)]
         if vectors is None:
           vectors = np.zeros((len(unique), *batch_vectors.shape[1:]), np.float32)
         vectors[index] = batch_vectors
-        bar.update(len(index))
+        advance(len(index))
         if progress:
           progress(len(index))
     if normalize:

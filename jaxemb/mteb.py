@@ -72,14 +72,18 @@ class JaxembModel(AbsEncoder):
   def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
              **kwargs: Any) -> np.ndarray:
     """[n, d] float32 vectors of the texts of mteb's batches, in order; the method's template (if any) is the only
-    prompt, so the task, split, subset and prompt type change nothing. `batch_size` and `show_progress_bar` of
-    mteb's encode_kwargs go to `Encoder.encode`."""
-    del task_metadata, hf_split, hf_subset, prompt_type
+    prompt, so the task, split, subset and prompt type change nothing but the name the progress is shown under
+    (`Encoder.encode`'s, on stderr: a bar on a terminal, one line per call elsewhere; mteb's encode_kwargs
+    `show_progress_bar=False`, which `mteb.evaluate(..., show_progress_bar=False)` sets, shows nothing). The
+    encode_kwargs' `batch_size` goes to `Encoder.encode`."""
+    del prompt_type
     sentences = [text for batch in inputs for text in batch["text"]]
     if self.add_period:
       sentences = [append_period(sentence) for sentence in sentences]
-    options = {key: kwargs[key] for key in ("batch_size", "show_progress_bar") if key in kwargs}
-    return self.model.encode(sentences, **options)
+    label = " ".join([task_metadata.name, hf_split, *([hf_subset] if hf_subset != "default" else [])])
+    options = {"batch_size": kwargs["batch_size"]} if "batch_size" in kwargs else {}
+    return self.model.encode(sentences, show_progress=kwargs.get("show_progress_bar", True), progress_label=label,
+                             **options)
 
 
 def _meta_name(model_name: str | pathlib.Path) -> str:

@@ -1,6 +1,7 @@
 """jaxemb.mteb: mteb.evaluate scores a jaxemb encoder as jaxemb's own STS scorer does, offline."""
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -26,12 +27,13 @@ def _encode(model, batches):
                       hf_subset="default", prompt_type=None, batch_size=2, show_progress_bar=False)
 
 
-def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert):
+def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
   method = Method("ditto", ditto_layer=1, ditto_head=2)
   model = JaxembModel(tiny_bert, method=method)
   assert isinstance(model, mteb.models.EncoderProtocol)
   assert model.model.method == method
   vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])  # mteb's batches are joined, in order.
+  assert capsys.readouterr().err == ""  # mteb's show_progress_bar=False: no progress line.
   np.testing.assert_allclose(vectors, model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
   unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
   np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
@@ -107,11 +109,14 @@ def _local_stsb(pairs: int | None):
   return LocalSTSB(), cut
 
 
-def _check_main_score_equals_jaxemb(method, pairs, tmp_path):
+def _check_main_score_equals_jaxemb(method, pairs, tmp_path, capsys):
   model = JaxembModel(str(shared_path("models", "all-MiniLM-L6-v2")), method=method)
   task, cut = _local_stsb(pairs)
   cache = mteb.ResultCache(tmp_path / "mteb")
   result = mteb.evaluate(model, task, cache=cache, encode_kwargs={"batch_size": 64}, show_progress_bar=False)
+  # encode_kwargs without show_progress_bar: each encode call (mteb's STS: sentence1's, sentence2's) is one line on
+  # stderr, no terminal here, named by the task and split.
+  assert re.findall(r"^LocalSTSBenchmark test: [\d,]+ sentences in \d", capsys.readouterr().err, re.M)
   (task_result,) = result.task_results
   main = task_result.get_score()
   ours = sts.evaluate_sts(model.model.encode, [cut], run.preprocess(True, method.name == "prompt"))
@@ -125,12 +130,12 @@ def _check_main_score_equals_jaxemb(method, pairs, tmp_path):
 
 
 @pytest.mark.parametrize("method", [Method("last_avg"), PROMPT], ids=["last_avg", "prompt"])
-def test_main_score_equals_jaxemb_spearman(method, tmp_path):
+def test_main_score_equals_jaxemb_spearman(method, tmp_path, capsys):
   """STS-B test's first 200 pairs (CI); the whole set is the slow test below."""
-  _check_main_score_equals_jaxemb(method, 200, tmp_path)
+  _check_main_score_equals_jaxemb(method, 200, tmp_path, capsys)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("method", [Method("last_avg"), PROMPT], ids=["last_avg", "prompt"])
-def test_main_score_equals_jaxemb_spearman_on_all_of_stsb_test(method, tmp_path):
-  _check_main_score_equals_jaxemb(method, None, tmp_path)
+def test_main_score_equals_jaxemb_spearman_on_all_of_stsb_test(method, tmp_path, capsys):
+  _check_main_score_equals_jaxemb(method, None, tmp_path, capsys)

@@ -7,6 +7,7 @@ what they share: the encoder, method, sentence rules and tasks a config names, a
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from typing import Any
@@ -33,6 +34,12 @@ def encoder_options(config: Any) -> dict[str, Any]:
   size."""
   return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
           "length_multiple": config.eval.length_multiple, "batch_size": config.eval.batch_size}
+
+
+def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embed:
+  """`encoder.encode` showing its progress on stderr under the task `names` (config.eval.progress: a bar on a
+  terminal, one line per call elsewhere; False: nothing)."""
+  return functools.partial(encoder.encode, show_progress=config.eval.progress, progress_label=", ".join(names))
 
 
 def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:
@@ -74,6 +81,11 @@ def classifier_from_config(config: Any) -> logreg.LogRegConfig:
   return dataclasses.replace(logreg.MODES[config.transfer.mode], seed=config.transfer.seed)
 
 
+def sts_names(tasks: list[sts_data.StsTask], dev: sts_data.StsTask) -> list[str]:
+  """The names `score_sts` scores: the test tasks, then "STSBenchmark dev"."""
+  return [*(task.name for task in tasks), f"{dev.name} {dev.split}"]
+
+
 def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
               preprocess: common.Preprocess) -> dict[str, Any]:
   """Scores the test tasks and STS-B dev in one `evaluate_sts` call (one `embed` call), prints the test tasks'
@@ -92,7 +104,8 @@ def run_sts(config: Any) -> dict[str, Any]:
   tasks, dev = load_tasks(config)  # Data errors surface before the model is loaded.
   encoder = encoder_from_config(config)
   start = time.perf_counter()
-  scores = score_sts(encoder.encode, tasks, dev, preprocess_from_config(config))
+  embed = shown_encode(config, encoder, sts_names(tasks, dev))
+  scores = score_sts(embed, tasks, dev, preprocess_from_config(config))
   seconds = time.perf_counter() - start
   summary = {**scores, "method": encoder.method.config_fields(), "model": config.model.path, "seconds": seconds,
              "compilations": encoder.compilations}
@@ -120,8 +133,9 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   start = time.perf_counter()
   scores = {}
   if with_sts:
-    scores["sts"] = score_sts(encoder.encode, sts_tasks, dev, prepare)
-  result = transfer.evaluate_transfer(encoder.encode, tasks, prepare, classifier)
+    scores["sts"] = score_sts(shown_encode(config, encoder, sts_names(sts_tasks, dev)), sts_tasks, dev, prepare)
+  embed = shown_encode(config, encoder, [task.name for task in tasks])
+  result = transfer.evaluate_transfer(embed, tasks, prepare, classifier)
   seconds = time.perf_counter() - start
   print(result.table())
   print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "

@@ -35,7 +35,7 @@ NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data
                      "model.remat_policy", "model.scan_unroll", "evals", "eval.tasks", "eval.output_json",
                      "train.save_every", "train.log_every", "train.keep_checkpoints", "train.prefetch",
                      "train.mesh_data", "train.mesh_fsdp", "train.distributed", "eval.batch_size",
-                     "eval.length_multiple")
+                     "eval.length_multiple", "eval.progress")
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
 # path that names no local file is a hub id, compared as given.
 PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -28,7 +29,13 @@ def _config(module, model_path, **overrides):
   return config
 
 
-def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint):
+# The line an encoder call of evaluate.py's STS job prints on stderr when it is no terminal: its tasks (STS16's and
+# STS-B dev's 4,735 distinct sentences), count, time and rate.
+_STS16_PROGRESS = re.compile(r"^STS16, STSBenchmark dev: 4,735 sentences in \d+\.\d s \([\d,]+/s\)$", re.M)
+_ANY_PROGRESS = re.compile(r"\d sentences? in \d")
+
+
+def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint, capsys):
   family, path = tiny_checkpoint
   template = 'This sentence : "[X]" means [MASK] .' if family == "bert" else "This sentence : ' [X] ' means [MASK] ."
   out = tmp_path / "results.json"
@@ -36,6 +43,8 @@ def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint):
   assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 1186
   assert -100 <= summary["stsb_dev"] <= 100 and summary["compilations"] >= 1
   assert json.loads(out.read_text())["average"] == pytest.approx(summary["average"])
+  captured = capsys.readouterr()  # Its stderr is no terminal: one progress line, and none in the table.
+  assert len(_STS16_PROGRESS.findall(captured.err)) == 1 and not _ANY_PROGRESS.search(captured.out)
 
 
 def test_score_sts_embeds_once_and_reports_dev_apart(capsys):
@@ -91,6 +100,9 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
                         "--config.method.name=last_avg")
   assert result.returncode == 0, result.stderr[-2000:]
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
+  # stderr is a pipe, no terminal: the one encoder call is one line there (no bar), and the table on stdout alone.
+  assert len(_STS16_PROGRESS.findall(result.stderr)) == 1 and "\r" not in result.stderr
+  assert not _ANY_PROGRESS.search(result.stdout) and result.stdout.startswith("+----")
   assert pathlib.Path(out).is_file()
   assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.
   again = _evaluate_py(tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16",
@@ -121,11 +133,12 @@ def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, mes
     run.run_transfer(_transfer_config("/no/model/here", **overrides))
 
 
-def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert):
+def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert, capsys):
   out = tmp_path / "results.json"
-  config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out)})
+  config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out), "eval.progress": False})
   config.job = "sts+transfer"
   summary = run.run_sts_transfer(config)
+  assert not _ANY_PROGRESS.search(capsys.readouterr().err)  # Quiet: its two encoder calls show nothing.
   assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
   trec = summary["transfer"]["tasks"]["TREC"]
   assert (trec["ndev"], trec["ntest"]) == (5452, 500) and 0 <= trec["acc"] <= 100

@@ -80,7 +80,7 @@ def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_pat
                  for key in fields)
   assert fields["objective.templates"] == list(config.objective.templates)
   monkeypatch.chdir(tmp_path.parent)
-  moved = _config(tmp_path, **{"train.keep_checkpoints": 9, "train.mesh_fsdp": 2})
+  moved = _config(tmp_path, **{"train.keep_checkpoints": 9, "train.mesh_fsdp": 2, "eval.progress": False})
   moved.evals.stsb_dev.every = 7
   moved.workdir = "elsewhere"
   moved.model.path = tmp_path.name  # The same directory, relative to the current one.

@@ -1,0 +1,71 @@
+"""Progress on stderr (jaxemb/progress.py): a bar on a terminal, one line once done in a log, nothing when quiet."""
+
+import io
+import re
+import sys
+
+import jax
+import pytest
+
+from jaxemb import progress
+
+
+class _Terminal(io.StringIO):
+  def isatty(self):
+    return True
+
+
+def _work(show, stream, monkeypatch, total=300):
+  monkeypatch.setattr(sys, "stderr", stream)
+  with progress.track("STS12, STSBenchmark dev", total, "sentence", show) as advance:
+    for _ in range(total // 100):
+      advance(100)
+  return stream.getvalue()
+
+
+def test_done_line_names_the_work_its_size_time_and_rate():
+  assert progress.done_line("STS12", 6252, "sentence", 12.3) == "STS12: 6,252 sentences in 12.3 s (508/s)"
+  assert progress.done_line("x", 1, "sentence", 0.0) == "x: 1 sentence in 0.0 s (instant)"
+  assert progress.done_line("", 2, "sentence", 1.0) == "2 sentences in 1.0 s (2/s)"  # Unnamed.
+
+
+def test_a_log_gets_one_line_once_done(monkeypatch):
+  text = _work(True, io.StringIO(), monkeypatch)
+  assert re.fullmatch(r"STS12, STSBenchmark dev: 300 sentences in \d+\.\d s \(([\d,]+/s|instant)\)\n", text)
+
+
+@pytest.mark.parametrize("show", [None, False])
+def test_a_log_gets_nothing_by_default_or_when_quiet(show, monkeypatch):
+  assert _work(show, io.StringIO(), monkeypatch) == ""
+
+
+@pytest.mark.parametrize("show", [True, None])
+def test_a_terminal_gets_a_bar_and_no_line(show, monkeypatch):
+  text = _work(show, _Terminal(), monkeypatch)
+  assert "STS12, STSBenchmark dev" in text and "/300" in text and "sentence/s" in text
+  assert "sentences in" not in text and text.endswith("\r")  # leave=False: erased once done.
+
+
+def test_a_long_label_is_cut_on_the_bar_and_whole_in_the_line(monkeypatch):
+  label = "STS12, STS13, STS14, STS15, STS16, STSBenchmark, SICKRelatedness, STSBenchmark dev"
+  assert progress.bar_label(label) == "STS12, STS13, STS14, ST…" and progress.bar_label("STS12") == "STS12"
+  monkeypatch.setattr(sys, "stderr", _Terminal())
+  with progress.track(label, 10, "sentence"):
+    pass
+  assert "STS12, STS13, STS14, ST…:" in sys.stderr.getvalue()
+  assert progress.done_line(label, 10, "sentence", 1.0).startswith(label + ": 10 sentences")
+
+
+def test_quiet_on_a_terminal_and_on_processes_other_than_0(monkeypatch):
+  assert _work(False, _Terminal(), monkeypatch) == ""
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  assert _work(True, _Terminal(), monkeypatch) == "" and _work(True, io.StringIO(), monkeypatch) == ""
+
+
+def test_work_that_raises_prints_no_line(monkeypatch):
+  monkeypatch.setattr(sys, "stderr", io.StringIO())
+  with pytest.raises(KeyError):
+    with progress.track("STS12", 10, "sentence") as advance:
+      advance(5)
+      raise KeyError("x")
+  assert sys.stderr.getvalue() == ""
