@@ -1,4 +1,5 @@
-"""Progress on stderr (jaxemb/progress.py): a bar on a terminal, one line once done in a log, nothing when quiet."""
+"""Progress on stderr (jaxemb/progress.py): a bar on a terminal, lines in a log (every LOG_EVERY seconds and once
+done), nothing when quiet."""
 
 import io
 import re
@@ -32,6 +33,16 @@ def test_done_line_names_the_work_its_size_time_and_rate():
 def test_a_log_gets_one_line_once_done(monkeypatch):
   text = _work(True, io.StringIO(), monkeypatch)
   assert re.fullmatch(r"STS12, STSBenchmark dev: 300 sentences in \d+\.\d s \(([\d,]+/s|instant)\)\n", text)
+
+
+def test_a_log_gets_a_line_every_log_every_seconds_while_the_work_goes_on(monkeypatch):
+  clock = iter(range(0, 1000, 20))  # Each reading of the clock 20 s after the last.
+  monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+  lines = _work(True, io.StringIO(), monkeypatch, total=500).splitlines()
+  # Read at the start, then after 100 (20 s), 200 (40 s: a line), 300 (60 s), 400 (80 s: a line), 500; the end.
+  assert lines == ["STS12, STSBenchmark dev: 200 of 500 sentences (5/s, 60 s left)",
+                   "STS12, STSBenchmark dev: 400 of 500 sentences (5/s, 20 s left)",
+                   "STS12, STSBenchmark dev: 500 sentences in 120.0 s (4/s)"]
 
 
 @pytest.mark.parametrize("show", [None, False])
