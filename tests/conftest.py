@@ -1,4 +1,5 @@
 """Shared test fixtures: the real tokenizers and tiny random checkpoints (tests/support.py writes them)."""
+import os
 import shutil
 import tempfile
 
@@ -7,6 +8,11 @@ import pytest
 from tests.support import shared_path, write_random_checkpoint
 
 _XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
+# XLA's optimizations mostly off, in this process and the train.py / evaluate.py runs it starts: the tests' tiny
+# models spend their time compiling, not running (a quarter of test_encode's and test_reference_steps' time). The
+# dots still take the library jaxemb/xla.py chooses (tests/test_xla.py), and every comparison is with a reference
+# computed apart from XLA (PyTorch, NumPy) or with another run under the same setting.
+os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
 
 
 def pytest_configure(config):  # pylint: disable=unused-argument
