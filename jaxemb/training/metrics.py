@@ -4,10 +4,12 @@ in a bucket, written by a background thread so that no step waits for a write (a
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import queue
 import tempfile
 import threading
+import time
 from typing import Any
 
 from jaxemb import atomic, storage
@@ -22,10 +24,12 @@ class MetricsWriter:
   previous whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes
   each later step again: the records an earlier process wrote past that step (before it was killed) are dropped
   first, so each step's scalars are there once. TensorBoard discards the events past `start_step` from the files
-  already there (purge_step); this attempt's event file opens at its first record and is flushed with each, so a
-  killed attempt leaves neither an empty event file nor events only in memory. In a bucket the event file is
-  written locally and uploaded whole after each flush (tensorboardX's own gs:// writer uploads again when it is
-  garbage-collected, retrying for minutes and printing a traceback when the bucket is out of reach).
+  already there (purge_step); this attempt's event file opens at its first record and is written and flushed with
+  each, in this thread (tensorboardX's SummaryWriter queues events for a thread of its own, which its `flush` does
+  not wait for: a kill after a save could lose the saved steps' events), so a killed attempt leaves neither an
+  empty event file nor events only in memory. In a bucket the event file is written locally and uploaded whole
+  after each flush (tensorboardX's own gs:// writer uploads again when it is garbage-collected, retrying for
+  minutes and printing a traceback when the bucket is out of reach).
   """
 
   def __init__(self, workdir: run_dir.RunDir, start_step: int):
@@ -83,21 +87,30 @@ class MetricsWriter:
     self._lines += [json.dumps({"step": step, **scalars}) + "\n" for step, scalars in records]
     atomic.write_text(self._workdir.metrics_file, "".join(self._lines))
     tensorboard = self._open_tensorboard()
+    from tensorboardX import summary  # pylint: disable=g-import-not-at-top  (2 s: at the first record only)
+    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
     for step, scalars in records:
       for name, value in scalars.items():
-        tensorboard.add_scalar(name, value, step)
+        tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary.scalar(name, value)))
     tensorboard.flush()
     if self._local_events is not None:
       storage.upload(pathlib.Path(self._local_events.name), self._workdir.tensorboard_dir)
 
   def _open_tensorboard(self) -> Any:
+    """This attempt's event file, opened with the event that hides the steps from `purge_step` on in earlier ones
+    (what SummaryWriter's purge_step writes)."""
     if self._tensorboard is None:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      from tensorboardX import event_file_writer  # pylint: disable=g-import-not-at-top
+      from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
       folder = self._workdir.tensorboard_dir
       if storage.is_remote(folder):
         self._local_events = tempfile.TemporaryDirectory(prefix="jaxemb-tensorboard-")
         folder = self._local_events.name
-      self._tensorboard = SummaryWriter(str(folder), purge_step=self._purge_step)
+      else:
+        folder.mkdir(parents=True, exist_ok=True)
+      self._tensorboard = event_file_writer.EventsWriter(os.path.join(str(folder), "events"))
+      self._tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=self._purge_step,
+                                                    session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
     return self._tensorboard
 
 

@@ -175,6 +175,18 @@ def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_pat
   assert [(e.step, e.summary.value[0].simple_value) for e in events if e.summary.value] == [(3, 30.0)]
 
 
+def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path):
+  """What the loop relies on before each checkpoint: once `flush` returns, a kill loses none of the records so far,
+  TensorBoard's included (tensorboardX's SummaryWriter.flush did not wait for its queue: steps went missing)."""
+  writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 0)
+  for step in range(1, 6):
+    writer.write(step, {"loss": float(step)})
+  writer.flush()
+  assert [(e.step, e.summary.value[0].simple_value) for e in _tensorboard_events(tmp_path / "tensorboard")
+          if e.summary.value] == [(step, float(step)) for step in range(1, 6)]
+  writer.close()
+
+
 def _final_params(workdir):
   manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
   restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
