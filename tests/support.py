@@ -1,9 +1,11 @@
 """What the tests and the benchmarks share: the ../shared folder, subprocesses on simulated devices, tiny random
 Hugging Face checkpoints, and the poolings of HF hidden states the comparisons with PyTorch use."""
 import collections
+import json
 import os
 import pathlib
 import re
+import struct
 import subprocess
 import sys
 
@@ -155,3 +157,42 @@ class GcsEmulator:
   def stop(self):
     self._process.kill()
     self._process.wait()
+
+
+def tensorboard_events(directory):
+  """The events of every TensorBoard file in `directory` (TFRecord: length, its crc, the event, its crc)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  events = []
+  for path in sorted(directory.iterdir()):
+    data, offset = path.read_bytes(), 0
+    while offset < len(data):
+      (length,) = struct.unpack("<Q", data[offset:offset + 8])
+      events.append(event_pb2.Event.FromString(data[offset + 12:offset + 12 + length]))
+      offset += 12 + length + 4
+  return events
+
+
+def tensorboard_scalars(directory, tag):
+  """[(step, value)] of `tag` as TensorBoard shows them: the files in order, each SessionLog.START at step s
+  discarding the events at s and later read before it (a resumed run's purge_step)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+  shown = []
+  for event in tensorboard_events(directory):
+    if event.session_log.status == event_pb2.SessionLog.START:
+      shown = [(step, value) for step, value in shown if step < event.step]
+    shown += [(event.step, value.simple_value) for value in event.summary.value if value.tag == tag]
+  return shown
+
+
+def final_params(workdir):
+  """The params of the latest checkpoint of the run directory `workdir`."""
+  import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+  manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
+  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  manager.close()
+  return restored["state"]["params"]
+
+
+def logged_steps(metrics_file, scalar):
+  """The steps of the records of `scalar` in a metrics.jsonl file, in file order."""
+  return [r["step"] for r in map(json.loads, metrics_file.read_text().splitlines()) if scalar in r]

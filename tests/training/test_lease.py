@@ -14,7 +14,6 @@ from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease, workdir
 from tests.support import REPO, shared_path
-from tests.training.test_loop import wiki_head  # pylint: disable=unused-import  # A fixture.
 
 
 def _holder(run):

@@ -1,31 +1,22 @@
 """train.py's loop on a tiny model and the real data samples: every config, checkpoints, resume, bad input."""
 
-import functools
 import importlib
 import json
 import os
-import pathlib
-import re
-import signal
-import struct
-import subprocess
-import sys
 import threading
 import time
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
-from tensorboardX.proto import event_pb2
 
 from jaxemb import export, sharding
 from jaxemb.data import corpus
 from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, metrics, trainer
-from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path, write_random_checkpoint
+from jaxemb.training import loop, trainer
+from tests.support import final_params, logged_steps, shared_path, tensorboard_events, write_random_checkpoint
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
            "simcse_sup", "optiprompt"]
@@ -53,15 +44,6 @@ def tiny_config(name, model_dir, workdir, train_file=None, **train):
   for key, value in train.items():
     config.train[key] = value
   return config
-
-
-@pytest.fixture(scope="module")
-def wiki_head(tmp_path_factory):
-  """The first 64 lines of the wiki sample: loop-level tests need a real corpus, not a large one."""
-  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
-  path = tmp_path_factory.mktemp("wiki") / "wiki_head.txt"
-  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-  return path
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +97,7 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   assert np.isfinite(summary["value_before"]) and np.isfinite(summary["best_value"])
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  assert _steps(tmp_path / "metrics.jsonl", "stsb_dev/STSBenchmark") == [2, 4]
+  assert logged_steps(tmp_path / "metrics.jsonl", "stsb_dev/STSBenchmark") == [2, 4]
   sick = {r["step"]: r["sick/SICKRelatedness"] for r in records if "sick/SICKRelatedness" in r}
   assert sorted(sick) == [3, 4] and summary["best_value"] == max(sick.values())
   assert summary["best_step"] == max(sick, key=sick.get)
@@ -125,7 +107,7 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
                                       "learning_rate", "examples_per_second"} for r in trained)
   assert all(0 <= r["contrastive_accuracy"] <= 1 and r["examples_per_second"] > 0 and r["param_norm"] > 0
              for r in trained)
-  tags = {value.tag for event in _tensorboard_events(tmp_path / "tensorboard") for value in event.summary.value}
+  tags = {value.tag for event in tensorboard_events(tmp_path / "tensorboard") for value in event.summary.value}
   assert {"stsb_dev/STSBenchmark", "sick/SICKRelatedness", "loss"} <= tags
   config, params, meta = run_dir.load_best(tmp_path)
   assert meta == {"step": summary["best_step"], "sick/SICKRelatedness": summary["best_value"]}
@@ -133,193 +115,6 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   export.export_model(tmp_path, tmp_path / "hf", "last_avg")
   _, exported = load_pretrained(tmp_path / "hf")
   np.testing.assert_array_equal(exported["layer_0"]["query"]["kernel"], params["encoder"]["layer_0"]["query"]["kernel"])
-
-
-def _tensorboard_events(directory):
-  """The events of every TensorBoard file in `directory` (TFRecord: length, its crc, the event, its crc)."""
-  events = []
-  for path in sorted(directory.iterdir()):
-    data, offset = path.read_bytes(), 0
-    while offset < len(data):
-      (length,) = struct.unpack("<Q", data[offset:offset + 8])
-      events.append(event_pb2.Event.FromString(data[offset + 12:offset + 12 + length]))
-      offset += 12 + length + 4
-  return events
-
-
-def _tensorboard_scalars(directory, tag):
-  """[(step, value)] of `tag` as TensorBoard shows them: the files in order, each SessionLog.START at step s
-  discarding the events at s and later read before it (a resumed run's purge_step)."""
-  shown = []
-  for event in _tensorboard_events(directory):
-    if event.session_log.status == event_pb2.SessionLog.START:
-      shown = [(step, value) for step, value in shown if step < event.step]
-    shown += [(event.step, value.simple_value) for value in event.summary.value if value.tag == tag]
-  return shown
-
-
-def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_path):
-  """Resumed at step 2, the killed process having logged steps 3 and 4 (its last line cut short by the kill):
-  metrics.jsonl keeps steps 1-2 and its stsb_dev record, and TensorBoard discards the events from step 3 on."""
-  records = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "stsb_dev": 70.0},
-             {"step": 3, "loss": 3.0}, {"step": 4, "stsb_dev": 71.0}]
-  (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
-  writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 2)
-  writer.write(3, {"loss": 30.0})
-  writer.close()
-  written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  assert written == [*records[:3], {"step": 3, "loss": 30.0}]
-  assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "tensorboard"]  # No temporary file left.
-  events = _tensorboard_events(tmp_path / "tensorboard")
-  assert [e.step for e in events if e.session_log.status == event_pb2.SessionLog.START] == [3]
-  assert [(e.step, e.summary.value[0].simple_value) for e in events if e.summary.value] == [(3, 30.0)]
-
-
-def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path):
-  """What the loop relies on before each checkpoint: once `flush` returns, a kill loses none of the records so far,
-  TensorBoard's included (tensorboardX's SummaryWriter.flush did not wait for its queue: steps went missing)."""
-  writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 0)
-  for step in range(1, 6):
-    writer.write(step, {"loss": float(step)})
-  writer.flush()
-  assert [(e.step, e.summary.value[0].simple_value) for e in _tensorboard_events(tmp_path / "tensorboard")
-          if e.summary.value] == [(step, float(step)) for step in range(1, 6)]
-  writer.close()
-
-
-def _final_params(workdir):
-  manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
-  restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-  manager.close()
-  return restored["state"]["params"]
-
-
-def _steps(metrics_file, scalar):
-  """The steps of the records of `scalar` in a metrics.jsonl file, in file order."""
-  return [r["step"] for r in map(json.loads, metrics_file.read_text().splitlines()) if scalar in r]
-
-
-@pytest.fixture(scope="module")
-def train_py(tmp_path_factory, tiny_bert, wiki_head):
-  """train.py's command for a toy run in a workdir: num_steps steps saved every save_every, each logged, STS-B dev
-  scored at the end. The runs of this module share one XLA cache and one cache of tokenised rows. A batch of 12
-  makes the step's encoder calls as many token rows as a real run's (not `xla.is_few_rows`): its dots take the
-  same path."""
-  caches = tmp_path_factory.mktemp("train_py")
-
-  def command(workdir, num_steps, save_every):
-    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
-            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={caches / 'cache'}",
-            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=12",
-            f"--config.train.num_steps={num_steps}", f"--config.train.save_every={save_every}",
-            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
-            f"--config.compilation_cache_dir={caches / 'xla'}"]
-
-  return command
-
-
-def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
-  """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl and
-  TensorBoard have each step once (the steps logged after the checkpoint it resumes from are replayed; those before
-  it were written when it was saved), with no empty event file left by the killed process."""
-  command = functools.partial(train_py, num_steps=6, save_every=2)
-  whole = subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, text=True)
-  with open(tmp_path / "killed.log", "w", encoding="utf-8") as log:  # A second run, as far as it goes.
-    killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=log,
-                              env={**os.environ, "JAX_LOG_COMPILES": "1"})
-  deadline = time.time() + 300
-  while not (tmp_path / "killed" / "checkpoints" / "2").is_dir() and killed.poll() is None and time.time() < deadline:
-    time.sleep(0.2)
-  killed.send_signal(signal.SIGKILL)
-  killed.wait()
-  assert not (tmp_path / "killed" / "checkpoints" / "6").exists(), "the run ended before it was killed"
-  second_run = (tmp_path / "killed.log").read_text(encoding="utf-8")  # Its step was loaded, not compiled.
-  assert "Persistent compilation cache hit for 'jit_train_step'" in second_run
-  assert set(compiled_not_loaded(second_run)) <= UNCACHED_PROGRAMS, compiled_not_loaded(second_run)
-  assert "compilation cache" not in whole.stderr and "Error writing" not in second_run
-  resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
-  assert "resumed from" in resumed.stdout + resumed.stderr
-  assert _steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
-  assert _steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev/STSBenchmark") == [6]
-  assert all(path.stat().st_size for path in (tmp_path / "killed" / "tensorboard").iterdir())
-  assert [step for step, _ in _tensorboard_scalars(tmp_path / "killed" / "tensorboard", "loss")] == [1, 2, 3, 4, 5, 6]
-  assert [step for step, _ in _tensorboard_scalars(tmp_path / "killed" / "tensorboard", "stsb_dev/STSBenchmark")] == [6]
-  whole, again = _final_params(tmp_path / "whole"), _final_params(tmp_path / "killed")
-  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
-    np.testing.assert_array_equal(a, b)
-
-
-# Enough steps that a signal lands mid-run on a fast machine; save_every past the end, so the only checkpoint before
-# the rerun is the one the signal's stop saves.
-_STOPPED_STEPS, _STOPPED_SAVE_EVERY = 40, 100
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory, train_py):
-  """The workdir of the run that the stopped runs resume to."""
-  workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  subprocess.run(train_py(workdir, _STOPPED_STEPS, _STOPPED_SAVE_EVERY), check=True, capture_output=True)
-  return workdir
-
-
-def _started(command) -> subprocess.Popen:
-  """train.py started with SIGINT Python's own, as in a terminal (a child keeps an ignored SIGINT ignored, whatever
-  runs the tests), and its output unbuffered, stderr in it."""
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-  try:
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-  finally:
-    signal.signal(signal.SIGINT, previous)
-
-
-@pytest.mark.parametrize("signum,status,said", [(signal.SIGTERM, 143, "preempted"),
-                                                (signal.SIGINT, 130, "stopped on Ctrl-C")], ids=["SIGTERM", "Ctrl-C"])
-def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_params(signum, status, said, tmp_path,
-                                                                                    train_py, uninterrupted):
-  """A preempted run (SIGTERM) or one stopped by Ctrl-C finishes its step, saves it and exits 128 + the signal;
-  the same command then ends exactly where an uninterrupted run ends."""
-  command = functools.partial(train_py, num_steps=_STOPPED_STEPS, save_every=_STOPPED_SAVE_EVERY)
-  run = _started(command(tmp_path / "stopped"))
-  metrics, deadline = tmp_path / "stopped" / "metrics.jsonl", time.time() + 300
-  while not (metrics.is_file() and metrics.read_text()) and run.poll() is None and time.time() < deadline:
-    time.sleep(0.05)  # A logged step: the loop, and so the signal handlers, are running.
-  run.send_signal(signum)
-  output, _ = run.communicate(timeout=300)
-  assert run.returncode == status, output
-  # No library INFO logs among the user's lines (absl's format: I<mmdd> <time> <thread> <file>:<line>]; orbax logs
-  # ~50 a checkpoint): only jaxemb's own.
-  sources = re.findall(r"I\d{4} [\d:.]+ +\d+ (\S+):\d+\]", output)
-  assert all(list(REPO.glob(f"jaxemb/**/{source}")) for source in sources), output
-  assert "Traceback" not in output
-  assert ("Ctrl-C: stopping once this step is saved; Ctrl-C again stops at once" in output) == (signum == signal.SIGINT)
-  match = re.search(rf"{said} at step (\d+); checkpoint saved; rerun the same command to resume", output)
-  assert match, output
-  step = int(match.group(1))
-  assert 1 <= step < _STOPPED_STEPS
-  assert os.listdir(tmp_path / "stopped" / "checkpoints") == [str(step)]
-  resumed = subprocess.run(command(tmp_path / "stopped"), check=True, capture_output=True, text=True)
-  assert f"resumed from {tmp_path / 'stopped' / 'checkpoints'} at step {step}" in resumed.stdout + resumed.stderr
-  whole, again = _final_params(uninterrupted), _final_params(tmp_path / "stopped")
-  for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again), strict=True):
-    np.testing.assert_array_equal(a, b)
-
-
-def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, train_py):
-  """Ctrl-C again while the first one's stop is under way raises KeyboardInterrupt, said in one line (jaxemb.cli),
-  exit status 130. The first comes once the run has scored its start, so its stop has a step to compile and run."""
-  run = _started(train_py(tmp_path / "run", _STOPPED_STEPS, _STOPPED_SAVE_EVERY))
-  lines = []
-  for awaited in ("before training: ", "Ctrl-C again stops at once"):
-    while run.poll() is None and not (lines and awaited in lines[-1]):
-      lines.append(run.stdout.readline())
-    run.send_signal(signal.SIGINT)
-  output = "".join(lines) + run.communicate(timeout=300)[0]
-  assert run.returncode == 130, output
-  assert output.endswith("\ninterrupted (Ctrl-C)\n") and "Traceback" not in output, output
-  assert "checkpoint saved" not in output and not list((tmp_path / "run" / "checkpoints").glob("[0-9]*")), output
 
 
 @pytest.mark.parametrize("save_every", [1, 3])
@@ -333,7 +128,7 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
   saved = sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) if (tmp_path / "checkpoints").is_dir() else []
   assert saved == ([1] if save_every == 1 else [])
   if saved:
-    for leaf in jax.tree.leaves(_final_params(tmp_path)):
+    for leaf in jax.tree.leaves(final_params(tmp_path)):
       assert np.isfinite(np.asarray(leaf)).all()
 
 

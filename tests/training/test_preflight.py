@@ -11,7 +11,7 @@ from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.training import loop, preflight
 from tests.support import write_random_checkpoint
-from tests.training.test_loop import CONFIGS, tiny_config, wiki_head  # pylint: disable=unused-import  (a fixture)
+from tests.training.test_loop import CONFIGS, tiny_config
 
 
 @pytest.fixture(name="heavy_steps_fail")

@@ -16,7 +16,7 @@ from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
 from tests.support import REPO, shared_path
-from tests.training.test_loop import tiny_config, wiki_head  # pylint: disable=unused-import  # A fixture.
+from tests.training.test_loop import tiny_config
 
 
 def _config(tmp_path, **fields):
