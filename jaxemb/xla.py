@@ -88,36 +88,35 @@ def compiler_options(dtype: Any = jnp.float32, few_rows: bool = False, cached: b
   if cached and not serializable(preferred):
     preferred = EIGEN_DOTS
   for options in ({**preferred, **extra}, EIGEN_DOTS):
-    try:
-      _compile_probe(options)
+    refusal = _probe(json.dumps(options, sort_keys=True))[0]
+    if refusal is None:
       return options
-    except jax.errors.JaxRuntimeError as e:
-      if extra:
-        refusal = str(e).splitlines()[0]
-        raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})") from None
+    if extra:
+      raise ConfigError(f"{OPTIONS_ENV}={os.environ[OPTIONS_ENV]}: XLA refuses it ({refusal})")
   return None
 
 
 def serializable(options: dict[str, Any]) -> bool:
   """Whether XLA can write programs compiled with `options` to the persistent cache (False also when XLA refuses
-  them); probed once per set of options."""
-  return _serializable(json.dumps(options, sort_keys=True))
+  them)."""
+  return _probe(json.dumps(options, sort_keys=True))[1]
 
 
 @functools.cache
-def _serializable(options_json: str) -> bool:
-  try:
-    serialize_executable.serialize(_compile_probe(json.loads(options_json)))
-    return True
-  except jax.errors.JaxRuntimeError:
-    return False
-
-
-def _compile_probe(options: dict[str, Any]) -> Any:
-  """A one-dot program compiled with `options`: any dot library they choose takes it (probes are not cached)."""
+def _probe(options_json: str) -> tuple[str | None, bool]:
+  """(why XLA refuses the options of `options_json`, None if it accepts them; whether it can serialize what they
+  compile), from one compile of a one-dot program, which any dot library they choose takes (not cached)."""
   operand = jax.ShapeDtypeStruct((2, 2), jnp.float32)
-  with no_cache_writes():
-    return jax.jit(_dot_probe, compiler_options=options).lower(operand).compile()
+  try:
+    with no_cache_writes():
+      compiled = jax.jit(_dot_probe, compiler_options=json.loads(options_json)).lower(operand).compile()
+  except jax.errors.JaxRuntimeError as e:
+    return str(e).splitlines()[0], False
+  try:
+    serialize_executable.serialize(compiled)
+    return None, True
+  except jax.errors.JaxRuntimeError:
+    return None, False
 
 
 def _dot_probe(a: jax.Array) -> jax.Array:
