@@ -43,8 +43,9 @@ def eval_config() -> ml_collections.ConfigDict:
   block.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
   block.output_json = ""  # Where evaluate.py's job writes its results as JSON; "" = print only.
   # Show the encoding of the sts and transfer jobs (and sweep.py's scoring) on stderr: the tasks, sentences done of
-  # all, sentences/s, time left on a terminal's bar; one line per encoder call where stderr is no terminal (nohup, CI
-  # logs). False: quiet. Training's own evaluations keep their bar on a terminal only.
+  # all, sentences/s, time left on a terminal's bar; where stderr is no terminal (nohup, CI logs) a line every
+  # 30 s and one once each encoder call is done. False: quiet. Training's own evaluations keep their bar on a
+  # terminal only.
   block.progress = True
   return block
 

@@ -295,9 +295,9 @@ class Encoder:
     sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
     [0, hidden] without running the model. `normalize` scales the vectors to unit length. `progress(n)` is called
     after each batch of n distinct sentences. `show_progress` shows the progress on stderr, named
-    `progress_label` (e.g. the task): a bar on a terminal, and where stderr is no terminal one line once done
-    (`jaxemb.progress.track`); None draws the bar for more than 8 batches on a terminal and prints no line; False
-    shows nothing. For code written for sentence-transformers,
+    `progress_label` (e.g. the task): a bar on a terminal, and where stderr is no terminal a line every 30 s and
+    one once done (`jaxemb.progress.track`); None draws the bar for more than 8 batches on a terminal and prints no
+    line; False shows nothing. For code written for sentence-transformers,
     `normalize_embeddings` and `show_progress_bar` stand for `normalize` and `show_progress`, and
     `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
 

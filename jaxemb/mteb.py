@@ -73,7 +73,7 @@ class JaxembModel(AbsEncoder):
              **kwargs: Any) -> np.ndarray:
     """[n, d] float32 vectors of the texts of mteb's batches, in order; the method's template (if any) is the only
     prompt, so the task, split, subset and prompt type change nothing but the name the progress is shown under
-    (`Encoder.encode`'s, on stderr: a bar on a terminal, one line per call elsewhere; mteb's encode_kwargs
+    (`Encoder.encode`'s, on stderr: a bar on a terminal, lines every 30 s and once done elsewhere; mteb's encode_kwargs
     `show_progress_bar=False`, which `mteb.evaluate(..., show_progress_bar=False)` sets, shows nothing). The
     encode_kwargs' `batch_size` goes to `Encoder.encode`."""
     del prompt_type

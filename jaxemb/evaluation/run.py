@@ -38,7 +38,7 @@ def encoder_options(config: Any) -> dict[str, Any]:
 
 def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embed:
   """`encoder.encode` showing its progress on stderr under the task `names` (config.eval.progress: a bar on a
-  terminal, one line per call elsewhere; False: nothing)."""
+  terminal, lines every 30 s and once done elsewhere; False: nothing)."""
   return functools.partial(encoder.encode, show_progress=config.eval.progress, progress_label=", ".join(names))
 
 
