@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxemb.models import heads
+from jaxemb.models import heads, linears
 from jaxemb.models.config import EncoderConfig
 
 Dtype = Any
@@ -140,7 +140,7 @@ class Embeddings(nn.Module):
     self.layer_norm = nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
     self.dropout = Dropout(c.hidden_dropout_prob)
     if c.projects_embeddings:
-      self.project = nn.Dense(c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
+      self.project = linears.Dense(c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
                               kernel_init=nn.initializers.normal(0.02))
 
   def __call__(self, input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic):
@@ -174,7 +174,7 @@ class Layer(nn.Module):
     c = self.config
     dot_general = jax.lax.dot_general if self.dot_output_dtype is None else functools.partial(
         rounded_dot_general, output_dtype=self.dot_output_dtype)
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype, dot_general=dot_general,
+    dense = lambda n, name: linears.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype, dot_general=dot_general,
                                      kernel_init=nn.initializers.normal(0.02), name=name)
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)

@@ -9,6 +9,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxemb.models import linears
 from jaxemb.models.config import EncoderConfig
 
 Dtype = Any
@@ -37,7 +38,7 @@ class MLMHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden: jax.Array, word_embeddings: jax.Array, transform_only: bool = False) -> jax.Array:
-    dense = nn.Dense(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense")
+    dense = linears.Dense(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense")
     norm = nn.LayerNorm(self.config.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype,
                         name="layer_norm")
     # RoBERTa's lm_head hard-codes exact gelu; BERT's transform uses hidden_act.
@@ -65,5 +66,5 @@ class DenseTanh(nn.Module):
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
-    dense = nn.Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense")
+    dense = linears.Dense(self.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense")
     return jnp.tanh(dense(x))
