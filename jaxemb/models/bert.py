@@ -174,12 +174,14 @@ class Layer(nn.Module):
     c = self.config
     dot_general = jax.lax.dot_general if self.dot_output_dtype is None else functools.partial(
         rounded_dot_general, output_dtype=self.dot_output_dtype)
-    dense = lambda n, name: linears.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype, dot_general=dot_general,
-                                     kernel_init=nn.initializers.normal(0.02), name=name)
+    dense = lambda n, name: linears.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
+                                          dot_general=dot_general, kernel_init=nn.initializers.normal(0.02), name=name)
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)
     heads_shape = (*x.shape[:-1], c.num_attention_heads, c.head_dim)
-    q, k, v = (dense(c.hidden_size, name)(x).reshape(heads_shape) for name in ("query", "key", "value"))
+    projections = [linears.Weights(x.shape[-1], c.hidden_size, self.param_dtype, nn.initializers.normal(0.02),
+                                   name=name)() for name in ("query", "key", "value")]
+    q, k, v = (a.reshape(heads_shape) for a in linears.dense_split(x, projections, self.dtype, dot_general))
     context, probs = self._attention(q, k, v, attention_mask, deterministic, return_attention)
     attended = dense(c.hidden_size, "attention_out")(context.reshape(x.shape))
     x = norm("attention_norm")(x + dropout(attended, deterministic=deterministic))

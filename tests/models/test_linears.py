@@ -78,3 +78,29 @@ def test_the_cpu_backward_copies_no_wide_activation_transposed_and_reduces_no_wi
   assert wide_transposed not in ours
   assert not [shape for shape in _column_reductions(ours) if str(WIDE) in shape]
   assert _column_reductions(ours)  # The wide layer's narrow bias is still reduced over its rows.
+
+
+class _Projections(nn.Module):
+  """Two projections of one input, as separate Denses or as one `dense_split` over their Weights."""
+
+  split: bool
+
+  @nn.compact
+  def __call__(self, x):
+    if not self.split:
+      return [linears.Dense(features, name=name)(x) for features, name in ((8, "a"), (24, "b"))]
+    weights = [linears.Weights(x.shape[-1], features, name=name)() for features, name in ((8, "a"), (24, "b"))]
+    return linears.dense_split(x, weights)
+
+
+def test_dense_split_has_the_denses_params_outputs_and_gradients():
+  x = jax.random.normal(jax.random.key(1), (3, 5, 16))
+  params = _Projections(split=False).init(jax.random.key(0), x)
+  split_params = _Projections(split=True).init(jax.random.key(0), x)
+  jax.tree.map(np.testing.assert_array_equal, split_params, params)  # The same names and initial values.
+  g = [jax.random.normal(jax.random.key(2), (3, 5, 8)), jax.random.normal(jax.random.key(3), (3, 5, 24))]
+  results = {}
+  for split in (False, True):
+    outputs, vjp = jax.vjp(lambda p, x: _Projections(split).apply(p, x), params, x)
+    results[split] = (outputs, vjp(g))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), results[True], results[False])
