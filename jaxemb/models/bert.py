@@ -179,15 +179,25 @@ class Layer(nn.Module):
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)
     heads_shape = (*x.shape[:-1], c.num_attention_heads, c.head_dim)
-    projections = [linears.Weights(x.shape[-1], c.hidden_size, self.param_dtype, nn.initializers.normal(0.02),
-                                   name=name)() for name in ("query", "key", "value")]
-    q, k, v = (a.reshape(heads_shape) for a in linears.dense_split(x, projections, self.dtype, dot_general))
+    q, k, v = (a.reshape(heads_shape) for a in self._projections(x, deterministic, dense, dot_general))
     context, probs = self._attention(q, k, v, attention_mask, deterministic, return_attention)
     attended = dense(c.hidden_size, "attention_out")(context.reshape(x.shape))
     x = norm("attention_norm")(x + dropout(attended, deterministic=deterministic))
     hidden = heads.activation(c, dense(c.intermediate_size, "ffn_in")(x))
     x = norm("ffn_norm")(x + dropout(dense(c.hidden_size, "ffn_out")(hidden), deterministic=deterministic))
     return x, probs
+
+  def _projections(self, x, deterministic, dense, dot_general) -> list[jax.Array]:
+    """Query, key and value. In training (dropout on) as one dot over the three kernels (linears.dense_split): the
+    backward copies x transposed once instead of three times (7% of a MiniLM PromptBERT step on an Intel Xeon); a
+    forward pass alone takes three dots, as concatenating the kernels cost it more than one dot gains (MiniLM,
+    1 x 16 tokens: 4.5 ms against 3.5 ms; 64 x 32: 6%)."""
+    names, width = ("query", "key", "value"), self.config.hidden_size
+    if deterministic:
+      return [dense(width, name)(x) for name in names]
+    weights = [linears.Weights(x.shape[-1], width, self.param_dtype, nn.initializers.normal(0.02), name=name)()
+               for name in names]
+    return linears.dense_split(x, weights, self.dtype, dot_general)
 
   def _attention(self, q, k, v, attention_mask, deterministic, return_attention):
     """Scaled dot-product attention over [batch, length, heads, head_dim].

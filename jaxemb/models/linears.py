@@ -11,9 +11,9 @@ follows). Together: a MiniLM train step 15-20% shorter on an Intel Xeon (bench/t
 The same numbers up to the order of the float32 sums (tests/models/test_linears.py). Other backends, whose dots
 read either operand transposed, take autodiff's form.
 
-Projections of one input (attention's query, key and value) run as one dot over their concatenated kernels
-(`dense_split`): one transposed copy of the input in the backward instead of three, and wider dots (7% of a MiniLM
-PromptBERT step on that Xeon), each keeping its own params.
+Projections of one input (attention's query, key and value in training) can run as one dot over their concatenated
+kernels (`dense_split`), each keeping its own params: one transposed copy of the input in the backward instead of
+three.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def _dot_output_dtypes(jaxpr) -> list:
 @pytest.mark.parametrize("deterministic", [True, False], ids=["forward", "dropout"])
 def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, deterministic):
   """dot_output_dtype=float32 (bfloat16 compute on the CPU) changes which kernels run, not the values: each layer
-  dot (4 projections, query, key and value being one, and 2 attention products) returns float32 and is rounded to bfloat16, as a bfloat16 dot's float32
+  dot (6 projections, query, key and value one dot in training, and 2 attention products) returns float32 and is rounded to bfloat16, as a bfloat16 dot's float32
   sums are; the pooler's and heads' dots are left as they are."""
   _, path = tiny_checkpoint
   config, params, _ = _load(str(path))
@@ -201,9 +201,9 @@ def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, determini
     run = lambda p: model.apply({"params": p}, ids, mask, deterministic=deterministic,
                                 rngs={"dropout": jax.random.key(0)}).last_hidden_state
     dtypes = _dot_output_dtypes(jax.make_jaxpr(run)(params).jaxpr)
-    assert len(dtypes) == 6 * config.num_hidden_layers
+    assert len(dtypes) == (8 if deterministic else 6) * config.num_hidden_layers
     # Without it the dots return bfloat16, but for jax.nn.dot_product_attention's scores (forward only).
-    per_layer = 0 if dot_output_dtype else (5 if deterministic else 6)
+    per_layer = 0 if dot_output_dtype else (7 if deterministic else 6)
     assert dtypes.count(jnp.bfloat16) == per_layer * config.num_hidden_layers
     outputs[dot_output_dtype] = np.asarray(jax.jit(run)(params), np.float32)
   attended = np.asarray(mask).astype(bool)
