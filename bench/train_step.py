@@ -12,6 +12,7 @@ were 3-8% slower on a 2-core CPU, docs/benchmarks.md).
 
   python bench/train_step.py                                  # MiniLM, batch 64, 32 sentence tokens
   python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
+  python bench/train_step.py --dtype bfloat16                 # jaxemb in bfloat16, PyTorch under CPU autocast
 """
 
 import argparse
@@ -38,6 +39,8 @@ class TorchTrainStep:
 
   def __init__(self, jaxemb_step: common.JaxembTrainStep, config, model_dir: pathlib.Path):
     self.objective = o = jaxemb_step.objective
+    # config.model.dtype's counterpart: float32 weights, bfloat16 matmuls and float32 reductions.
+    self.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.model.dtype == "bfloat16")
     if o.loss != "info_nce" or o.head != "mlp" or o.denoise not in ("none", "position_offset"):
       raise ValueError(f"no PyTorch step for {o}")
     self.bert = transformers.BertModel.from_pretrained(model_dir, add_pooling_layer=False).train()
@@ -51,7 +54,8 @@ class TorchTrainStep:
                             if v is not None}
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
     offset = views.bias_position_offset(o.bias_positions, jaxemb_step.model_config)
-    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, jnp.arange(config.data.max_sentence_tokens + 1), offset))
+    lengths = jnp.arange(config.data.max_sentence_tokens + 1)
+    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, lengths, offset))
                       for t in o.view_templates if o.denoise == "position_offset"}
     t = config.train
     self.params = params = [*self.bert.parameters(), *self.mlp.parameters()]
@@ -83,7 +87,8 @@ class TorchTrainStep:
 
   def __call__(self) -> float:
     self.optimizer.zero_grad()
-    loss = self.loss()
+    with self.autocast():
+      loss = self.loss()
     loss.backward()
     if self.max_grad_norm:
       torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
@@ -99,7 +104,7 @@ def dropout_free_losses(jaxemb_step: common.JaxembTrainStep, torch_step: TorchTr
   ours, _ = objectives.loss_and_metrics(jaxemb_step.objective, model, jaxemb_step.initial_params,
                                         jax.tree.map(jnp.asarray, jaxemb_step.rows), jax.random.key(0))
   torch_step.bert.eval()
-  with torch.no_grad():
+  with torch.no_grad(), torch_step.autocast():
     theirs = torch_step.loss().item()
   torch_step.bert.train()
   return float(ours), theirs
@@ -113,16 +118,19 @@ def main():
   parser.add_argument("--tokens", type=int, default=32, help="max_sentence_tokens (rows add the template)")
   parser.add_argument("--repeats", type=int, default=3, help="timed steps per side (median); alternating")
   parser.add_argument("--prng", default=",".join(PRNG_IMPLS), help="jax dropout PRNGs to time")
+  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="compute dtype (config.model.dtype; PyTorch's: CPU autocast to bfloat16)")
   args = parser.parse_args()
   common.print_load("start")
   sentences = common.wiki_sentences(args.batch)
   mesh = sharding.make_mesh(-1, 1)
   with tempfile.TemporaryDirectory() as tmp:
     model_dir = common.model_dir(args.model, pathlib.Path(tmp))
-    print(f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, jax {jax.__version__}, "
-          f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, {args.dtype}, "
+          f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
     for name in args.configs.split(","):
       config = common.train_config(name, args.batch, args.tokens)
+      config.model.dtype = args.dtype
       steps = {f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
                for impl in args.prng.split(",")}
       first = next(iter(steps.values()))
