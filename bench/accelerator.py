@@ -254,6 +254,7 @@ def main():
   parser.add_argument("--matmul", type=int, default=0, help="matmul size for the peak (0: 8192, 2048 on the CPU)")
   parser.add_argument("--repeats", type=int, default=5)
   args = parser.parse_args()
+  common.print_load("start")  # The CPU model beside every number.
   sections = args.sections.split(",")
   device = jax.devices()[0]
   print(f"# jaxemb accelerator bench, {time.strftime('%Y-%m-%d')}: {device.platform} {device.device_kind} "

@@ -68,6 +68,7 @@ def main():
   parser.add_argument("--length", type=int, default=32)
   parser.add_argument("--repeats", type=int, default=2)
   args = parser.parse_args()
+  common.print_load("start")  # The CPU model beside every number.
   print(f"{jax.devices()[0].device_kind}, batch {args.batch} x length {args.length}, best of {args.repeats}")
   print(f"{'layers':>6} {'program':>8} {'layout':>9} {'compile s':>10} {'lowered chars':>14} {'compiled chars':>15} "
         f"{'run s':>7}")

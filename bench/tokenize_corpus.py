@@ -28,7 +28,7 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import SHARED  # pylint: disable=wrong-import-position
+from bench.common import SHARED, print_load  # pylint: disable=wrong-import-position
 
 TEMPLATE = 'This sentence of "[X]" means[MASK].'  # PromptBERT's training view 1 (configs/train_common.py).
 MAX_SENTENCE_TOKENS = 30  # SimCSE's max_seq_length 32 less [CLS] and [SEP] (data.max_sentence_tokens).
@@ -78,6 +78,7 @@ def main():
   parser.add_argument("--corpus", help=argparse.SUPPRESS)
   parser.add_argument("--cache", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  print_load("start")  # The CPU model beside every number.
   tokenizer_dir = str(SHARED / "tokenizers" / args.tokenizer)
   if args.phase:
     print(json.dumps(measure(args.phase, args.corpus, tokenizer_dir, args.cache)))

@@ -25,6 +25,7 @@ from torch import nn
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from bench.common import print_load
 from jaxemb.data import transfer as transfer_data
 from jaxemb.data.sts import join_tokens
 from jaxemb.encode import Encoder, Method
@@ -224,6 +225,7 @@ def main():
   parser.add_argument("--batch-size", type=int, default=64)
   parser.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
   args = parser.parse_args()
+  print_load("start")  # The CPU model beside every number.
   if args.threads:
     torch.set_num_threads(args.threads)
   print(f"folds: {'sklearn' if StratifiedKFold is not None else 'jaxemb.evaluation.logreg.stratified_kfold'}")
