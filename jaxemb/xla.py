@@ -168,7 +168,8 @@ def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False
 
 
 class _Uncached:
-  """A jitted function whose calls compile under `no_cache_writes`; its other attributes are the jitted one's."""
+  """A jitted function whose calls, and whose ahead-of-time `lower(...).compile()`, compile under
+  `no_cache_writes`; its other attributes are the jitted one's."""
 
   def __init__(self, jitted: Callable[..., Any]):
     self._jitted = jitted
@@ -177,8 +178,25 @@ class _Uncached:
     with no_cache_writes():
       return self._jitted(*args, **kwargs)
 
+  def lower(self, *args, **kwargs) -> "_UncachedLowered":
+    return _UncachedLowered(self._jitted.lower(*args, **kwargs))
+
   def __getattr__(self, name: str) -> Any:
     return getattr(self._jitted, name)
+
+
+class _UncachedLowered:
+  """A `jax.stages.Lowered` whose `compile` runs under `no_cache_writes`; its other attributes are the Lowered's."""
+
+  def __init__(self, lowered: jax.stages.Lowered):
+    self._lowered = lowered
+
+  def compile(self, *args, **kwargs) -> jax.stages.Compiled:
+    with no_cache_writes():
+      return self._lowered.compile(*args, **kwargs)
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._lowered, name)
 
 
 def use_compilation_cache(directory: str):

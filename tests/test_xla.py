@@ -59,6 +59,8 @@ def test_programs_xla_cannot_serialize_are_compiled_without_a_cache_write(every_
   with warnings.catch_warnings():
     warnings.simplefilter("error")
     assert float(xla.jit(lambda x: x @ x.T + 2)(x)[0, 0]) == 7.0
+    # Compiled ahead of time too (a bench's or a test's `lower(...).compile()`).
+    assert float(xla.jit(lambda x: x @ x.T + 3).lower(x).compile()(x)[0, 0]) == 8.0
 
 
 def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
