@@ -94,7 +94,10 @@ class Method:
       raise ConfigError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
                        "defines none); use cls_before_pooler for the [CLS] state")
     if self.name in PROMPT_METHODS and num_masks == 0:
-      raise ConfigError(f"method {self.name!r} needs a template with [MASK]; got {self.template!r}")
+      given = "none was given" if self.template == templates.SLOT else f"got {self.template!r}"
+      raise ConfigError(f"method {self.name!r} needs a template with [MASK] (Method's template, "
+                        f"--config.method.template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
+                        f"{given}")
     if self.name not in PROMPT_METHODS and self.template != templates.SLOT:
       raise ConfigError(f"method {self.name!r} takes no template; got {self.template!r}")
     if self.name != "static_remove_biases" and self.bias_filter != bias_removal.BiasFilter():

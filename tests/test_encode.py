@@ -262,7 +262,8 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
 
 
 @pytest.mark.parametrize("method, message", [
-    (Method("prompt"), "needs a template with \\[MASK\\]"),
+    (Method("prompt"), "needs a template with \\[MASK\\] .*; none was given"),  # Not quoting a default '[X]'.
+    (Method("prompt", template="[X] !"), "needs a template with \\[MASK\\] .*; got '\\[X\\] !'"),
     (Method("last_avg", template=PROMPT), "takes no template"),
     (Method("ditto", ditto_layer=3), "out of range"),
     (Method("ditto", ditto_head=4), "out of range"),
