@@ -34,10 +34,21 @@ def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   _check_kept_decoder(config)
   _check_kept_layout(config)
   try:
-    trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling and denoising, and the loss.
+    objective = trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling, denoising, loss.
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from None
+  _check_negatives(config, objective)
   return source
+
+
+def _check_negatives(config: Any, objective: Any):
+  """InfoNCE's negatives are the other rows of its loss group: with one row its loss is 0 and nothing trains (the
+  hard-negative losses still have each row's own negative)."""
+  field = "objective.loss_group_size" if objective.loss_group_size else "train.batch_size"
+  section, name = field.split(".")
+  if objective.loss == "info_nce" and config[section][name] == 1:
+    raise ConfigError(f"config.{field}=1: loss 'info_nce' takes its negatives from the other sentences of a batch, "
+                      "so with one its loss is 0 and nothing trains; use at least 2")
 
 
 def check_corpus_size(config: Any, num_examples: int):

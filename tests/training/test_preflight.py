@@ -61,6 +61,17 @@ def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(tmp_path
   assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("field", ["train__batch_size", "objective__loss_group_size"])
+def test_a_contrastive_batch_of_one_is_refused(tmp_path, tiny_bert, wiki_head, field):
+  """InfoNCE over one sentence has no negative: loss 0, no gradient. The hard-negative losses still train."""
+  config = _config(tiny_bert, tmp_path, wiki_head, **{field: 1})
+  message = rf"^config\.{field.replace('__', '.')}=1: loss 'info_nce' takes its negatives from the other sentences"
+  with pytest.raises(ConfigError, match=message):
+    preflight.check(config, sharding.make_mesh(-1, 1))
+  config = _config(tiny_bert, tmp_path, wiki_head, **{field: 2})
+  preflight.check(config, sharding.make_mesh(-1, 1))
+
+
 def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
   eight_devices = types.SimpleNamespace(size=8)  # The checks read the device count alone.
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=12)
