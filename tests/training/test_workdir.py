@@ -72,6 +72,8 @@ def test_claims_in_turn_succeed_and_a_nested_claim_is_refused(tmp_path):
 
 def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_paths(tmp_path, monkeypatch):
   tmp_path = tmp_path.resolve()
+  # Away from the repository, whose data/senteval (after README's prepare.py) would resolve the default's path.
+  monkeypatch.chdir(tmp_path)
   config = _config(tmp_path)
   fields = workdir.fingerprint(config)
   assert {"model.path", "data.train_file", "objective.templates", "train.learning_rate", "train.batch_size",
