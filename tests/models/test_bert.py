@@ -190,8 +190,8 @@ def _dot_output_dtypes(jaxpr) -> list:
 @pytest.mark.parametrize("deterministic", [True, False], ids=["forward", "dropout"])
 def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, deterministic):
   """dot_output_dtype=float32 (bfloat16 compute on the CPU) changes which kernels run, not the values: each layer
-  dot (6 projections, query, key and value one dot in training, and 2 attention products) returns float32 and is rounded to bfloat16, as a bfloat16 dot's float32
-  sums are; the pooler's and heads' dots are left as they are."""
+  dot (6 projections, query, key and value one dot in training, and 2 attention products) returns float32 and is
+  rounded to bfloat16, as a bfloat16 dot's float32 sums are; the pooler's and heads' dots are left as they are."""
   _, path = tiny_checkpoint
   config, params, _ = _load(str(path))
   ids, mask = _padded_batch(path)
