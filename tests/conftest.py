@@ -4,7 +4,7 @@ import tempfile
 
 import pytest
 
-from tests.support import shared_path, write_random_checkpoint
+from tests.support import shared_path, tiny_config, write_random_checkpoint
 
 _XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
 
@@ -56,28 +56,16 @@ def tiny_bert(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def short_senteval(tmp_path_factory):
-  """A SentEval folder whose STS-B dev is cut to 40 pairs, for runs that need a selection score, not a good one."""
-  senteval = tmp_path_factory.mktemp("senteval")
-  (senteval / "STS" / "STSBenchmark").mkdir(parents=True)
-  dev = shared_path("data", "senteval", "STS", "STSBenchmark", "sts-dev.csv").read_text(encoding="utf-8")
-  (senteval / "STS" / "STSBenchmark" / "sts-dev.csv").write_text("".join(dev.splitlines(True)[:40]))
-  return senteval
-
-
-@pytest.fixture(scope="session")
-def trained_run(tmp_path_factory, tiny_bert, short_senteval):
+def trained_run(tmp_path_factory, tiny_bert):
   """A run of one SimCSE step (the cheapest objective to compile) on tiny BERT and the wiki sample's first 64 lines:
   its own method is [CLS] before the pooler (tests/test_export.py and tests/test_mteb.py read it)."""
   from jaxemb.training import loop  # pylint: disable=g-import-not-at-top
-  from tests.training.test_loop import tiny_config  # pylint: disable=g-import-not-at-top
   tmp_path = tmp_path_factory.mktemp("trained")
   corpus = tmp_path / "wiki_head.txt"
   lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
   corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
   run = tmp_path / "run"
   config = tiny_config("simcse", tiny_bert, run, corpus, num_steps=1, eval_every=1, save_every=1)
-  config.data.senteval_dir = str(short_senteval)  # The run evaluates STS-B dev twice.
   loop.train(config)
   return run
 

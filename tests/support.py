@@ -1,13 +1,19 @@
 """What the tests and the benchmarks share: the ../shared folder, subprocesses on simulated devices, tiny random
-Hugging Face checkpoints, and the poolings of HF hidden states the comparisons with PyTorch use."""
+Hugging Face checkpoints, toy-scale training configs, and the poolings of HF hidden states the comparisons with
+PyTorch use."""
+import atexit
 import collections
+import functools
+import importlib
 import json
 import os
 import pathlib
 import re
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -46,6 +52,46 @@ def shared_path(*parts: str) -> pathlib.Path:
   if not path.exists():
     pytest.skip(f"{path} is not available (set JAXEMB_SHARED)")
   return path
+
+
+@functools.cache
+def short_senteval() -> pathlib.Path:
+  """A SentEval folder of STS-B alone, its dev and test cut to their first 40 pairs, for runs that need a selection
+  score, not a good one: scoring the 1,500 dev pairs took a toy run ~10 s of its ~23. One per process, removed when
+  it exits; a subprocess is handed its parent's."""
+  root = pathlib.Path(tempfile.mkdtemp(prefix="jaxemb-tests-senteval-"))
+  atexit.register(shutil.rmtree, root, True)
+  (root / "STS" / "STSBenchmark").mkdir(parents=True)
+  for split in ("dev", "test"):
+    lines = shared_path("data", "senteval", "STS", "STSBenchmark", f"sts-{split}.csv").read_text(encoding="utf-8")
+    (root / "STS" / "STSBenchmark" / f"sts-{split}.csv").write_text("".join(lines.splitlines(True)[:40]),
+                                                                  encoding="utf-8")
+  return root
+
+
+def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **train):
+  """The config of configs/<name>.py at toy scale: the real data samples (or `train_file`), batch 4, 4 steps, STS-B
+  dev from `senteval_dir` or cut short (short_senteval)."""
+  config = importlib.import_module(f"configs.{name}").get_config()
+  config.model.path = str(model_dir)
+  config.workdir = str(workdir)
+  nli = config.data.format == "nli"
+  config.data.train_file = str(train_file or (shared_path("data", "nli", "nli_for_simcse_sample.csv") if nli else
+                                              shared_path("data", "wiki", "wiki1m_sample.txt")))
+  config.data.max_sentence_tokens = 16
+  config.data.senteval_dir = str(senteval_dir or short_senteval())
+  config.eval.length_multiple = 64
+  config.eval.batch_size = 512  # Few encoder calls per evaluation: their overhead dominates on a tiny model.
+  config.train.batch_size = 4
+  config.model.scan_unroll = 1  # The CPU's default unrolls the layers: faster steps, slower compiles.
+  if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
+    config.objective.loss_group_size = 2
+  config.train.num_steps = 4
+  config.evals.stsb_dev.every = train.pop("eval_every", 2)  # The selection evaluator's period.
+  config.train.save_every = 2
+  for key, value in train.items():
+    config.train[key] = value
+  return config
 
 
 # Tiny random checkpoints in Hugging Face format, with the real vocabularies so the real tokenizers fit.

@@ -12,7 +12,7 @@ from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import loop, trainer
 from tests.support import shared_path
-from tests.training.test_loop import tiny_config
+from tests.support import tiny_config
 
 EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",
                "cotbert_table3", "cotbert_table4", "cotbert_table6"]
@@ -186,8 +186,8 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   evaluate.py's STS job on the run directory with the run's own evaluation method."""
   experiment = _experiment("seeds", tmp_path, seeds=(5,))
   (run,) = sweep.plan(experiment)
-  base = tiny_config("promptbert", tiny_bert, run.directory, train_file=shared_path("data", "wiki", "wiki1m_sample.txt"),
-                     num_steps=2)
+  base = tiny_config("promptbert", tiny_bert, run.directory, shared_path("data", "wiki", "wiki1m_sample.txt"),
+                     shared_path("data", "senteval"), num_steps=2)  # The seven tasks.
   for block in ("model", "data", "eval", "train", "evals"):
     run.config[block] = base[block]
   run.config.train.seed = 5

@@ -18,7 +18,7 @@ from configs import eval_ditto_analysis
 from jaxemb import tfidf
 from jaxemb.evaluation import ditto_analysis
 from jaxemb.models import Transformer, load_pretrained
-from tests.support import shared_path
+from tests.support import short_senteval
 
 SENTENCE = "the quick fox jumps over the dog"
 
@@ -128,7 +128,7 @@ def _tiny_config(tmp_path, model_path):
   tfidf.save_idf(tmp_path / "idf.json", tfidf.fit_idf(sample.read_text().splitlines(), tokenizer))
   config = eval_ditto_analysis.get_config()
   config.model.path = str(model_path)
-  config.data.senteval_dir = str(shared_path("data", "senteval"))
+  config.data.senteval_dir = str(short_senteval())  # Selection scores, not good ones.
   config.eval.tasks = "STSBenchmark"
   config.eval.length_multiple = 64  # Few shapes: compiling dominates on a tiny model.
   config.eval.output_json = str(tmp_path / "ditto.json")

@@ -10,7 +10,7 @@ from jaxemb import pooling
 from jaxemb.data import sts as sts_data
 from jaxemb.evaluation import search
 from jaxemb.models import EncoderOutput
-from tests.support import shared_path
+from tests.support import short_senteval
 
 
 def test_greedy_template_search_uses_the_best_relation_for_the_prefixes():
@@ -74,7 +74,7 @@ def test_ditto_all_heads_slices_equal_single_heads():
 def test_search_jobs_run_on_a_tiny_model(tmp_path, tiny_bert, module):
   config = module.get_config()
   config.model.path = str(tiny_bert)
-  config.data.senteval_dir = str(shared_path("data", "senteval"))
+  config.data.senteval_dir = str(short_senteval())  # Selection scores, not good ones.
   config.eval.length_multiple = 64  # Few shapes: compiling dominates on a tiny model.
   config.eval.output_json = str(tmp_path / "search.json")
   if module is search_template:

@@ -2,8 +2,7 @@
 files of that moment on disk and runs no `finally` block (no save is finished for it).
 
 Run in a subprocess, as `python -m tests.training.checkpoint_kill MODEL_DIR WORKDIR TRAIN_FILE XLA_CACHE STAGE
-[SENTEVAL_DIR]`,
-STAGE one of STAGES or "none" (the run ends as usual: a reference, or the rerun that resumes): "during" stops Orbax as it commits the step (its files written into the temporary folder,
+SENTEVAL_DIR`, STAGE one of STAGES or "none" (the run ends as usual: a reference, or the rerun that resumes): "during" stops Orbax as it commits the step (its files written into the temporary folder,
 the commit marker and the rename not yet done), "after" once the save is committed.
 """
 
@@ -15,7 +14,7 @@ from orbax.checkpoint._src.path import atomicity
 
 from jaxemb import xla
 from jaxemb.training import checkpoints, loop
-from tests.training.test_loop import tiny_config
+from tests.support import tiny_config
 
 STAGES = tuple(f"{when} {save}" for save in ("best", "periodic") for when in ("before", "during", "after"))
 KILL_STEP = 2  # The first evaluated step: its best save always happens, after the periodic save of step 1.
@@ -24,9 +23,9 @@ KILLED = 77  # The exit status of a run that reached its kill point.
 
 def kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir=None):
   """3 steps, saved every step and scored at steps 2 and 3: a kill at step 2 resumes from step 1 and replays it."""
-  config = tiny_config("promptbert", model_dir, workdir, train_file, num_steps=3, save_every=1, eval_every=2)
+  config = tiny_config("promptbert", model_dir, workdir, train_file, senteval_dir, num_steps=3, save_every=1,
+                       eval_every=2)
   config.compilation_cache_dir = str(xla_cache)
-  config.data.senteval_dir = str(senteval_dir or config.data.senteval_dir)
   return config
 
 
@@ -60,7 +59,7 @@ def _die_while_committing(folder: str):
   atomicity.AtomicRenameTemporaryPath.finalize = finalize
 
 
-def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: str, senteval_dir: str = ""):
+def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: str, senteval_dir: str):
   when, save = stage.split() if stage != "none" else ("none", "none")
   if when == "none":
     pass

@@ -13,7 +13,7 @@ from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
-from tests.training.test_loop import tiny_config
+from tests.support import tiny_config
 
 
 def main(model_dir: str, out: str, data: int, fsdp: int):

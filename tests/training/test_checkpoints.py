@@ -22,7 +22,7 @@ from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
 from jaxemb.models import run_dir
 from jaxemb.training import checkpoints, loop
-from tests.support import REPO, shared_path
+from tests.support import REPO, short_senteval
 from tests.training import checkpoint_kill
 
 
@@ -57,13 +57,15 @@ def test_finiteness_is_one_small_replicated_vector():
 _KILLS_IN_CI = ("after best", "during periodic")
 
 
-def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, *senteval_dir, vm=None) -> subprocess.CompletedProcess:
+def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=None,
+                 vm=None) -> subprocess.CompletedProcess:
   """The driver in the repository, or on a `vm`: a folder of its own, as its working directory and HOME. XLA's
-  optimizations mostly off, as in this process (tests/conftest.py): runs here resume its runs bit for bit."""
+  optimizations mostly off, as in this process (tests/conftest.py): runs here resume its runs bit for bit. STS-B dev
+  from `senteval_dir`, or the short one this process's runs score."""
   env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
   return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
-                         str(train_file), str(xla_cache), stage, *map(str, senteval_dir)], cwd=vm or REPO, env=env,
+                         str(train_file), str(xla_cache), stage, str(senteval_dir or short_senteval())], cwd=vm or REPO, env=env,
                         capture_output=True, text=True, check=False)
 
 
@@ -140,7 +142,7 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
                                                                   "runs/r1"))
   storage.upload(tiny_bert, model)
   storage.upload(wiki_head, corpus)
-  storage.upload(shared_path("data", "senteval", "STS", "STSBenchmark"), f"{senteval}/STS/STSBenchmark")
+  storage.upload(short_senteval() / "STS" / "STSBenchmark", f"{senteval}/STS/STSBenchmark")  # whole_run's.
   killed = _kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
   rerun = _kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")

@@ -13,7 +13,7 @@ from jaxemb import storage
 from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease, workdir
-from tests.support import REPO, shared_path
+from tests.support import REPO, short_senteval
 
 
 def _holder(run):
@@ -108,7 +108,7 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
   workdir = f"{bucket}/runs/race"
   command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "simcse.py"),
              f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}", f"--config.data.train_file={wiki_head}",
-             f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+             f"--config.data.senteval_dir={short_senteval()}", "--config.data.max_sentence_tokens=16",
              "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
              "--config.train.num_steps=1", "--config.model.scan_unroll=1",
              f"--config.compilation_cache_dir={tmp_path / 'xla'}"]

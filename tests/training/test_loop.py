@@ -1,6 +1,5 @@
 """train.py's loop on a tiny model and the real data samples: every config, checkpoints, resume, bad input."""
 
-import importlib
 import json
 import os
 import threading
@@ -16,34 +15,11 @@ from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, trainer
-from tests.support import final_params, logged_steps, shared_path, tensorboard_events, write_random_checkpoint
+from tests.support import (final_params, logged_steps, shared_path, tensorboard_events, tiny_config,
+                           write_random_checkpoint)
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
            "simcse_sup", "optiprompt"]
-
-
-def tiny_config(name, model_dir, workdir, train_file=None, **train):
-  """A config of the named setting at toy scale: the real data samples (or `train_file`), batch 4, 4 steps."""
-  config = importlib.import_module(f"configs.{name}").get_config()
-  config.model.path = str(model_dir)
-  config.workdir = str(workdir)
-  nli = config.data.format == "nli"
-  config.data.train_file = str(train_file or (shared_path("data", "nli", "nli_for_simcse_sample.csv") if nli else
-                                              shared_path("data", "wiki", "wiki1m_sample.txt")))
-  config.data.max_sentence_tokens = 16
-  config.data.senteval_dir = str(shared_path("data", "senteval"))
-  config.eval.length_multiple = 64
-  config.eval.batch_size = 512  # Few encoder calls per evaluation: their overhead dominates on a tiny model.
-  config.train.batch_size = 4
-  config.model.scan_unroll = 1  # The CPU's default unrolls the layers: faster steps, slower compiles.
-  if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
-    config.objective.loss_group_size = 2
-  config.train.num_steps = 4
-  config.evals.stsb_dev.every = train.pop("eval_every", 2)  # The selection evaluator's period.
-  config.train.save_every = 2
-  for key, value in train.items():
-    config.train[key] = value
-  return config
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +64,7 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
 def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head):
   """Two evaluators of their own periods, each logged at its steps; the one config.eval.select_metric names (not
   the default STS-B dev) picks the step kept in best/."""
-  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
+  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, shared_path("data", "senteval"))  # SICK's too.
   config.evals.sick = evaluator_config("sts", every=3, tasks="SICKRelatedness")
   config.eval.select_metric = "sick/SICKRelatedness"
   summary = loop.train(config)
@@ -202,15 +178,13 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   assert Encoder.from_pretrained(tmp_path).method == Method(**seven)
 
 
-def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decoder(tmp_path, wiki_head,
-                                                                                   short_senteval):
+def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decoder(tmp_path, wiki_head):
   """configs/pretrain_mlm.py at toy scale, whole words, on a tied architecture run with model.tie_word_embeddings
   False: the run directory records the untied model, its best step holds the decoder, which a rerun resumes with (a
   changed field refused) and the run's export keeps, so pre-training can continue from it."""
   from jaxemb.data import prepare  # pylint: disable=g-import-not-at-top
   from jaxemb.errors import ConfigError  # pylint: disable=g-import-not-at-top
   config = tiny_config("pretrain_mlm", tmp_path / "arch", tmp_path / "run", wiki_head, num_steps=2, eval_every=2)
-  config.data.senteval_dir = str(short_senteval)
   config.model.architecture.update(tokenizer=str(shared_path("tokenizers", "bert-base-uncased")), hidden_size=16,
                                    num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
                                    max_position_embeddings=64)

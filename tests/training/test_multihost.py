@@ -23,7 +23,7 @@ import pytest
 from jaxemb import storage
 from jaxemb.models import run_dir
 from jaxemb.training import loop
-from tests.support import REPO, shared_path
+from tests.support import REPO, shared_path, short_senteval
 
 
 def _free_port() -> int:
@@ -33,16 +33,16 @@ def _free_port() -> int:
 
 
 def _command(model_dir, corpus_file, workdir, cache, **train):
-  """train.py on the tiny model; `train` overrides config.train fields. STS-B dev in batches of 1024: 3 encoder
-  calls per evaluation, each gathering the split params across the processes. Runs of one test share `cache`,
-  their XLA programs included: a resumed job loads what the preempted one compiled."""
+  """train.py on the tiny model; `train` overrides config.train fields. STS-B dev's first 40 pairs in batches of
+  32: 3 encoder calls per evaluation, each gathering the split params across the processes. Runs of one test share
+  `cache`, their XLA programs included: a resumed job loads what the preempted one compiled."""
   train = {"batch_size": 8, "num_steps": 2, "save_every": 2, "adam_eps": 1e-6, **train}
   eval_every = train.pop("eval_every", 100)
   return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
           f"--config.model.path={model_dir}", f"--config.data.train_file={corpus_file}",
-          f"--config.data.senteval_dir={shared_path('data', 'senteval')}", f"--config.workdir={workdir}",
+          f"--config.data.senteval_dir={short_senteval()}", f"--config.workdir={workdir}",
           f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
-          "--config.eval.length_multiple=64", "--config.eval.batch_size=1024", "--config.model.scan_unroll=1",
+          "--config.eval.length_multiple=64", "--config.eval.batch_size=32", "--config.model.scan_unroll=1",
           f"--config.compilation_cache_dir={cache / 'xla'}", f"--config.evals.stsb_dev.every={eval_every}",
           *(f"--config.train.{name}={value}" for name, value in train.items())]
 

@@ -11,7 +11,8 @@ from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.training import loop, preflight
 from tests.support import write_random_checkpoint
-from tests.training.test_loop import CONFIGS, tiny_config
+from tests.support import tiny_config
+from tests.training.test_loop import CONFIGS
 
 
 @pytest.fixture(name="heavy_steps_fail")

@@ -18,7 +18,7 @@ from tensorboardX.proto import event_pb2
 
 from jaxemb.models import run_dir
 from jaxemb.training import metrics
-from tests.support import (REPO, UNCACHED_PROGRAMS, compiled_not_loaded, final_params, logged_steps, shared_path,
+from tests.support import (REPO, UNCACHED_PROGRAMS, compiled_not_loaded, final_params, logged_steps, short_senteval,
                            tensorboard_events, tensorboard_scalars)
 
 
@@ -63,7 +63,7 @@ def train_py(tmp_path_factory, tiny_bert, wiki_head):
     return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
             f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={caches / 'cache'}",
-            f"--config.data.senteval_dir={shared_path('data', 'senteval')}", "--config.data.max_sentence_tokens=16",
+            f"--config.data.senteval_dir={short_senteval()}", "--config.data.max_sentence_tokens=16",
             "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=12",
             f"--config.train.num_steps={num_steps}", f"--config.train.save_every={save_every}",
             "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",

@@ -94,7 +94,7 @@ def abstract_state(tiny_bert):
   """The shapes and dtypes of the tiny PromptBERT train state, as the loop builds it."""
   from jaxemb.models import load_pretrained, load_tokenizer  # pylint: disable=import-outside-toplevel
   from jaxemb.training import trainer  # pylint: disable=import-outside-toplevel
-  from tests.training.test_loop import tiny_config  # pylint: disable=import-outside-toplevel
+  from tests.support import tiny_config  # pylint: disable=import-outside-toplevel
   config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
   model_config, pretrained = load_pretrained(tiny_bert)
   return trainer.build_trainer(config, model_config, pretrained, load_tokenizer(tiny_bert), sharding.make_mesh(-1, 1),

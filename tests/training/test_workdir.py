@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -16,7 +15,7 @@ from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
 from tests.support import REPO, shared_path
-from tests.training.test_loop import tiny_config
+from tests.support import tiny_config
 
 
 def _config(tmp_path, **fields):
