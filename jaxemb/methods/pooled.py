@@ -29,10 +29,14 @@ class _Pool:
   st_mode: str | None
 
 
-_CLS = lambda out, attention_mask: pooling.cls_before_pooler(out)
+def _cls_state(out: Any, attention_mask: jax.Array) -> jax.Array:
+  del attention_mask  # The [CLS] state is the same whatever the sentence's length.
+  return pooling.cls_before_pooler(out)
+
+
 _POOLS = {
-    "cls": _Pool(_CLS, False, "cls_token"),  # Then the pretrained pooler (dense + tanh).
-    "cls_before_pooler": _Pool(_CLS, False, "cls_token"),
+    "cls": _Pool(_cls_state, False, "cls_token"),  # Then the pretrained pooler (dense + tanh).
+    "cls_before_pooler": _Pool(_cls_state, False, "cls_token"),
     "last_avg": _Pool(pooling.last_avg, False, "mean_tokens"),
     "first_last_avg": _Pool(pooling.first_last_avg, True, None),
     "first_layer_last_avg": _Pool(pooling.first_layer_last_avg, True, None),
