@@ -57,8 +57,8 @@ def family(name: str) -> type[Method]:
   return _FAMILIES[name]
 
 
-def flat_defaults() -> dict[str, Any]:
-  """The flat `config.method` fields but its name, at their defaults: every registered family's."""
+def block_defaults() -> dict[str, Any]:
+  """The flat `config.method` block but its name, at its defaults: every registered family's flat fields."""
   return {key: value for found in dict.fromkeys(_FAMILIES.values()) for key, value in found.flat_defaults().items()}
 
 
@@ -110,11 +110,10 @@ class Method:
   def __post_init__(self):
     if self.name not in self.NAMES:
       raise ConfigError(f"method {self.name!r} is not one of {self.NAMES}")
-    defaults = {f.name: f.default for f in dataclasses.fields(self)}
-    for field, owners in self.FIELD_OWNERS.items():
-      value = getattr(self, field, defaults.get(field))
-      if self.name not in owners and value != defaults.get(field, value):
-        raise _misplaced(self.name, field, value)
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if self.name not in self.FIELD_OWNERS.get(field.name, self.NAMES) and value != field.default:
+        raise _misplaced(self.name, field.name, value)
 
   # The serialised form.
 
@@ -141,11 +140,11 @@ class Method:
   def config_fields(self) -> dict[str, Any]:
     """This method as the flat `config.method` block: every registered family's fields, this method's own at their
     values and the others' at their defaults (`eval_common.method_config` builds every config's block from it)."""
-    return {"name": self.name, **flat_defaults(), **self.to_flat()}
+    return {"name": self.name, **block_defaults(), **self.to_flat()}
 
   def changed_fields(self) -> dict[str, Any]:
     """The flat fields set away from their defaults: what sets this method apart from `Method(self.name)`."""
-    defaults = flat_defaults()
+    defaults = block_defaults()
     return {key: value for key, value in self.to_flat().items() if value != defaults[key]}
 
   @staticmethod
@@ -154,7 +153,7 @@ class Method:
     its named family built from the fields set away from their defaults."""
     fields = dict(block)
     name = fields.pop("name")
-    defaults = flat_defaults()
+    defaults = block_defaults()
     unknown = sorted(fields.keys() - defaults.keys())
     if unknown:
       raise ConfigError(f"config.method has no fields {unknown}; its fields: {sorted(defaults)}")

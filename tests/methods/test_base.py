@@ -7,6 +7,7 @@ import pytest
 
 from jaxemb import bias_removal, methods
 from jaxemb.methods import Method, base
+from jaxemb.models import run_dir
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 # The flat block as configs and eval_method.json files have held it: its keys must not change.
@@ -98,6 +99,19 @@ def test_an_old_partial_eval_method_json_still_loads():
   assert Method.from_config({"name": "static_remove_biases", "lowercase": False}) == Method(
       "static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False))
   assert Method.from_config({"name": "last_avg", "idf_path": ""}) == Method("last_avg")
+
+
+def test_eval_method_json_files_written_before_the_families_load(tmp_path):
+  """Every field as `config_fields` wrote them (the static switches flat, no idf_path as ""), read back from a run
+  directory."""
+  old = {"name": "static_remove_biases", "template": "[X]", "top_k": 200, "ditto_layer": 0, "ditto_head": 9,
+         "ditto_variant": "first_last", "idf_path": "", "denoise": False, "head": "none", "tokenization": "in_context",
+         "bias_positions": "from_zero", "prompt_placement": "last_occurrence", "static_rows": "word_embeddings",
+         "remove_frequent": True, "remove_subwords": False, "lowercase": True, "remove_punctuation": True}
+  run_dir.save_eval_method(tmp_path, old)
+  method = Method.from_config(run_dir.load_eval_method(tmp_path))
+  assert method == Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(remove_subwords=False))
+  assert method.config_fields() == old
 
 
 def test_a_family_that_clashes_with_the_registry_is_refused():
