@@ -23,7 +23,7 @@ import transformers
 
 from jaxemb import templates  # pylint: disable=g-bad-import-order
 from jaxemb.data import sts as sts_data
-from jaxemb.encode import Encoder, Method, sentence_vectors
+from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
 from jaxemb.models import Transformer
 from tests.support import HIDDEN_STATE_POOLINGS
@@ -76,8 +76,8 @@ class CompileCounter:
 def traced_matmuls(encoder: Encoder) -> int:
   """The matmuls (dot_general) in the jaxpr of the encoder's per-batch computation, nested jaxprs included."""
   batch = templates.tokenize_sentences(encoder.template, encoder.tokenizer, ["a sentence ."])
-  jaxpr = jax.make_jaxpr(lambda params, batch: sentence_vectors(Transformer(encoder.config), params, encoder.method,
-                                                                batch, template=encoder.template))(encoder.params, batch)
+  jaxpr = jax.make_jaxpr(lambda params, batch: encoder.method.vectors(Transformer(encoder.config), params, batch,
+                                                                       template=encoder.template))(encoder.params, batch)
 
   def count(jaxpr) -> int:
     inner = [p for eqn in jaxpr.eqns for p in eqn.params.values() if hasattr(p, "eqns") or hasattr(p, "jaxpr")]

@@ -18,9 +18,10 @@ def data_path(*parts: str) -> str:
 
 def method_config(name: str) -> ml_collections.ConfigDict:
   """config.method, the same block in evaluation and training configs: how a sentence becomes a vector. Its fields
-  are those of `jaxemb.encode.Method` (each documented there: template, top_k, ditto_layer/head/variant, denoise,
-  head, tokenization, bias_positions, prompt_placement, idf_path) at Method's defaults, with static_remove_biases's
-  four switches (remove_frequent, remove_subwords, lowercase, remove_punctuation: `jaxemb.bias_removal.BiasFilter`).
+  are those of every method family of jaxemb/methods/ at their defaults (each documented in its family: tokenization;
+  static_rows and static_remove_biases's four switches remove_frequent, remove_subwords, lowercase,
+  remove_punctuation of `jaxemb.bias_removal.BiasFilter`; ditto_layer/head/variant; idf_path; template, top_k,
+  denoise, head, bias_positions, prompt_placement); the named method reads those set away from their defaults.
   """
   return ml_collections.ConfigDict(encode.Method(name).config_fields())
 
@@ -61,7 +62,7 @@ def get_config():
   config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory of a HF checkpoint.
   config.model.dtype = "float32"  # Compute dtype: float32, or bfloat16 (accelerators; CPUs with AVX512-BF16 or AMX).
 
-  config.method = method_config("cls_before_pooler")  # One of jaxemb.encode.METHODS; the eval_*.py files set it.
+  config.method = method_config("cls_before_pooler")  # One of jaxemb.methods.names(); the eval_*.py files set it.
 
   config.data = ml_collections.ConfigDict()
   add_senteval_fields(config.data)

@@ -14,7 +14,7 @@ def get_config():
   config = eval_common.get_config()
   config.job = "token_embeddings"
   config.token_embeddings = ml_collections.ConfigDict()
-  # The rows drawn (jaxemb.encode.STATIC_ROWS): the word embeddings, or an untied MLM decoder's rows.
+  # The rows drawn (jaxemb.methods.static.STATIC_ROWS): the word embeddings, or an untied MLM decoder's rows.
   config.token_embeddings.rows = "word_embeddings"
   # The text whose token counts colour the frequency figure (one sentence per line).
   config.token_embeddings.corpus_file = eval_common.data_path("wiki1m_for_simcse.txt")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import math
 import numbers
@@ -15,201 +14,27 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from jaxemb import bias_removal, pooling, sharding, templates, tfidf, views, xla
+from jaxemb import sharding, templates, xla
 from jaxemb.errors import ConfigError
+from jaxemb.methods import Method, names as method_names
 from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
 from jaxemb.progress import track
 
-PROMPT_METHODS = ("prompt", "prompt_mlm_top_k")  # The methods that read a template's [MASK].
-METHODS = ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_layer_last_avg", "top2_avg",
-           "static_avg", "static_remove_biases", "ditto", "ditto_all_heads", "tfidf_first_last",
-           *PROMPT_METHODS)  # The static methods run no encoder at all; ditto_all_heads is the head search's.
-_DITTO_METHODS = ("ditto", "ditto_all_heads")
-_NEEDS_HIDDEN_STATES = ("first_last_avg", "first_layer_last_avg", "top2_avg", *_DITTO_METHODS, "tfidf_first_last")
-# What a prompt vector goes through after denoising (supervised PromptBERT; kongds/Prompt-BERT `evaluation.py`):
-# nothing, the checkpoint's MLM head transform (BERT, --mask_embedding_sentence_org_mlp; applied to h and the bias
-# apart), or its pooler (RoBERTa, --mask_embedding_sentence_use_pooler, whose run directory holds the trained MLP
-# there): views.HEADS but the training MLP.
-METHOD_HEADS = tuple(head for head in views.HEADS if head != "mlp")
-# The rows the static methods average (PromptBERT Table 12): the word embeddings, or the MLM head's decoder rows of
-# a model whose decoder is not tied to them.
-STATIC_ROWS = ("word_embeddings", "mlm_decoder")
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
 
 
-@dataclasses.dataclass(frozen=True)
-class Method:
-  """How a sentence becomes a vector (hashable: a static jit argument)."""
-
-  name: str  # One of METHODS.
-  template: str = templates.SLOT  # "[X]" for plain sentences; a prompt with [MASK] for the prompt methods.
-  top_k: int = 200  # prompt_mlm_top_k: tokens averaged (PromptBERT Table 9 uses 200).
-  ditto_layer: int = 0  # ditto: the layer whose attention weights the tokens (0-based).
-  ditto_head: int = 9  # ditto: the head (0-based; bert-base-uncased's best on STS-B dev is layer 0, head 9).
-  # ditto: which states are weighted: first_last (h0 + hL) / 2, last, static (the raw word-embedding rows, as the
-  # authors' code reads them) or embedding_output (h0).
-  ditto_variant: str = "first_last"
-  # static_remove_biases: which biased tokens are dropped before averaging (default: all four, as published).
-  bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
-  idf_path: str | None = None  # tfidf_first_last: the JSON written by `tfidf.save_idf`.
-  # prompt, prompt_mlm_top_k: subtract the position-offset template bias (supervised PromptBERT's evaluation;
-  # PromptBERT Table 9 denoises the top-k representation too).
-  denoise: bool = False
-  head: str = "none"  # prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
-  # How a sentence's tokens are found (templates.TOKENIZATIONS): "in_context" as the authors' evaluation.py,
-  # "alone" as their training rows and their trainer's STS-B dev scoring.
-  tokenization: str = "in_context"
-  bias_positions: str = "from_zero"  # denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
-  prompt_placement: str = "last_occurrence"  # A continuous template's placement (templates.PLACEMENTS).
-  static_rows: str = "word_embeddings"  # static_avg, static_remove_biases: the rows averaged, one of STATIC_ROWS.
-
-  # static_remove_biases's BiasFilter fields that a config block holds flat (its token list is not configurable).
-  _BIAS_FILTER_FIELDS = ("remove_frequent", "remove_subwords", "lowercase", "remove_punctuation")
-
-  def config_fields(self) -> dict[str, Any]:
-    """This method as a flat dict of config values: the `config.method` block of every config is built from
-    `Method(name).config_fields()`, so a field's default is stated here only. No idf_path is ""."""
-    fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "bias_filter"}
-    fields["idf_path"] = self.idf_path or ""
-    return {**fields, **{name: getattr(self.bias_filter, name) for name in self._BIAS_FILTER_FIELDS}}
-
-  @classmethod
-  def from_config(cls, block: Any) -> Method:
-    """The Method a `config.method` block describes (the inverse of `config_fields`); a field the block lacks
-    takes its default (a run directory's eval_method.json from before it held every field has 7)."""
-    fields = {**cls(block["name"]).config_fields(), **dict(block)}
-    bias_filter = bias_removal.BiasFilter(**{name: fields.pop(name) for name in cls._BIAS_FILTER_FIELDS})
-    return cls(**{**fields, "idf_path": fields["idf_path"] or None, "bias_filter": bias_filter})
-
-  def validate(self, config: EncoderConfig, num_masks: int):
-    """Rejects a method that cannot run on this model or template, before anything is compiled."""
-    if self.name not in METHODS:
-      raise ConfigError(f"method {self.name!r} is not one of {METHODS}")
-    if self.name in PROMPT_METHODS and not config.is_masked_lm:
-      raise ConfigError(
-          f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
-          "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
-          "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
-    if self.name == "cls" and not config.has_pooler:
-      raise ConfigError("method 'cls' needs the pretrained pooler, which ELECTRA does not have (HF ElectraModel "
-                       "defines none); use cls_before_pooler for the [CLS] state")
-    if self.name in PROMPT_METHODS and num_masks == 0:
-      given = "none was given" if self.template == templates.SLOT else f"got {self.template!r}"
-      raise ConfigError(f"method {self.name!r} needs a template with [MASK] (Method's template, "
-                        f"--config.method.template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
-                        f"{given}")
-    if self.name not in PROMPT_METHODS and self.template != templates.SLOT:
-      raise ConfigError(f"method {self.name!r} takes no template; got {self.template!r}")
-    if self.name != "static_remove_biases" and self.bias_filter != bias_removal.BiasFilter():
-      raise ConfigError(f"method {self.name!r} takes no bias filter; got {self.bias_filter}")
-    if (self.name == "tfidf_first_last") != (self.idf_path is not None):
-      raise ConfigError(f"method {self.name!r} needs an idf_path" if self.idf_path is None else
-                       f"method {self.name!r} takes no idf_path; got {self.idf_path!r}")
-    if self.name in _DITTO_METHODS:
-      if not (0 <= self.ditto_layer < config.num_hidden_layers and 0 <= self.ditto_head < config.num_attention_heads):
-        raise ConfigError(f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
-                         f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads")
-      if self.ditto_variant not in pooling.DITTO_VARIANTS:
-        raise ConfigError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
-    if self.denoise and self.name not in PROMPT_METHODS:
-      raise ConfigError(f"denoising applies to the prompt methods {PROMPT_METHODS} only; got {self.name!r}")
-    if self.head != "none" and self.name != "prompt":
-      raise ConfigError(f"heads apply to method 'prompt' only; got {self.name!r} with head={self.head!r}")
-    if self.tokenization not in templates.TOKENIZATIONS:
-      raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
-    if self.head not in METHOD_HEADS:
-      raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
-    self._validate_static_rows(config)
-    if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
-      raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
-
-  def _validate_static_rows(self, config: EncoderConfig):
-    if self.static_rows not in STATIC_ROWS:
-      raise ConfigError(f"static_rows {self.static_rows!r} is not one of {STATIC_ROWS}")
-    if self.static_rows == "word_embeddings":
-      return
-    if self.name not in ("static_avg", "static_remove_biases"):
-      raise ConfigError(f"static_rows applies to static_avg and static_remove_biases only; got {self.name!r} with "
-                        f"static_rows={self.static_rows!r}")
-    if not config.is_masked_lm or config.tie_word_embeddings:
-      why = "has no MLM head" if not config.is_masked_lm else "ties its MLM decoder to the word embeddings"
-      raise ConfigError(f"static_rows 'mlm_decoder' reads an untied MLM decoder; this model {why} (its config.json's "
-                        "tie_word_embeddings); use static_rows 'word_embeddings'")
-
-  def width(self, config: EncoderConfig) -> int:
-    """Width of this method's vectors: hidden_size, or config.embedding_width for those that add up raw word-embedding
-    rows (static_avg, static_remove_biases, Ditto's static variant), which ELECTRA-small has 128 wide, not 256 (no
-    projection: the rows are the static embeddings themselves)."""
-    static = self.name in ("static_avg", "static_remove_biases") or (
-        self.name in _DITTO_METHODS and self.ditto_variant == "static")
-    return config.embedding_width if static else config.hidden_size
-
-
-def static_rows(params: Any, kind: str) -> jax.Array:
-  """[vocab, width] token rows of an encoder's params: the word embeddings, or the untied MLM decoder's rows
-  (`mlm_head/decoder` is [hidden, vocab]; HF's `cls.predictions.decoder.weight`). `kind` is one of STATIC_ROWS."""
-  if kind == "word_embeddings":
-    return params["embeddings"]["word"]["embedding"]
-  if "decoder" not in params.get("mlm_head", {}):
-    raise ConfigError("static_rows 'mlm_decoder': these params have no untied MLM decoder (mlm_head/decoder)")
-  return params["mlm_head"]["decoder"].T
-
-
-def prompt_view(method: Method, template: templates.Template) -> views.View:
-  """The views.View of a prompt method: its template's last [MASK], denoised or not, through its head."""
-  return views.View(template, pooling="mask", denoise="position_offset" if method.denoise else "none",
-                    head=method.head, bias_positions=method.bias_positions, prompt_placement=method.prompt_placement)
-
-
-def sentence_vectors(model: Transformer, params: Any, method: Method, batch: templates.TemplateBatch,
-                     idf: jax.Array | None = None, prompt: jax.Array | None = None,
-                     template: templates.Template | None = None) -> jax.Array:
-  """[batch, method.width] sentence vectors: one encoder pass with just the outputs the method reads.
-
-  `idf` ([vocab_size] token weights) is read by tfidf_first_last only; `prompt` (with its `template`) is an
-  OptiPrompt continuous template that replaces the template's word embeddings.
-  """
-  word_embeddings = params["embeddings"]["word"]["embedding"]
-  if method.name == "static_avg":
-    return pooling.static_avg(static_rows(params, method.static_rows), batch.input_ids, batch.attention_mask)
-  if method.name == "static_remove_biases":  # Rows of the filtered sentences alone (`bias_removal.tokenize_filtered`).
-    return pooling.static_sentence_avg(static_rows(params, method.static_rows), batch.input_ids,
-                                       batch.sentence_lengths)
-  forward = functools.partial(model.apply, {"params": params})
-  if method.name in PROMPT_METHODS:
-    view = prompt_view(method, template)
-    if method.name == "prompt":
-      return views.vector(view, model, {"encoder": params}, forward, batch, prompt)
-    h = views.vector(dataclasses.replace(view, head="none"), model, {"encoder": params}, forward, batch, prompt)
-    return pooling.mlm_top_k(forward(h, method=Transformer.mlm_logits), word_embeddings, method.top_k)
-  ditto = method.name in _DITTO_METHODS
-  out = forward(batch.input_ids, batch.attention_mask, output_hidden_states=method.name in _NEEDS_HIDDEN_STATES,
-               output_attentions=(method.ditto_layer,) if ditto else ())
-  mask = batch.attention_mask
-  if method.name == "cls":
-    return forward(pooling.cls_before_pooler(out), method=Transformer.pool)
-  if ditto:
-    heads = pooling.ditto_all_heads(out, mask, method.ditto_layer, method.ditto_variant,
-                                    word_embeddings[batch.input_ids])
-    return heads if method.name == "ditto_all_heads" else heads[:, method.ditto_head]
-  if method.name == "tfidf_first_last":
-    return pooling.tfidf_first_last(out, mask, idf[batch.input_ids])
-  if method.name == "cls_before_pooler":
-    return pooling.cls_before_pooler(out)
-  return getattr(pooling, method.name)(out, mask)
-
-
 def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
-               methods: tuple[str, ...] = METHODS) -> tuple[run_dir.ModelSource, Method]:
+               methods: tuple[str, ...] | None = None) -> tuple[run_dir.ModelSource, Method]:
   """(the model source `name_or_path` names, its config and tokenizer read but not its weights; the method to run
   on it, checked against them).
 
   `method` is a Method, a method name, or None for a run directory's own evaluation method (refused for anything
-  else, naming `methods`).
+  else, naming `methods`, default every registered one).
   """
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
-      raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods})")
+      raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of "
+                        f"{methods or method_names()})")
     method = Method.from_config(run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
@@ -237,14 +62,14 @@ class Encoder:
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
-    needed = {"mlm_transform": "mlm_head", "pooler": "pooler"}.get(method.head)
-    if params is not None and needed and needed not in params:
-      raise ConfigError(f"head {method.head!r} needs the checkpoint's {needed} weights; this checkpoint has none")
-    if prompt is not None and (method.name not in PROMPT_METHODS or prompt.shape[0] != self.template.num_tokens - 2):
+    for group, why in method.required_weights().items():
+      if params is not None and group not in params:
+        raise ConfigError(f"{why} needs the checkpoint's {group} weights; this checkpoint has none")
+    # Only a prompt method's template has tokens besides [CLS] and [SEP] for a continuous template to replace.
+    if prompt is not None and prompt.shape[0] != self.template.num_tokens - 2:
       raise ConfigError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
-                       f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
-    self.idf = None if method.idf_path is None else jnp.asarray(
-        tfidf.idf_vector(tfidf.load_idf(method.idf_path), config.vocab_size))
+                        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
+    self.state = method.load_state(config)  # Arrays the method reads besides the params (TF-IDF's weights).
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
@@ -253,7 +78,7 @@ class Encoder:
     def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
       model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params),
                           dot_output_dtype=xla.dot_output_dtype(dtype))
-      return sentence_vectors(model, params, method, template=self.template, **inputs)
+      return method.vectors(model, params, template=self.template, **inputs)
     jit = functools.partial(xla.jit, vectors, dtype,
                             out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self._vectors = {few: jit(few_rows=few) for few in (False, True)}  # By xla.is_few_rows of a batch.
@@ -315,8 +140,7 @@ class Encoder:
     single = isinstance(sentences, str)
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.
-      heads = (self.config.num_attention_heads,) if self.method.name == "ditto_all_heads" else ()
-      vectors = np.zeros((0, *heads, self.method.width(self.config)), np.float32)
+      vectors = np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
     else:
       vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress, progress_label)
     if single:
@@ -376,15 +200,13 @@ class Encoder:
       batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__),
                            batch)
     rows_per_device = batch_size * width // (self._num_devices if split else 1)
-    return self._vectors[xla.is_few_rows(rows_per_device)](self.params, batch=batch, idf=self.idf, prompt=self.prompt)
+    return self._vectors[xla.is_few_rows(rows_per_device)](self.params, batch=batch, state=self.state,
+                                                           prompt=self.prompt)
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
-    """The host-side rows: the sentences in the template, or for static_remove_biases their filtered text alone."""
-    if self.method.name == "static_remove_biases":
-      return bias_removal.tokenize_filtered(self.tokenizer, sentences, self.method.bias_filter, self.max_sentence_tokens)
-    return templates.tokenize_sentences(self.template, self.tokenizer, sentences,
-                                      max_sentence_tokens=self.max_sentence_tokens, max_length=self.config.max_length,
-                                      tokenization=self.method.tokenization)
+    """The host-side rows the method reads: the sentences in the template (for static_remove_biases their filtered
+    text alone)."""
+    return self.method.rows(self.template, self.tokenizer, sentences, self.max_sentence_tokens, self.config.max_length)
 
 
 def _checked_batch_size(batch_size: Any, caller: str) -> int:

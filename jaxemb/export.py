@@ -1,12 +1,11 @@
 r"""Export for the PyTorch world: every exportable method as a sentence-transformers folder with its model card.
 
-`last_avg`, `cls_before_pooler` and `cls` become the stock modules (Transformer, Pooling and, for `cls`, a Dense+tanh
-module holding the pretrained pooler). sentence-transformers can put a prompt before a sentence but not after it,
-and pools no [MASK] position, so `prompt` (the manual template, position-offset denoising, the MLM-transform and
-pooler heads; BERT and RoBERTa) becomes a custom module: jaxemb/st_prompt_module.py copied into the folder, which
-`SentenceTransformer(out, trust_remote_code=True)` loads. Either way the vectors equal `Encoder.encode`'s with the
-same method. Every export writes README.md, the model card (jaxemb/model_card.py); `--push_to_hub REPO` then
-uploads the folder. The source and the folder may be in a bucket (gs://), each file written there in one upload.
+Each method writes its own modules (`Method.export`): `last_avg`, `cls_before_pooler` and `cls` the stock ones
+(jaxemb/methods/pooled.py), `prompt` (the manual template, position-offset denoising, the MLM-transform and pooler
+heads; BERT and RoBERTa) a custom module, jaxemb/st_prompt_module.py copied into the folder, which
+`SentenceTransformer(out, trust_remote_code=True)` loads (jaxemb/methods/prompt.py). Either way the vectors equal
+`Encoder.encode`'s with the same method. Every export writes README.md, the model card (jaxemb/model_card.py);
+`--push_to_hub REPO` then uploads the folder. The source and the folder may be in a bucket (gs://), each file written there in one upload.
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method
@@ -16,26 +15,17 @@ uploads the folder. The source and the folder may be in a bucket (gs://), each f
 from __future__ import annotations
 
 import argparse
-import pathlib
 import sys
 from typing import Any
 
-import numpy as np
-
-from jaxemb import atomic, cli, model_card, storage, templates, views
-from jaxemb.encode import METHOD_HEADS, Method, open_model
+from jaxemb import cli, model_card, storage, templates
+from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, StorageError
+from jaxemb.methods import NotExportable, exportable_names
+from jaxemb.methods.prompt import METHOD_HEADS
 from jaxemb.models import hf
 
-# sentence-transformers' pooling mode of each method, in the legacy config keys that every release since 2.0 reads.
-_POOLING = {"last_avg": "mean_tokens", "cls_before_pooler": "cls_token", "cls": "cls_token"}
-_POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
-EXPORTABLE = (*_POOLING, "prompt")
-PROMPT_MODULE = "jaxemb_prompt"  # The custom module's file (.py) and config (.json) in an exported folder.
-
-
-class NotExportable(ConfigError, NotImplementedError):
-  """A method (or a run's continuous template) that the exported modules cannot compute."""
+EXPORTABLE = exportable_names()
 
 
 def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Method | str | None = None,
@@ -56,10 +46,7 @@ def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Me
   card_facts = model_card.facts(source)
   hf.save_pretrained(out, config, params if _keeps_mlm_head(method, card_facts) else
                      {k: v for k, v in params.items() if k != "mlm_head"}, tokenizer)
-  if method.name == "prompt":
-    _write_prompt_module(out, config, templates.Template.parse(method.template, tokenizer), method)
-  else:
-    _write_sentence_transformers(out, config, params, method)
+  method.export(out, config, params, tokenizer)
   model_card.write(out, source, method, card_facts, hub_repo)
   return out
 
@@ -90,19 +77,15 @@ def push_to_hub(out: storage.PathLike, repo: str) -> str:
 def _load(source: storage.PathLike, method: Method | str | None) -> tuple[Any, dict[str, Any], Any, Method]:
   """(config, encoder params, tokenizer, method) of the source, the method checked before the weights load."""
   model, method = open_model(source, method, EXPORTABLE)
-  if method.name not in EXPORTABLE:
-    raise NotExportable(f"method {method.name!r} has no sentence-transformers form here; exportable methods: "
-                        f"{EXPORTABLE}")
+  method.check_exportable()
   params = model.load_params()
   if "prompt" in params:
     raise NotExportable(f"{source} trained a continuous (OptiPrompt) template, which has no text form for a "
                         "tokenizer; only runs of manual templates export")
   params = params["encoder"]
-  needed = ("pooler" if method.name == "cls" or method.head == "pooler" else
-            "mlm_head" if method.head == "mlm_transform" else None)
-  if needed and needed not in params:
-    raise ConfigError(f"method {method.name!r} (head {method.head!r}) needs the checkpoint's {needed} weights; "
-                     f"{source} has none")
+  for group, why in method.required_weights().items():
+    if group not in params:
+      raise ConfigError(f"{why} needs the checkpoint's {group} weights; {source} has none")
   return model.config, params, model.tokenizer, method
 
 
@@ -110,46 +93,7 @@ def _keeps_mlm_head(method: Method, card_facts: dict[str, Any]) -> bool:
   """Whether the export keeps the MLM head: when the method reads it, or when the run trained it (loss "mlm":
   pre-training continues from the export, as preflight tells a user who names a run directory as model.path)."""
   training = card_facts["training"] or {}
-  return method.head == "mlm_transform" or training.get("fields", {}).get("objective.loss") == "mlm"
-
-
-def _write_sentence_transformers(out: storage.Path, config: Any, params: dict[str, Any], method: Method):
-  """modules.json and the module folders around the Hugging Face checkpoint already in `out`."""
-  from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
-  modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Dense", "Dense")] if method.name == "cls" else [])
-  atomic.write_json(out / "modules.json", [
-      {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
-      for i, (path, kind) in enumerate(modules)])
-  atomic.write_json(out / "sentence_bert_config.json", {"max_seq_length": config.max_length, "do_lower_case": False})
-  mode = _POOLING[method.name]
-  atomic.write_json(out / "1_Pooling" / "config.json", {
-      "word_embedding_dimension": config.hidden_size,
-      **{f"pooling_mode_{m}": m == mode for m in _POOLING_MODES}})
-  if method.name == "cls":  # The pretrained pooler: [CLS] state -> dense -> tanh.
-    dense = params["pooler"]["dense"]
-    atomic.write_json(out / "2_Dense" / "config.json", {
-        "in_features": config.hidden_size, "out_features": config.hidden_size, "bias": True,
-        "activation_function": "torch.nn.modules.activation.Tanh"})
-    weights = save({"linear.weight": np.ascontiguousarray(np.asarray(dense["kernel"], np.float32).T),
-                    "linear.bias": np.asarray(dense["bias"], np.float32)}, metadata={"format": "pt"})
-    atomic.write(out / "2_Dense" / "model.safetensors", lambda f: f.write(weights))
-
-
-def _write_prompt_module(out: storage.Path, config: Any, template: templates.Template, method: Method):
-  """modules.json naming the custom module `jaxemb_prompt.PromptEncoder` (a copy of jaxemb/st_prompt_module.py,
-  loaded with trust_remote_code) and its jaxemb_prompt.json: the template's own ids, the last [MASK], denoising,
-  the head, all as jaxemb's Template and Method hold them."""
-  atomic.write_text(out / f"{PROMPT_MODULE}.py", pathlib.Path(__file__).with_name("st_prompt_module.py").read_text())
-  atomic.write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "",
-                                            "type": f"{PROMPT_MODULE}.PromptEncoder"}])
-  atomic.write_json(out / f"{PROMPT_MODULE}.json", {
-      "template": method.template, "prefix_text": template.prefix_text, "suffix_text": template.suffix_text,
-      "prefix_ids": list(template.prefix_ids), "suffix_ids": list(template.suffix_ids), "cls_id": template.cls_id,
-      "sep_id": template.sep_id, "pad_id": template.pad_id, "mask_index": template.mask_indices[-1],
-      "tokenization": method.tokenization, "denoise": method.denoise, "head": method.head,
-      # 0: positions from 0, as the authors count them (RoBERTa included); HF RoBERTa's numbering starts at 2.
-      "bias_position_offset": views.bias_position_offset(method.bias_positions, config),
-      "max_length": config.max_length})
+  return "mlm_head" in method.required_weights() or training.get("fields", {}).get("objective.loss") == "mlm"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,9 +110,10 @@ def main(argv: list[str] | None = None) -> int:
   args = parser.parse_args(argv)
   if args.method is None and (args.template != templates.SLOT or args.denoise or args.head != "none"):
     parser.error("--template, --denoise and --head need --method")
-  method = None if args.method is None else Method(args.method, template=args.template, denoise=args.denoise,
-                                                    head=args.head)
   try:
+    # As a config block: the options left at their defaults are no method's own.
+    method = None if args.method is None else Method.from_config(
+        {"name": args.method, "template": args.template, "denoise": args.denoise, "head": args.head})
     storage.check([args.model], writes=[args.out])
     out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub)
     print(out)

@@ -14,7 +14,7 @@ from typing import Any
 
 from jaxemb import atomic, storage
 from jaxemb.data.prepare import MANIFEST, SIMCSE_URL
-from jaxemb.encode import PROMPT_METHODS, Method
+from jaxemb.encode import Method
 from jaxemb.models import run_dir
 
 # The Hub dataset that holds each public training corpus, by the corpus's file name (jaxemb/data/prepare.py).
@@ -68,9 +68,7 @@ def _hub_id(name: str | pathlib.Path) -> str | None:
 
 def _metadata(method: Method, card_facts: dict[str, Any]) -> str:
   """The Hub's YAML header: library, base model, pipeline tag, tags, datasets."""
-  tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "jaxemb", method.name]
-  if method.name in PROMPT_METHODS:
-    tags.append("promptbert")
+  tags = ["sentence-transformers", "sentence-similarity", "feature-extraction", "jaxemb", *method.card_tags()]
   lines = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity"]
   if card_facts["base_model"]:
     lines.append(f"base_model: {card_facts['base_model']}")
@@ -87,10 +85,10 @@ def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dic
   origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
   parts = [f"# {pathlib.PurePath(name).name}\n", f"Exported by jaxemb from {origin} (`{source}`)"
            + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "") + ".\n",
-           _method_text(method)]
+           method.card_text()]
   if training:
     parts.append(_training_text(training))
-  trust = ", trust_remote_code=True" if method.name in PROMPT_METHODS else ""
+  trust = ", trust_remote_code=True" if method.remote_code else ""
   parts.append(
       "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
       f'model = SentenceTransformer("{name}"{trust})\n'
@@ -101,28 +99,8 @@ def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dic
       'vectors = encoder.encode(["A man is playing a guitar.", "A woman slices an onion."])\n```\n\n'
       "Both give the same vectors within 1e-4"
       + (" for sentences without leading or trailing spaces (jaxemb strips them; sentence-transformers keeps "
-         "them, and RoBERTa's tokens change with them)" if method.name not in PROMPT_METHODS else "") + ".\n")
+         "them, and RoBERTa's tokens change with them)" if not method.remote_code else "") + ".\n")
   return "\n".join(parts)
-
-
-def _method_text(method: Method) -> str:
-  if method.name not in PROMPT_METHODS:
-    return (f"## Method\n\n`{method.name}`: a sentence-transformers Transformer + Pooling model"
-            + (" + the pretrained pooler (dense + tanh)" if method.name == "cls" else "") + ".\n")
-  tokens = ("tokenised in context" if method.tokenization == "in_context" else
-            "its own tokens between the template ids")
-  steps = [f"the template `{method.template}` is filled with each sentence ({tokens})",
-           "the vector is the last hidden state at the template's last [MASK]"]
-  if method.denoise:
-    steps.append("minus the same state of the template alone, its positions after the slot moved on by the "
-                 "sentence's length (PromptBERT's template denoising)")
-  if method.head != "none":
-    steps.append({"mlm_transform": "through the MLM head's transform (applied to both terms apart)",
-                  "pooler": "through the pretrained pooler (dense + tanh)"}[method.head])
-  return ("## Method\n\nPromptBERT's prompt-based sentence embedding (Jiang et al., 2022, "
-          "https://github.com/kongds/Prompt-BERT): " + "; ".join(steps) + ". The custom module `jaxemb_prompt.py` "
-          "in this folder computes it with torch and transformers, so sentence-transformers loads it with "
-          "`trust_remote_code=True`.\n")
 
 
 def _training_text(training: dict[str, Any]) -> str:
@@ -138,13 +116,7 @@ def _training_text(training: dict[str, Any]) -> str:
   return text
 
 
-def changed_fields(method: Method) -> dict[str, Any]:
-  """The method's config fields that differ from those of `Method(method.name)`: what sets it apart."""
-  default = Method(method.name).config_fields()
-  return {key: value for key, value in method.config_fields().items() if value != default[key]}
-
-
 def _method_repr(method: Method) -> str:
   """Python that builds `method`: its name and the fields that differ from their defaults."""
-  fields = [repr(method.name), *(f"{key}={value!r}" for key, value in changed_fields(method).items())]
+  fields = [repr(method.name), *(f"{key}={value!r}" for key, value in method.changed_fields().items())]
   return f"Method({', '.join(fields)})"

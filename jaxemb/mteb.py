@@ -25,8 +25,7 @@ import numpy as np
 
 from jaxemb import storage
 from jaxemb.data.sts import add_period as append_period
-from jaxemb.encode import PROMPT_METHODS, Encoder, Method
-from jaxemb.model_card import changed_fields
+from jaxemb.encode import Encoder, Method
 from jaxemb.models import run_dir
 
 
@@ -44,7 +43,8 @@ class JaxembModel(AbsEncoder):
     method: a `jaxemb.encode.Method` or a method name; None for a run directory's own evaluation method (any
       other source needs one).
     add_period: append "." to sentences without final punctuation, as jaxemb's STS evaluation of the prompt
-      methods does (kongds/Prompt-BERT `evaluation.py`); default: for the prompt methods only.
+      methods does (kongds/Prompt-BERT `evaluation.py`); default: the method's own rule (`Method.add_period`: for the
+      prompt methods only).
     encoder_kwargs: passed to `Encoder.from_pretrained` (dtype, max_sentence_tokens, length_multiple).
   """
 
@@ -54,12 +54,12 @@ class JaxembModel(AbsEncoder):
     del device  # JAX's default device.
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
-    self.add_period = method.name in PROMPT_METHODS if add_period is None else add_period
+    self.add_period = method.add_period if add_period is None else add_period
     best = run_dir.read_best_meta(model_name) if revision is None and run_dir.is_run_dir(model_name) else None
     revision = f"best-{best['step']}" if best else revision
     # The method and its fields that differ from their defaults: mteb keeps each method's results apart by them.
-    experiment = {"method": method.name, **changed_fields(method)}
-    if self.add_period != (method.name in PROMPT_METHODS):
+    experiment = {"method": method.name, **method.changed_fields()}
+    if self.add_period != method.add_period:
       experiment["add_period"] = self.add_period
     self.mteb_model_meta = ModelMeta(
         loader=None, name=name or _meta_name(model_name), revision=revision,

@@ -32,7 +32,7 @@ def _remove_continue_word(tokenizer, sentence):
 def _torch_reference(path, method: Method, sentences):
   """The method's definition written out on HF PyTorch outputs (eager attention for the probabilities)."""
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-  head = method.name == "prompt_mlm_top_k" or method.static_rows == "mlm_decoder"
+  head = method.name == "prompt_mlm_top_k" or getattr(method, "static_rows", None) == "mlm_decoder"
   model_cls = transformers.AutoModelForMaskedLM if head else transformers.AutoModel
   model = model_cls.from_pretrained(path, attn_implementation="eager").eval()
   if method.name == "static_remove_biases":
@@ -264,25 +264,34 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
 @pytest.mark.parametrize("method, message", [
     (Method("prompt"), "needs a template with \\[MASK\\] .*; none was given"),  # Not quoting a default '[X]'.
     (Method("prompt", template="[X] !"), "needs a template with \\[MASK\\] .*; got '\\[X\\] !'"),
-    (Method("last_avg", template=PROMPT), "takes no template"),
     (Method("ditto", ditto_layer=3), "out of range"),
     (Method("ditto", ditto_head=4), "out of range"),
-    (Method("pooled"), "is not one of"),
     (Method("tfidf_first_last"), "needs an idf_path"),
-    (Method("last_avg", idf_path="idf.json"), "takes no idf_path"),
-    (Method("static_avg", bias_filter=bias_removal.BiasFilter(lowercase=False)), "takes no bias filter"),
     (Method("prompt", template="no slot [MASK]"), "exactly one \\[X\\]"),
-    (Method("last_avg", denoise=True), "applies to the prompt methods"),
-    (Method("last_avg", head="pooler"), "apply to method 'prompt' only"),
-    (Method("prompt", template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
-    (Method("static_avg", static_rows="decoder"), "static_rows 'decoder' is not one of"),
-    (Method("last_avg", static_rows="mlm_decoder"), "applies to static_avg and static_remove_biases only"),
     (Method("static_avg", static_rows="mlm_decoder"), "ties its MLM decoder to the word embeddings"),
 ])
 def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, message):
   _, path = tiny_checkpoint
   with pytest.raises(ValueError, match=message):
     Encoder.from_pretrained(path, method)
+
+
+@pytest.mark.parametrize("name, fields, message", [
+    ("last_avg", dict(template=PROMPT), "^method 'last_avg' takes no template \\(a field of prompt, prompt_mlm_top_k"),
+    ("pooled", {}, "is not one of"),
+    ("last_avg", dict(idf_path="idf.json"), "takes no idf_path \\(a field of tfidf_first_last only\\)"),
+    ("static_avg", dict(bias_filter=bias_removal.BiasFilter(lowercase=False)),
+     "takes no bias_filter \\(a field of static_remove_biases only\\)"),
+    ("last_avg", dict(denoise=True), "takes no denoise \\(a field of prompt, prompt_mlm_top_k only\\)"),
+    ("last_avg", dict(head="pooler"), "takes no head \\(a field of prompt only\\)"),
+    ("prompt", dict(template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
+    ("static_avg", dict(static_rows="decoder"), "static_rows 'decoder' is not one of"),
+    ("last_avg", dict(static_rows="mlm_decoder"),
+     "takes no static_rows \\(a field of static_avg, static_remove_biases"),
+])
+def test_misplaced_and_bad_fields_are_refused_when_the_method_is_built(name, fields, message):
+  with pytest.raises(ValueError, match=message):
+    Method(name, **fields)
 
 
 def test_continuous_template_initialised_from_the_manual_one_changes_nothing(tiny_checkpoint):

@@ -8,6 +8,7 @@ import pytest
 
 from jaxemb import export, model_card, storage
 from jaxemb.encode import Encoder, Method
+from jaxemb.methods.prompt import PROMPT_MODULE
 from tests.support import write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",
@@ -124,7 +125,7 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   assert f"Encoder.from_pretrained({run!r}, Method('cls_before_pooler'))" in card
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
-  assert (prompt / f"{export.PROMPT_MODULE}.py").is_file()
+  assert (prompt / f"{PROMPT_MODULE}.py").is_file()
   np.testing.assert_allclose(_sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES),
                              Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
   assert export.main(["--model", run, "--out", out]) == 1

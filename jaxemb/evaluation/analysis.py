@@ -25,7 +25,7 @@ from scipy import stats
 
 from jaxemb import atomic, storage, templates
 from jaxemb.data import sts as sts_data
-from jaxemb.encode import PROMPT_METHODS, Encoder, Method, sentence_vectors
+from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import EncoderConfig, Transformer
@@ -126,8 +126,8 @@ def _mask_top_ids(params: Any, batch: templates.TemplateBatch, config: EncoderCo
   bias, subtracted before the MLM head): the path evaluation and training take.
   """
   model = Transformer(config)
-  vectors = [sentence_vectors(model, params, Method("prompt", template=template.text, denoise=denoised), batch,
-                              template=template) for denoised in (False, True)]
+  vectors = [Method("prompt", template=template.text, denoise=denoised).vectors(model, params, batch, template=template)
+             for denoised in (False, True)]
   logits = model.apply({"params": params}, jnp.stack(vectors), method=Transformer.mlm_logits)
   return jax.lax.top_k(logits, k)[1]
 
@@ -242,7 +242,7 @@ def _top_tokens_if_possible(encoder: Encoder, sentences: list[str], k: int) -> l
   """Table 7 rows as dicts, or None (logged) when the method has no [MASK] or the model no MLM head."""
   if not sentences:
     return None
-  if encoder.method.name not in PROMPT_METHODS or "mlm_head" not in encoder.params:
+  if encoder.template.num_masks == 0 or "mlm_head" not in encoder.params:
     logging.info("[MASK] top tokens skipped: they need a prompt method and a checkpoint with an MLM head")
     return None
   rows = mask_top_tokens(encoder.config, encoder.params, encoder.tokenizer, encoder.method.template, sentences, k)

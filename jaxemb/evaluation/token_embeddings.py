@@ -1,7 +1,7 @@
 """Where token embeddings sit (PromptBERT Figures 1 and 2): a 2-D PCA of a model's token rows (its word embeddings
-or its untied MLM decoder's rows, `encode.STATIC_ROWS`), drawn once per bias: coloured by the token's frequency on
-a corpus file, by subword vs begin-of-word piece, and by cased vs uncased piece. evaluate.py's `token_embeddings`
-job (configs/eval_token_embeddings.py) writes the three PNGs and a summary.json.
+or its untied MLM decoder's rows, `jaxemb.methods.static.STATIC_ROWS`), drawn once per bias: coloured by the token's
+frequency on a corpus file, by subword vs begin-of-word piece, and by cased vs uncased piece. evaluate.py's
+`token_embeddings` job (configs/eval_token_embeddings.py) writes the three PNGs and a summary.json.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxemb import atomic, encode, storage
+from jaxemb import atomic, storage
 from jaxemb.errors import ConfigError, DataError
+from jaxemb.methods import static
 from jaxemb.models import run_dir
 
 BIASES = ("frequency", "subword", "case")  # One PNG each: <output_dir>/<rows>_<bias>.png.
@@ -95,13 +96,12 @@ def run_token_embeddings(config: Any) -> dict[str, Any]:
   """evaluate.py's `token_embeddings` job: the three PNGs of config.model.path's token rows and summary.json in
   config.token_embeddings.output_dir; returns the summary."""
   t = config.token_embeddings
-  if t.rows not in encode.STATIC_ROWS:
-    raise ConfigError(f"token_embeddings.rows={t.rows!r}: must be one of {encode.STATIC_ROWS}")
+  if t.rows not in static.STATIC_ROWS:
+    raise ConfigError(f"token_embeddings.rows={t.rows!r}: must be one of {static.STATIC_ROWS}")
   start = time.perf_counter()
   source = run_dir.open_source(config.model.path)
-  if t.rows == "mlm_decoder":  # The same check, and message, as the static methods'.
-    encode.Method("static_avg", static_rows=t.rows).validate(source.config, 0)
-  rows = np.asarray(encode.static_rows(source.load_params()["encoder"], t.rows), np.float64)
+  static.check_static_rows(t.rows, source.config)  # The same check, and message, as the static methods'.
+  rows = np.asarray(static.static_rows(source.load_params()["encoder"], t.rows), np.float64)
   tokenizer = source.tokenizer
   n = min(len(rows), len(tokenizer))  # A model may have more rows than its tokenizer has pieces.
   subword, cased, special = (a[:n] for a in piece_kinds(tokenizer))

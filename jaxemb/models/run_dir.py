@@ -280,13 +280,14 @@ def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
 
 
 def save_eval_method(workdir: storage.PathLike, fields: dict[str, Any]):
-  """Records the run's evaluation method, every field of its `jaxemb.encode.Method.config_fields()`, in
+  """Records the run's evaluation method, every field of its `jaxemb.methods.Method.config_fields()`, in
   <workdir>/model/eval_method.json."""
   atomic.write_json(RunDir(workdir).eval_method_file, fields)
 
 
 def load_eval_method(workdir: storage.PathLike) -> dict[str, Any]:
-  """The run's evaluation method as `jaxemb.encode.Method.config_fields()` (or, written before those, 7 of them)."""
+  """The run's evaluation method as `jaxemb.methods.Method.config_fields()` (or, written before those, 7 of
+  them)."""
   path = RunDir(workdir).eval_method_file
   if not path.is_file():
     raise FileNotFoundError(f"{path} is missing (a run from an older jaxemb?): pass the method explicitly")

@@ -20,6 +20,7 @@ from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError, Diverged
 from jaxemb.evaluation import common, evaluators, run
+from jaxemb.methods import prompt
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
@@ -160,17 +161,12 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   if config.eval.selection == "eval_method":
     return eval_method(config)
   (view, *_) = objective.view_list
-  keep = config.objective.keep_head
-  if view.pooling == "cls":
-    return Method("cls" if keep and objective.head == "mlp" else "cls_before_pooler")
-  if config.eval.select_denoise and view.denoise not in ("none", "position_offset"):
+  if view.pooling == "mask" and config.eval.select_denoise and view.denoise not in ("none", "position_offset"):
     raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
                      f"denoises with {view.denoise!r} (set --config.eval.select_denoise=False)")
   # A kept MLP is the run's pooler (eval_params).
-  head = ("pooler" if objective.head == "mlp" else objective.head) if keep else "none"
-  return Method("prompt", template=view.template.text, head=head, tokenization="alone",
-                denoise=config.eval.select_denoise and view.denoise == "position_offset",
-                bias_positions=view.bias_positions, prompt_placement=view.prompt_placement)
+  head = ("pooler" if objective.head == "mlp" else objective.head) if config.objective.keep_head else "none"
+  return prompt.from_view(view, head, config.eval.select_denoise)
 
 
 def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:

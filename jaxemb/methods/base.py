@@ -1,0 +1,270 @@
+"""What every sentence-embedding method owns, and the registry of the families that implement it.
+
+A family is a frozen dataclass (hashable: methods are static jit arguments) registered with `register` under the
+method names it implements. Its fields are its options, each with a default; it owns its checks, the encoder outputs
+it reads, its vectors, their width, the weights and the state (e.g. fitted IDF weights) it needs, its
+sentence-transformers form, its model-card text and its MTEB sentence rule. `Method(name, **fields)` builds the
+family registered under `name`, refusing in one line a field that family does not take.
+
+The flat `config.method` block of every config is the serialised form: each registered family's fields (`to_flat`)
+side by side at their defaults; `from_config` hands the named family the fields set away from those defaults, so a
+block (or an older run's eval_method.json) that names one method may carry every other family's fields untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+import jax
+
+from jaxemb import templates
+from jaxemb.errors import ConfigError
+from jaxemb.models import EncoderConfig, Transformer
+
+_FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registration order.
+
+
+class NotExportable(ConfigError, NotImplementedError):
+  """A method (or a run's continuous template) that the exported modules cannot compute."""
+
+
+def register(family: type[Method]) -> type[Method]:
+  """Class decorator: registers `family` under each of its NAMES. A flat field that another family also declares
+  must have the same default there (the block holds one value per field)."""
+  clash = [name for name in family.NAMES if name in _FAMILIES]
+  if clash:
+    raise ValueError(f"methods {clash} are registered already")
+  defaults = family.flat_defaults()
+  for other in dict.fromkeys(_FAMILIES.values()):
+    theirs = other.flat_defaults()
+    shared = [key for key in defaults.keys() & theirs.keys() if defaults[key] != theirs[key]]
+    if shared:
+      raise ValueError(f"{family.__name__} and {other.__name__} give the fields {shared} different defaults")
+  _FAMILIES.update(dict.fromkeys(family.NAMES, family))
+  return family
+
+
+def names() -> tuple[str, ...]:
+  """Every registered method name."""
+  return tuple(_FAMILIES)
+
+
+def family(name: str) -> type[Method]:
+  """The family registered under `name`; ConfigError naming every method when none is."""
+  if name not in _FAMILIES:
+    raise ConfigError(f"method {name!r} is not one of {names()}")
+  return _FAMILIES[name]
+
+
+def block_defaults() -> dict[str, Any]:
+  """The flat `config.method` block but its name, at its defaults: every registered family's flat fields."""
+  return {key: value for found in dict.fromkeys(_FAMILIES.values()) for key, value in found.flat_defaults().items()}
+
+
+def exportable_names() -> tuple[str, ...]:
+  """The methods with a sentence-transformers form."""
+  return tuple(name for name in names() if Method(name).exportable)
+
+
+def _takers(field: str) -> tuple[str, ...]:
+  """The methods that take `field` (a dataclass or flat field)."""
+  return tuple(name for name, found in _FAMILIES.items()
+               if field in found.field_names() and name in found.FIELD_OWNERS.get(field, found.NAMES))
+
+
+def _misplaced(name: str, field: str, value: Any) -> ConfigError:
+  takers = _takers(field)
+  where = f"a field of {', '.join(takers)} only" if takers else "no method's field"
+  return ConfigError(f"method {name!r} takes no {field} ({where}); got {field}={value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """How a sentence becomes a vector: the base of every family, and through `Method(name, **fields)` the registry's
+  entry point, which builds the family registered under `name`.
+
+  Attributes:
+    name: the method, one of `names()`.
+  """
+
+  NAMES: ClassVar[tuple[str, ...]] = ()  # The method names the family implements.
+  # field -> the names among NAMES that take it, for a field only some of them read (default: all of NAMES).
+  FIELD_OWNERS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+  name: str
+
+  def __new__(cls, *args: Any, **fields: Any) -> Method:
+    if not args and "name" not in fields:  # copy and pickle make an empty instance and fill it.
+      return super().__new__(cls)
+    name = args[0] if args else fields["name"]
+    found = cls if name in cls.NAMES else family(name)  # A family builds its own names before it is registered.
+    if not issubclass(found, cls):
+      raise ConfigError(f"method {name!r} is not one of {cls.NAMES}")
+    known = {f.name for f in dataclasses.fields(found)}
+    for field, value in fields.items():
+      if field not in known:
+        raise _misplaced(name, field, value)
+    return super().__new__(found)
+
+  def __post_init__(self):
+    if self.name not in self.NAMES:
+      raise ConfigError(f"method {self.name!r} is not one of {self.NAMES}")
+    for field in dataclasses.fields(self):
+      value = getattr(self, field.name)
+      if self.name not in self.FIELD_OWNERS.get(field.name, self.NAMES) and value != field.default:
+        raise _misplaced(self.name, field.name, value)
+
+  # The serialised form.
+
+  @classmethod
+  def field_names(cls) -> set[str]:
+    """The family's dataclass fields and flat fields."""
+    return {f.name for f in dataclasses.fields(cls)} | cls.flat_defaults().keys()
+
+  @classmethod
+  def flat_defaults(cls) -> dict[str, Any]:
+    """This family's flat fields at their defaults."""
+    return cls(cls.NAMES[0]).to_flat()
+
+  def to_flat(self) -> dict[str, Any]:
+    """This method's own fields as flat config values (JSON's types), its name aside."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+
+  @classmethod
+  def from_flat(cls, name: str, fields: dict[str, Any]) -> Method:
+    """The method `name` of this family from the flat fields set away from their defaults (the inverse of
+    `to_flat`)."""
+    return cls(name, **fields)
+
+  def config_fields(self) -> dict[str, Any]:
+    """This method as the flat `config.method` block: every registered family's fields, this method's own at their
+    values and the others' at their defaults (`eval_common.method_config` builds every config's block from it)."""
+    return {"name": self.name, **block_defaults(), **self.to_flat()}
+
+  def changed_fields(self) -> dict[str, Any]:
+    """The flat fields set away from their defaults: what sets this method apart from `Method(self.name)`."""
+    defaults = block_defaults()
+    return {key: value for key, value in self.to_flat().items() if value != defaults[key]}
+
+  @staticmethod
+  def from_config(block: Any) -> Method:
+    """The method a `config.method` block (or a run's eval_method.json, older ones with only some fields) describes:
+    its named family built from the fields set away from their defaults."""
+    fields = dict(block)
+    name = fields.pop("name")
+    defaults = block_defaults()
+    unknown = sorted(fields.keys() - defaults.keys())
+    if unknown:
+      raise ConfigError(f"config.method has no fields {unknown}; its fields: {sorted(defaults)}")
+    return family(name).from_flat(name, {key: value for key, value in fields.items() if value != defaults[key]})
+
+  # What the Encoder asks.
+
+  @property
+  def template(self) -> str:
+    """The template the sentences are put in: "[X]", the sentence alone, but for the prompt methods."""
+    return templates.SLOT
+
+  def validate(self, config: EncoderConfig, num_masks: int):
+    """Rejects a method that cannot run on this model, or on a template with `num_masks` [MASK]s, before anything is
+    compiled or loaded."""
+    del config, num_masks
+
+  def required_weights(self) -> dict[str, str]:
+    """{params group: what needs it} of the checkpoint weights beyond the encoder's that this method reads."""
+    return {}
+
+  def load_state(self, config: EncoderConfig) -> Any:
+    """The arrays this method reads besides the params (a pytree, e.g. fitted weights), loaded once on the host; the
+    Encoder hands them to every `vectors` call. None: none."""
+    del config
+    return None
+
+  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
+           max_length: int) -> templates.TemplateBatch:
+    """The host-side rows of `sentences` for `vectors`."""
+    raise NotImplementedError
+
+  def forward_outputs(self) -> dict[str, Any]:
+    """What the encoder's forward must return beyond the last hidden state: its output_hidden_states and
+    output_attentions arguments."""
+    return {}
+
+  def encoder_outputs(self, model: Transformer, params: Any, batch: templates.TemplateBatch) -> Any:
+    """One encoder pass over `batch` with just the outputs `forward_outputs` names."""
+    return model.apply({"params": params}, batch.input_ids, batch.attention_mask, **self.forward_outputs())
+
+  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
+              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+    """[batch, *vector_shape] sentence vectors (traced: the Encoder jits it). `state` is `load_state`'s; `prompt`
+    (with its `template`) an OptiPrompt continuous template that replaces the template's word embeddings."""
+    raise NotImplementedError
+
+  def width(self, config: EncoderConfig) -> int:
+    """Width of this method's vectors."""
+    return config.hidden_size
+
+  def vector_shape(self, config: EncoderConfig) -> tuple[int, ...]:
+    """The shape of one sentence's vector."""
+    return (self.width(config),)
+
+  # Export, model card, MTEB.
+
+  @property
+  def exportable(self) -> bool:
+    """Whether `export` writes a sentence-transformers form of this method."""
+    return False
+
+  def check_exportable(self):
+    """NotExportable, naming the exportable methods, for a method without a sentence-transformers form."""
+    if not self.exportable:
+      raise NotExportable(f"method {self.name!r} has no sentence-transformers form here; exportable methods: "
+                          f"{exportable_names()}")
+
+  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any):
+    """Writes this method's sentence-transformers modules (modules.json and theirs) beside the Hugging Face
+    checkpoint already in the folder `out` (a storage.Path); NotExportable for a method without them."""
+    del out, config, params, tokenizer
+    self.check_exportable()
+    raise NotImplementedError(f"{type(self).__name__} says {self.name!r} is exportable but writes no modules")
+
+  @property
+  def remote_code(self) -> bool:
+    """Whether the export is a custom module (loaded with trust_remote_code), which strips sentences as jaxemb does."""
+    return False
+
+  def card_tags(self) -> tuple[str, ...]:
+    """The model card's Hub tags for this method."""
+    return (self.name,)
+
+  def card_text(self) -> str:
+    """The model card's "## Method" section."""
+    return f"## Method\n\n`{self.name}`.\n"
+
+  @property
+  def add_period(self) -> bool:
+    """MTEB: whether sentences without final punctuation get "." (as jaxemb's STS evaluation of this method)."""
+    return False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Tokenized(Method):
+  """A method over the sentence's tokens in its template (`templates.tokenize_sentences`).
+
+  Attributes:
+    tokenization: how a sentence's tokens are found (templates.TOKENIZATIONS): "in_context" as the authors'
+      evaluation.py, "alone" as their training rows and their trainer's STS-B dev scoring.
+  """
+
+  tokenization: str = "in_context"
+
+  def __post_init__(self):
+    super().__post_init__()
+    if self.tokenization not in templates.TOKENIZATIONS:
+      raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
+
+  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
+           max_length: int) -> templates.TemplateBatch:
+    return templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens,
+                                        max_length=max_length, tokenization=self.tokenization)

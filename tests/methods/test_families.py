@@ -1,0 +1,70 @@
+"""What each family owns besides its vectors (those are checked against HF PyTorch in tests/test_encode.py): its
+checks, the encoder outputs it asks for, its width, the weights it needs, its export form, card and MTEB rule."""
+
+import pytest
+
+from jaxemb import views
+from jaxemb.methods import Method, NotExportable, prompt
+from jaxemb.models import EncoderConfig
+from jaxemb.templates import Template
+
+PROMPT = 'This sentence : "[X]" means [MASK] .'
+ELECTRA = EncoderConfig(model_type="electra", vocab_size=100, hidden_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, embedding_size=32)
+
+
+def test_forward_outputs_are_just_what_the_vectors_read():
+  assert Method("last_avg").forward_outputs() == {"output_hidden_states": False}
+  assert Method("first_last_avg").forward_outputs() == {"output_hidden_states": True}
+  assert Method("ditto", ditto_layer=1).forward_outputs() == {"output_hidden_states": True, "output_attentions": (1,)}
+  assert Method("tfidf_first_last").forward_outputs() == {"output_hidden_states": True}
+
+
+@pytest.mark.parametrize("method, shape", [
+    (Method("last_avg"), (64,)), (Method("static_avg"), (32,)), (Method("static_remove_biases"), (32,)),
+    (Method("ditto", ditto_variant="static"), (32,)), (Method("ditto"), (64,)),
+    (Method("ditto_all_heads", ditto_variant="static"), (4, 32)), (Method("prompt", template=PROMPT), (64,))])
+def test_vector_shapes(method, shape):
+  """Raw word-embedding rows are as wide as ELECTRA's embeddings (no projection), the head search's are per head."""
+  assert method.vector_shape(ELECTRA) == shape
+
+
+def test_weights_each_method_reads_beyond_the_encoders():
+  assert Method("cls").required_weights() == {"pooler": "method 'cls'"}
+  assert Method("prompt", head="mlm_transform").required_weights() == {"mlm_head": "head 'mlm_transform'"}
+  assert Method("prompt", head="pooler").required_weights() == {"pooler": "head 'pooler'"}
+  assert Method("last_avg").required_weights() == Method("prompt").required_weights() == {}
+
+
+def test_methods_without_a_sentence_transformers_form_say_so():
+  for method in (Method("first_last_avg"), Method("prompt_mlm_top_k"), Method("ditto"), Method("static_avg")):
+    assert not method.exportable
+    message = (f"^method '{method.name}' has no sentence-transformers form here; "
+               r"exportable methods: \('cls', 'cls_before_pooler', 'last_avg', 'prompt'\)")
+    with pytest.raises(NotExportable, match=message):
+      method.export(None, ELECTRA, {}, None)
+
+
+def test_model_card_and_mteb_rules():
+  method = Method("prompt", template=PROMPT, denoise=True, head="pooler")
+  assert method.card_tags() == ("prompt", "promptbert") and method.remote_code and method.add_period
+  assert "minus the same state of the template alone" in method.card_text()
+  assert "through the pretrained pooler" in method.card_text()
+  cls = Method("cls")
+  assert cls.card_tags() == ("cls",) and not cls.remote_code and not cls.add_period
+  assert "+ the pretrained pooler (dense + tanh)" in cls.card_text()
+
+
+def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
+  """Model selection's method: the view in evaluation mode, the sentence's own tokens between the template ids."""
+  template = Template.parse(PROMPT, bert_tokenizer)
+  view = views.View(template, denoise="position_offset", head="mlp", bias_positions="model")
+  assert prompt.from_view(view, "pooler", denoise=True) == Method(
+      "prompt", template=PROMPT, head="pooler", denoise=True, bias_positions="model", tokenization="alone")
+  assert prompt.from_view(view, "none", denoise=False) == Method(
+      "prompt", template=PROMPT, bias_positions="model", tokenization="alone")
+  cls_view = views.View(Template.parse("[X]", bert_tokenizer), pooling="cls")
+  assert prompt.from_view(cls_view, "pooler", denoise=True) == Method("cls")
+  assert prompt.from_view(cls_view, "mlm_transform", denoise=True) == Method("cls_before_pooler")
+  assert Method("prompt", template=PROMPT, denoise=True).view(template) == views.View(template,
+                                                                                     denoise="position_offset")
