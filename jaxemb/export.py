@@ -5,7 +5,8 @@ Each method writes its own modules (`Method.export`): `last_avg`, `cls_before_po
 heads; BERT and RoBERTa) a custom module, jaxemb/st_prompt_module.py copied into the folder, which
 `SentenceTransformer(out, trust_remote_code=True)` loads (jaxemb/methods/prompt.py). Either way the vectors equal
 `Encoder.encode`'s with the same method. Every export writes README.md, the model card (jaxemb/model_card.py);
-`--push_to_hub REPO` then uploads the folder. The source and the folder may be in a bucket (gs://), each file written there in one upload.
+`--push_to_hub REPO` then uploads the folder. The source and the folder may be in a bucket (gs://), each file
+written there in one upload.
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method

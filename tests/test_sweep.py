@@ -181,6 +181,7 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   assert not list(tmp_path.glob("gs:*"))
 
 
+@pytest.mark.e2e
 def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny_bert, tmp_path, monkeypatch):
   """execute on a tiny model: train.py's run directory, then sts.json with the 7 tasks of the best step, scored by
   evaluate.py's STS job on the run directory with the run's own evaluation method."""

@@ -93,6 +93,7 @@ def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
   return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False, env=env)
 
 
+@pytest.mark.e2e
 def test_evaluate_py_command_line(tmp_path, tiny_bert):
   path = tiny_bert
   out = tmp_path / "r.json"

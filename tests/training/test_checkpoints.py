@@ -112,6 +112,7 @@ def _assert_same_run(a: pathlib.Path, b: pathlib.Path):
       np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{folder} {jax.tree_util.keystr(path)}")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("stage", [s if s in _KILLS_IN_CI else pytest.param(s, marks=pytest.mark.slow)
                                    for s in checkpoint_kill.STAGES])
 def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, whole_run, tiny_bert, wiki_head,
@@ -130,6 +131,7 @@ def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, w
   _assert_same_run(whole, tmp_path / "run")
 
 
+@pytest.mark.e2e
 def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evaluated_from_it(whole_run, tiny_bert,
                                                                                              wiki_head, bucket,
                                                                                              tmp_path):
@@ -194,6 +196,7 @@ def _remove_the_commit_marker(step_dir):
   return "no commit_success.txt: its save never finished"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("corrupt", [_truncate_a_data_file, _delete_a_data_file, _garble_the_meta,
                                      _remove_the_commit_marker])
 def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored(corrupt, whole_run, tmp_path):
@@ -216,6 +219,7 @@ def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.e2e
 def test_with_every_checkpoint_unreadable_the_run_starts_again_and_says_so(whole_run, tmp_path):
   whole, _ = whole_run
   shutil.copytree(whole, tmp_path / "run")
@@ -231,6 +235,7 @@ def test_with_every_checkpoint_unreadable_the_run_starts_again_and_says_so(whole
   assert len(list((tmp_path / "run" / "checkpoints").glob("corrupt-*"))) == 2
 
 
+@pytest.mark.e2e
 def test_a_failed_read_leaves_nothing_to_print_but_its_one_line(whole_run, tmp_path, monkeypatch, caplog):
   """The reads still in flight when one read fails are cancelled and awaited (run_dir.quiet_orbax_failures), not
   left on the event loop Orbax closes, where Python and asyncio printed a traceback of each read's coroutine or
@@ -254,6 +259,7 @@ def test_a_failed_read_leaves_nothing_to_print_but_its_one_line(whole_run, tmp_p
   assert not [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("corrupt", [_truncate_a_data_file, _garble_the_meta])
 def test_an_unreadable_best_step_is_one_data_error_naming_it(corrupt, whole_run, tmp_path, caplog):
   whole, _ = whole_run
@@ -281,6 +287,7 @@ def _cut_short_its_best_step(whole, run, kept_checkpoints) -> pathlib.Path:
   return best
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kept", [(2,), ()], ids=["resumed from step 2", "started again"])
 def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, tiny_bert, wiki_head, tmp_path,
                                                                 capsys):
@@ -299,6 +306,7 @@ def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, t
   assert run_dir.load_best(tmp_path / "run")[2]["step"] == summary["best_step"]
 
 
+@pytest.mark.e2e
 def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_do(whole_run, tiny_bert, wiki_head,
                                                                                    tmp_path):
   """The run resumes from step 3; its best step, 2, cannot be read, and its params are in no checkpoint: one line

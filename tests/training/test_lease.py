@@ -102,6 +102,7 @@ def test_a_holder_whose_lease_was_taken_over_stops_writing(bucket, monkeypatch):
   assert _holder(run)["host"] == "other-vm"  # Not released by the loser.
 
 
+@pytest.mark.e2e
 def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, tiny_bert, wiki_head, tmp_path):
   """Two VMs started on one gs:// workdir at the same moment: exactly one trains; the other exits with one line
   naming the holder (refused when it claims the run, or at once if the lease is already taken)."""

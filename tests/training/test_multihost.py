@@ -109,6 +109,7 @@ def pair_workdir(bucket):
   return storage.path(f"{bucket}/pair")
 
 
+@pytest.mark.e2e
 def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir):
   """fsdp over the four devices of two processes splits the word table across them. Process 1 alone is sent
   SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143; the

@@ -72,6 +72,7 @@ def train_py(tmp_path_factory, tiny_bert, wiki_head):
   return command
 
 
+@pytest.mark.e2e
 def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   """A run killed mid-way and started again ends exactly where an uninterrupted run ends, and its metrics.jsonl and
   TensorBoard have each step once (the steps logged after the checkpoint it resumes from are replayed; those before
@@ -127,6 +128,7 @@ def _started(command) -> subprocess.Popen:
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum,status,said", [(signal.SIGTERM, 143, "preempted"),
                                                 (signal.SIGINT, 130, "stopped on Ctrl-C")], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_params(signum, status, said, tmp_path,
@@ -159,6 +161,7 @@ def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_para
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.e2e
 def test_a_second_ctrl_c_stops_at_once_in_one_line(tmp_path, train_py):
   """Ctrl-C again while the first one's stop is under way raises KeyboardInterrupt, said in one line (jaxemb.cli),
   exit status 130. The first comes once the run has scored its start, so its stop has a step to compile and run."""

@@ -65,6 +65,7 @@ def single_device(tmp_path_factory, tiny_bert):
   return dict(np.load(out))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", MESHES)
 def test_eight_devices_give_the_single_device_step(eight_devices, single_device, name):
   _, fsdp, min_size = MESHES[name]
