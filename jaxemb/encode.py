@@ -163,7 +163,7 @@ class Encoder:
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
     if self.method.fit_source() is not None and self.fitted is None:
       raise ConfigError(f"method {self.method.name!r} encodes with state fitted on sentences: call Encoder.fit or "
-                        "pass fitted (evaluate.py fits it)")
+                        "pass fitted (evaluate.py's STS and transfer jobs fit it)")
     single = isinstance(sentences, str)
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.

@@ -9,12 +9,14 @@ heads; BERT and RoBERTa) a custom module, jaxemb/st_prompt_module.py copied into
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method
+  python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --evaluated sts.json --out exported/whitened
   python -m jaxemb.export --model gs://bucket/runs/promptbert --out gs://bucket/exported/promptbert
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -113,17 +115,25 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
   parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
   parser.add_argument("--head", default="none", choices=METHOD_HEADS, help="prompt: applied to the [MASK] vector")
+  parser.add_argument("--evaluated", metavar="JSON", help="the method (and fitted state) of an evaluate.py STS "
+                      "job: its output_json; instead of --method")
   parser.add_argument("--fitted", help="a method's fitted state: the .npz evaluate.py wrote beside its output_json")
   parser.add_argument("--push_to_hub", metavar="REPO", help="then upload the folder to this Hub model repository")
   args = parser.parse_args(argv)
   if args.method is None and (args.template != templates.SLOT or args.denoise or args.head != "none"):
     parser.error("--template, --denoise and --head need --method")
+  if args.evaluated and args.method:
+    parser.error("--evaluated names the method: drop --method")
   try:
     # As a config block: the options left at their defaults are no method's own.
     method = None if args.method is None else Method.from_config(
         {"name": args.method, "template": args.template, "denoise": args.denoise, "head": args.head})
+    fitted = args.fitted
+    if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
+      summary = json.loads(storage.path(args.evaluated).read_text())
+      method, fitted = Method.from_config(summary["method"]), fitted or summary.get("fitted_state")
     storage.check([args.model], writes=[args.out])
-    out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub, fitted=args.fitted)
+    out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub, fitted=fitted)
     print(out)
     if args.push_to_hub:
       print(push_to_hub(out, args.push_to_hub))

@@ -106,3 +106,18 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
     encoder.encode(sentences)
   with pytest.raises(ConfigError, match="^whitening 32-dimensional vectors needs more than 32 distinct sentences"):
     encoder.fit(sentences[:32])
+
+
+def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, sentences):
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  checkpoint = write_random_checkpoint(tmp_path / "model", "bert", head=False)
+  config = eval_baselines.get_config()
+  config.method.name, config.method.whitened_method, config.method.whitening_dims = "whitening", "last_avg", 16
+  config.model.path, config.data.senteval_dir = str(checkpoint), str(short_senteval())
+  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  run.run_sts(config)
+  assert export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"),
+                      "--out", str(tmp_path / "st")]) == 0
+  ours = Encoder.from_pretrained(checkpoint, Method.from_config(config.method), fitted=tmp_path / "sts.npz")
+  theirs = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(sentences)
+  np.testing.assert_allclose(theirs, ours.encode(sentences), atol=1e-4)
