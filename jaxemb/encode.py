@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxemb import sharding, templates, xla
 from jaxemb.errors import ConfigError
-from jaxemb.methods import Method, names as method_names
+from jaxemb.methods import Method, base as methods_base, names as method_names
 from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
 from jaxemb.progress import track
 
@@ -56,8 +56,12 @@ class Encoder:
 
   def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
                dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 4,
-               batch_size: int = BATCH_SIZE, prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None):
+               batch_size: int = BATCH_SIZE, prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None,
+               fitted: dict[str, np.ndarray] | None = None):
     self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
+    # What an encoder of another method on this model (`fit`'s) is built with.
+    self._options = dict(dtype=dtype, max_sentence_tokens=max_sentence_tokens, length_multiple=length_multiple,
+                         batch_size=batch_size, mesh=mesh)
     self.batch_size = _checked_batch_size(batch_size, "Encoder")
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
@@ -69,7 +73,8 @@ class Encoder:
     if prompt is not None and prompt.shape[0] != self.template.num_tokens - 2:
       raise ConfigError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
                         f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
-    self.state = method.load_state(config)  # Arrays the method reads besides the params (TF-IDF's weights).
+    self.fitted = fitted
+    self.state = method.load_state(config, fitted)  # Arrays the method reads besides the params (TF-IDF's weights).
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
@@ -88,7 +93,7 @@ class Encoder:
 
   @classmethod
   def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method | str | None = None,
-                      **kwargs) -> Encoder:
+                      fitted: str | pathlib.Path | None = None, **kwargs) -> Encoder:
     """An Encoder for a Hugging Face checkpoint (local directory, gs:// folder or hub id), or the best step of a
     jaxemb run directory (train.py's workdir, local or gs://, with its continuous template if it trained one). A
     folder in a bucket is read from its copy in the download cache (`jaxemb.storage.local_copy`), a run's best step
@@ -96,11 +101,30 @@ class Encoder:
 
     `method` is a Method, a method name (e.g. "last_avg"), or None: a run directory's own evaluation method
     (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked
-    before the weights load. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple, batch_size).
+    before the weights load. A method that fits state reads it from `fitted` (a file `methods.base.save_fitted`
+    wrote), else from the folder's own methods.base.FITTED_FILE (an export's) if it has one. `kwargs` go to Encoder
+    (dtype, max_sentence_tokens, length_multiple, batch_size).
     """
     source, method = open_model(name_or_path, method)
+    if fitted is None and method.fit_source() is not None and isinstance(name_or_path, (str, pathlib.Path)):
+      beside = pathlib.Path(name_or_path) / methods_base.FITTED_FILE
+      fitted = beside if beside.is_file() else None
+    fitted = None if fitted is None else methods_base.read_fitted(fitted)
     params = source.load_params()
-    return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"), **kwargs)
+    return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"),
+               fitted=fitted, **kwargs)
+
+  def fit(self, sentences: Iterable[str]) -> dict[str, np.ndarray]:
+    """Fits the method's state on `sentences` (those its `fit_source` names: the caller reads them) and encodes
+    with it from now on; returns the fitted arrays (`methods.base.save_fitted` writes them)."""
+    if self.method.fit_source() is None:
+      raise ConfigError(f"method {self.method.name!r} fits nothing")
+    def embed(method: Method, sentences: list[str]) -> np.ndarray:
+      return Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt, **self._options).encode(
+          sentences, show_progress=False)
+    self.fitted = self.method.fit(embed, _sentence_list(sentences))
+    self.state = self.method.load_state(self.config, self.fitted)
+    return self.fitted
 
   def with_params(self, params: Any, prompt: jax.Array | None = None) -> Encoder:
     """This encoder (its compiled functions and counters shared) reading `params` and `prompt` instead: training
@@ -137,6 +161,9 @@ class Encoder:
     batch_size = self.batch_size if batch_size is None else _checked_batch_size(batch_size, "encode")
     normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
+    if self.method.fit_source() is not None and self.fitted is None:
+      raise ConfigError(f"method {self.method.name!r} encodes with state fitted on sentences: call Encoder.fit or "
+                        "pass fitted (evaluate.py's STS and transfer jobs fit it)")
     single = isinstance(sentences, str)
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.

@@ -10,19 +10,21 @@ written there in one upload.
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method
+  python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --evaluated sts.json --out exported/whitened
   python -m jaxemb.export --model gs://bucket/runs/promptbert --out gs://bucket/exported/promptbert
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 from jaxemb import cli, model_card, storage, templates
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, StorageError
-from jaxemb.methods import NotExportable, exportable_names
+from jaxemb.methods import NotExportable, base as methods_base, exportable_names
 from jaxemb.methods.prompt import METHOD_HEADS
 from jaxemb.models import hf
 
@@ -30,13 +32,14 @@ EXPORTABLE = exportable_names()
 
 
 def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Method | str | None = None,
-                 hub_repo: str | None = None) -> storage.Path:
+                 hub_repo: str | None = None, fitted: storage.PathLike | None = None) -> storage.Path:
   """Writes `source` (an HF checkpoint directory or hub id, or a jaxemb run directory's best step; local or gs://)
   with `method` to the new directory `out_dir` (local or gs://) as a sentence-transformers model with its model
   card; returns it.
 
   `method` is a Method, a method name, or None for a run directory's own evaluation method; `hub_repo`, the Hub
-  repository it is meant for, is what the model card's code loads (default: the folder, by its path). Raises
+  repository it is meant for, is what the model card's code loads (default: the folder, by its path); `fitted` the
+  fitted state of a method that fits one (evaluate.py's .npz beside its output_json), kept in the folder. Raises
   NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous templates, ConfigError for a method
   the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
   """
@@ -47,7 +50,13 @@ def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Me
   card_facts = model_card.facts(source)
   hf.save_pretrained(out, config, params if _keeps_mlm_head(method, card_facts) else
                      {k: v for k, v in params.items() if k != "mlm_head"}, tokenizer)
-  method.export(out, config, params, tokenizer)
+  arrays = None
+  if method.fit_source() is not None:
+    if fitted is None:
+      raise ConfigError(f"method {method.name!r} exports with its fitted state: name the .npz evaluate.py wrote")
+    arrays = methods_base.read_fitted(fitted)
+    methods_base.save_fitted(out / methods_base.FITTED_FILE, arrays)  # Encoder.from_pretrained(out) reads it.
+  method.export(out, config, params, tokenizer, arrays)
   model_card.write(out, source, method, card_facts, hub_repo)
   return out
 
@@ -107,16 +116,25 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
   parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
   parser.add_argument("--head", default="none", choices=METHOD_HEADS, help="prompt: applied to the [MASK] vector")
+  parser.add_argument("--evaluated", metavar="JSON", help="the method (and fitted state) of an evaluate.py STS "
+                      "job: its output_json; instead of --method")
+  parser.add_argument("--fitted", help="a method's fitted state: the .npz evaluate.py wrote beside its output_json")
   parser.add_argument("--push_to_hub", metavar="REPO", help="then upload the folder to this Hub model repository")
   args = parser.parse_args(argv)
   if args.method is None and (args.template != templates.SLOT or args.denoise or args.head != "none"):
     parser.error("--template, --denoise and --head need --method")
+  if args.evaluated and args.method:
+    parser.error("--evaluated names the method: drop --method")
   try:
     # As a config block: the options left at their defaults are no method's own.
     method = None if args.method is None else Method.from_config(
         {"name": args.method, "template": args.template, "denoise": args.denoise, "head": args.head})
+    fitted = args.fitted
+    if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
+      summary = json.loads(storage.path(args.evaluated).read_text())
+      method, fitted = Method.from_config(summary["method"]), fitted or summary.get("fitted_state")
     storage.check([args.model], writes=[args.out])
-    out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub)
+    out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub, fitted=fitted)
     print(out)
     if args.push_to_hub:
       print(push_to_hub(out, args.push_to_hub))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import time
 from typing import Any
 
@@ -18,6 +19,7 @@ from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
+from jaxemb.methods import base as methods_base
 from jaxemb.models import compute_dtype, load_tokenizer
 
 
@@ -104,13 +106,43 @@ def run_sts(config: Any) -> dict[str, Any]:
   tasks, dev = load_tasks(config)  # Data errors surface before the model is loaded.
   encoder = encoder_from_config(config)
   start = time.perf_counter()
+  fitted_on = fit_encoder(config, encoder, tasks)
   embed = shown_encode(config, encoder, sts_names(tasks, dev))
   scores = score_sts(embed, tasks, dev, preprocess_from_config(config))
   seconds = time.perf_counter() - start
   summary = {**scores, "method": encoder.method.config_fields(), "model": config.model.path, "seconds": seconds,
-             "compilations": encoder.compilations}
+             "compilations": encoder.compilations, **fitted_on}
   print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
   write_summary(config, summary)
+  return summary
+
+
+def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) -> dict[str, Any]:
+  """Fits the encoder's method when it fits state (`Method.fit_source`) and has none yet: on its corpus, or on the
+  STS test `tasks`' own sentences as they are scored (the papers' setting); prints which, writes the arrays beside
+  config.eval.output_json (its name, .npz for .json: what Encoder.from_pretrained and export read back). Returns the
+  summary's "fitted_on" and "fitted_state" entries ({} for a method that fits nothing)."""
+  source = encoder.method.fit_source()
+  if source is None or encoder.fitted is not None:
+    return {}
+  if source == methods_base.TASK_SENTENCES:
+    if not tasks:
+      raise ConfigError(f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
+                        "none: name a corpus to fit on")
+    prepare = preprocess_from_config(config)
+    sentences = list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
+                                   for column in (subset.sentences1, subset.sentences2) for s in column))
+    fitted_on = f"the {len(sentences)} distinct sentences of the test tasks {', '.join(t.name for t in tasks)}"
+  else:
+    sentences = list(tfidf.corpus_sentences(source))
+    fitted_on = f"the {len(sentences)} sentences of {source}"
+  start = time.perf_counter()
+  encoder.fit(sentences)
+  print(f"{encoder.method.name}: fitted on {fitted_on} ({time.perf_counter() - start:.1f} s)")
+  summary = {"fitted_on": fitted_on}
+  if config.eval.output_json:
+    summary["fitted_state"] = os.path.splitext(config.eval.output_json)[0] + ".npz"
+    methods_base.save_fitted(summary["fitted_state"], encoder.fitted)
   return summary
 
 
@@ -131,6 +163,7 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   encoder = encoder_from_config(config)
   prepare = preprocess_from_config(config)
   start = time.perf_counter()
+  fitted_on = fit_encoder(config, encoder, sts_tasks)
   scores = {}
   if with_sts:
     scores["sts"] = score_sts(shown_encode(config, encoder, sts_names(sts_tasks, dev)), sts_tasks, dev, prepare)
@@ -142,7 +175,7 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
         f"the transfer sentences), {encoder.compilations} compiled shapes")
   scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
   summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": encoder.method.config_fields(),
-             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations}
+             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations, **fitted_on}
   write_summary(config, summary)
   return summary
 

@@ -2,9 +2,10 @@
 
 A family is a frozen dataclass (hashable: methods are static jit arguments) registered with `register` under the
 method names it implements. Its fields are its options, each with a default; it owns its checks, the encoder outputs
-it reads, its vectors, their width, the weights and the state (e.g. fitted IDF weights) it needs, its
-sentence-transformers form, its model-card text and its MTEB sentence rule. `Method(name, **fields)` builds the
-family registered under `name`, refusing in one line a field that family does not take.
+it reads, its vectors, their width, the weights and the state (e.g. fitted IDF weights) it needs, the state it fits on
+sentences (`fit_source`/`fit`, e.g. whitening's transform), its sentence-transformers form, its model-card text and
+its MTEB sentence rule. `Method(name, **fields)` builds the family registered under `name`, refusing in one line a
+field that family does not take.
 
 The flat `config.method` block of every config is the serialised form: each registered family's fields (`to_flat`)
 side by side at their defaults; `from_config` hands the named family the fields set away from those defaults, so a
@@ -14,15 +15,19 @@ block (or an older run's eval_method.json) that names one method may carry every
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+import io
+from typing import Any, Callable, ClassVar
 
 import jax
+import numpy as np
 
-from jaxemb import templates
+from jaxemb import atomic, storage, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer
 
 _FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registration order.
+TASK_SENTENCES = "tasks"  # `fit_source`: the sentences of the evaluation at hand (what the papers' rows fit on).
+FITTED_FILE = "fitted_state.npz"  # A method's fitted arrays, in a folder beside (or in) a run or an export.
 
 
 class NotExportable(ConfigError, NotImplementedError):
@@ -175,11 +180,26 @@ class Method:
     """{params group: what needs it} of the checkpoint weights beyond the encoder's that this method reads."""
     return {}
 
-  def load_state(self, config: EncoderConfig) -> Any:
-    """The arrays this method reads besides the params (a pytree, e.g. fitted weights), loaded once on the host; the
-    Encoder hands them to every `vectors` call. None: none."""
-    del config
+  def load_state(self, config: EncoderConfig, fitted: dict[str, np.ndarray] | None = None) -> Any:
+    """The arrays this method reads besides the params (a pytree, e.g. weights read from a path field), loaded once
+    on the host from `fitted` (`fit`'s arrays, or None before fitting) or elsewhere; the Encoder hands them to every
+    `vectors` call. None: none."""
+    del config, fitted
     return None
+
+  # Fitted state: arrays a method learns from sentences before it encodes. The Encoder's `fit` runs `fit`,
+  # evaluation/run.py calls it on `fit_source`'s sentences, `save_fitted` keeps the arrays in a file that
+  # `Encoder.from_pretrained` and export read back; `load_state` turns them into what `vectors` reads.
+
+  def fit_source(self) -> str | None:
+    """What this method fits its state on: None (the default) when it fits nothing; TASK_SENTENCES for the
+    sentences of the evaluation at hand; else a corpus file, one sentence a line."""
+    return None
+
+  def fit(self, embed: Callable[[Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
+    """This method's fitted arrays from `sentences`; `embed(method, sentences)` gives another method's vectors on
+    the same model and settings. Called only for a method whose `fit_source` is not None."""
+    raise NotImplementedError(f"{type(self).__name__} has a fit_source but no fit")
 
   def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
            max_length: int) -> templates.TemplateBatch:
@@ -222,10 +242,12 @@ class Method:
       raise NotExportable(f"method {self.name!r} has no sentence-transformers form here; exportable methods: "
                           f"{exportable_names()}")
 
-  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any):
+  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any,
+             fitted: dict[str, np.ndarray] | None = None):
     """Writes this method's sentence-transformers modules (modules.json and theirs) beside the Hugging Face
-    checkpoint already in the folder `out` (a storage.Path); NotExportable for a method without them."""
-    del out, config, params, tokenizer
+    checkpoint already in the folder `out` (a storage.Path), with `fit`'s arrays for a method that fits state;
+    NotExportable for a method without them."""
+    del out, config, params, tokenizer, fitted
     self.check_exportable()
     raise NotImplementedError(f"{type(self).__name__} says {self.name!r} is exportable but writes no modules")
 
@@ -268,3 +290,17 @@ class Tokenized(Method):
            max_length: int) -> templates.TemplateBatch:
     return templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens,
                                         max_length=max_length, tokenization=self.tokenization)
+
+
+def save_fitted(path: storage.PathLike, fitted: dict[str, np.ndarray]):
+  """Writes a method's fitted arrays to `path` (an .npz, local or gs://), whole or not at all."""
+  atomic.write(path, lambda f: np.savez(f, **fitted))
+
+
+def read_fitted(path: storage.PathLike) -> dict[str, np.ndarray]:
+  """The fitted arrays `save_fitted` wrote to `path`; ConfigError when there is no such file."""
+  path = storage.path(path)
+  if not path.is_file():
+    raise ConfigError(f"{path}: no such file (a method's fitted state, written by evaluate.py beside its output_json)")
+  with np.load(io.BytesIO(path.read_bytes())) as arrays:
+    return dict(arrays)

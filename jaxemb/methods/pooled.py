@@ -76,9 +76,10 @@ class Pooled(base.Tokenized):
   def exportable(self) -> bool:
     return self._pool.st_mode is not None
 
-  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any):
+  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: Any = None):
     """modules.json and the module folders around the Hugging Face checkpoint already in `out`."""
     from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
+    del fitted  # A pooling fits nothing.
     self.check_exportable()
     modules = [("", "Transformer"), ("1_Pooling", "Pooling")] + ([("2_Dense", "Dense")] if self.name == "cls" else [])
     atomic.write_json(out / "modules.json", [

@@ -95,10 +95,11 @@ class Prompt(base.Tokenized):
   def exportable(self) -> bool:
     return self.name == "prompt"
 
-  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any):
+  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: Any = None):
     """modules.json naming the custom module `jaxemb_prompt.PromptEncoder` (a copy of jaxemb/st_prompt_module.py,
     loaded with trust_remote_code) and its jaxemb_prompt.json: the template's own ids, the last [MASK], denoising,
     the head, all as jaxemb's Template and this method hold them."""
+    del fitted  # A prompt method fits nothing.
     self.check_exportable()
     template = templates.Template.parse(self.template, tokenizer)
     module = pathlib.Path(__file__).parents[1] / "st_prompt_module.py"

@@ -31,7 +31,7 @@ class Tfidf(base.Tokenized):
     if not self.idf_path:
       raise ConfigError(f"method {self.name!r} needs an idf_path")
 
-  def load_state(self, config: EncoderConfig) -> jax.Array:
+  def load_state(self, config: EncoderConfig, fitted: Any = None) -> jax.Array:
     return jnp.asarray(tfidf.idf_vector(tfidf.load_idf(self.idf_path), config.vocab_size))
 
   def forward_outputs(self) -> dict[str, Any]:

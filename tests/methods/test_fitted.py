@@ -1,0 +1,84 @@
+"""The fitted-state hook every method inherits: nothing to fit by default; a method that fits (here a toy one,
+registered for these tests alone) is refused until fitted, fits through the Encoder on another method's vectors, and
+reads its arrays back from the file evaluate.py's STS job writes beside its output_json."""
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import eval_baselines
+from jaxemb.encode import Encoder
+from jaxemb.errors import ConfigError
+from jaxemb.evaluation import run
+from jaxemb.methods import Method, base
+from tests.support import short_senteval
+
+SENTENCES = ["a man is playing a guitar .", "a woman slices an onion", "hello", "the dog runs after the ball"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Centered(base.Tokenized):
+  """last_avg minus the mean of the fit sentences' last_avg vectors."""
+
+  NAMES = ("toy_centered",)
+
+  toy_corpus: str = ""
+
+  def fit_source(self) -> str:
+    return self.toy_corpus or base.TASK_SENTENCES
+
+  def fit(self, embed, sentences):
+    return {"mean": embed(Method("last_avg"), sentences).mean(0)}
+
+  def load_state(self, config, fitted=None) -> Any:
+    return None if fitted is None else jnp.asarray(fitted["mean"])
+
+  def vectors(self, model, params, batch, *, state=None, prompt=None, template=None):
+    return Method("last_avg").vectors(model, params, batch) - state
+
+
+@pytest.fixture
+def centered(monkeypatch):
+  monkeypatch.setattr(base, "_FAMILIES", dict(base._FAMILIES))  # Registered for this test alone.
+  base.register(Centered)
+  return Method("toy_centered")
+
+
+def test_methods_fit_nothing_by_default(tiny_bert):
+  for name in ("cls", "first_last_avg", "prompt", "ditto", "static_avg", "tfidf_first_last"):
+    assert Method(name).fit_source() is None
+  with pytest.raises(ConfigError, match="^method 'last_avg' fits nothing$"):
+    Encoder.from_pretrained(tiny_bert, "last_avg").fit(SENTENCES)
+
+
+def test_a_fitting_method_encodes_once_fitted(tiny_bert, centered, tmp_path):
+  encoder = Encoder.from_pretrained(tiny_bert, centered)
+  with pytest.raises(ConfigError, match="encodes with state fitted on sentences: call Encoder.fit"):
+    encoder.encode(SENTENCES)
+  raw = Encoder.from_pretrained(tiny_bert, "last_avg").encode(SENTENCES)
+  fitted = encoder.fit(SENTENCES[:3])
+  np.testing.assert_allclose(fitted["mean"], raw[:3].mean(0), atol=1e-6)
+  np.testing.assert_allclose(encoder.encode(SENTENCES), raw - raw[:3].mean(0), atol=1e-6)
+  base.save_fitted(tmp_path / "state.npz", fitted)
+  again = Encoder.from_pretrained(tiny_bert, centered, fitted=tmp_path / "state.npz")
+  np.testing.assert_array_equal(again.encode(SENTENCES), encoder.encode(SENTENCES))
+
+
+def test_the_sts_job_fits_on_the_test_tasks_and_keeps_the_state(tiny_bert, centered, tmp_path, capsys):
+  config = eval_baselines.get_config()
+  config.method.name, config.model.path = "toy_centered", str(tiny_bert)
+  config.data.senteval_dir, config.eval.tasks = str(short_senteval()), "STSBenchmark"
+  config.eval.output_json = str(tmp_path / "sts.json")
+  summary = run.run_sts(config)
+  assert summary["fitted_on"] == "the 72 distinct sentences of the test tasks STSBenchmark"
+  assert "toy_centered: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in capsys.readouterr().out
+  fitted = base.read_fitted(tmp_path / "sts.npz")
+  assert summary["fitted_state"] == str(tmp_path / "sts.npz") and fitted["mean"].shape == (32,)
+
+
+def test_a_missing_state_file_is_one_line(tmp_path):
+  with pytest.raises(ConfigError, match="state.npz: no such file"):
+    base.read_fitted(tmp_path / "state.npz")

@@ -1,0 +1,123 @@
+"""BERT-whitening (jaxemb/methods/whitening.py): its vectors against a plain float64 NumPy whitening of the whitened
+method's vectors, its k, its state saved and read back, evaluate.py's STS job, the sentence-transformers export."""
+
+import numpy as np
+import pytest
+
+from configs import eval_baselines
+from jaxemb import export
+from jaxemb.data import sts as sts_data
+from jaxemb.encode import Encoder
+from jaxemb.errors import ConfigError
+from jaxemb.evaluation import run
+from jaxemb.methods import Method, base
+from tests.support import short_senteval, write_random_checkpoint
+
+PROMPT = 'This sentence : "[X]" means [MASK] .'
+
+
+@pytest.fixture(scope="module")
+def sentences():
+  """STS-B test's first 40 pairs: 72 distinct sentences, more than the tiny models' 32 dimensions."""
+  task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
+  return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+
+
+def numpy_whitening(x: np.ndarray, k: int | None = None) -> np.ndarray:
+  """Su et al.'s compute_kernel_bias and transform_and_normalize (without the normalisation), in float64."""
+  x = np.asarray(x, np.float64)
+  mu = x.mean(axis=0, keepdims=True)
+  u, s, _ = np.linalg.svd(np.cov(x.T))
+  return ((x - mu) @ (u @ np.diag(s ** -0.5)))[:, :k]
+
+
+# A random checkpoint's LayerNorm (gain 1, bias 0) leaves each token state with zero mean over its dimensions, so
+# token and [MASK] states have no variance along (1, ..., 1) (and the [MASK] state little along a few more): there
+# float32 noise is all there is, and whitening scales it by 1/sqrt(s), s ~1e-7, in the float64 reference as on the
+# device. Those methods keep k below such directions here; static_avg (raw word-embedding rows, no LayerNorm) keeps
+# all 32.
+@pytest.mark.parametrize("whitened, k", [(Method("static_avg"), 0), (Method("first_last_avg"), 31),
+                                         (Method("last_avg"), 8), (Method("prompt", template=PROMPT), 16)])
+def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
+  raw = Encoder.from_pretrained(tiny_bert, whitened).encode(sentences)
+  encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=whitened, whitening_dims=k))
+  encoder.fit(sentences)
+  vectors = encoder.encode(sentences[::-1])[::-1]
+  assert vectors.shape == (len(sentences), k or 32)
+  np.testing.assert_allclose(vectors, numpy_whitening(raw, k or None), atol=1e-5)
+  np.testing.assert_allclose(np.cov(vectors.T), np.eye(k or 32), atol=1e-4)  # Whitened: identity covariance.
+
+
+def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
+  method = Method("whitening", whitened=Method("prompt", template=PROMPT), whitening_dims=16)
+  encoder = Encoder.from_pretrained(tiny_bert, method)
+  base.save_fitted(tmp_path / "whitening.npz", encoder.fit(sentences))
+  again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "whitening.npz")
+  np.testing.assert_array_equal(again.encode(sentences), encoder.encode(sentences))
+
+
+def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
+  config = eval_baselines.get_config()
+  config.method.name, config.method.whitened_method = "whitening", "first_last_avg"
+  config.model.path, config.data.senteval_dir = str(tiny_bert), str(short_senteval())
+  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  summary = run.run_sts(config)
+  out = capsys.readouterr().out
+  assert "whitening: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
+  assert "| STSBenchmark | test  |" in out and summary["method"]["whitened_method"] == "first_last_avg"
+  fitted = base.read_fitted(tmp_path / "sts.npz")
+  assert fitted["mean"].shape == (32,) and fitted["kernel"].shape == (32, 32)
+
+
+@pytest.mark.parametrize("family, whitened", [("bert", Method("last_avg")), ("bert", Method("cls")),
+                                              ("roberta", Method("cls_before_pooler"))])
+def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family, whitened):
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  checkpoint = write_random_checkpoint(tmp_path / "model", family, head=False)
+  method = Method("whitening", whitened=whitened, whitening_dims=16)
+  encoder = Encoder.from_pretrained(checkpoint, method)
+  base.save_fitted(tmp_path / "whitening.npz", encoder.fit(sentences))
+  out = export.export_model(checkpoint, tmp_path / "st", method, fitted=tmp_path / "whitening.npz")
+  theirs = sentence_transformers.SentenceTransformer(str(out), device="cpu").encode(sentences)
+  np.testing.assert_allclose(theirs, encoder.encode(sentences), atol=1e-4)
+  # The export keeps the state, so jaxemb reads the folder back as it was fitted.
+  np.testing.assert_array_equal(Encoder.from_pretrained(str(out), method).encode(sentences), encoder.encode(sentences))
+
+
+def test_flat_block_round_trip():
+  method = Method("whitening", whitened=Method("prompt", template=PROMPT, denoise=True), whitening_dims=256)
+  block = method.config_fields()
+  assert block["whitened_method"] == "prompt" and block["template"] == PROMPT and block["whitening_dims"] == 256
+  assert Method.from_config(block) == method and method.add_period and method.template == PROMPT
+  assert Method.from_config({"name": "whitening"}) == Method("whitening", whitened=Method("first_last_avg"))
+
+
+def test_bad_input_is_one_line(tiny_bert, sentences):
+  with pytest.raises(ConfigError, match="^whitening_dims must be >= 0"):
+    Method("whitening", whitening_dims=-1)
+  with pytest.raises(ConfigError, match="^whitening_dims 64 exceeds the 32 dimensions of method 'first_last_avg'$"):
+    Encoder.from_pretrained(tiny_bert, Method("whitening", whitening_dims=64))
+  with pytest.raises(ConfigError, match="^whitening whitens one vector per sentence; method 'ditto_all_heads'"):
+    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=Method("ditto_all_heads", ditto_head=0)))
+  with pytest.raises(ConfigError, match="^whitening whitens a method that fits nothing itself"):
+    Method("whitening", whitened=Method("whitening"))
+  encoder = Encoder.from_pretrained(tiny_bert, "whitening")
+  with pytest.raises(ConfigError, match="^method 'whitening' encodes with state fitted on sentences"):
+    encoder.encode(sentences)
+  with pytest.raises(ConfigError, match="^whitening 32-dimensional vectors needs more than 32 distinct sentences"):
+    encoder.fit(sentences[:32])
+
+
+def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, sentences):
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  checkpoint = write_random_checkpoint(tmp_path / "model", "bert", head=False)
+  config = eval_baselines.get_config()
+  config.method.name, config.method.whitened_method, config.method.whitening_dims = "whitening", "last_avg", 16
+  config.model.path, config.data.senteval_dir = str(checkpoint), str(short_senteval())
+  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  run.run_sts(config)
+  assert export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"),
+                      "--out", str(tmp_path / "st")]) == 0
+  ours = Encoder.from_pretrained(checkpoint, Method.from_config(config.method), fitted=tmp_path / "sts.npz")
+  theirs = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(sentences)
+  np.testing.assert_allclose(theirs, ours.encode(sentences), atol=1e-4)
