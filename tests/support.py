@@ -56,16 +56,18 @@ def shared_path(*parts: str) -> pathlib.Path:
 
 @functools.cache
 def short_senteval() -> pathlib.Path:
-  """A SentEval folder of STS-B alone, its dev and test cut to their first 40 pairs, for runs that need a selection
-  score, not a good one: scoring the 1,500 dev pairs took a toy run ~10 s of its ~23. One per process, removed when
+  """A SentEval folder of STS-B and SICK, each file cut to its first 40 pairs, for runs that need a selection score,
+  not a good one: scoring the 1,500 STS-B dev pairs took a toy run ~10 s of its ~23. One per process, removed when
   it exits; a subprocess is handed its parent's."""
   root = pathlib.Path(tempfile.mkdtemp(prefix="jaxemb-tests-senteval-"))
   atexit.register(shutil.rmtree, root, True)
-  (root / "STS" / "STSBenchmark").mkdir(parents=True)
-  for split in ("dev", "test"):
-    lines = shared_path("data", "senteval", "STS", "STSBenchmark", f"sts-{split}.csv").read_text(encoding="utf-8")
-    (root / "STS" / "STSBenchmark" / f"sts-{split}.csv").write_text("".join(lines.splitlines(True)[:40]),
-                                                                  encoding="utf-8")
+  files = {"STS/STSBenchmark": ("sts-dev.csv", "sts-test.csv"),
+           "SICK": ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")}
+  for folder, names in files.items():
+    (root / folder).mkdir(parents=True)
+    for name in names:  # SICK's files start with a header line.
+      lines = shared_path("data", "senteval", folder, name).read_text(encoding="utf-8").splitlines(True)
+      (root / folder / name).write_text("".join(lines[:40 + (folder == "SICK")]), encoding="utf-8")
   return root
 
 

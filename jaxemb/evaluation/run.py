@@ -119,9 +119,10 @@ def run_sts(config: Any) -> dict[str, Any]:
 
 def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) -> dict[str, Any]:
   """Fits the encoder's method when it fits state (`Method.fit_source`) and has none yet: on its corpus, or on the
-  STS test `tasks`' own sentences as they are scored (the papers' setting); prints which, writes the arrays beside
-  config.eval.output_json (its name, .npz for .json: what Encoder.from_pretrained and export read back). Returns the
-  summary's "fitted_on" and "fitted_state" entries ({} for a method that fits nothing)."""
+  STS test `tasks`' own sentences as they are scored (Su et al.'s target-task setting; the papers' rows fit on NLI);
+  prints which, writes the arrays beside config.eval.output_json (its name, .npz for .json: what
+  Encoder.from_pretrained and export read back). Returns the summary's "fitted_on" and "fitted_state" entries ({}
+  for a method that fits nothing)."""
   source = encoder.method.fit_source()
   if source is None or encoder.fitted is not None:
     return {}

@@ -64,7 +64,7 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
 def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head):
   """Two evaluators of their own periods, each logged at its steps; the one config.eval.select_metric names (not
   the default STS-B dev) picks the step kept in best/."""
-  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, shared_path("data", "senteval"))  # SICK's too.
+  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
   config.evals.sick = evaluator_config("sts", every=3, tasks="SICKRelatedness")
   config.eval.select_metric = "sick/SICKRelatedness"
   summary = loop.train(config)
