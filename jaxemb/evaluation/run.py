@@ -130,9 +130,7 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
     if not tasks:
       raise ConfigError(f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
                         "none: name a corpus to fit on")
-    prepare = preprocess_from_config(config)
-    sentences = list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
-                                   for column in (subset.sentences1, subset.sentences2) for s in column))
+    sentences = sts.distinct_sentences(tasks, preprocess_from_config(config))
     fitted_on = f"the {len(sentences)} distinct sentences of the test tasks {', '.join(t.name for t in tasks)}"
   else:
     sentences = list(tfidf.corpus_sentences(source))

@@ -71,9 +71,7 @@ def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence
                      ) -> dict[tuple[int, int], sts.StsResult]:
   """The STS result of each (layer, head) of `heads` on `tasks`: one `layer_embed(layer)` pass per distinct layer
   over the tasks' distinct sentences, each head scored on its slice."""
-  prepare = preprocess or (lambda sentence: sentence)
-  sentences = list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
-                                 for s in (*subset.sentences1, *subset.sentences2)))
+  sentences = sts.distinct_sentences(tasks, preprocess)
   row = {sentence: i for i, sentence in enumerate(sentences)}
   results = {}
   for layer in dict.fromkeys(layer for layer, _ in heads):

@@ -114,6 +114,13 @@ class StsResult:
     return self.table()
 
 
+def distinct_sentences(tasks: Sequence[StsTask], preprocess: Preprocess | None = None) -> list[str]:
+  """The tasks' sentences after `preprocess`, each once, in the order they first appear."""
+  prepare = preprocess or (lambda sentence: sentence)
+  return list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
+                            for s in (*subset.sentences1, *subset.sentences2)))
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """Row-wise cosine similarity in float64; 0 where a vector is zero or NaN (SentEval's nan_to_num)."""
   a = np.nan_to_num(np.asarray(a, dtype=np.float64))

@@ -26,7 +26,8 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer
 
 _FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registration order.
-TASK_SENTENCES = "tasks"  # `fit_source`: the sentences of the evaluation at hand (what the papers' rows fit on).
+# `fit_source`: the sentences of the evaluation at hand (Su et al.'s target-task setting; the papers' rows fit on NLI).
+TASK_SENTENCES = "tasks"
 FITTED_FILE = "fitted_state.npz"  # A method's fitted arrays, in a folder beside (or in) a run or an export.
 
 
