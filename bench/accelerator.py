@@ -18,7 +18,8 @@ bert-base is written with random weights at its real shapes (no weights can be d
 host); MiniLM is read from ../shared when it is there. Packages the machine lacks are named at the start, and
 the sections that need them are skipped with the reason.
 
-  python bench/accelerator.py                                     # the issue's settings (an H100 takes ~10 min)
+  python bench/accelerator.py                                     # the issue's settings (an H200: about 5 min)
+  python bench/accelerator.py --sections train --trace /tmp/trace # + a profile of jaxemb's steps (xprof reads it)
   python bench/accelerator.py --models minilm --shapes 16x32 --train-batch 16 --train-tokens 16 \
       --settings promptbert --sts-model minilm --repeats 2        # a CPU smoke run
 """
@@ -191,7 +192,8 @@ def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
   return TrainCase("authors' PyTorch fp16", step, [], peak)
 
 
-def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dtype: str, peaks, repeats: int):
+def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dtype: str, peaks, repeats: int,
+                  trace_dir: str = ""):
   print(f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x forward FLOPs of "
         "every encoded row / step time / matmul peak)\n")
   print("| setting | side | steps/s | MFU | peak device memory | jaxemb vs this |")
@@ -216,6 +218,10 @@ def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dt
             f"{'n/a' if memory is None else f'{memory / 2**30:.1f} GiB'} | "
             f"{common.ratio(1 / times[ours.name], 1 / times[case.name])} |")
     steps_per_second[name] = 1 / times[ours.name]
+    if trace_dir:  # Two more of jaxemb's steps under the profiler: where a step's time goes, op by op.
+      with jax.profiler.trace(str(pathlib.Path(trace_dir) / name)):
+        for _ in range(2):
+          ours.step()
   return steps_per_second
 
 
@@ -235,7 +241,7 @@ def sts_section(model_dir: pathlib.Path, senteval: pathlib.Path, dtype: str) -> 
   start = time.perf_counter()
   sts.evaluate_sts(encoder.encode, [dev])
   dev_seconds = time.perf_counter() - start
-  print(f"- STS-B dev alone, warm: {dev_seconds:.1f} s")
+  print(f"- STS-B dev alone, warm: {dev_seconds:.1f} s ({encoder.compilations} shapes)")
   return dev_seconds
 
 
@@ -253,6 +259,7 @@ def main():
   parser.add_argument("--sections", default="forward,train,sts", help="which to run (epoch needs train and sts)")
   parser.add_argument("--matmul", type=int, default=0, help="matmul size for the peak (0: 8192, 2048 on the CPU)")
   parser.add_argument("--repeats", type=int, default=5)
+  parser.add_argument("--trace", default="", help="train: write a jax.profiler trace of jaxemb's steps here")
   args = parser.parse_args()
   common.print_load("start")  # The CPU model beside every number.
   sections = args.sections.split(",")
@@ -273,7 +280,7 @@ def main():
     steps = dev_seconds = None
     if "train" in sections:
       steps = train_section(path(args.train_model), args.settings.split(","), args.train_batch, args.train_tokens,
-                            args.dtype, peaks, args.repeats)
+                            args.dtype, peaks, args.repeats, args.trace)
     if "sts" in sections:
       dev_seconds = sts_section(path(args.sts_model), pathlib.Path(args.senteval), args.dtype)
     if steps and dev_seconds is not None:

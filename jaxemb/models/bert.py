@@ -132,7 +132,7 @@ class Embeddings(nn.Module):
 
   def setup(self):
     c = self.config
-    embed = lambda n, name: nn.Embed(n, c.embedding_width, dtype=self.dtype, param_dtype=self.param_dtype,
+    embed = lambda n, name: linears.Embed(n, c.embedding_width, dtype=self.dtype, param_dtype=self.param_dtype,
                                      embedding_init=nn.initializers.normal(0.02), name=name)
     self.word = embed(c.vocab_size, "word")
     self.position = embed(c.max_position_embeddings, "position")

@@ -357,8 +357,11 @@ class ReferenceModel(nn.Module):
       # weights from normal(0, initializer_range) with zero bias (not in the checkpoint, so it stays).
       self.mlp = MLPLayer(config.hidden_size)
       with torch.no_grad():
+        # Drawn on the CPU and copied: the same weights whichever device torch makes them on (the benchmark's GPU).
         generator = torch.Generator().manual_seed(seed)
-        self.mlp.dense.weight.normal_(0.0, config.initializer_range, generator=generator)
+        weight = self.mlp.dense.weight
+        drawn = torch.empty(weight.shape, device="cpu").normal_(0.0, config.initializer_range, generator=generator)
+        weight.copy_(drawn)
         self.mlp.dense.bias.zero_()
     self.mask_token_id = self.tokenizer.mask_token_id
     self.pad_token_id = self.tokenizer.pad_token_id
