@@ -9,7 +9,8 @@ from jaxemb.methods import ditto
 from jaxemb.methods import tfidf
 from jaxemb.methods import prompt
 from jaxemb.methods import whitening
+from jaxemb.methods import flow
 from jaxemb.methods.base import Method, NotExportable, exportable_names, names
 
-__all__ = ["Method", "NotExportable", "base", "ditto", "exportable_names", "names", "pooled", "prompt", "static",
-           "tfidf", "whitening"]
+__all__ = ["Method", "NotExportable", "base", "ditto", "exportable_names", "flow", "names", "pooled", "prompt",
+           "static", "tfidf", "whitening"]

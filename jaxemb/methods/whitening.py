@@ -19,17 +19,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxemb import atomic, templates
+from jaxemb import atomic
 from jaxemb.errors import ConfigError
-from jaxemb.methods import base, pooled
-from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.methods import base, pooled, transform
+from jaxemb.models import EncoderConfig
 
 _MODULE = "whitening"  # The Dense module's folder in an export, after the whitened method's modules.
 
 
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Whitening(base.Method):
+class Whitening(transform.Transform):
   """Whitening of another method's vectors. In the flat `config.method` block the whitened method is
   `whitened_method` and its own fields sit beside this method's (e.g. `--config.method.name=whitening
   --config.method.whitened_method=prompt --config.method.template=...`).
@@ -44,6 +44,8 @@ class Whitening(base.Method):
   """
 
   NAMES = ("whitening",)
+  SOURCE = "whitened"
+  CORPUS = "whitening_corpus"
 
   whitened: base.Method = pooled.Pooled("first_last_avg")
   whitening_dims: int = 0
@@ -51,48 +53,14 @@ class Whitening(base.Method):
 
   def __post_init__(self):
     super().__post_init__()
-    if not isinstance(self.whitened, base.Method) or self.whitened.fit_source() is not None:
-      raise ConfigError(f"whitening whitens a method that fits nothing itself; got {self.whitened!r}")
     if self.whitening_dims < 0:
       raise ConfigError(f"whitening_dims must be >= 0 (0 keeps every dimension); got {self.whitening_dims}")
 
-  # The flat block: this method's fields and the whitened method's side by side.
-
-  def to_flat(self) -> dict[str, Any]:
-    return {"whitened_method": self.whitened.name, "whitening_dims": self.whitening_dims,
-            "whitening_corpus": self.whitening_corpus, **self.whitened.to_flat()}
-
-  @classmethod
-  def from_flat(cls, name: str, fields: dict[str, Any]) -> base.Method:
-    fields = dict(fields)
-    whitened = fields.pop("whitened_method", "first_last_avg")
-    own = {key: fields.pop(key) for key in ("whitening_dims", "whitening_corpus") if key in fields}
-    return cls(name, whitened=base.family(whitened).from_flat(whitened, fields), **own)
-
-  # What the Encoder asks: the whitened method's, its vectors then transformed.
-
-  @property
-  def template(self) -> str:
-    return self.whitened.template
-
   def validate(self, config: EncoderConfig, num_masks: int):
-    self.whitened.validate(config, num_masks)
-    if len(self.whitened.vector_shape(config)) != 1:
-      raise ConfigError(f"whitening whitens one vector per sentence; method {self.whitened.name!r} gives "
-                        f"{self.whitened.vector_shape(config)} per sentence")
+    super().validate(config, num_masks)
     if self.whitening_dims > self.whitened.width(config):
       raise ConfigError(f"whitening_dims {self.whitening_dims} exceeds the {self.whitened.width(config)} "
                         f"dimensions of method {self.whitened.name!r}")
-
-  def required_weights(self) -> dict[str, str]:
-    return self.whitened.required_weights()
-
-  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
-           max_length: int) -> templates.TemplateBatch:
-    return self.whitened.rows(template, tokenizer, sentences, max_sentence_tokens, max_length)
-
-  def fit_source(self) -> str:
-    return self.whitening_corpus or base.TASK_SENTENCES
 
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """{"mean": mu, "kernel": W} (all dimensions; `whitening_dims` cuts W at load) of the whitened method's
@@ -104,28 +72,23 @@ class Whitening(base.Method):
     u, s, _ = np.linalg.svd(np.cov(x.T))
     return {"mean": x.mean(0), "kernel": u / np.sqrt(s)}
 
-  def load_state(self, config: EncoderConfig, fitted: dict[str, np.ndarray] | None = None) -> Any:
-    """The whitened method's state and the fitted mean and kernel, cut to `whitening_dims` columns, in float32."""
-    if fitted is None:
-      return None
+  def load_transform(self, config: EncoderConfig, fitted: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """The fitted mean and kernel, cut to `whitening_dims` columns, in float32."""
     width = self.whitened.width(config)
     if fitted["kernel"].shape != (width, width):
       raise ConfigError(f"the fitted whitening is {fitted['kernel'].shape[0]}-dimensional; method "
                         f"{self.whitened.name!r} gives {width} dimensions on this model")
     kernel = fitted["kernel"][:, :self.whitening_dims or width]
-    return {"whitened": self.whitened.load_state(config), "mean": jnp.asarray(fitted["mean"], jnp.float32),
-            "kernel": jnp.asarray(kernel, jnp.float32)}
+    return {"mean": jnp.asarray(fitted["mean"], jnp.float32), "kernel": jnp.asarray(kernel, jnp.float32)}
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
-    x = self.whitened.vectors(model, params, batch, state=state["whitened"], prompt=prompt, template=template)
-    # float32 and the highest precision: the kernel's 1/sqrt(s) scales small directions up a lot.
-    return jnp.dot(x.astype(jnp.float32) - state["mean"], state["kernel"], precision=jax.lax.Precision.HIGHEST)
+  def transform(self, state: dict[str, jax.Array], x: jax.Array) -> jax.Array:
+    # The highest precision: the kernel's 1/sqrt(s) scales small directions up a lot.
+    return jnp.dot(x - state["mean"], state["kernel"], precision=jax.lax.Precision.HIGHEST)
 
   def width(self, config: EncoderConfig) -> int:
     return self.whitening_dims or self.whitened.width(config)
 
-  # Export, model card, MTEB.
+  # Export, model card.
 
   @property
   def exportable(self) -> bool:
@@ -140,7 +103,7 @@ class Whitening(base.Method):
     if fitted is None:
       raise ConfigError("whitening exports with its fitted state; none was given")
     self.whitened.export(out, config, params, tokenizer)
-    state = self.load_state(config, fitted)
+    state = self.load_transform(config, fitted)
     kernel, mean = np.asarray(state["kernel"], np.float64), np.asarray(state["mean"], np.float64)
     modules = json.loads((out / "modules.json").read_text())
     modules.append({"idx": len(modules), "name": str(len(modules)), "path": _MODULE,
@@ -153,19 +116,8 @@ class Whitening(base.Method):
                     "linear.bias": (-mean @ kernel).astype(np.float32)}, metadata={"format": "pt"})
     atomic.write(out / _MODULE / "model.safetensors", lambda f: f.write(weights))
 
-  @property
-  def remote_code(self) -> bool:
-    return self.whitened.remote_code
-
-  def card_tags(self) -> tuple[str, ...]:
-    return (*self.whitened.card_tags(), "whitening")
-
   def card_text(self) -> str:
     kept = f"its top {self.whitening_dims} dimensions kept" if self.whitening_dims else "all dimensions kept"
     return (self.whitened.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
             f"SVD-based whitening matrix fitted on a set of sentences' vectors, {kept}; the last module (a Dense "
             "layer) holds them.\n")
-
-  @property
-  def add_period(self) -> bool:
-    return self.whitened.add_period

@@ -97,9 +97,9 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
     Method("whitening", whitening_dims=-1)
   with pytest.raises(ConfigError, match="^whitening_dims 64 exceeds the 32 dimensions of method 'first_last_avg'$"):
     Encoder.from_pretrained(tiny_bert, Method("whitening", whitening_dims=64))
-  with pytest.raises(ConfigError, match="^whitening whitens one vector per sentence; method 'ditto_all_heads'"):
+  with pytest.raises(ConfigError, match="^whitening maps one vector per sentence; method 'ditto_all_heads'"):
     Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=Method("ditto_all_heads", ditto_head=0)))
-  with pytest.raises(ConfigError, match="^whitening whitens a method that fits nothing itself"):
+  with pytest.raises(ConfigError, match="^whitening transforms a method that fits nothing itself"):
     Method("whitening", whitened=Method("whitening"))
   encoder = Encoder.from_pretrained(tiny_bert, "whitening")
   with pytest.raises(ConfigError, match="^method 'whitening' encodes with state fitted on sentences"):

@@ -1,0 +1,179 @@
+"""BERT-flow (jaxemb/models/flow.py, jaxemb/methods/flow.py): the Glow against an independent float64 NumPy
+transcription of bohanli/BERT-flow's flow (glow_ops_1x1.py under config_l3_d3_w32), its inverse, its data-dependent
+init, the fit's optimizer step against a NumPy transcription of their AdamWeightDecayOptimizer, the likelihood rising,
+the Encoder and evaluate.py's STS job."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import eval_baselines
+from jaxemb.data import sts as sts_data
+from jaxemb.encode import Encoder
+from jaxemb.errors import ConfigError
+from jaxemb.evaluation import run
+from jaxemb.methods import Method, base
+from jaxemb.methods import flow as flow_method
+from jaxemb.models import flow
+from tests.support import short_senteval
+
+CONFIG = flow.FlowConfig()  # The authors' 3 levels of 3 steps, coupling width 32.
+
+
+@pytest.fixture(scope="module")
+def sentences():
+  """STS-B test's first 40 pairs: 72 distinct sentences."""
+  task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
+  return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+
+
+def skewed(rows: int, width: int = 32, seed: int = 0) -> np.ndarray:
+  """Correlated, skewed vectors, far from a standard Gaussian as pooled BERT states are: one distribution, the
+  rows drawn with `seed`."""
+  mixing = np.random.default_rng(0).standard_normal((width, width)) / 4
+  return np.exp(0.5 * np.random.default_rng(seed).standard_normal((rows, width)) @ mixing).astype(np.float32)
+
+
+def numpy_flow(params, x, config=CONFIG):
+  """The latent and log-likelihood of glow_ops_1x1's encoder_decoder + top prior, in float64: per level `depth`
+  revnet steps (actnorm (x + b) e^(3 logs); the reversal permutation; additive coupling x2 + NN(x1), NN = relu(actnorm(
+  x W1)), relu(actnorm(. W2)), (. W3 + b3) e^(3 logs3)), then split off half as N(0, 1) latents."""
+  f64 = lambda a: np.asarray(a, np.float64)
+  def actnorm(p, h):
+    return (h + f64(p["b"])) * np.exp(3 * f64(p["logs"])), 3 * f64(p["logs"]).sum()
+  log_normal = lambda z: (-0.5 * z**2 - 0.5 * np.log(2 * np.pi)).sum(1)
+  x, total, eps = f64(x), np.zeros(len(x)), []
+  for level in range(config.levels):
+    for step in range(config.depth):
+      p = params[f"level_{level}"][f"step_{step}"]
+      x, logdet = actnorm(p["actnorm"], x)
+      total += logdet
+      x = x @ np.eye(x.shape[1])[::-1]  # Their permutation's w: w[i][C - 1 - i] = 1.
+      x1, x2 = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+      c = p["coupling"]
+      h = np.maximum(actnorm(c["hidden_0"]["actnorm"], x1 @ f64(c["hidden_0"]["kernel"]))[0], 0)
+      h = np.maximum(actnorm(c["hidden_1"]["actnorm"], h @ f64(c["hidden_1"]["kernel"]))[0], 0)
+      shift = (h @ f64(c["out"]["kernel"]) + f64(c["out"]["b"])) * np.exp(3 * f64(c["out"]["logs"]))
+      x = np.concatenate([x1, x2 + shift], 1)
+    if level < config.levels - 1:
+      x, z = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+      eps.append(z)
+      total += log_normal(z)
+  return np.concatenate(eps + [x], 1), total + log_normal(x)
+
+
+def trained_params(config=CONFIG):
+  """Params moved off their init (the zero layers too) by the default fit's steps, so every one of them matters."""
+  return flow_method.fit_flow(skewed(512), config, epochs=1, batch_size=32, learning_rate=1e-3, seed=0)[0]
+
+
+def test_the_latent_and_likelihood_equal_a_float64_numpy_glow():
+  x = skewed(96)
+  params = trained_params()
+  assert np.abs(params["level_0"]["step_0"]["coupling"]["out"]["kernel"]).max() > 1e-3
+  z, log_likelihood = flow.forward(params, jnp.asarray(x), CONFIG)
+  expected_z, expected_ll = numpy_flow(jax.device_get(params), x)
+  np.testing.assert_allclose(z, expected_z, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(log_likelihood, expected_ll, rtol=1e-5)
+
+
+@pytest.mark.parametrize("config", [CONFIG, flow.FlowConfig(levels=1, depth=2, width=8)])
+def test_the_inverse_reconstructs_the_vectors(config):
+  x = skewed(64)
+  params = trained_params(config)
+  z, _ = flow.forward(params, jnp.asarray(x), config)
+  np.testing.assert_allclose(flow.inverse(params, z, config), x, atol=1e-4)
+
+
+def test_every_actnorm_starts_at_zero_mean_and_unit_variance_on_the_first_batch():
+  x = jnp.asarray(skewed(64))
+  params = flow.init(jax.random.key(0), x, CONFIG)
+  norm = params["level_0"]["step_0"]["actnorm"]
+  h = (x + norm["b"]) * jnp.exp(3 * norm["logs"])
+  np.testing.assert_allclose(h.mean(0), 0, atol=1e-5)
+  np.testing.assert_allclose(h.std(0), 1, atol=1e-4)
+  z, _ = flow.forward(params, x, CONFIG)  # The zero layers leave every step's coupling the identity at init.
+  np.testing.assert_allclose(z.std(0), 1, atol=1e-4)
+
+
+def numpy_bert_adam_step(params, grads, m, v, lr, clip=1.0, b1=0.9, b2=0.999, eps=1e-6, decay=0.01):
+  """optimization_bert_flow.py: clip_by_global_norm, then AdamWeightDecayOptimizer.apply_gradients."""
+  norm = np.sqrt(sum((g**2).sum() for g in grads))
+  grads = [g * clip / max(norm, clip) for g in grads]
+  m = [b1 * mi + (1 - b1) * g for mi, g in zip(m, grads)]
+  v = [b2 * vi + (1 - b2) * g**2 for vi, g in zip(v, grads)]
+  updates = [lr * (mi / (np.sqrt(vi) + eps) + decay * p) for mi, vi, p in zip(m, v, params)]
+  return updates, m, v
+
+
+def test_the_optimizer_steps_as_their_adam_weight_decay():
+  rng = np.random.default_rng(0)
+  params = [rng.standard_normal(5), rng.standard_normal((3, 2))]
+  optimizer = optax.chain(  # fit_flow's.
+      optax.clip_by_global_norm(1.0), flow_method._bert_adam(), optax.add_decayed_weights(0.01), optax.scale(-1e-3))
+  state = optimizer.init([jnp.asarray(p, jnp.float32) for p in params])
+  m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
+  for scale in (3.0, 0.1):  # Clipped, then not.
+    grads = [scale * rng.standard_normal(p.shape) for p in params]
+    updates, state = optimizer.update([jnp.asarray(g, jnp.float32) for g in grads], state,
+                                      [jnp.asarray(p, jnp.float32) for p in params])
+    expected, m, v = numpy_bert_adam_step(params, grads, m, v, 1e-3)
+    for ours, theirs in zip(updates, expected):
+      np.testing.assert_allclose(-np.asarray(ours), theirs, rtol=1e-5, atol=1e-9)
+    params = [p - u for p, u in zip(params, expected)]
+
+
+def test_fitting_raises_the_likelihood():
+  x = skewed(2048)
+  params, history = flow_method.fit_flow(x, CONFIG, epochs=4, batch_size=64, learning_rate=1e-3, seed=0)
+  assert history.shape == (4 * 2048 // 64,)
+  assert history[-16:].mean() > history[:16].mean() + 2.0, history
+  _, held_out = flow.forward(params, jnp.asarray(skewed(512, seed=1)), CONFIG)
+  init = flow.init(jax.random.key(0), jnp.asarray(x[:64]), CONFIG)
+  assert held_out.mean() > flow.forward(init, jnp.asarray(skewed(512, seed=1)), CONFIG)[1].mean() + 2.0
+
+
+def test_the_encoder_maps_its_method_s_vectors_and_the_saved_state_reads_back(tiny_bert, sentences, tmp_path):
+  method = Method("flow", flowed=Method("last_avg"), flow_batch_size=8, flow_epochs=2)
+  raw = Encoder.from_pretrained(tiny_bert, "last_avg").encode(sentences)
+  encoder = Encoder.from_pretrained(tiny_bert, method)
+  fitted = encoder.fit(sentences)
+  assert fitted["fit/log_likelihood"].shape == (2 * (len(sentences) // 8),)
+  params = method.load_transform(encoder.config, fitted)
+  vectors = encoder.encode(sentences)
+  np.testing.assert_allclose(vectors, numpy_flow(jax.device_get(params), raw)[0], rtol=1e-4, atol=1e-4)
+  base.save_fitted(tmp_path / "flow.npz", fitted)
+  again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "flow.npz")
+  np.testing.assert_array_equal(again.encode(sentences), vectors)
+
+
+def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
+  config = eval_baselines.get_config()
+  config.method.name, config.method.flowed_method, config.method.flow_batch_size = "flow", "first_last_avg", 16
+  config.model.path, config.data.senteval_dir = str(tiny_bert), str(short_senteval())
+  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  summary = run.run_sts(config)
+  out = capsys.readouterr().out
+  assert "flow: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
+  assert "| STSBenchmark | test  |" in out and summary["method"]["flowed_method"] == "first_last_avg"
+  assert base.read_fitted(tmp_path / "sts.npz")["params/level_0/step_0/actnorm/b"].shape == (32,)
+
+
+def test_the_flat_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentences):
+  method = Method("flow", flowed=Method("prompt", template='This sentence : "[X]" means [MASK] .'), flow_width=16)
+  assert Method.from_config(method.config_fields()) == method
+  assert Method.from_config({"name": "flow"}) == Method("flow", flowed=Method("first_last_avg"))
+  with pytest.raises(ConfigError, match="^flow_batch_size must be a positive even number"):
+    Method("flow", flow_batch_size=7)
+  with pytest.raises(ConfigError, match="^flow_levels must be >= 1; got 0$"):
+    Method("flow", flow_levels=0)
+  with pytest.raises(ConfigError, match="^method 'first_last_avg': a 6-level flow halves the channels 6 times; 32 "):
+    Encoder.from_pretrained(tiny_bert, Method("flow", flow_levels=6))
+  with pytest.raises(ConfigError, match="^flow transforms a method that fits nothing itself"):
+    Method("flow", flowed=Method("whitening"))
+  with pytest.raises(ConfigError, match="^method 'flow' takes no whitening_dims"):
+    Method("flow", whitening_dims=3)
+  with pytest.raises(ConfigError, match="^flow fits on batches of 64 sentences; got 10 distinct sentences$"):
+    Encoder.from_pretrained(tiny_bert, "flow").fit(sentences[:10])
