@@ -25,7 +25,7 @@ import numpy as np
 from jaxemb.data import sts as sts_data
 from jaxemb.data import transfer as transfer_data
 from jaxemb.encode import Encoder
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import analysis, common, logreg, sts, transfer
 
 # Each type's fields beyond `type` and `every`, at their defaults.
@@ -128,8 +128,16 @@ def from_config(name: str, block: Any, data: Any, preprocess: common.Preprocess)
 
 
 def from_configs(evals: Any, data: Any, preprocess: common.Preprocess) -> list[Evaluator]:
-  """Every evaluator of config.evals, in its order."""
-  return [from_config(name, block, data, preprocess) for name, block in evals.items()]
+  """Every evaluator of config.evals, in its order; DataError naming the evaluator and config.data.senteval_dir
+  when its data is missing."""
+  built = []
+  for name, block in evals.items():
+    try:
+      built.append(from_config(name, block, data, preprocess))
+    except DataError as e:
+      raise DataError(f"config.evals.{name}: config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval "
+                      "with prepare.py") from None
+  return built
 
 
 def is_due(evaluator: Evaluator, step: int, last_step: int) -> bool:

@@ -11,7 +11,6 @@ from jax.sharding import Mesh
 
 from jaxemb import sharding, storage
 from jaxemb.data import corpus
-from jaxemb.data import sts as sts_data
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import hf, run_dir
@@ -24,7 +23,8 @@ _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
 def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   """The model config.model.path names, opened (its config and tokenizer, for the loop to reuse); raises
   ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
-  config.json, the tokenizer and STS-B dev; loads no weights and writes nothing."""
+  config.json and the tokenizer (the evaluators' data is read next, by loop.build_evaluators); loads no weights and
+  writes nothing."""
   _check_counts(config, mesh)
   trainer.check_model_options(config)
   _check_columns(config)
@@ -90,16 +90,10 @@ def _check_columns(config: Any):
 
 
 def _check_files(config: Any):
-  """The corpus and STS-B dev (read here: it is small, and the default evaluator needs it; loop.build_evaluators
-  reads every evaluator's data next)."""
+  """The corpus (loop.build_evaluators reads the evaluators' data next, each evaluator's own)."""
   if not storage.path(config.data.train_file).is_file():
     raise DataError(f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
                     "point the field at the corpus")
-  try:
-    sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
-  except ValueError as e:  # jaxemb.data.sts.DataError: a missing or unreadable file.
-    raise DataError(f"config.data.senteval_dir={config.data.senteval_dir}: no STS-B dev ({e}); fetch SentEval "
-                    "with prepare.py") from None
 
 
 def _check_kept_decoder(config: Any):

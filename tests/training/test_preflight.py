@@ -9,6 +9,7 @@ import pytest
 
 from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
+from jaxemb.evaluation import evaluators
 from jaxemb.training import loop, preflight
 from tests.support import write_random_checkpoint
 from tests.support import tiny_config
@@ -123,14 +124,25 @@ def test_epochs_must_be_positive_when_they_decide_the_steps(tmp_path, tiny_bert,
     preflight.check(config, sharding.make_mesh(-1, 1))
 
 
-@pytest.mark.parametrize("field, message", [
-    ("data__train_file", r"^config\.data\.train_file=/nonexistent/corpus\.txt: no such file"),
-    ("data__senteval_dir", r"^config\.data\.senteval_dir=/nonexistent/corpus\.txt: no STS-B dev"),
-])
-def test_missing_files_are_named(tmp_path, tiny_bert, wiki_head, field, message):
-  config = _config(tiny_bert, tmp_path, wiki_head, **{field: "/nonexistent/corpus.txt"})
-  with pytest.raises(DataError, match=message):
+def test_a_missing_corpus_is_named(tmp_path, tiny_bert, wiki_head):
+  config = _config(tiny_bert, tmp_path, wiki_head, data__train_file="/nonexistent/corpus.txt")
+  with pytest.raises(DataError, match=r"^config\.data\.train_file=/nonexistent/corpus\.txt: no such file"):
     preflight.check(config, sharding.make_mesh(-1, 1))
+
+
+def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_none(tmp_path, tiny_bert, wiki_head):
+  config = _config(tiny_bert, tmp_path, wiki_head, data__senteval_dir=str(tmp_path / "senteval"))
+  with pytest.raises(DataError, match=r"^config\.evals\.stsb_dev: config\.data\.senteval_dir=.*/senteval: .*"
+                                      r"STSBenchmark: no such directory.*; fetch SentEval with prepare\.py$"):
+    loop.build_evaluators(config)
+  (tmp_path / "senteval" / "MR").mkdir(parents=True)
+  for polarity in ("pos", "neg"):
+    (tmp_path / "senteval" / "MR" / f"rt-polarity.{polarity}").write_text("a fine film .\n" * 10, encoding="latin-1")
+  del config.evals["stsb_dev"]
+  config.evals.mr = evaluators.evaluator_config("transfer", every=1, tasks="MR")
+  config.eval.select_metric = "mr/MR"
+  preflight.check(config, sharding.make_mesh(-1, 1))  # No STS-B dev anywhere: nothing asks for it.
+  assert [e.name for e in loop.build_evaluators(config)] == ["mr"]
 
 
 def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
