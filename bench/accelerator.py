@@ -20,11 +20,13 @@ the sections that need them are skipped with the reason.
 
   python bench/accelerator.py                                     # the issue's settings (an H200: about 5 min)
   python bench/accelerator.py --sections train --trace /tmp/trace # + a profile of jaxemb's steps (xprof reads it)
+  python bench/accelerator.py --sections train --set model.scan_unroll=12 --set model.remat_policy=full
   python bench/accelerator.py --models minilm --shapes 16x32 --train-batch 16 --train-tokens 16 \
       --settings promptbert --sts-model minilm --repeats 2        # a CPU smoke run
 """
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import importlib
@@ -150,9 +152,22 @@ def jax_peak_memory():
   return stats.get("peak_bytes_in_use") if stats else None
 
 
-def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, tokens: int, dtype: str) -> TrainCase:
+def config_value(text: str):
+  """A --set value: a Python literal (12, None, True) or else the string itself."""
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, tokens: int, dtype: str,
+                 overrides: list[str]) -> TrainCase:
   config = common.train_config(name, batch, tokens)
   config.model.dtype = dtype
+  for item in overrides:  # e.g. model.scan_unroll=12: what to try on a device without editing code.
+    key, _, value = item.partition("=")
+    section, field = key.split(".")
+    config[section][field] = config_value(value)
   if config.objective.loss_group_size:  # CoT-BERT's two DataParallel replicas, at any batch.
     config.objective.loss_group_size = batch // 2
   step = common.JaxembTrainStep(config, model_dir, sentences, sharding.make_mesh(-1, 1))
@@ -193,16 +208,16 @@ def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
 
 
 def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dtype: str, peaks, repeats: int,
-                  trace_dir: str = ""):
+                  trace_dir: str = "", overrides: tuple[str, ...] = ()):
   print(f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x forward FLOPs of "
-        "every encoded row / step time / matmul peak)\n")
+        f"every encoded row / step time / matmul peak){'; jaxemb with ' + ', '.join(overrides) if overrides else ''}\n")
   print("| setting | side | steps/s | MFU | peak device memory | jaxemb vs this |")
   print("|---|---|---|---|---|---|")
   config, _ = load_pretrained(model_dir)
   sentences = common.wiki_sentences(batch)
   steps_per_second = {}
   for name in settings:
-    ours = jaxemb_train(name, model_dir, sentences, batch, tokens, dtype)
+    ours = jaxemb_train(name, model_dir, sentences, batch, tokens, dtype, list(overrides))
     cases = [ours]
     try:
       cases.append(authors_train(name, model_dir, sentences))
@@ -260,6 +275,8 @@ def main():
   parser.add_argument("--matmul", type=int, default=0, help="matmul size for the peak (0: 8192, 2048 on the CPU)")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--trace", default="", help="train: write a jax.profiler trace of jaxemb's steps here")
+  parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                      help="train: a config field of jaxemb's step, e.g. model.scan_unroll=12 (repeatable)")
   args = parser.parse_args()
   common.print_load("start")  # The CPU model beside every number.
   sections = args.sections.split(",")
@@ -280,7 +297,7 @@ def main():
     steps = dev_seconds = None
     if "train" in sections:
       steps = train_section(path(args.train_model), args.settings.split(","), args.train_batch, args.train_tokens,
-                            args.dtype, peaks, args.repeats, args.trace)
+                            args.dtype, peaks, args.repeats, args.trace, tuple(args.set))
     if "sts" in sections:
       dev_seconds = sts_section(path(args.sts_model), pathlib.Path(args.senteval), args.dtype)
     if steps and dev_seconds is not None:

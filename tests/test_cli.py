@@ -62,8 +62,8 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
                    f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
                    f"--config.data.train_file={shared_path('data', 'wiki', 'wiki1m_sample.txt')}",
                    f"--config.data.senteval_dir={tmp_path / 'senteval'}")
-  assert _one_error_line(*train).startswith(f"config.data.senteval_dir={tmp_path / 'senteval'}: no STS-B dev "
-                                            f"({tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory")
+  assert _one_error_line(*train).startswith(f"config.evals.stsb_dev: config.data.senteval_dir={tmp_path / 'senteval'}: "
+                                            f"{tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory")
   prepare = _command("prepare.py", "promptbert.py", f"--source={tmp_path / 'nowhere'}")
   assert _one_error_line(*prepare) == f"source {tmp_path / 'nowhere'} is not a directory"
   sweep = _command("sweep.py", "experiments/no_such_table.py")

@@ -43,8 +43,10 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   tokenizer, model, encoder = tiny
   grouped = _cot(tokenizer, 2)
   params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
-  loss = lambda objective, sentences: float(jax.jit(lambda p, b: objectives.loss_and_metrics(
-      objective, model, p, b, jax.random.key(1))[0])(params, _batch(objective, tokenizer, sentences)))
+  # One compiled loss per objective and batch shape: the two halves share theirs.
+  jitted = jax.jit(lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0],
+                   static_argnums=0)
+  loss = lambda objective, sentences: float(jitted(objective, params, _batch(objective, tokenizer, sentences)))
   halves = [loss(_cot(tokenizer, 0), SENTENCES[:2]), loss(_cot(tokenizer, 0), SENTENCES[2:])]
   np.testing.assert_allclose(loss(grouped, SENTENCES), np.mean(halves), rtol=1e-6)
   assert abs(loss(_cot(tokenizer, 0), SENTENCES) - np.mean(halves)) > 1e-3

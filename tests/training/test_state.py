@@ -131,11 +131,7 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
   batch = {"a": batch, "b": batch}
   model = Transformer(config)
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
-  loss = lambda p: objectives.loss_and_metrics(objective, model, p, batch, jax.random.key(1))[0]
-  grads = jax.jit(jax.grad(loss))(params)
   rows = {"word": config.pad_token_id} if denoise == "pad" else {"position": config.pad_token_id}
-  for table, row in rows.items():
-    assert np.abs(grads["encoder"]["embeddings"][table]["embedding"][row]).max() > 1e-6  # Without the rule.
   tx = train_state.make_optimizer(optimizer_config(), STEPS)
   step = jax.jit(lambda s, b: train_state.train_step(objective, model, tx, s, b))
   state, _ = step(train_state.init_state(params, {}, tx, 0), batch)
@@ -145,6 +141,7 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
     after = state.params["encoder"]["embeddings"][table]["embedding"]
     np.testing.assert_array_equal(after[row], before[row])
     assert not np.allclose(after[used[table]], before[used[table]])
+  # Without the rule the same step moves them: their gradients are not zero.
   unfrozen = objectives.Objective(**{**objective.__dict__, "freeze_padding_rows": False})
   tx_state = train_state.init_state(params, {}, tx, 0)
   moved, _ = jax.jit(lambda s, b: train_state.train_step(unfrozen, model, tx, s, b))(tx_state, batch)
