@@ -52,6 +52,7 @@ def test_the_sweeps_overrides_name_the_closest_field():
                      "(did you mean 'batch_size'?)")
 
 
+@pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
 def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   a_file = tmp_path / "not-a-model"
   a_file.write_text("")
@@ -70,6 +71,7 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   assert _one_error_line(*sweep) == f"--config {REPO / 'configs' / 'experiments' / 'no_such_table.py'}: no such file"
 
 
+@pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
 def test_a_bucket_path_that_cannot_work_is_one_line_before_any_work(gcs_emulator, tmp_path):
   """A missing bucket and an unsupported scheme, each refused by every command before it loads anything (the model
   path named here does not exist: it is never looked for)."""
