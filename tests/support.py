@@ -96,6 +96,25 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
   return config
 
 
+
+def short_sts_job(model_dir, output_json, **method):
+  """configs/eval_baselines.py's STS job on STS-B test cut short (short_senteval) with `model_dir`, the flat
+  `config.method` fields `method` (name included) set, writing `output_json` (a fitted method's .npz beside it)."""
+  config = importlib.import_module("configs.eval_baselines").get_config()
+  for key, value in method.items():
+    config.method[key] = value
+  config.model.path, config.data.senteval_dir = str(model_dir), str(short_senteval())
+  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(output_json)
+  return config
+
+
+def short_stsb_test_sentences() -> list[str]:
+  """The distinct sentences of short_senteval's STS-B test (its 40 pairs): 72, more than the tiny models' 32
+  dimensions, as an STS job on it fits."""
+  from jaxemb.data import sts as sts_data  # pylint: disable=import-outside-toplevel
+  task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
+  return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+
 # Tiny random checkpoints in Hugging Face format, with the real vocabularies so the real tokenizers fit.
 _TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
 FAMILIES = {

@@ -133,7 +133,7 @@ class Embeddings(nn.Module):
   def setup(self):
     c = self.config
     embed = lambda n, name: linears.Embed(n, c.embedding_width, dtype=self.dtype, param_dtype=self.param_dtype,
-                                     embedding_init=nn.initializers.normal(0.02), name=name)
+                                          embedding_init=nn.initializers.normal(0.02), name=name)
     self.word = embed(c.vocab_size, "word")
     self.position = embed(c.max_position_embeddings, "position")
     self.token_type = embed(c.type_vocab_size, "token_type")

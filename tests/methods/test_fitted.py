@@ -9,12 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from configs import eval_baselines
 from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from tests.support import short_senteval
+from tests.support import short_sts_job
 
 SENTENCES = ["a man is playing a guitar .", "a woman slices an onion", "hello", "the dog runs after the ball"]
 
@@ -68,10 +67,7 @@ def test_a_fitting_method_encodes_once_fitted(tiny_bert, centered, tmp_path):
 
 
 def test_the_sts_job_fits_on_the_test_tasks_and_keeps_the_state(tiny_bert, centered, tmp_path, capsys):
-  config = eval_baselines.get_config()
-  config.method.name, config.model.path = "toy_centered", str(tiny_bert)
-  config.data.senteval_dir, config.eval.tasks = str(short_senteval()), "STSBenchmark"
-  config.eval.output_json = str(tmp_path / "sts.json")
+  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="toy_centered")
   summary = run.run_sts(config)
   assert summary["fitted_on"] == "the 72 distinct sentences of the test tasks STSBenchmark"
   assert "toy_centered: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in capsys.readouterr().out

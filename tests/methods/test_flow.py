@@ -9,24 +9,20 @@ import numpy as np
 import optax
 import pytest
 
-from configs import eval_baselines
-from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.methods import flow as flow_method
 from jaxemb.models import flow
-from tests.support import short_senteval
+from tests.support import short_sts_job, short_stsb_test_sentences
 
 CONFIG = flow.FlowConfig()  # The authors' 3 levels of 3 steps, coupling width 32.
 
 
 @pytest.fixture(scope="module")
 def sentences():
-  """STS-B test's first 40 pairs: 72 distinct sentences."""
-  task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
-  return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+  return short_stsb_test_sentences()
 
 
 def skewed(rows: int, width: int = 32, seed: int = 0) -> np.ndarray:
@@ -143,11 +139,8 @@ def test_fitting_raises_the_likelihood(fitted):
 
 def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_vectors(tiny_bert, sentences,
                                                                                           tmp_path, capsys):
-  config = eval_baselines.get_config()
-  config.method.name, config.method.flowed_method, config.method.flow_batch_size = "flow", "last_avg", 16
-  config.method.flow_epochs = 2
-  config.model.path, config.data.senteval_dir = str(tiny_bert), str(short_senteval())
-  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="flow", flowed_method="last_avg", flow_batch_size=16,
+                         flow_epochs=2)
   summary = run.run_sts(config)
   out = capsys.readouterr().out
   assert "flow: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out

@@ -4,23 +4,19 @@ method's vectors, its k, its state saved and read back, evaluate.py's STS job, t
 import numpy as np
 import pytest
 
-from configs import eval_baselines
 from jaxemb import export
-from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from tests.support import short_senteval, write_random_checkpoint
+from tests.support import short_sts_job, short_stsb_test_sentences, write_random_checkpoint
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 
 
 @pytest.fixture(scope="module")
 def sentences():
-  """STS-B test's first 40 pairs: 72 distinct sentences, more than the tiny models' 32 dimensions."""
-  task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
-  return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+  return short_stsb_test_sentences()
 
 
 def numpy_whitening(x: np.ndarray, k: int | None = None) -> np.ndarray:
@@ -57,10 +53,7 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
 
 
 def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
-  config = eval_baselines.get_config()
-  config.method.name, config.method.whitened_method = "whitening", "first_last_avg"
-  config.model.path, config.data.senteval_dir = str(tiny_bert), str(short_senteval())
-  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="whitening", whitened_method="first_last_avg")
   summary = run.run_sts(config)
   out = capsys.readouterr().out
   assert "whitening: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
@@ -111,10 +104,8 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
 def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, sentences):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", "bert", head=False)
-  config = eval_baselines.get_config()
-  config.method.name, config.method.whitened_method, config.method.whitening_dims = "whitening", "last_avg", 16
-  config.model.path, config.data.senteval_dir = str(checkpoint), str(short_senteval())
-  config.eval.tasks, config.eval.output_json = "STSBenchmark", str(tmp_path / "sts.json")
+  config = short_sts_job(checkpoint, tmp_path / "sts.json", name="whitening", whitened_method="last_avg",
+                         whitening_dims=16)
   run.run_sts(config)
   assert export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"),
                       "--out", str(tmp_path / "st")]) == 0
