@@ -26,7 +26,6 @@ the sections that need them are skipped with the reason.
 """
 
 import argparse
-import ast
 import contextlib
 import dataclasses
 import importlib
@@ -66,7 +65,7 @@ import numpy as np
 import torch
 import transformers
 
-from jaxemb import sharding, xla
+from jaxemb import sharding, sweep, xla
 from jaxemb.models import Transformer, load_pretrained
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -152,22 +151,12 @@ def jax_peak_memory():
   return stats.get("peak_bytes_in_use") if stats else None
 
 
-def config_value(text: str):
-  """A --set value: a Python literal (12, None, True) or else the string itself."""
-  try:
-    return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text
-
-
 def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, tokens: int, dtype: str,
-                 overrides: list[str]) -> TrainCase:
+                 overrides: tuple[str, ...]) -> TrainCase:
   config = common.train_config(name, batch, tokens)
   config.model.dtype = dtype
-  for item in overrides:  # e.g. model.scan_unroll=12: what to try on a device without editing code.
-    key, _, value = item.partition("=")
-    section, field = key.split(".")
-    config[section][field] = config_value(value)
+  # e.g. model.scan_unroll=12: what to try on a device without editing code, parsed and checked as sweep.py's.
+  sweep.apply_overrides(config, {k: v for item in overrides for k, v in sweep.parse_overrides(item).items()}, "--set")
   if config.objective.loss_group_size:  # CoT-BERT's two DataParallel replicas, at any batch.
     config.objective.loss_group_size = batch // 2
   step = common.JaxembTrainStep(config, model_dir, sentences, sharding.make_mesh(-1, 1))
@@ -217,7 +206,7 @@ def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dt
   sentences = common.wiki_sentences(batch)
   steps_per_second = {}
   for name in settings:
-    ours = jaxemb_train(name, model_dir, sentences, batch, tokens, dtype, list(overrides))
+    ours = jaxemb_train(name, model_dir, sentences, batch, tokens, dtype, overrides)
     cases = [ours]
     try:
       cases.append(authors_train(name, model_dir, sentences))
