@@ -6,10 +6,12 @@ import pytest
 
 from jaxemb import xla
 from jaxemb.errors import ConfigError
+from tests.support import USERS_XLA_OPTIONS
 
 
 def compiled_text(fn, dtype, *args) -> str:
-  return xla.jit(fn, dtype).lower(*args).compile().as_text()
+  """The program a user's process compiles for `fn` (tests/conftest.py compiles others in the pytest process)."""
+  return xla.jit(fn, dtype).lower(*args).compile(compiler_options=USERS_XLA_OPTIONS).as_text()
 
 
 @pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")

@@ -12,6 +12,7 @@ import pytest
 
 from jaxemb import xla
 from jaxemb.models import linears
+from tests.support import USERS_XLA_OPTIONS
 
 # (input shape, features): x wider than the output (the FFN's output layer), narrower (its input layer), equal.
 SHAPES = [((3, 5, 24), 8), ((3, 5, 8), 24), ((15, 8), 8)]
@@ -50,7 +51,7 @@ NARROW, WIDE, ROWS = 24, 96, (8, 40)
 
 def _compiled_ffn_gradient(dense) -> str:
   """The CPU program of an FFN block's parameter gradients (narrow -> wide -> narrow, as BERT's), compiled with
-  the train step's dots (jaxemb.xla: a cached program takes Eigen's)."""
+  the train step's dots (jaxemb.xla: a cached program takes Eigen's) and XLA's options in a user's process."""
   def loss(params, x, r):
     hidden = jax.nn.gelu(dense(x, params["in_kernel"], params["in_bias"]))
     return jnp.sum(jnp.tanh(dense(hidden, params["out_kernel"], params["out_bias"])) * r)
@@ -58,7 +59,7 @@ def _compiled_ffn_gradient(dense) -> str:
             "out_kernel": jnp.ones((WIDE, NARROW)), "out_bias": jnp.ones(NARROW)}
   x = jnp.ones((*ROWS, NARROW))
   gradient = jax.jit(jax.grad(loss), compiler_options=xla.compiler_options(cached=True))
-  return gradient.lower(params, x, x).compile().as_text()
+  return gradient.lower(params, x, x).compile(compiler_options=USERS_XLA_OPTIONS).as_text()
 
 
 def _column_reductions(hlo: str) -> list[str]:
