@@ -51,12 +51,20 @@ class Batches:
   def place(self, step: int) -> dict[str, templates.TemplateBatch]:
     """The global batch of `step` on the mesh: this host's rows of each field, cut to the width of the field's
     longest row in the global batch (the same width on every host)."""
-    everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
     index = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step, jax.process_index(),
                                  jax.process_count())
-    placed = {}
-    for name, rows in self.fields.items():
-      width = corpus.batch_width(self.row_lengths[name][everyone], self.length_multiple, rows.input_ids.shape[1])
-      placed[name] = jax.tree.map(lambda x: jax.make_array_from_process_local_data(self.sharding, x),
-                                  corpus.gather(rows, index, width))
-    return placed
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(self.sharding, x), self._rows(step, index))
+
+  def shapes(self, step: int) -> dict[str, templates.TemplateBatch]:
+    """The shapes, dtypes and sharding of `place(step)`'s arrays (jax.ShapeDtypeStructs): what the step of `step` is
+    compiled for, known before the batch is placed."""
+    everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.sharding),
+                        self._rows(step, everyone))
+
+  def _rows(self, step: int, index: np.ndarray) -> dict[str, templates.TemplateBatch]:
+    """The rows `index` of each field, cut to the field's width in the global batch of `step`."""
+    everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
+    return {name: corpus.gather(rows, index, corpus.batch_width(self.row_lengths[name][everyone],
+                                                                self.length_multiple, rows.input_ids.shape[1]))
+            for name, rows in self.fields.items()}

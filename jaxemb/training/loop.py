@@ -208,6 +208,7 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     DataError: the best step of a resumed run is unreadable or deleted and its params are gone
       (_Evaluation.keep_best).
   """
+  started = time.perf_counter()
   join_multihost_job(config)
   with _CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
@@ -220,13 +221,14 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say) as (_, held):
-      return _train(config, stop, mesh, columns, source, evals, held)
+      return _train(config, stop, mesh, columns, source, evals, held, started)
 
 
 def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
-           source: run_dir.ModelSource, evals: list[evaluators.Evaluator], held: Callable[[], None]) -> dict[str, Any]:
+           source: run_dir.ModelSource, evals: list[evaluators.Evaluator], held: Callable[[], None],
+           started: float) -> dict[str, Any]:
   """The run: setup, then the loop of steps, evaluations and saves; `held` raises when the run directory's lock
-  was lost (workdir.lock), and is called before each write to it."""
+  was lost (workdir.lock), and is called before each write to it; `started`: train's perf_counter at its call."""
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
@@ -236,13 +238,14 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   fields = batches.tokenize_fields(config, columns, trainer.objective, source.tokenizer,
                                    storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
   plan = batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
+  start_step = int(state.step)
   encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
                     **run.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
-  evaluation.score_before(state)
-  start_step = int(state.step)
-  recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps)
+  _score_before_while_compiling(evaluation, state, trainer,
+                                plan.shapes(start_step) if start_step < total_steps else None)
+  recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps, started)
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   placed = prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
 
@@ -320,6 +323,16 @@ def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ck
   return trainer, model_config, state, meta
 
 
+def _score_before_while_compiling(evaluation: _Evaluation, state: train_state.TrainState, trainer: Trainer,
+                                  first_batch: dict[str, Any] | None):
+  """evaluation.score_before while the first step's program compiles for `first_batch`'s shapes (None: no step
+  left to run) in a thread: the first step then starts at once."""
+  compiling = trainer.compile_ahead(first_batch) if first_batch else None
+  evaluation.score_before(state)
+  if compiling:
+    compiling.join()
+
+
 def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
   """A checkpoint's selection record; one saved before evaluators (STS-B dev its one metric) in today's names."""
   if "best_stsb_dev" not in meta:
@@ -334,9 +347,11 @@ def _summary(meta: dict[str, Any], recorder: _Recorder, total_steps: int, start_
   steps_run = total_steps - start_step
   seconds = time.perf_counter() - recorder.start_time
   summary = {**meta, "steps": total_steps, "steps_run": steps_run,
-             "steps_per_second": steps_run / seconds if steps_run else None, "workdir": str(workdir.path)}
+             "steps_per_second": steps_run / seconds if steps_run else None,
+             "first_step_seconds": recorder.first_step_seconds, "workdir": str(workdir.path)}
+  first = f", the first {recorder.first_step_seconds:.1f} s after the start" if steps_run else ""
   _say(f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
-       f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s")
+       f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s{first}")
   return summary
 
 
@@ -417,8 +432,11 @@ class _Recorder:
   """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
   written with the learning rate and the training throughput (the evaluations' time left out)."""
 
-  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int):
+  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int,
+               started: float):
     self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
+    self.started = started  # train's call: the first record's time after it is the run's time to its first step.
+    self.first_step_seconds = None
     self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
     self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
                               dynamic_ncols=True)
@@ -432,6 +450,8 @@ class _Recorder:
     if not np.isfinite(metrics["loss"]):
       raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
                      f"in {self.workdir.checkpoints_dir} is kept")
+    if self.first_step_seconds is None:
+      self.first_step_seconds = time.perf_counter() - self.started
     self.progress.update(1)
     self.progress.set_postfix(loss=f"{metrics['loss']:.4f}")
     if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):

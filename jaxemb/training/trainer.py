@@ -4,10 +4,12 @@ it here."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 import pathlib
+import threading
 from typing import Any
 
 import jax
@@ -95,6 +97,18 @@ class Trainer:
     """The state's shapes, dtypes and shardings: what a checkpoint restores into."""
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract,
                         self.shardings)
+
+  def compile_ahead(self, batch: Any) -> threading.Thread:
+    """Starts compiling the step for a batch of `batch`'s shapes (`Batches.shapes`) in a thread of its own and
+    returns the thread: the run's first step, called once it has ended, finds the program compiled (jit keeps it)
+    instead of waiting for it while the run did other work (the evaluation before training). A failure here is
+    left to that call's own compile to raise."""
+    def compile_step():
+      with contextlib.suppress(Exception):
+        self.step.lower(self.abstract_sharded(), batch).compile()
+    thread = threading.Thread(target=compile_step, name="compile-step", daemon=True)
+    thread.start()
+    return thread
 
   @functools.cached_property
   def step(self):

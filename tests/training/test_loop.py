@@ -262,3 +262,20 @@ def test_prefetch_raises_the_producers_error_in_order_and_stops_when_closed():
   assert next(endless) == 0
   endless.close()
   assert not any(t.name == "jaxemb-prefetch" for t in threading.enumerate())
+
+
+def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_path, tiny_bert, wiki_head, caplog):
+  """The step's program for the first batch compiles in the compile-ahead thread during the evaluation before
+  training; the first step itself compiles nothing. The summary gives the time to the first step."""
+  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=1)
+  jax.config.update("jax_log_compiles", True)  # For every thread: jax.log_compiles() is the calling thread's only.
+  try:
+    with caplog.at_level("WARNING"):
+      summary = loop.train(config)
+  finally:
+    jax.config.update("jax_log_compiles", False)
+  compiles = [(r.threadName, r.getMessage()) for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]
+  step_compiles = [thread for thread, message in compiles if "train_step" in message]
+  assert step_compiles == ["compile-step"], compiles
+  assert any("jit(vectors)" in message and thread != "compile-step" for thread, message in compiles), compiles
+  assert 0 < summary["first_step_seconds"]
