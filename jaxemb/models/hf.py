@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import pathlib
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -83,11 +84,16 @@ def _local_candidates(path: pathlib.Path) -> list[pathlib.Path]:
 
 
 def read_config(model_dir: pathlib.Path) -> EncoderConfig:
+  return EncoderConfig.from_hf(read_config_json(model_dir), source=str(model_dir / "config.json"))
+
+
+def read_config_json(model_dir: pathlib.Path) -> dict[str, Any]:
+  """config.json as a dict, with the fields EncoderConfig does not keep (`initializer_range`, FROM_SCRATCH)."""
   path = model_dir / "config.json"
   if not path.is_file():
     raise CheckpointError(f"{path} not found: a Hugging Face model directory needs config.json")
   try:
-    return EncoderConfig.from_hf(json.loads(path.read_text()), source=str(path))
+    return json.loads(path.read_text())
   except json.JSONDecodeError as e:
     raise CheckpointError(f"{path}: not valid JSON ({e})") from None
 
@@ -136,15 +142,17 @@ def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32, s
   embeddings into the new decoder (`untie_decoder`).
   """
   model_dir = resolve_model_dir(name_or_path)
-  checkpoint_config = read_config(model_dir)
-  config = retied_config(model_dir, checkpoint_config, tie_word_embeddings)
-  if is_architecture(model_dir):
+  config_json = read_config_json(model_dir)  # Read once, for the config and both questions below.
+  checkpoint_config = EncoderConfig.from_hf(config_json, source=str(model_dir / "config.json"))
+  architecture = is_architecture(model_dir, config_json)
+  config = retied_config(model_dir, checkpoint_config, tie_word_embeddings, architecture)
+  if architecture:
     logging.getLogger(__name__).info("%s has config.json and no weights: initialised from scratch (seed %d)",
                                      model_dir, seed)
-    initializer_range = float(_config_json(model_dir).get("initializer_range", 0.02))  # HF's default.
+    initializer_range = float(config_json.get("initializer_range", 0.02))  # HF's default.
     params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range, seed))
   else:
-    params = load_weights(model_dir, checkpoint_config, param_dtype)
+    params = _read_weights(model_dir, checkpoint_config, param_dtype)
     if checkpoint_config.tie_word_embeddings and not config.tie_word_embeddings and "mlm_head" in params:
       logging.getLogger(__name__).info("%s: MLM decoder untied (tie_word_embeddings False), initialised as a copy of "
                                        "the word embeddings", model_dir)
@@ -152,15 +160,18 @@ def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32, s
   return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
 
-def is_architecture(model_dir: pathlib.Path) -> bool:
-  """Whether a model directory is an architecture to initialise from scratch: config.json marked FROM_SCRATCH
-  (`write_architecture`) and no weights files."""
-  return bool(_config_json(model_dir).get(FROM_SCRATCH)) and not has_weights(model_dir)
+def is_architecture(model_dir: pathlib.Path, config_json: dict[str, Any] | None = None) -> bool:
+  """Whether a model directory is an architecture to initialise from scratch: config.json (`config_json` if read
+  already) marked FROM_SCRATCH (`write_architecture`) and no weights files."""
+  marked = (config_json if config_json is not None else read_config_json(model_dir)).get(FROM_SCRATCH)
+  return bool(marked) and not has_weights(model_dir)
 
 
-def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embeddings: bool | None) -> EncoderConfig:
+def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embeddings: bool | None,
+                  architecture: bool | None = None) -> EncoderConfig:
   """The config of the checkpoint in `model_dir` (its config.json's, `config`) with its MLM decoder tied as
-  `tie_word_embeddings` asks; None keeps it. An architecture (`is_architecture`) takes either value.
+  `tie_word_embeddings` asks; None keeps it. An architecture (`is_architecture`, or `architecture` if known) takes
+  either value.
 
   Raises ConfigError for True on an untied checkpoint: tying would drop its trained decoder. (HF's
   `from_pretrained(..., tie_word_embeddings=True)` does not drop it either: it keeps the two matrices apart, with a
@@ -168,7 +179,8 @@ def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embed
   """
   if tie_word_embeddings is None or tie_word_embeddings == config.tie_word_embeddings:
     return config
-  if tie_word_embeddings and config.is_masked_lm and not is_architecture(model_dir):
+  if tie_word_embeddings and config.is_masked_lm and not (
+      architecture if architecture is not None else is_architecture(model_dir)):
     raise ConfigError(f"model.tie_word_embeddings=True: {model_dir} has an untied MLM decoder (its config.json's "
                       "tie_word_embeddings is false), which tying would drop; leave the field unset (None) to keep it")
   return dataclasses.replace(config, tie_word_embeddings=tie_word_embeddings)
@@ -190,11 +202,6 @@ def untie_decoder(params: Params) -> Params:
 def has_weights(model_dir: pathlib.Path) -> bool:
   """Whether a model directory holds weights files (any that read_state_dict reads)."""
   return any((model_dir / name).is_file() for name in (SAFETENSORS, SAFETENSORS_INDEX, TORCH_BIN))
-
-
-def _config_json(model_dir: pathlib.Path) -> dict:
-  """config.json as a dict, with the fields EncoderConfig does not keep (`initializer_range`, FROM_SCRATCH)."""
-  return json.loads((model_dir / "config.json").read_text())
 
 
 def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: int = 0) -> Params:
@@ -234,6 +241,10 @@ def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp
   if is_architecture(model_dir):
     raise CheckpointError(f"{model_dir} is an architecture without weights (prepare.py wrote it for a run from "
                           "scratch): train it with train.py and use the run directory")
+  return _read_weights(model_dir, config, param_dtype)
+
+
+def _read_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype: Any) -> Params:
   state, source = read_state_dict(model_dir)
   return jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
 

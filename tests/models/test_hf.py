@@ -1,6 +1,7 @@
 """Hugging Face checkpoint layouts in, Hugging Face checkpoints out."""
 
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -239,3 +240,16 @@ def test_an_architecture_is_initialised_with_the_seed_given_and_tied_as_asked(tm
   assert hf.retied_config(arch, config, True).tie_word_embeddings  # No weights to drop.
   with pytest.raises(CheckpointError, match="is an architecture without weights"):  # Evaluation has no run seed.
     run_dir.open_source(arch).load_params()
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "architecture"])
+def test_load_pretrained_reads_config_json_once(kind, tiny_bert, tmp_path, monkeypatch):
+  """Its config, whether it is an architecture, the retying and the initializer range all come from one read."""
+  model_dir = tiny_bert if kind == "checkpoint" else _architecture(tmp_path / "arch", tie_word_embeddings=False)
+  reads = []
+  read_text = pathlib.Path.read_text
+  monkeypatch.setattr(pathlib.Path, "read_text",
+                      lambda self, *a, **k: (reads.append(self.name), read_text(self, *a, **k))[1])
+  config, _ = load_pretrained(model_dir, tie_word_embeddings=kind == "architecture")
+  assert reads.count("config.json") == 1, reads
+  assert config.tie_word_embeddings == (kind == "architecture")
