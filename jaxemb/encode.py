@@ -73,8 +73,10 @@ class Encoder:
     if prompt is not None and prompt.shape[0] != self.template.num_tokens - 2:
       raise ConfigError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
                         f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
-    self.fitted = fitted
-    self.state = method.load_state(config, fitted)  # Arrays the method reads besides the params (TF-IDF's weights).
+    self.fitted = fitted  # With the record of what it was fitted for (methods.base.fitted_record), as saved.
+    # Arrays the method reads besides the params (TF-IDF's weights, a fitted transform).
+    self.state = method.load_state(config, None if fitted is None else
+                                   methods_base.check_fitted(fitted, method, config, params))
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
@@ -109,21 +111,28 @@ class Encoder:
     if fitted is None and method.fit_source() is not None and isinstance(name_or_path, (str, pathlib.Path)):
       beside = pathlib.Path(name_or_path) / methods_base.FITTED_FILE
       fitted = beside if beside.is_file() else None
-    fitted = None if fitted is None else methods_base.read_fitted(fitted)
+    arrays = None if fitted is None else methods_base.read_fitted(fitted)
     params = source.load_params()
+    if arrays is not None:  # Checked here too, to name the file.
+      try:
+        methods_base.check_fitted(arrays, method, source.config, params["encoder"])
+      except ConfigError as e:
+        raise ConfigError(f"{fitted}: {e}") from None
     return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"),
-               fitted=fitted, **kwargs)
+               fitted=arrays, **kwargs)
 
   def fit(self, sentences: Iterable[str]) -> dict[str, np.ndarray]:
     """Fits the method's state on `sentences` (those its `fit_source` names: the caller reads them) and encodes
-    with it from now on; returns the fitted arrays (`methods.base.save_fitted` writes them)."""
+    with it from now on; returns the fitted arrays with the record of the method and model they were fitted for
+    (`methods.base.save_fitted` writes them)."""
     if self.method.fit_source() is None:
       raise ConfigError(f"method {self.method.name!r} fits nothing")
     def embed(method: Method, sentences: list[str]) -> np.ndarray:
       return Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt, **self._options).encode(
           sentences, show_progress=False)
-    self.fitted = self.method.fit(embed, _sentence_list(sentences))
-    self.state = self.method.load_state(self.config, self.fitted)
+    arrays = self.method.fit(embed, _sentence_list(sentences))
+    self.fitted = {**arrays, **methods_base.fitted_record(self.method, self.config, self.params)}
+    self.state = self.method.load_state(self.config, arrays)
     return self.fitted
 
   def with_params(self, params: Any, prompt: jax.Array | None = None) -> Encoder:

@@ -54,8 +54,9 @@ def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Me
   if method.fit_source() is not None:
     if fitted is None:
       raise ConfigError(f"method {method.name!r} exports with its fitted state: name the .npz evaluate.py wrote")
-    arrays = methods_base.read_fitted(fitted)
-    methods_base.save_fitted(out / methods_base.FITTED_FILE, arrays)  # Encoder.from_pretrained(out) reads it.
+    saved = methods_base.read_fitted(fitted)
+    arrays = methods_base.check_fitted(saved, method, config, params)
+    methods_base.save_fitted(out / methods_base.FITTED_FILE, saved)  # Encoder.from_pretrained(out) reads it.
   method.export(out, config, params, tokenizer, arrays)
   model_card.write(out, source, method, card_facts, hub_repo)
   return out

@@ -15,7 +15,9 @@ block (or an older run's eval_method.json) that names one method may carry every
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
+import json
 from typing import Any, Callable, ClassVar
 
 import jax
@@ -29,6 +31,7 @@ _FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registr
 # `fit_source`: the sentences of the evaluation at hand (Su et al.'s target-task setting; the papers' rows fit on NLI).
 TASK_SENTENCES = "tasks"
 FITTED_FILE = "fitted_state.npz"  # A method's fitted arrays, in a folder beside (or in) a run or an export.
+FITTED_FOR = "fitted_for"  # The fitted arrays' entry recording the method and model they were fitted for.
 
 
 class NotExportable(ConfigError, NotImplementedError):
@@ -197,6 +200,11 @@ class Method:
     sentences of the evaluation at hand; else a corpus file, one sentence a line."""
     return None
 
+  def fitted_for(self) -> dict[str, Any]:
+    """What this method's fitted arrays depend on, as flat fields with its name (`fitted_record`): by default all
+    of them; a family leaves out those it applies when it loads the arrays (whitening's kept dimensions)."""
+    return {"name": self.name, **self.to_flat()}
+
   def fit(self, embed: Callable[[Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """This method's fitted arrays from `sentences`; `embed(method, sentences)` gives another method's vectors on
     the same model and settings. Called only for a method whose `fit_source` is not None."""
@@ -291,6 +299,42 @@ class Tokenized(Method):
            max_length: int) -> templates.TemplateBatch:
     return templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens,
                                         max_length=max_length, tokenization=self.tokenization)
+
+
+def fitted_record(method: Method, config: EncoderConfig, params: Any) -> dict[str, np.ndarray]:
+  """The entry a method's fitted arrays carry (FITTED_FOR, saved in their file): the method they were fitted for
+  (`Method.fitted_for`) and the model, by a digest of its architecture and embedding tables (a trained run's differ
+  from its base model's); `check_fitted` refuses them for another."""
+  record = {"method": method.fitted_for(), "model": model_digest(config, params)}
+  return {FITTED_FOR: np.array(json.dumps(record, sort_keys=True))}
+
+
+def check_fitted(fitted: dict[str, np.ndarray], method: Method, config: EncoderConfig,
+                 params: Any) -> dict[str, np.ndarray]:
+  """`fitted` without its FITTED_FOR entry, after checking that entry against `method` and the model (`params`
+  None: the method only); ConfigError naming what differs. Arrays saved before the entry existed pass unchecked."""
+  arrays = {key: value for key, value in fitted.items() if key != FITTED_FOR}
+  if FITTED_FOR not in fitted:
+    return arrays
+  record = json.loads(str(fitted[FITTED_FOR]))
+  if record["method"] != method.fitted_for():
+    theirs, ours = record["method"], method.fitted_for()
+    differ = {key: theirs.get(key) for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)}
+    raise ConfigError(f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for this "
+                      f"method {ours['name']!r}: fit it again (evaluate.py) for this method")
+  if params is not None and record["model"] != model_digest(config, params):
+    raise ConfigError(f"the fitted state was fitted on another model (digest {record['model'][:12]}, this one's "
+                      f"{model_digest(config, params)[:12]}): fit it again (evaluate.py) on this model")
+  return arrays
+
+
+def model_digest(config: EncoderConfig, params: Any) -> str:
+  """A digest of the model: its architecture and its embedding tables (as float32)."""
+  digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())
+  for table in sorted(params["embeddings"]):
+    if "embedding" in params["embeddings"][table]:
+      digest.update(np.asarray(jax.device_get(params["embeddings"][table]["embedding"]), np.float32).tobytes())
+  return digest.hexdigest()
 
 
 def save_fitted(path: storage.PathLike, fitted: dict[str, np.ndarray]):

@@ -62,6 +62,11 @@ class Whitening(transform.Transform):
       raise ConfigError(f"whitening_dims {self.whitening_dims} exceeds the {self.whitened.width(config)} "
                         f"dimensions of method {self.whitened.name!r}")
 
+  def fitted_for(self) -> dict[str, Any]:
+    fields = super().fitted_for()
+    del fields["whitening_dims"]  # Applied at load (`load_transform`): one fit serves every k.
+    return fields
+
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """{"mean": mu, "kernel": W} (all dimensions; `whitening_dims` cuts W at load) of the whitened method's
     vectors of `sentences`, in float64 as Su et al.'s `compute_kernel_bias` (np.cov, so 1/(n - 1))."""

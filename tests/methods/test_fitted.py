@@ -13,7 +13,7 @@ from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from tests.support import short_sts_job
+from tests.support import short_sts_job, write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "a woman slices an onion", "hello", "the dog runs after the ball"]
 
@@ -78,3 +78,19 @@ def test_the_sts_job_fits_on_the_test_tasks_and_keeps_the_state(tiny_bert, cente
 def test_a_missing_state_file_is_one_line(tmp_path):
   with pytest.raises(ConfigError, match="state.npz: no such file"):
     base.read_fitted(tmp_path / "state.npz")
+
+
+def test_the_state_is_refused_for_another_method_or_model_in_one_line(tiny_bert, centered, tmp_path):
+  """The saved state records the method and the model it was fitted for; one saved without that record (before it
+  existed) loads as it did."""
+  fitted = Encoder.from_pretrained(tiny_bert, centered).fit(SENTENCES)
+  base.save_fitted(tmp_path / "state.npz", fitted)
+  other = write_random_checkpoint(tmp_path / "other", "bert", seed=1)
+  with pytest.raises(ConfigError, match=r"^\S+state.npz: the fitted state was fitted on another model \(digest "):
+    Encoder.from_pretrained(other, centered, fitted=tmp_path / "state.npz")
+  with pytest.raises(ConfigError, match=r"fitted for method 'toy_centered' with \{'toy_corpus': ''\}, not for this "
+                                        r"method 'toy_centered': fit it again"):
+    Encoder.from_pretrained(tiny_bert, Method("toy_centered", toy_corpus="wiki.txt"), fitted=tmp_path / "state.npz")
+  base.save_fitted(tmp_path / "old.npz", {"mean": fitted["mean"]})
+  old = Encoder.from_pretrained(other, centered, fitted=tmp_path / "old.npz")
+  assert old.encode(SENTENCES).shape == (4, 32)

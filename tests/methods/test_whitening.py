@@ -1,6 +1,8 @@
 """BERT-whitening (jaxemb/methods/whitening.py): its vectors against a plain float64 NumPy whitening of the whitened
 method's vectors, its k, its state saved and read back, evaluate.py's STS job, the sentence-transformers export."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,14 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
   base.save_fitted(tmp_path / "whitening.npz", encoder.fit(sentences))
   again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "whitening.npz")
   np.testing.assert_array_equal(again.encode(sentences), encoder.encode(sentences))
+  # The kept dimensions are cut at load: the same state serves another k, not another whitened method.
+  fewer = Encoder.from_pretrained(tiny_bert, dataclasses.replace(method, whitening_dims=8),
+                                  fitted=tmp_path / "whitening.npz")
+  np.testing.assert_allclose(fewer.encode(sentences), encoder.encode(sentences)[:, :8], atol=1e-6)
+  with pytest.raises(ConfigError, match=r"whitening.npz: the fitted state was fitted for method 'whitening' with "
+                                        r"\{.*'whitened_method': 'prompt'\}, not for this method 'whitening'"):
+    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=Method("last_avg")),
+                            fitted=tmp_path / "whitening.npz")
 
 
 def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
