@@ -76,8 +76,9 @@ class CompileCounter:
 def traced_matmuls(encoder: Encoder) -> int:
   """The matmuls (dot_general) in the jaxpr of the encoder's per-batch computation, nested jaxprs included."""
   batch = templates.tokenize_sentences(encoder.template, encoder.tokenizer, ["a sentence ."])
-  jaxpr = jax.make_jaxpr(lambda params, batch: encoder.method.vectors(Transformer(encoder.config), params, batch,
-                                                                       template=encoder.template))(encoder.params, batch)
+  vectors = lambda params, batch: encoder.method.vectors(Transformer(encoder.config), params, batch,
+                                                        template=encoder.template)
+  jaxpr = jax.make_jaxpr(vectors)(encoder.params, batch)
 
   def count(jaxpr) -> int:
     inner = [p for eqn in jaxpr.eqns for p in eqn.params.values() if hasattr(p, "eqns") or hasattr(p, "jaxpr")]
@@ -143,7 +144,8 @@ def main():
   result = sts.evaluate_sts(static.encode, tasks)
   seconds = time.perf_counter() - start
   print(f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
-        f"{traced_matmuls(static)} (last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"
+        f"{traced_matmuls(static)} "
+        f"(last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"
         " -- no encoder runs")
   common.print_load("end")
 

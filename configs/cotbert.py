@@ -1,7 +1,8 @@
 """CoT-BERT (BERT), ZBWpro/CoT-BERT `code-for-BERT/train.py`: two-stage templates with two [MASK]s, anchor / positive /
 negation views, [PAD] template denoising and the extended InfoNCE (CoT-BERT: 79.40; 2 GPUs x 128, lr 1e-5, one epoch,
 seed 0). The two `nn.DataParallel` replicas each computed their own bias tables and loss over 128 rows, averaged
-(objective.loss_group_size); selection scores STS-B dev without the bias (--mask_embedding_sentence_delta_no_delta_eval).
+(objective.loss_group_size); selection scores STS-B dev without the bias
+(--mask_embedding_sentence_delta_no_delta_eval).
 """
 
 from configs import train_common

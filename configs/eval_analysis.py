@@ -21,7 +21,8 @@ def get_config():
   config.eval.add_period = True  # Prompt-BERT's evaluation appends "." to sentences without final punctuation.
 
   config.analysis = ml_collections.ConfigDict()
-  config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Anisotropy sentences, one per line (SimCSE wiki1m).
+  # Anisotropy sentences, one per line (SimCSE's wiki1m).
+  config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")
   config.analysis.sample_size = 100_000  # Anisotropy over this many lines (PromptBERT: 100,000).
   # "first": the first lines (kongds/Prompt-BERT's code); "random": a uniform sample (the papers' wording).
   config.analysis.sample_order = "first"

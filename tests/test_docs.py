@@ -19,9 +19,9 @@ import re
 import shlex
 
 import pytest
-from absl import app  # pylint: disable=unused-import  # Defines absl's own flags (--pdb, ...) that every command takes.
+from absl import app  # noqa: F401  # pylint: disable=unused-import  # Defines absl's own flags (--pdb, ...) that every command takes.
 from absl import flags
-from absl import logging  # pylint: disable=unused-import  # Defines --verbosity, --logtostderr, ...
+from absl import logging  # noqa: F401  # pylint: disable=unused-import  # Defines --verbosity, --logtostderr, ...
 
 from jaxemb import config_fields
 from jaxemb import sweep

@@ -90,7 +90,8 @@ MINILM_METHODS = [Method("cls"), Method("cls_before_pooler"), Method("last_avg")
                     for v in ("last", "static", "embedding_output"))]
 
 
-@pytest.mark.parametrize("method", MINILM_METHODS, ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
+@pytest.mark.parametrize("method", MINILM_METHODS,
+                         ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
 def test_minilm_methods_match_hf(method):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
   encoder = Encoder.from_pretrained(path, method)

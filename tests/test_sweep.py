@@ -14,8 +14,8 @@ from jaxemb.training import loop, trainer
 from tests.support import shared_path
 from tests.support import tiny_config
 
-EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9", "promptbert_table10",
-               "cotbert_table3", "cotbert_table4", "cotbert_table6"]
+EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9",
+               "promptbert_table10", "cotbert_table3", "cotbert_table4", "cotbert_table6"]
 
 
 def _experiment(name, workdir, arg=None, **fields):

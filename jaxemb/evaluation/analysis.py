@@ -101,7 +101,8 @@ def pair_alignment_uniformity(first: np.ndarray, second: np.ndarray, gold: np.nd
 
 
 def stsb_pair_vectors(encoder: Encoder, senteval_root: str | pathlib.Path, source: str = "senteval",
-                      preprocess: common.Preprocess = sts_data.join_tokens) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                      preprocess: common.Preprocess = sts_data.join_tokens
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(first vectors, second vectors, gold scores) of the STS-B test pairs, encoded in one call."""
   (pairs,) = sts_data.load_sts_task(senteval_root, "STSBenchmark", "test", source).subsets.values()
   vectors = encoder.encode([preprocess(s) for s in pairs.sentences1 + pairs.sentences2])

@@ -76,7 +76,7 @@ def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence
   results = {}
   for layer in dict.fromkeys(layer for layer, _ in heads):
     vectors = layer_embed(layer)(sentences)
-    for head in (h for l, h in heads if l == layer):
+    for head in (h for at, h in heads if at == layer):
       embed = lambda batch, h=head: vectors[[row[s] for s in batch], h]
       results[layer, head] = sts.evaluate_sts(embed, tasks, preprocess)
   return results

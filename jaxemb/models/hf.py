@@ -227,7 +227,7 @@ def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> 
       return jnp.zeros(leaf.shape, leaf.dtype)
     return initializer_range * jax.random.normal(key, leaf.shape, leaf.dtype)
 
-  params = jax.tree_util.tree_unflatten(treedef, [init(p, l, k) for (p, l), k in zip(leaves, keys)])
+  params = jax.tree_util.tree_unflatten(treedef, [init(path, leaf, key) for (path, leaf), key in zip(leaves, keys)])
   # nn.Embedding(padding_idx=pad_token_id): BERT's word table, and RoBERTa's position table too.
   for table in ("word", "position") if config.model_type == "roberta" else ("word",):
     rows = params["embeddings"][table]

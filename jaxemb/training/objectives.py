@@ -43,8 +43,9 @@ class Objective:
     pooling: "mask" or "cls".
     denoise: the template bias subtracted from each view's vector: "none", "position_offset" (PromptBERT) or
       "pad" (CoT-BERT).
-    head: the projection each view's vector goes through before the loss, one of OBJECTIVE_HEADS: "mlp" (a fresh dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when
-      `--mlp_only_train` is off), "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
+    head: the projection each view's vector goes through before the loss, one of OBJECTIVE_HEADS: "mlp" (a fresh
+      dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when `--mlp_only_train` is off),
+      "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
     loss: one of LOSSES.
     temperature: tau of the cosine logits.
     hard_negative_weight: info_nce_with_hard_negatives only: SimCSE's `--hard_negative_weight`, the log of the weight

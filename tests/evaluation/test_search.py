@@ -47,7 +47,7 @@ def test_ditto_head_scores_score_each_head_on_its_slice():
     return embed
 
   scored = search.ditto_head_scores(layer_embed, 2, 3, dev, None)
-  assert [c.name for c in scored] == [f"layer {l} head {h}" for l in range(2) for h in range(3)]
+  assert [c.name for c in scored] == [f"layer {layer} head {h}" for layer in range(2) for h in range(3)]
   subset = dev.subsets["dev"]
   for candidate in scored:
     layer, head = int(candidate.name.split()[1]), int(candidate.name.split()[3])

@@ -2,8 +2,9 @@
 files of that moment on disk and runs no `finally` block (no save is finished for it).
 
 Run in a subprocess, as `python -m tests.training.checkpoint_kill MODEL_DIR WORKDIR TRAIN_FILE XLA_CACHE STAGE
-SENTEVAL_DIR`, STAGE one of STAGES or "none" (the run ends as usual: a reference, or the rerun that resumes): "during" stops Orbax as it commits the step (its files written into the temporary folder,
-the commit marker and the rename not yet done), "after" once the save is committed.
+SENTEVAL_DIR`, STAGE one of STAGES or "none" (the run ends as usual: a reference, or the rerun that resumes):
+"during" stops Orbax as it commits the step (its files written into the temporary folder, the commit marker and the
+rename not yet done), "after" once the save is committed.
 """
 
 import os

@@ -65,8 +65,8 @@ def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=
   env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
   return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
-                         str(train_file), str(xla_cache), stage, str(senteval_dir or short_senteval())], cwd=vm or REPO, env=env,
-                        capture_output=True, text=True, check=False)
+                         str(train_file), str(xla_cache), stage, str(senteval_dir or short_senteval())],
+                        cwd=vm or REPO, env=env, capture_output=True, text=True, check=False)
 
 
 def _vm_env(vm: pathlib.Path) -> dict[str, str]:
@@ -317,8 +317,8 @@ def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_d
   config = checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")
   with pytest.raises(DataError, match=f"^best step 2 of the run in {re.escape(str(tmp_path / 'run'))} is missing from "
                                       f"{re.escape(str(best.parent))} \\(unreadable or deleted\\) and its params are "
-                                      f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a copy, or "
-                                      "train again in another --config.workdir$"):
+                                      f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a "
+                                      "copy, or train again in another --config.workdir$"):
     loop.train(config)
   (aside,) = best.parent.iterdir()  # Set aside, nothing saved in its place.
   assert aside.name.startswith("corrupt-2-")
@@ -326,7 +326,8 @@ def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_d
 
 @pytest.fixture
 def small_disk(tmp_path):
-  """A 1 MiB file system of its own (remount it to resize) (a tmpfs; mounting one needs root, else the test is skipped)."""
+  """A 1 MiB file system of its own (remount it to resize) (a tmpfs; mounting one needs root, else the test is
+  skipped)."""
   disk = tmp_path / "disk"
   disk.mkdir()
   if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,

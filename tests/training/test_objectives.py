@@ -130,7 +130,8 @@ def test_hard_negative_weight_weighs_each_rows_own_hard_negative(tiny):
   batch = {field: templates.tokenize_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
            for i, field in enumerate(("a", "p", "n"))}
   params = {"encoder": encoder}
-  loss = lambda weight: float(objectives.loss_and_metrics(objective(weight), model, params, batch, jax.random.key(0))[0])
+  key = jax.random.key(0)
+  loss = lambda weight: float(objectives.loss_and_metrics(objective(weight), model, params, batch, key)[0])
   forward = lambda ids, mask, **kw: model.apply({"params": encoder}, ids, mask, **kw)
   vectors = [views.vector(objective(0.0).view_list[0], model, params, forward, batch[f]) for f in ("a", "p", "n")]
   np.testing.assert_allclose(loss(2.0), losses.info_nce_with_hard_negatives(*vectors, hard_negative_weight=2.0),
