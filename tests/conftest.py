@@ -5,7 +5,7 @@ import tempfile
 
 import pytest
 
-from tests.support import USERS_XLA_OPTIONS, shared_path, tiny_config, write_random_checkpoint
+from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config, write_random_checkpoint
 
 _XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
 
@@ -22,13 +22,13 @@ def pytest_configure(config):  # pylint: disable=unused-argument
   # or with another run under the same setting. The train.py and evaluate.py runs it starts keep XLA's defaults,
   # as a user's do (and run faster with them: a 6-step run's test took 47 s instead of 54).
   jax.config.update("jax_disable_most_optimizations", True)
-  _set_process_xla_flags(" ".join(f"--{name}={not value}".lower() for name, value in USERS_XLA_OPTIONS.items()))
+  _set_process_xla_flags(TEST_XLA_FLAGS)
 
 
 def _set_process_xla_flags(flags: str):
   """XLA flags for this process's compiles only: XLA reads $XLA_FLAGS once, at its first compile, so it is set for
   that compile and restored after, and the subprocesses the tests start inherit the user's environment.
-  XLA's fusion emitters off (tests/support.py's USERS_XLA_OPTIONS): with the optimizations mostly off, the CPU backend
+  XLA's fusion emitters off (tests/support.py's TEST_XLA_FLAGS): with the optimizations mostly off, the CPU backend
   then compiles a tiny model's train step in 40% less time (2.6 against 4.6 s for PromptBERT's, the same losses to
   6 digits; README's test command 556 s against 699 s)."""
   import jax  # pylint: disable=import-outside-toplevel

@@ -35,6 +35,8 @@ def python_on_devices(code: str, devices: int, *args) -> str:
 # XLA's fusion emitters, which tests/conftest.py turns off for the pytest process's compiles (XLA's default: on). A
 # test of the program XLA compiles for a user passes these to `Lowered.compile(compiler_options=...)`.
 USERS_XLA_OPTIONS = {"xla_cpu_use_fusion_emitters": True}
+# The XLA_FLAGS of the pytest process's compiles, for a subprocess that must compute as it does (bit for bit).
+TEST_XLA_FLAGS = " ".join(f"--{name}={not value}".lower() for name, value in USERS_XLA_OPTIONS.items())
 
 # jaxemb's programs that compile on every run by design (jaxemb/xla.py): the encoder's forward with oneDNN's dots,
 # which XLA cannot serialize, and the probe of which compiler options this jaxlib accepts and serializes.

@@ -22,7 +22,7 @@ from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
 from jaxemb.models import run_dir
 from jaxemb.training import checkpoints, loop
-from tests.support import REPO, short_senteval
+from tests.support import REPO, TEST_XLA_FLAGS, short_senteval
 from tests.training import checkpoint_kill
 
 
@@ -60,10 +60,11 @@ _KILLS_IN_CI = ("after best", "during periodic")
 def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=None,
                  vm=None) -> subprocess.CompletedProcess:
   """The driver in the repository, or on a `vm`: a folder of its own, as its working directory and HOME. XLA's
-  optimizations mostly off, as in this process (tests/conftest.py): runs here resume its runs bit for bit. STS-B dev
-  from `senteval_dir`, or the short one this process's runs score."""
+  optimizations mostly off and its XLA flags, as in this process (tests/conftest.py): runs here resume its runs bit
+  for bit. STS-B dev from `senteval_dir`, or the short one this process's runs score."""
   env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+  env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
   return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
                          str(train_file), str(xla_cache), stage, str(senteval_dir or short_senteval())],
                         cwd=vm or REPO, env=env, capture_output=True, text=True, check=False)
