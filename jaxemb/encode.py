@@ -113,13 +113,11 @@ class Encoder:
       fitted = beside if beside.is_file() else None
     arrays = None if fitted is None else methods_base.read_fitted(fitted)
     params = source.load_params()
-    if arrays is not None:  # Checked here too, to name the file.
-      try:
-        methods_base.check_fitted(arrays, method, source.config, params["encoder"])
-      except ConfigError as e:
-        raise ConfigError(f"{fitted}: {e}") from None
-    return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"),
-               fitted=arrays, **kwargs)
+    try:
+      return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"),
+                 fitted=arrays, **kwargs)
+    except methods_base.FittedForAnother as e:  # Named with its file.
+      raise methods_base.FittedForAnother(f"{fitted}: {e}") from None
 
   def fit(self, sentences: Iterable[str]) -> dict[str, np.ndarray]:
     """Fits the method's state on `sentences` (those its `fit_source` names: the caller reads them) and encodes

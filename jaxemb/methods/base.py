@@ -38,6 +38,10 @@ class NotExportable(ConfigError, NotImplementedError):
   """A method (or a run's continuous template) that the exported modules cannot compute."""
 
 
+class FittedForAnother(ConfigError):
+  """Fitted arrays whose record names another method or model (`check_fitted`)."""
+
+
 def register(family: type[Method]) -> type[Method]:
   """Class decorator: registers `family` under each of its NAMES. A flat field that another family also declares
   must have the same default there (the block holds one value per field)."""
@@ -312,7 +316,8 @@ def fitted_record(method: Method, config: EncoderConfig, params: Any) -> dict[st
 def check_fitted(fitted: dict[str, np.ndarray], method: Method, config: EncoderConfig,
                  params: Any) -> dict[str, np.ndarray]:
   """`fitted` without its FITTED_FOR entry, after checking that entry against `method` and the model (`params`
-  None: the method only); ConfigError naming what differs. Arrays saved before the entry existed pass unchecked."""
+  None: the method only); FittedForAnother naming what differs. Arrays saved before the entry existed pass
+  unchecked."""
   arrays = {key: value for key, value in fitted.items() if key != FITTED_FOR}
   if FITTED_FOR not in fitted:
     return arrays
@@ -320,11 +325,12 @@ def check_fitted(fitted: dict[str, np.ndarray], method: Method, config: EncoderC
   if record["method"] != method.fitted_for():
     theirs, ours = record["method"], method.fitted_for()
     differ = {key: theirs.get(key) for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)}
-    raise ConfigError(f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for this "
-                      f"method {ours['name']!r}: fit it again (evaluate.py) for this method")
-  if params is not None and record["model"] != model_digest(config, params):
-    raise ConfigError(f"the fitted state was fitted on another model (digest {record['model'][:12]}, this one's "
-                      f"{model_digest(config, params)[:12]}): fit it again (evaluate.py) on this model")
+    raise FittedForAnother(f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for "
+                           f"this method {ours['name']!r}: fit it again (evaluate.py) for this method")
+  digest = None if params is None else model_digest(config, params)
+  if digest is not None and record["model"] != digest:
+    raise FittedForAnother(f"the fitted state was fitted on another model (digest {record['model'][:12]}, this "
+                           f"one's {digest[:12]}): fit it again (evaluate.py) on this model")
   return arrays
 
 

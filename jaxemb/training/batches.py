@@ -58,13 +58,13 @@ class Batches:
   def shapes(self, step: int) -> dict[str, templates.TemplateBatch]:
     """The shapes, dtypes and sharding of `place(step)`'s arrays (jax.ShapeDtypeStructs): what the step of `step` is
     compiled for, known before the batch is placed."""
-    everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.sharding),
-                        self._rows(step, everyone))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.sharding), self._rows(step))
 
-  def _rows(self, step: int, index: np.ndarray) -> dict[str, templates.TemplateBatch]:
-    """The rows `index` of each field, cut to the field's width in the global batch of `step`."""
+  def _rows(self, step: int, index: np.ndarray | None = None) -> dict[str, templates.TemplateBatch]:
+    """The rows `index` (None: the whole global batch) of each field, cut to the field's width in the global batch
+    of `step`."""
     everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
+    index = everyone if index is None else index
     return {name: corpus.gather(rows, index, corpus.batch_width(self.row_lengths[name][everyone],
                                                                 self.length_multiple, rows.input_ids.shape[1]))
             for name, rows in self.fields.items()}
