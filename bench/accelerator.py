@@ -7,7 +7,7 @@ One command, four sections, each printed as a table with the reference it is mea
    utilisation against this device's matmul peak, measured here (jax's and torch's large matmuls, the faster).
 2. train: one training step at the paper's batch (256) for PromptBERT (two views + position-offset rows),
    SimCSE and CoT-BERT: jaxemb (config.model.dtype, bfloat16 by default; the step train.py compiles) against the
-   authors' recipe: the transcription of their `cl_forward` in tests/training/reference_torch.py on the HF model,
+   authors' recipe: the transcription of their `cl_forward` in jaxemb/testing/reference_torch.py on the HF model,
    fp16 autocast with a GradScaler, torch AdamW, clipping at 1.0. Steps/s, MFU (3x the forward FLOPs of every
    row the step encodes), peak device memory.
 3. sts: the full 7-task STS evaluation (bert-base-sized, random weights: the time, not the score), cold (compiling)
@@ -69,7 +69,7 @@ from jaxemb import sharding, sweep, xla
 from jaxemb.models import Transformer, load_pretrained
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-SETTINGS = {  # jaxemb config -> the authors' setting in tests/training/reference_torch.py.
+SETTINGS = {  # jaxemb config -> the authors' setting in jaxemb/testing/reference_torch.py.
     "promptbert": "unsup-bert", "simcse": "simcse-unsup", "cotbert": "cot-bert"}
 WIKI1M_STEPS, EVAL_EVERY = 3906, 125  # One epoch of wiki1m at batch 256; STS-B dev every 125 steps (run.sh).
 
@@ -171,7 +171,7 @@ def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, toke
 
 def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
   """The authors' step: their cl_forward (transcribed), fp16 autocast + GradScaler, AdamW, clipping at 1.0."""
-  from tests.training import reference_torch  # pylint: disable=g-import-not-at-top
+  from jaxemb.testing import reference_torch  # pylint: disable=g-import-not-at-top
   device = torch_device()
   with torch.device(device):  # The transcription makes its index tensors with torch's defaults.
     model = reference_torch.ReferenceModel(SETTINGS[name], model_dir, dropout=None, attn_implementation="sdpa")

@@ -25,7 +25,8 @@ import common
 
 from jaxemb import storage, xla  # pylint: disable=g-bad-import-order
 from jaxemb.training import checkpoints, loop
-from tests.support import SHARED, GcsEmulator
+from jaxemb.testing.gcs import GcsEmulator
+from jaxemb.testing.shared import SHARED
 
 
 def _config(workdir: str, senteval: str, model: pathlib.Path, args):

@@ -33,7 +33,8 @@ from jaxemb import sharding, templates, xla
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import trainer
-from tests.support import SHARED, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.testing.shared import SHARED
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.

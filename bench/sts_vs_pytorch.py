@@ -26,7 +26,7 @@ from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
 from jaxemb.models import Transformer
-from tests.support import HIDDEN_STATE_POOLINGS
+from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
 
 BATCH = 128  # SentEval's default batch size.
 

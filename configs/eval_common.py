@@ -4,8 +4,6 @@ import os
 
 import ml_collections
 
-from jaxemb import encode
-
 STS_TASKS = "STS12,STS13,STS14,STS15,STS16,STSBenchmark,SICKRelatedness"
 TRANSFER_TASKS = "MR,CR,SUBJ,MPQA,SST2,TREC,MRPC"
 DATA_ENV = "JAXEMB_DATA"  # Names the data root of the default data paths (default: data).
@@ -17,13 +15,15 @@ def data_path(*parts: str) -> str:
 
 
 def method_config(name: str) -> ml_collections.ConfigDict:
-  """config.method, the same block in evaluation and training configs: how a sentence becomes a vector. Its fields
-  are those of every method family of jaxemb/methods/ at their defaults (each documented in its family: tokenization;
+  """config.method, the same block in evaluation and training configs: how a sentence becomes a vector. A config
+  sets the name and the fields it changes; the commands add the other fields of every method family of
+  jaxemb/methods/ at their defaults (jaxemb.cli.complete), each documented in its family: tokenization;
   static_rows and static_remove_biases's four switches remove_frequent, remove_subwords, lowercase,
   remove_punctuation of `jaxemb.bias_removal.BiasFilter`; ditto_layer/head/variant; idf_path; template, top_k,
-  denoise, head, bias_positions, prompt_placement); the named method reads those set away from their defaults.
+  denoise, head, bias_positions, prompt_placement; whitened_method, whitening_dims, whitening_corpus; flowed_method,
+  flow_*); the named method reads those set away from their defaults.
   """
-  return ml_collections.ConfigDict(encode.Method(name).config_fields())
+  return ml_collections.ConfigDict({"name": name})
 
 
 def add_senteval_fields(data: ml_collections.ConfigDict):
@@ -39,7 +39,7 @@ def eval_config() -> ml_collections.ConfigDict:
   block.tasks = STS_TASKS  # Comma-separated; STS-B dev is always reported as well.
   block.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
   block.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
-  block.batch_size = encode.BATCH_SIZE  # Sentences per encoder call.
+  block.batch_size = 64  # Sentences per encoder call.
   block.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
   block.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
   block.output_json = ""  # Where evaluate.py's job writes its results as JSON; "" = print only.

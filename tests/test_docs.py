@@ -9,6 +9,7 @@ its fields (`eval_ditto.py --config.method.ditto_layer=0`, short for `evaluate.p
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import functools
 import importlib
@@ -23,9 +24,10 @@ from absl import app  # noqa: F401  # pylint: disable=unused-import  # Defines a
 from absl import flags
 from absl import logging  # noqa: F401  # pylint: disable=unused-import  # Defines --verbosity, --logtostderr, ...
 
-from jaxemb import config_fields
+from jaxemb import cli, config_fields
 from jaxemb import sweep
 from jaxemb.errors import ConfigError
+from jaxemb.evaluation import evaluators
 from tests.support import REPO
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
@@ -199,6 +201,11 @@ def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
     config = _config(config_file)
   except Exception as e:  # pylint: disable=broad-except  # get_config refused its argument: the doc's to fix.
     return found + [f"--config {config_file}: {type(e).__name__}: {e}"]
+  new_evaluators = {match.group(1): value for _, field, value in fields
+                    if (match := re.fullmatch(r"evals\.(\w+)\.type", field))}
+  if new_evaluators:  # --config.evals.<name>.type=<type> adds an evaluator, as the commands do.
+    config = copy.deepcopy(config)
+    cli.complete(config, new_evaluators)
   found += [f"{flag}: {reason}" for flag, field, _ in fields if (reason := config_fields.unknown_field(config, field))]
   if "rows" in config:  # An experiment (sweep.py): its rows' base configs and the overrides applied to each.
     overrides = [value for _, field, value in fields if field == "overrides" and value is not None]
@@ -228,7 +235,9 @@ def _config(config_file: str):
   """The config a `--config FILE[:arg]` flag loads: the module's get_config(arg), or get_config()."""
   path, _, argument = config_file.partition(":")
   module = importlib.import_module(".".join(pathlib.Path(path).with_suffix("").parts))
-  return module.get_config(argument) if argument else module.get_config()
+  config = module.get_config(argument) if argument else module.get_config()
+  cli.complete(config)
+  return config
 
 
 @functools.cache
@@ -236,7 +245,10 @@ def _every_config() -> tuple:
   """The config of every file under configs/ (get_config() at its defaults)."""
   paths = sorted(path for path in (REPO / "configs").rglob("*.py") if not path.name.startswith("_"))
   modules = [importlib.import_module(".".join(path.relative_to(REPO).with_suffix("").parts)) for path in paths]
-  return tuple(module.get_config() for module in modules if hasattr(module, "get_config"))
+  configs = tuple(module.get_config() for module in modules if hasattr(module, "get_config"))
+  for config in configs:
+    cli.complete(config)
+  return configs
 
 
 @functools.cache
@@ -291,8 +303,15 @@ def test_every_config_field_the_docs_name_is_a_field_of_a_config():
   fields = [mentioned for path in DOCS for mentioned in mentioned_fields(path.read_text(), str(path.relative_to(REPO)))]
   assert len(fields) > 100 and {"model.path", "train.batch_size", "method.template"} <= {field for _, field in fields}
   found = [f"{where}: {field}: no config has this field" for where, field in fields
-           if all(config_fields.unknown_field(config, field) for config in _every_config())]
+           if not _an_added_evaluators_field(field) and
+           all(config_fields.unknown_field(config, field) for config in _every_config())]
   assert not found, "\n".join(found)
+
+
+def _an_added_evaluators_field(field: str) -> bool:
+  """Whether `field` is evals.<name>.<field> of an evaluator the command line adds (`--config.evals.<name>.type=`)."""
+  match = re.fullmatch(r"evals\.\w+\.(\w+)", field)
+  return bool(match) and match.group(1) in {"type", "every", *itertools.chain(*evaluators.FIELDS.values())}
 
 
 def test_a_config_field_named_alone_is_found_and_a_file_name_is_not():
@@ -324,7 +343,7 @@ def _problems_in(text: str) -> list[str]:
     ("`python sweep.py --config configs/experiments/seeds.py:promptbrt`",
      "doc.md:1: --config 'promptbrt over seeds': row base 'promptbrt': there is no configs/promptbrt.py"),
     ("`python sweep.py --config configs/experiments/promptbert_table3.py:uncasd`",
-     "doc.md:1: --config configs/experiments/promptbert_table3.py:uncasd: ConfigError: "),
+     "doc.md:1: --config configs/experiments/promptbert_table3.py:uncasd: ValueError: "),
     ("`python bench/scaling.py --config simcse --batchsize 8`", "doc.md:1: --batchsize: bench/scaling.py defines no"),
     ("```bash\npip install x && python trian.py --config configs/promptbert.py\n```",
      "doc.md:2: python trian.py: no such file"),

@@ -14,7 +14,9 @@ from jaxemb import bias_removal, sharding, storage, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.errors import ConfigError
 from jaxemb.models import load_tokenizer
-from tests.support import HIDDEN_STATE_POOLINGS, shared_path, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
+from tests.support import shared_path
 
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]

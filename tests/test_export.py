@@ -9,7 +9,7 @@ import pytest
 from jaxemb import export, model_card, storage
 from jaxemb.encode import Encoder, Method
 from jaxemb.methods.prompt import PROMPT_MODULE
-from tests.support import write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
 
 SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",
              "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]

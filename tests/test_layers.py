@@ -26,6 +26,8 @@ LAYERS = {
     # The commands and the package's lazy public API; the mteb adapter; the module file export copies (torch only).
     "jaxemb": 4, "jaxemb.sweep": 4, "jaxemb.export": 4, "jaxemb.cli": 4, "jaxemb.mteb": 4,
     "jaxemb.st_prompt_module": 4,
+    # What the tests and benchmarks share (random checkpoints, the authors' steps in PyTorch): no module imports it.
+    "jaxemb.testing": 5,
 }
 
 
@@ -75,3 +77,13 @@ def test_imports_are_resolved_to_modules():
   """`from jaxemb.models import hf` is the module jaxemb.models.hf; `from jaxemb.errors import X` is jaxemb.errors."""
   assert {"jaxemb.models.hf", "jaxemb.models.run_dir", "jaxemb.errors"} <= _imported(MODULES["jaxemb.data.prepare"])
   assert "jaxemb.atomic" in _imported(MODULES["jaxemb.training.workdir"])  # `from jaxemb import atomic`: the module.
+
+
+def test_the_benchmarks_import_nothing_from_the_tests():
+  """bench/ shares what it shares with tests/ through jaxemb/testing/, so that a test's refactor never breaks it."""
+  found = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted((pathlib.Path(REPO) / "bench").glob("*.py"))
+           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+           and any(name == "tests" or name.startswith("tests.")
+                   for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else
+                                [alias.name for alias in node.names]))]
+  assert found == []

@@ -2,15 +2,13 @@
 
 import ml_collections
 
-from jaxemb.errors import ConfigError
-
 PAPER_SEEDS = tuple(range(42, 52))  # 10 seeds, as PromptBERT Tables 6, 8 and 10 (run.sh's seed 42 and the next 9).
 
 
 def check_model(experiment: str, model: str, models) -> str:
   """`model`, the argument after `experiment.py:`, if it names one of `models` (the columns the file has)."""
   if model not in models:
-    raise ConfigError(f"{experiment}: model {model!r} is not one of {sorted(models)}")
+    raise ValueError(f"{experiment}: model {model!r} is not one of {sorted(models)}")
   return model
 
 

@@ -10,7 +10,7 @@ from configs import eval_token_embeddings
 from jaxemb import storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import token_embeddings
-from tests.support import write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
 
 
 def test_piece_kinds_of_wordpiece_and_byte_level_bpe(bert_tokenizer, roberta_tokenizer):

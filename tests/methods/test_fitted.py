@@ -13,7 +13,8 @@ from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from tests.support import short_sts_job, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import short_sts_job
 
 SENTENCES = ["a man is playing a guitar .", "a woman slices an onion", "hello", "the dog runs after the ball"]
 

@@ -11,7 +11,8 @@ from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from tests.support import short_sts_job, short_stsb_test_sentences, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import short_sts_job, short_stsb_test_sentences
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 

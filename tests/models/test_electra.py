@@ -14,7 +14,8 @@ from jaxemb import tfidf
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
-from tests.support import shared_path, short_senteval, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import shared_path, short_senteval
 from tests.models.test_hf import _assert_same_params
 from tests.test_encode import PROMPT, SENTENCES, _torch_reference
 

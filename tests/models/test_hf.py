@@ -15,7 +15,8 @@ import transformers
 from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.models import bert, hf, hf_keys, run_dir
-from tests.support import shared_path, write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import shared_path
 
 
 def _leaves(params):

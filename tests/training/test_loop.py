@@ -15,8 +15,8 @@ from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, trainer
-from tests.support import (final_params, logged_steps, shared_path, tensorboard_events, tiny_config,
-                           write_random_checkpoint)
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import final_params, logged_steps, shared_path, tensorboard_events, tiny_config
 
 CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
            "simcse_sup", "optiprompt"]

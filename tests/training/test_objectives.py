@@ -10,7 +10,7 @@ from jaxemb import templates
 from jaxemb.data import corpus
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import objectives
-from tests.support import write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
 
 SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain falls"]
 

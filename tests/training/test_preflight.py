@@ -11,7 +11,7 @@ from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import evaluators
 from jaxemb.training import loop, preflight
-from tests.support import write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import tiny_config
 from tests.training.test_loop import CONFIGS
 

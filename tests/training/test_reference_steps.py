@@ -22,8 +22,9 @@ from jaxemb.evaluation import run
 from jaxemb.models import hf, load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
 from jaxemb.training import state as train_state
-from tests.support import shared_path, write_random_checkpoint
-from tests.training import reference_torch as ref
+from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import shared_path
+from jaxemb.testing import reference_torch as ref
 
 STEPS, SCHEDULE, LR, ROWS = 5, 10, 2e-4, 8
 

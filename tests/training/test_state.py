@@ -13,7 +13,7 @@ from jaxemb import templates
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.training import state as train_state
-from tests.support import write_random_checkpoint
+from jaxemb.testing.checkpoints import write_random_checkpoint
 
 LR, STEPS = 1e-3, 10
 
