@@ -16,7 +16,7 @@ def get_config():
   config.objective.keep_head = True
   config.objective.loss = "info_nce_with_hard_negatives"
   # run.sh's evaluation: --mask_embedding_sentence_delta --mask_embedding_sentence_org_mlp.
-  config.method.denoise = True
+  config.method.denoise = "position_offset"
   config.method.head = "mlm_transform"
   config.train.batch_size = 512
   config.objective.ddp_world_size = 4  # torch.distributed.launch --nproc_per_node 4, 128 rows each.

@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
   try:
     # As a config block: the options left at their defaults are no method's own.
     method = None if args.method is None else Method.from_config(
-        {"name": args.method, "template": args.template, "denoise": args.denoise, "head": args.head})
+        {"name": args.method, "template": args.template, "head": args.head,
+         "denoise": "position_offset" if args.denoise else "none"})
     fitted = args.fitted
     if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
       summary = json.loads(storage.path(args.evaluated).read_text())

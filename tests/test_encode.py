@@ -363,6 +363,28 @@ def test_denoised_prompt_through_heads_matches_hf(tiny_checkpoint, tmp_path, hea
   assert not np.allclose(ours, plain, atol=1e-2)
 
 
+def test_pad_denoised_prompt_matches_hf(tiny_bert):
+  """CoT-BERT's [PAD] denoising as an evaluation method (denoise "pad"): h[MASK] of the filled template minus
+  h[MASK] of the template with as many [PAD]s in its slot as the sentence has tokens, all attended, default
+  positions (ZBWpro/CoT-BERT `models.py` `denoising`), with HF PyTorch."""
+  tokenizer = transformers.AutoTokenizer.from_pretrained(str(tiny_bert))
+  base = transformers.AutoModel.from_pretrained(str(tiny_bert)).eval()
+  template = templates.Template.parse(PROMPT, load_tokenizer(tiny_bert))
+  alone, slot = list(template.row(())), len(template.prefix_ids) + 1
+  mask_state = lambda ids: base(torch.tensor([ids])).last_hidden_state[0, ids.index(tokenizer.mask_token_id)]
+  expected = []
+  for sentence in SENTENCES:
+    ids = tokenizer(PROMPT.replace("[MASK]", tokenizer.mask_token).replace("[X]", sentence))["input_ids"]
+    pads = alone[:slot] + [tokenizer.pad_token_id] * (len(ids) - len(alone)) + alone[slot:]
+    with torch.no_grad():
+      expected.append((mask_state(ids) - mask_state(pads)).numpy())
+  ours = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, denoise="pad")).encode(SENTENCES,
+                                                                                                    batch_size=2)
+  np.testing.assert_allclose(ours, np.stack(expected), atol=1e-4)
+  offset = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, denoise="position_offset"))
+  assert not np.allclose(ours, offset.encode(SENTENCES), atol=1e-3)
+
+
 def test_heads_need_their_weights(tiny_bert):
   with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
     Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, head="pooler"))

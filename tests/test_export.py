@@ -157,7 +157,7 @@ def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
   assert "base_model" not in metadata, "a local checkpoint has no Hub id"
   assert TEMPLATES["bert"] in text and "denoising" in text and "pooler" in text and "trust_remote_code=True" in text
   # The jaxemb line in the card rebuilds the method.
-  assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise=True, head='pooler')" in text
+  assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise='position_offset', head='pooler')" in text
 
 
 def test_model_card_of_a_run_directory(trained_run, tmp_path):

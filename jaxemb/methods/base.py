@@ -80,6 +80,15 @@ def exportable_names() -> tuple[str, ...]:
   return tuple(name for name in names() if Method(name).exportable)
 
 
+def _current_value(field: str, value: Any, families: Any = None) -> Any:
+  """`value` of `field` as `families` (default: every registered one) now write it (their RENAMED_VALUES)."""
+  for found in dict.fromkeys(_FAMILIES.values()) if families is None else families:
+    for old, new in found.RENAMED_VALUES.get(field, ()):
+      if type(value) is type(old) and value == old:
+        return new
+  return value
+
+
 def _takers(field: str) -> tuple[str, ...]:
   """The methods that take `field` (a dataclass or flat field)."""
   return tuple(name for name, found in _FAMILIES.items()
@@ -102,6 +111,9 @@ class Method:
   """
 
   NAMES: ClassVar[tuple[str, ...]] = ()  # The method names the family implements.
+  # field -> ((a value written before, its value now), ...) for a field whose values were renamed: older config
+  # blocks, eval_method.json files and callers still load (prompt's denoise was a bool).
+  RENAMED_VALUES: ClassVar[dict[str, tuple[tuple[Any, Any], ...]]] = {}
   # field -> the names among NAMES that take it, for a field only some of them read (default: all of NAMES).
   FIELD_OWNERS: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -124,6 +136,7 @@ class Method:
     if self.name not in self.NAMES:
       raise ConfigError(f"method {self.name!r} is not one of {self.NAMES}")
     for field in dataclasses.fields(self):
+      object.__setattr__(self, field.name, _current_value(field.name, getattr(self, field.name), [type(self)]))
       value = getattr(self, field.name)
       if self.name not in self.FIELD_OWNERS.get(field.name, self.NAMES) and value != field.default:
         raise _misplaced(self.name, field.name, value)
@@ -164,7 +177,7 @@ class Method:
   def from_config(block: Any) -> Method:
     """The method a `config.method` block (or a run's eval_method.json, older ones with only some fields) describes:
     its named family built from the fields set away from their defaults."""
-    fields = dict(block)
+    fields = {key: _current_value(key, value) for key, value in dict(block).items()}
     name = fields.pop("name")
     defaults = block_defaults()
     unknown = sorted(fields.keys() - defaults.keys())

@@ -15,7 +15,7 @@ from typing import Any
 
 import jax
 
-from jaxemb import atomic, pooling, templates, views
+from jaxemb import atomic, denoise, pooling, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.methods import base, pooled
 from jaxemb.models import EncoderConfig, Transformer
@@ -38,8 +38,10 @@ class Prompt(base.Tokenized):
   Attributes:
     template: a prompt with [X] and [MASK].
     top_k: prompt_mlm_top_k: tokens averaged (PromptBERT Table 9 uses 200).
-    denoise: subtract the position-offset template bias (supervised PromptBERT's evaluation; PromptBERT Table 9
-      denoises the top-k representation too).
+    denoise: the template bias subtracted, one of denoise.KINDS as training's objective.denoise names them:
+      "position_offset" (supervised PromptBERT's evaluation; PromptBERT Table 9 denoises the top-k representation
+      too), "pad" (CoT-BERT's training denoising; its evaluation subtracts none) or "none". Older blocks' True and
+      False read as "position_offset" and "none".
     head: prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
     bias_positions: denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
     prompt_placement: a continuous template's placement (templates.PLACEMENTS).
@@ -47,10 +49,11 @@ class Prompt(base.Tokenized):
 
   NAMES = ("prompt", "prompt_mlm_top_k")
   FIELD_OWNERS = {"head": ("prompt",), "top_k": ("prompt_mlm_top_k",)}
+  RENAMED_VALUES = {"denoise": ((True, "position_offset"), (False, "none"))}
 
   template: str = templates.SLOT
   top_k: int = 200
-  denoise: bool = False
+  denoise: str = "none"
   head: str = "none"
   bias_positions: str = "from_zero"
   prompt_placement: str = "last_occurrence"
@@ -59,6 +62,8 @@ class Prompt(base.Tokenized):
     super().__post_init__()
     if self.head not in METHOD_HEADS:
       raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
+    if self.denoise not in denoise.KINDS:
+      raise ConfigError(f"denoise {self.denoise!r} is not one of {denoise.KINDS}")
 
   def validate(self, config: EncoderConfig, num_masks: int):
     if not config.is_masked_lm:
@@ -79,7 +84,7 @@ class Prompt(base.Tokenized):
 
   def view(self, template: templates.Template) -> views.View:
     """The views.View of this method: `template`'s last [MASK], denoised or not, through its head."""
-    return views.View(template, pooling="mask", denoise="position_offset" if self.denoise else "none",
+    return views.View(template, pooling="mask", denoise=self.denoise,
                       head=self.head, bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
 
   def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
@@ -94,6 +99,12 @@ class Prompt(base.Tokenized):
   @property
   def exportable(self) -> bool:
     return self.name == "prompt"
+
+  def check_exportable(self):
+    super().check_exportable()
+    if self.denoise == "pad":
+      raise base.NotExportable("denoise 'pad' has no sentence-transformers form here: the exported module "
+                               "(jaxemb/st_prompt_module.py) subtracts position-offset biases only")
 
   def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: Any = None):
     """modules.json naming the custom module `jaxemb_prompt.PromptEncoder` (a copy of jaxemb/st_prompt_module.py,
@@ -110,7 +121,8 @@ class Prompt(base.Tokenized):
         "template": self.template, "prefix_text": template.prefix_text, "suffix_text": template.suffix_text,
         "prefix_ids": list(template.prefix_ids), "suffix_ids": list(template.suffix_ids),
         "cls_id": template.cls_id, "sep_id": template.sep_id, "pad_id": template.pad_id,
-        "mask_index": template.mask_indices[-1], "tokenization": self.tokenization, "denoise": self.denoise,
+        "mask_index": template.mask_indices[-1], "tokenization": self.tokenization,
+        "denoise": self.denoise == "position_offset",
         "head": self.head,
         # 0: positions from 0, as the authors count them (RoBERTa included); HF RoBERTa's numbering starts at 2.
         "bias_position_offset": views.bias_position_offset(self.bias_positions, config),
@@ -127,9 +139,12 @@ class Prompt(base.Tokenized):
     tokens = "tokenised in context" if self.tokenization == "in_context" else "its own tokens between the template ids"
     steps = [f"the template `{self.template}` is filled with each sentence ({tokens})",
              "the vector is the last hidden state at the template's last [MASK]"]
-    if self.denoise:
+    if self.denoise == "position_offset":
       steps.append("minus the same state of the template alone, its positions after the slot moved on by the "
                    "sentence's length (PromptBERT's template denoising)")
+    if self.denoise == "pad":
+      steps.append("minus the same state of the template with as many [PAD]s as the sentence has tokens in its "
+                   "slot (CoT-BERT's denoising)")
     if self.head != "none":
       steps.append({"mlm_transform": "through the MLM head's transform (applied to both terms apart)",
                     "pooler": "through the pretrained pooler (dense + tanh)"}[self.head])
@@ -143,12 +158,12 @@ class Prompt(base.Tokenized):
     return True  # kongds/Prompt-BERT `evaluation.py` appends "." for the prompt methods.
 
 
-def from_view(view: views.View, head: str, denoise: bool) -> base.Method:
+def from_view(view: views.View, head: str, denoised: bool) -> base.Method:
   """The method that embeds a sentence as `view` does in evaluation mode, the sentence's own tokens between the
   template ids (the authors' trainer): the [CLS] state (through the pooler for head "pooler"), or the template's
-  last [MASK] state, position-offset denoised if `denoise` and the view is, through `head`."""
+  last [MASK] state, denoised as the view is if `denoised`, through `head`."""
   if view.pooling == "cls":
     return pooled.Pooled("cls" if head == "pooler" else "cls_before_pooler")
   return Prompt("prompt", template=view.template.text, head=head, tokenization="alone",
-                denoise=denoise and view.denoise == "position_offset", bias_positions=view.bias_positions,
+                denoise=view.denoise if denoised else "none", bias_positions=view.bias_positions,
                 prompt_placement=view.prompt_placement)

@@ -153,7 +153,7 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
 
   "training_view" is the authors' trainer (kongds/Prompt-BERT `prompt_bert/trainers.py` `evaluate` + `models.py`
   `sentemb_forward`; the same in ZBWpro/CoT-BERT and princeton-nlp/SimCSE): view 1 in evaluation mode, its template's
-  ids around the sentence's own tokens, the position-offset bias subtracted when the objective denoises so and
+  ids around the sentence's own tokens, the objective's template bias subtracted when it denoises and
   config.eval.select_denoise (CoT-BERT: not), the objective's head when it is kept (`--mlp_only_train` off).
   """
   if config.eval.selection not in SELECTIONS:
@@ -161,9 +161,6 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   if config.eval.selection == "eval_method":
     return eval_method(config)
   (view, *_) = objective.view_list
-  if view.pooling == "mask" and config.eval.select_denoise and view.denoise not in ("none", "position_offset"):
-    raise ConfigError(f"eval.select_denoise: selection subtracts position-offset biases only; this objective "
-                     f"denoises with {view.denoise!r} (set --config.eval.select_denoise=False)")
   # A kept MLP is the run's pooler (eval_params).
   head = ("pooler" if objective.head == "mlp" else objective.head) if config.objective.keep_head else "none"
   return prompt.from_view(view, head, config.eval.select_denoise)

@@ -55,16 +55,33 @@ def test_model_card_and_mteb_rules():
   assert "+ the pretrained pooler (dense + tanh)" in cls.card_text()
 
 
+def test_denoise_takes_trainings_kinds_and_reads_the_old_bools():
+  """The prompt family's denoise is named as objective.denoise is; blocks, eval_method.json files and callers from
+  when it was a bool still load, and a method that takes no denoise still refuses it."""
+  assert Method("prompt", template=PROMPT, denoise=True) == Method("prompt", template=PROMPT, denoise="position_offset")
+  assert Method("prompt", template=PROMPT, denoise=False) == Method("prompt", template=PROMPT)
+  old_block = {**Method("cls").config_fields(), "denoise": False}  # An older run's eval_method.json: every field.
+  assert Method.from_config(old_block) == Method("cls")
+  assert Method.from_config({"name": "prompt", "template": PROMPT, "denoise": True}).denoise == "position_offset"
+  assert Method("prompt", template=PROMPT, denoise="pad").to_flat()["denoise"] == "pad"
+  with pytest.raises(ValueError, match=r"denoise 'yes' is not one of \('none', 'position_offset', 'pad'\)"):
+    Method("prompt", template=PROMPT, denoise="yes")
+  with pytest.raises(ValueError, match="method 'last_avg' takes no denoise"):
+    Method.from_config({"name": "last_avg", "denoise": True})
+  with pytest.raises(NotExportable, match="denoise 'pad' has no sentence-transformers form"):
+    Method("prompt", template=PROMPT, denoise="pad").check_exportable()
+
+
 def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
   """Model selection's method: the view in evaluation mode, the sentence's own tokens between the template ids."""
   template = Template.parse(PROMPT, bert_tokenizer)
   view = views.View(template, denoise="position_offset", head="mlp", bias_positions="model")
-  assert prompt.from_view(view, "pooler", denoise=True) == Method(
+  assert prompt.from_view(view, "pooler", denoised=True) == Method(
       "prompt", template=PROMPT, head="pooler", denoise=True, bias_positions="model", tokenization="alone")
-  assert prompt.from_view(view, "none", denoise=False) == Method(
+  assert prompt.from_view(view, "none", denoised=False) == Method(
       "prompt", template=PROMPT, bias_positions="model", tokenization="alone")
   cls_view = views.View(Template.parse("[X]", bert_tokenizer), pooling="cls")
-  assert prompt.from_view(cls_view, "pooler", denoise=True) == Method("cls")
-  assert prompt.from_view(cls_view, "mlm_transform", denoise=True) == Method("cls_before_pooler")
+  assert prompt.from_view(cls_view, "pooler", denoised=True) == Method("cls")
+  assert prompt.from_view(cls_view, "mlm_transform", denoised=True) == Method("cls_before_pooler")
   assert Method("prompt", template=PROMPT, denoise=True).view(template) == views.View(template,
                                                                                      denoise="position_offset")

@@ -159,7 +159,7 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   from jaxemb.models import compute_dtype  # pylint: disable=g-import-not-at-top
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=2)
   config.eval.selection = "eval_method"
-  config.method.name, config.method.top_k, config.method.denoise = "prompt_mlm_top_k", 7, True
+  config.method.name, config.method.top_k, config.method.denoise = "prompt_mlm_top_k", 7, "position_offset"
   loop.train(config)
   recorded = Encoder.from_pretrained(tmp_path)
   tokenizer = load_tokenizer(tmp_path / "model")

@@ -49,11 +49,13 @@ def test_selection_can_use_the_evaluation_method(bert_tokenizer):
     loop.selection_method(config, trainer.build_objective(config, bert_tokenizer))
 
 
-def test_pad_denoising_cannot_be_subtracted_at_selection(bert_tokenizer):
+def test_selection_subtracts_the_objectives_pad_bias_when_asked(bert_tokenizer):
+  """CoT-BERT's selection subtracts nothing (--mask_embedding_sentence_delta_no_delta_eval); select_denoise makes
+  it subtract the objective's own [PAD] bias."""
   config = importlib.import_module("configs.cotbert").get_config()
+  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "none"
   config.eval.select_denoise = True
-  with pytest.raises(ValueError, match="select_denoise"):
-    loop.selection_method(config, trainer.build_objective(config, bert_tokenizer))
+  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "pad"
 
 
 # Each config's evaluation method (recorded in its run directory), read off the authors' evaluation flags: run.sh's
