@@ -112,7 +112,8 @@ def test_eval_method_json_files_written_before_the_families_load(tmp_path):
   run_dir.save_eval_method(tmp_path, old)
   method = Method.from_config(run_dir.load_eval_method(tmp_path))
   assert method == Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(remove_subwords=False))
-  assert method.config_fields() == {**base.block_defaults(), **old, "denoise": "none"}  # Added since: at defaults; denoise renamed.
+  # Families added since at their defaults; denoise as it is named now.
+  assert method.config_fields() == {**base.block_defaults(), **old, "denoise": "none"}
 
 
 def test_a_family_that_clashes_with_the_registry_is_refused():
