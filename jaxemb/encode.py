@@ -90,6 +90,7 @@ class Encoder:
                             out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
     self._vectors = {few: jit(few_rows=few) for few in (False, True)}  # By xla.is_few_rows of a batch.
     self.compiled_shapes: set[tuple[int, int]] = set()
+    self._fit_vectors: dict[str, np.ndarray] = {}  # `fit(keep_vectors=True)`'s: sentence -> its vector.
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
 
@@ -119,18 +120,25 @@ class Encoder:
     except methods_base.FittedForAnother as e:  # Named with its file.
       raise methods_base.FittedForAnother(f"{fitted}: {e}") from None
 
-  def fit(self, sentences: Iterable[str]) -> dict[str, np.ndarray]:
+  def fit(self, sentences: Iterable[str], keep_vectors: bool = False) -> dict[str, np.ndarray]:
     """Fits the method's state on `sentences` (those its `fit_source` names: the caller reads them) and encodes
     with it from now on; returns the fitted arrays with the record of the method and model they were fitted for
-    (`methods.base.save_fitted` writes them)."""
+    (`methods.base.save_fitted` writes them). `keep_vectors` keeps the sentences' vectors where the method computes
+    them from what the fit embedded (`Method.vectors_of_fit`), so encoding them again runs no model: evaluate.py
+    scores the very sentences a method fits on in Su et al.'s setting."""
     if self.method.fit_source() is None:
       raise ConfigError(f"method {self.method.name!r} fits nothing")
+    embedded = {}
     def embed(method: Method, sentences: list[str]) -> np.ndarray:
-      return Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt, **self._options).encode(
-          sentences, show_progress=False)
+      vectors = Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt,
+                        **self._options).encode(sentences, show_progress=False)
+      embedded.update(sentences=sentences, vectors=vectors)  # The last call's: what vectors_of_fit reads.
+      return vectors
     arrays = self.method.fit(embed, _sentence_list(sentences))
     self.fitted = {**arrays, **methods_base.fitted_record(self.method, self.config, self.params)}
     self.state = self.method.load_state(self.config, arrays)
+    kept = self.method.vectors_of_fit(self.state, embedded["vectors"]) if keep_vectors and embedded else None
+    self._fit_vectors = {} if kept is None else dict(zip(embedded["sentences"], kept))
     return self.fitted
 
   def with_params(self, params: Any, prompt: jax.Array | None = None) -> Encoder:
@@ -138,6 +146,7 @@ class Encoder:
     scores each evaluated step's params this way without compiling again."""
     encoder = copy.copy(self)
     encoder.params, encoder.prompt = params, prompt
+    encoder._fit_vectors = {}  # pylint: disable=protected-access  # Another model's vectors.
     return encoder
 
   @property
@@ -184,8 +193,26 @@ class Encoder:
   def _encode_list(self, sentences: list[str], batch_size: int, normalize: bool,
                    progress: Callable[[int], None] | None, show_progress: bool | None,
                    progress_label: str) -> np.ndarray:
-    """`encode` of a non-empty list of checked sentences."""
+    """`encode` of a non-empty list of checked sentences: each distinct one encoded once, or taken from the fit."""
     unique = list(dict.fromkeys(sentences))
+    kept = [s for s in unique if s in self._fit_vectors]
+    if kept:
+      unique = [s for s in unique if s not in self._fit_vectors]
+      if progress:
+        progress(len(kept))
+    vectors = self._encode_distinct(unique, batch_size, progress, show_progress, progress_label)
+    if kept:
+      vectors, unique = np.concatenate([vectors, np.stack([self._fit_vectors[s] for s in kept])]), unique + kept
+    if normalize:
+      vectors = _unit(vectors)
+    position = {s: i for i, s in enumerate(unique)}
+    return vectors[[position[s] for s in sentences]]
+
+  def _encode_distinct(self, unique: list[str], batch_size: int, progress: Callable[[int], None] | None,
+                       show_progress: bool | None, progress_label: str) -> np.ndarray:
+    """The vectors of distinct sentences, in their order, run through the model in length buckets."""
+    if not unique:
+      return np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
     batch_size = self._rows_per_call(int(batch_size), len(unique))
     rows = self._rows(unique)
     lengths = rows.attention_mask.sum(1)
@@ -204,10 +231,7 @@ class Encoder:
         advance(len(index))
         if progress:
           progress(len(index))
-    if normalize:
-      vectors = _unit(vectors)
-    position = {s: i for i, s in enumerate(unique)}
-    return vectors[[position[s] for s in sentences]]
+    return vectors
 
   def _rows_per_call(self, batch_size: int, num_sentences: int) -> int:
     """`batch_size`, or `num_sentences` when fewer (3 sentences at batch_size=32768 run as 3 rows, not 32768);

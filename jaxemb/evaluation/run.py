@@ -136,7 +136,7 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
     sentences = list(tfidf.corpus_sentences(source))
     fitted_on = f"the {len(sentences)} sentences of {source}"
   start = time.perf_counter()
-  encoder.fit(sentences)
+  encoder.fit(sentences, keep_vectors=source == methods_base.TASK_SENTENCES)  # They are scored next.
   print(f"{encoder.method.name}: fitted on {fitted_on} ({time.perf_counter() - start:.1f} s)")
   summary = {"fitted_on": fitted_on}
   if config.eval.output_json:

@@ -227,6 +227,12 @@ class Method:
     the same model and settings. Called only for a method whose `fit_source` is not None."""
     raise NotImplementedError(f"{type(self).__name__} has a fit_source but no fit")
 
+  def vectors_of_fit(self, state: Any, embedded: np.ndarray) -> np.ndarray | None:
+    """This method's vectors of the sentences `fit` embedded, from the vectors its (last) `embed` call returned;
+    `state` is `load_state`'s of the fitted arrays. None (the default): they are encoded again when asked for."""
+    del state, embedded
+    return None
+
   def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
            max_length: int) -> templates.TemplateBatch:
     """The host-side rows of `sentences` for `vectors`."""

@@ -92,6 +92,10 @@ class Transform(base.Method):
     """The transformed vectors of the source's float32 vectors `x` [batch, width] (traced)."""
     raise NotImplementedError
 
+  def vectors_of_fit(self, state: Any, embedded: np.ndarray) -> np.ndarray:
+    """The fit sentences' vectors: the source's, which the fit embedded, transformed."""
+    return np.asarray(jax.jit(self.transform)(state["transform"], jnp.asarray(embedded, jnp.float32)))
+
   def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
               prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
     x = self.source.vectors(model, params, batch, state=state["source"], prompt=prompt, template=template)

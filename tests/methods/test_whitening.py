@@ -63,6 +63,25 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
                             fitted=tmp_path / "whitening.npz")
 
 
+def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
+  """evaluate.py scores the very sentences a method fits on: with keep_vectors their vectors come from the fit's own
+  embedding (no model run), equal to encoding them with the fitted state; other sentences, and the same encoder on
+  other params, run the model."""
+  method = Method("whitening", whitened=Method("first_last_avg"), whitening_dims=16)
+  kept = Encoder.from_pretrained(tiny_bert, method)
+  fitted = kept.fit(sentences, keep_vectors=True)
+  encoding = Encoder(kept.config, kept.params, kept.tokenizer, method, fitted=fitted)
+  np.testing.assert_allclose(kept.encode(sentences[::-1]), encoding.encode(sentences[::-1]), atol=1e-5)
+  assert kept.real_tokens == 0 and kept.compilations == 0
+  mixed = kept.encode(["a sentence the fit never saw ."] + sentences[:2])
+  np.testing.assert_allclose(mixed, encoding.encode(["a sentence the fit never saw ."] + sentences[:2]), atol=1e-5)
+  assert 0 < kept.real_tokens < encoding.real_tokens
+  other = kept.with_params(kept.params)
+  other.real_tokens = 0
+  other.encode(sentences[:2])
+  assert other.real_tokens > 0
+
+
 def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
   config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="whitening", whitened_method="first_last_avg")
   summary = run.run_sts(config)
