@@ -10,7 +10,8 @@ reference projects h and the bias separately and subtracts after).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, Callable
 import zlib
 
 import jax
@@ -21,11 +22,6 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import Transformer
 from jaxemb.training import mlm
 
-# "mlm": masked language modelling on one view (PromptBERT App. A.2's pre-training; jaxemb.training.mlm).
-LOSSES = ("info_nce", "info_nce_with_hard_negatives", "extended_info_nce", "mlm")
-# Each loss is the diagonal cross-entropy of its logits (jaxemb.losses); the step reports their accuracy too.
-_LOGITS = {"info_nce": losses.info_nce_logits, "info_nce_with_hard_negatives": losses.hard_negative_logits,
-           "extended_info_nce": losses.extended_info_nce_logits}
 POOLINGS = views.POOLINGS
 # Fresh dense+tanh, the MLM head's transform, none: views.HEADS but the checkpoint's pooler (SimCSE trains a fresh MLP).
 OBJECTIVE_HEADS = tuple(head for head in views.HEADS if head != "pooler")
@@ -46,7 +42,7 @@ class Objective:
     head: the projection each view's vector goes through before the loss, one of OBJECTIVE_HEADS: "mlp" (a fresh
       dense+tanh: SimCSE's and PromptBERT's `--mlp_only_train`, or kept when `--mlp_only_train` is off),
       "mlm_transform" (`--mask_embedding_sentence_org_mlp`) or "none".
-    loss: one of LOSSES.
+    loss: one of LOSSES (its name).
     temperature: tau of the cosine logits.
     hard_negative_weight: info_nce_with_hard_negatives only: SimCSE's `--hard_negative_weight`, the log of the weight
       on each row's own hard negative in the denominator (losses.hard_negative_logits; 0: every term weighs 1).
@@ -85,30 +81,33 @@ class Objective:
   word_starts: mlm.WordStarts | None = None
 
   def __post_init__(self):
-    expected = {"info_nce": 2, "info_nce_with_hard_negatives": 3, "extended_info_nce": 3, "mlm": 1}
-    if self.loss not in expected:
-      raise ConfigError(f"loss {self.loss!r} is not one of {LOSSES}")
-    if len(self.views) != expected[self.loss] or len(self.view_templates) != len(self.views):
-      raise ConfigError(f"loss {self.loss!r} needs {expected[self.loss]} views, each with a template; got "
+    if self.loss not in LOSSES:
+      raise ConfigError(f"loss {self.loss!r} is not one of {tuple(LOSSES)}")
+    loss = LOSSES[self.loss]
+    if len(self.views) != loss.num_views or len(self.view_templates) != len(self.views):
+      raise ConfigError(f"loss {self.loss!r} needs {loss.num_views} views, each with a template; got "
                        f"{self.views} and {len(self.view_templates)} templates")
     for name, value, allowed in (("head", self.head, OBJECTIVE_HEADS),
                                  ("trainable", self.trainable, ("all", "prompt"))):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
-    if self.hard_negative_weight and self.loss != "info_nce_with_hard_negatives":
-      raise ConfigError(f"hard_negative_weight {self.hard_negative_weight} applies to info_nce_with_hard_negatives "
-                       f"only; loss is {self.loss!r}")
+    if self.hard_negative_weight and not loss.weighs_hard_negatives:
+      raise ConfigError(f"hard_negative_weight {self.hard_negative_weight} applies to "
+                        f"{', '.join(n for n, found in LOSSES.items() if found.weighs_hard_negatives)} only; loss is "
+                        f"{self.loss!r}")
     if self.ddp_world_size < 1:
       raise ConfigError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
     if self.loss_group_size < 0:
       raise ConfigError(f"loss_group_size must be 0 (the global batch) or positive; got {self.loss_group_size}")
     if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
       raise ConfigError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
-    if self.loss == "mlm" and (self.head, self.denoise, self.trainable) != ("none", "none", "all"):
-      raise ConfigError(f"loss 'mlm' trains the whole encoder with its MLM head: it needs head 'none', denoise "
-                        f"'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}")
-    if self.word_starts is not None and self.loss != "mlm":
-      raise ConfigError(f"whole-word masking applies to loss 'mlm' only; loss is {self.loss!r}")
+    if not loss.contrastive and (self.head, self.denoise, self.trainable) != ("none", "none", "all"):
+      raise ConfigError(f"loss {self.loss!r} trains the whole encoder with its MLM head: it needs head 'none', "
+                        f"denoise 'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}")
+    if self.word_starts is not None and loss.contrastive:
+      raise ConfigError(f"whole-word masking applies to loss "
+                        f"{', '.join(repr(n) for n, found in LOSSES.items() if not found.contrastive)} only; loss is "
+                        f"{self.loss!r}")
     for view in self.view_list:  # Validates pooling, denoise and the templates' masks.
       del view
 
@@ -177,10 +176,10 @@ def template_bias_table(model: Transformer, forward: _TrainingForward, view: vie
   return views.template_bias(view, model, forward, jnp.arange(max_len + 1), max_len, forward.params.get("prompt"))
 
 
-def _group_loss(objective: Objective, model: Transformer, forward: _TrainingForward,
-                batch: dict[str, templates.TemplateBatch]) -> tuple[jax.Array, jax.Array]:
-  """(loss, contrastive accuracy) over one group of rows: each template's bias table computed once, shared by the
-  views that use it."""
+def _group_loss(logits_of: Callable[..., jax.Array], objective: Objective, model: Transformer,
+                forward: _TrainingForward, batch: dict[str, templates.TemplateBatch]) -> tuple[jax.Array, jax.Array]:
+  """(loss, contrastive accuracy) over one group of rows, from the logits `logits_of` the views' vectors: each
+  template's bias table computed once, shared by the views that use it."""
   biases = {}
   vectors = []
   for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
@@ -195,31 +194,38 @@ def _group_loss(objective: Objective, model: Transformer, forward: _TrainingForw
     vectors.append(views.vector(view, model, forward.params, view_forward, batch[field], forward.params.get("prompt"),
                                 bias))
   weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
-  logits = _LOGITS[objective.loss](*vectors, temperature=objective.temperature, **weight)
+  logits = logits_of(*vectors, temperature=objective.temperature, **weight)
   return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
 
 
 def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str, Any],
                      batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
-  """The objective's loss on one global batch (a dict of views), with dropout from `rng`: the mean of the losses
-  of its groups of `loss_group_size` rows (one group: the global batch)."""
-  forward = _TrainingForward(model, params, rng)
-  if objective.loss == "mlm":
-    return _mlm_loss(objective, model, forward, batch, jax.random.fold_in(rng, zlib.crc32(b"mlm masking")))
+  """The objective's loss on one global batch (a dict of views) and the step's metrics, with dropout (and MLM's
+  masking) from `rng`."""
+  return LOSSES[objective.loss].compute(objective, model, _TrainingForward(model, params, rng), batch, rng)
+
+
+def _contrastive_loss(logits_of: Callable[..., jax.Array], objective: Objective, model: Transformer,
+                      forward: _TrainingForward, batch: dict[str, templates.TemplateBatch],
+                      rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+  """The diagonal cross-entropy of the views' logits (`logits_of`, jaxemb.losses): the mean of the losses of the
+  batch's groups of `loss_group_size` rows (one group: the global batch), and their contrastive accuracy."""
+  del rng  # The forward's.
   rows = next(iter(batch.values())).input_ids.shape[0]
   size = objective.loss_group_size or rows
   if rows % size:
     raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
-  groups = [_group_loss(objective, model, forward.named(f"group {i // size}"),
+  groups = [_group_loss(logits_of, objective, model, forward.named(f"group {i // size}"),
                         jax.tree.map(lambda x: x[i:i + size], batch)) for i in range(0, rows, size)]
   loss = sum(loss for loss, _ in groups) / len(groups)
   return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}
 
 
 def _mlm_loss(objective: Objective, model: Transformer, forward: _TrainingForward,
-              batch: dict[str, templates.TemplateBatch], masking: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
-  """MLM's loss on the view's rows, masked with `masking` (a key of the step's rng; jaxemb.training.mlm): the mean
-  over the global batch's masked tokens."""
+              batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+  """MLM's loss on the view's rows, masked with a key of the step's `rng` (jaxemb.training.mlm): the mean over the
+  global batch's masked tokens."""
+  masking = jax.random.fold_in(rng, zlib.crc32(b"mlm masking"))
   if "mlm_head" not in forward.params["encoder"]:
     raise ConfigError("loss 'mlm' needs a checkpoint with an MLM head (or an architecture, trained from scratch); "
                       "this one has none")
@@ -231,3 +237,34 @@ def _mlm_loss(objective: Objective, model: Transformer, forward: _TrainingForwar
   logits = lambda h: model.apply({"params": forward.params["encoder"]}, h, method=Transformer.mlm_logits)
   loss, accuracy = mlm.masked_lm_loss(logits, hidden, rows.input_ids, selected)
   return loss, {"loss": loss, "mlm_accuracy": accuracy}
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+  """A training loss, registered in LOSSES under its name.
+
+  Attributes:
+    num_views: the views of each example it reads.
+    compute: (objective, model, training forward, global batch, step rng) -> (loss, metrics).
+    contrastive: a loss over the views' vectors (a head, denoising and OptiPrompt apply); else MLM's, on the
+      encoder's own token predictions (whole-word masking applies).
+    weighs_hard_negatives: it takes hard_negative_weight.
+    least_group_rows: the rows a loss group needs to train: InfoNCE's negatives are the group's other rows.
+  """
+
+  num_views: int
+  compute: Callable[..., tuple[jax.Array, dict[str, Any]]]
+  contrastive: bool = True
+  weighs_hard_negatives: bool = False
+  least_group_rows: int = 1
+
+
+# The papers' losses (jaxemb.losses: SimCSE's and PromptBERT's InfoNCE, supervised SimCSE's with hard negatives,
+# CoT-BERT's extended InfoNCE) and masked language modelling on one view (PromptBERT App. A.2's pre-training).
+LOSSES = {
+    "info_nce": Loss(2, functools.partial(_contrastive_loss, losses.info_nce_logits), least_group_rows=2),
+    "info_nce_with_hard_negatives": Loss(3, functools.partial(_contrastive_loss, losses.hard_negative_logits),
+                                         weighs_hard_negatives=True),
+    "extended_info_nce": Loss(3, functools.partial(_contrastive_loss, losses.extended_info_nce_logits)),
+    "mlm": Loss(1, _mlm_loss, contrastive=False),
+}

@@ -14,7 +14,7 @@ from jaxemb.data import corpus
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import hf, run_dir
-from jaxemb.training import trainer
+from jaxemb.training import objectives, trainer
 
 # The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
 _POSITIVE = ("train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
@@ -46,9 +46,10 @@ def _check_negatives(config: Any, objective: Any):
   hard-negative losses still have each row's own negative)."""
   field = "objective.loss_group_size" if objective.loss_group_size else "train.batch_size"
   section, name = field.split(".")
-  if objective.loss == "info_nce" and config[section][name] == 1:
-    raise ConfigError(f"config.{field}=1: loss 'info_nce' takes its negatives from the other sentences of a batch, "
-                      "so with one its loss is 0 and nothing trains; use at least 2")
+  least = objectives.LOSSES[objective.loss].least_group_rows
+  if config[section][name] < least:
+    raise ConfigError(f"config.{field}={config[section][name]}: loss {objective.loss!r} takes its negatives from the "
+                      f"other sentences of a batch, so with one its loss is 0 and nothing trains; use at least {least}")
 
 
 def check_corpus_size(config: Any, num_examples: int):
