@@ -36,18 +36,16 @@ def load_start(config: Any, model_dir: pathlib.Path) -> tuple[EncoderConfig, dic
 
 
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
+  """config.objective as an Objective: its fields of the same name as they are; the columns and templates as the
+  views' batch fields and parsed templates, whole_word_mask as the vocabulary's word starts."""
   o = config.objective
   if len(o.columns) != len(o.templates):
     raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
-  parsed = tuple(templates.Template.parse(t, tokenizer) for t in o.templates)
-  word_starts = mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None
+  same = {field.name: o[field.name] for field in dataclasses.fields(objectives.Objective) if field.name in o}
   return objectives.Objective(
-      views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)), view_templates=parsed,
-      pooling=o.pooling, denoise=o.denoise, head=o.head, loss=o.loss, temperature=o.temperature,
-      hard_negative_weight=o.hard_negative_weight,
-      trainable=o.trainable, loss_group_size=o.loss_group_size,
-      bias_positions=o.bias_positions, prompt_placement=o.prompt_placement, freeze_padding_rows=o.freeze_padding_rows,
-      ddp_world_size=o.ddp_world_size, word_starts=word_starts)
+      views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)),
+      view_templates=tuple(templates.Template.parse(t, tokenizer) for t in o.templates),
+      word_starts=mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None, **same)
 
 
 def batch_field(column: str, template: str) -> str:
