@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from jaxemb import denoise, pooling, templates
+from jaxemb import denoise, optiprompt, pooling, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, heads
 
@@ -46,7 +46,7 @@ class View:
     bias_positions: one of BIAS_POSITIONS. The authors pass position ids arange(L) to their position-offset rows
       (`get_delta` in kongds/Prompt-BERT `prompt_bert/models.py` and `evaluation.py`), so RoBERTa's start at 0 there
       while its sentence rows start at padding_idx + 1; "model" numbers both as HF RoBERTa does.
-    prompt_placement: where an OptiPrompt continuous template's vectors go (templates.PLACEMENTS).
+    prompt_placement: where an OptiPrompt continuous template's vectors go (optiprompt.PLACEMENTS).
   """
 
   template: templates.Template
@@ -59,7 +59,7 @@ class View:
   def __post_init__(self):
     for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoise", self.denoise, denoise.KINDS),
                                  ("head", self.head, HEADS), ("bias_positions", self.bias_positions, BIAS_POSITIONS),
-                                 ("prompt_placement", self.prompt_placement, templates.PLACEMENTS)):
+                                 ("prompt_placement", self.prompt_placement, optiprompt.PLACEMENTS)):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
     if (self.pooling == "mask" or self.denoise != "none") and self.template.num_masks == 0:
@@ -72,8 +72,8 @@ def prompt_inputs(view: View, prompt: jax.Array | None, input_ids: jax.Array,
   tokens between prefix and suffix in each row."""
   if prompt is None:
     return {}
-  embeds, mask = templates.continuous_template_inputs(view.template, prompt, input_ids, slot_tokens,
-                                                      view.prompt_placement)
+  embeds, mask = optiprompt.continuous_template_inputs(view.template, prompt, input_ids, slot_tokens,
+                                                       view.prompt_placement)
   return {"inputs_embeds": embeds, "inputs_embeds_mask": mask}
 
 

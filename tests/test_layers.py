@@ -19,9 +19,9 @@ LAYERS = {
     # The encoder, its checkpoints and the run directory's layout.
     "jaxemb.models": 1,
     # From sentences to vectors, the mesh, the data readers.
-    "jaxemb.templates": 2, "jaxemb.denoise": 2, "jaxemb.views": 2, "jaxemb.pooling": 2, "jaxemb.encode": 2,
-    "jaxemb.bias_removal": 2, "jaxemb.tfidf": 2, "jaxemb.losses": 2, "jaxemb.sharding": 2, "jaxemb.data": 2,
-    "jaxemb.beam_search": 2, "jaxemb.methods": 2,
+    "jaxemb.templates": 2, "jaxemb.optiprompt": 2, "jaxemb.denoise": 2, "jaxemb.views": 2, "jaxemb.pooling": 2,
+    "jaxemb.encode": 2, "jaxemb.bias_removal": 2, "jaxemb.tfidf": 2, "jaxemb.losses": 2, "jaxemb.sharding": 2,
+    "jaxemb.data": 2, "jaxemb.beam_search": 2, "jaxemb.methods": 2,
     "jaxemb.training": 3, "jaxemb.evaluation": 3, "jaxemb.model_card": 3,
     # The commands and the package's lazy public API; the mteb adapter; the module file export copies (torch only).
     "jaxemb": 4, "jaxemb.sweep": 4, "jaxemb.export": 4, "jaxemb.cli": 4, "jaxemb.mteb": 4,

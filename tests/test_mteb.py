@@ -12,7 +12,7 @@ mteb = pytest.importorskip("mteb")
 from jaxemb import storage  # pylint: disable=g-import-not-at-top
 from jaxemb.data.sts import join_tokens, load_sts_task  # pylint: disable=g-import-not-at-top
 from jaxemb.encode import Encoder, Method
-from jaxemb.evaluation import run, sts
+from jaxemb.evaluation import common, sts
 from jaxemb.mteb import JaxembModel
 from tests.support import shared_path
 
@@ -119,7 +119,7 @@ def _check_main_score_equals_jaxemb(method, pairs, tmp_path, capsys):
   assert re.findall(r"^LocalSTSBenchmark test: [\d,]+ sentences in \d", capsys.readouterr().err, re.M)
   (task_result,) = result.task_results
   main = task_result.get_score()
-  ours = sts.evaluate_sts(model.model.encode, [cut], run.preprocess(True, method.name == "prompt"))
+  ours = sts.evaluate_sts(model.model.encode, [cut], common.preprocess(True, method.name == "prompt"))
   np.testing.assert_allclose(100 * main, ours["STSBenchmark"].all, atol=1e-4 * 100)
   # mteb saved the result under the model's meta: name, revision, the method's non-default fields.
   (saved,) = (tmp_path / "mteb").rglob("LocalSTSBenchmark.json")

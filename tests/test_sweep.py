@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from jaxemb import atomic, storage, sweep
+from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
+from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import loop, trainer
@@ -205,8 +207,8 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   assert written["method"] == loop.eval_method(run.config).config_fields()  # The run's own, from its directory.
   encoder = Encoder.from_pretrained(run.directory, length_multiple=run.config.eval.length_multiple,
                                     batch_size=run.config.eval.batch_size)
-  tasks, _ = eval_run.load_sts_tasks(run.config.data.senteval_dir, "STS16")
-  preprocess = eval_run.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
+  tasks = sts_data.load_sts_tasks(run.config.data.senteval_dir, ["STS16"])
+  preprocess = common.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
   sts16 = sts.evaluate_sts(encoder.encode, tasks, preprocess)
   # One pass over all 7 tasks and dev batches the sentences otherwise: vectors (so Spearmans) move at rounding level.
   assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-3)

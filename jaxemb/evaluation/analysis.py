@@ -215,7 +215,7 @@ def run_analysis(config: Any) -> dict[str, Any]:
                        a.sample_seed)
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
-  preprocess = run.preprocess_from_config(config)
+  preprocess = common.preprocess_from_config(config)
   first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess)
   predicted = sts.cosine(first, second)
   summary = {

@@ -1,16 +1,39 @@
-"""What the STS scorer and the transfer tasks share: the `embed` and `preprocess` callables, one embedding call over
-the distinct sentences of a set of tasks, the boxed text table both print, and the task lists of a config."""
+"""What the STS scorer, the transfer tasks, evaluate.py's jobs and training's evaluators share: the `embed` and
+`preprocess` callables and the sentence rules and encoder options a config sets, one embedding call over the distinct
+sentences of a set of tasks, the boxed text table both print, and the task lists of a config."""
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
+from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError
+from jaxemb.models import compute_dtype
 
 Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
 Preprocess = Callable[[str], str]
+
+
+def preprocess(join_tokens: bool, add_period: bool) -> Preprocess:
+  """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
+  def apply(sentence: str) -> str:
+    sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
+    return sts_data.add_period(sentence) if add_period else sentence
+  return apply
+
+
+def preprocess_from_config(config: Any) -> Preprocess:
+  """The test-time sentence rules the config turns on."""
+  return preprocess(config.eval.join_tokens, config.eval.add_period)
+
+
+def encoder_options(config: Any) -> dict[str, Any]:
+  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple, batch
+  size."""
+  return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
+          "length_multiple": config.eval.length_multiple, "batch_size": config.eval.batch_size}
 
 
 def embed_distinct(embed: Embed, columns: Sequence[Sequence[str]],

@@ -31,7 +31,7 @@ from scipy import stats
 
 from jaxemb import atomic, pooling, storage, templates, tfidf, xla
 from jaxemb.errors import ConfigError
-from jaxemb.evaluation import analysis, run, search
+from jaxemb.evaluation import analysis, common, run, search
 from jaxemb.models import Transformer, run_dir
 
 
@@ -186,7 +186,7 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
 
   start = time.perf_counter()
   layer_embed = search.ditto_layer_embed(config, (model_config, params, tokenizer))
-  preprocess = run.preprocess_from_config(config)
+  preprocess = common.preprocess_from_config(config)
   dev_scores = search.ditto_head_scores(layer_embed, model_config.num_hidden_layers,
                                         model_config.num_attention_heads, dev, preprocess)
   grid = [(layer, head) for layer in range(model_config.num_hidden_layers)

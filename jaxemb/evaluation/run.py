@@ -20,7 +20,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.methods import base as methods_base
-from jaxemb.models import compute_dtype, load_tokenizer
+from jaxemb.models import load_tokenizer
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
@@ -28,14 +28,7 @@ def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
   whose model.path is its trained run directory reads the method the run recorded (its eval_method.json)."""
   if method is None and "objective" not in config:
     method = Method.from_config(config.method)
-  return Encoder.from_pretrained(config.model.path, method, **encoder_options(config))
-
-
-def encoder_options(config: Any) -> dict[str, Any]:
-  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple, batch
-  size."""
-  return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-          "length_multiple": config.eval.length_multiple, "batch_size": config.eval.batch_size}
+  return Encoder.from_pretrained(config.model.path, method, **common.encoder_options(config))
 
 
 def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embed:
@@ -44,30 +37,11 @@ def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embe
   return functools.partial(encoder.encode, show_progress=config.eval.progress, progress_label=", ".join(names))
 
 
-def preprocess(join_tokens: bool, add_period: bool) -> common.Preprocess:
-  """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
-  def apply(sentence: str) -> str:
-    sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
-    return sts_data.add_period(sentence) if add_period else sentence
-  return apply
-
-
-def preprocess_from_config(config: Any) -> common.Preprocess:
-  """The test-time sentence rules the config turns on."""
-  return preprocess(config.eval.join_tokens, config.eval.add_period)
-
-
 def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
-  """(the configured STS test tasks, STS-B dev)."""
-  return load_sts_tasks(config.data.senteval_dir, config.eval.tasks, config.data.source)
-
-
-def load_sts_tasks(root: str, names: str, source: str = "senteval") -> tuple[list[sts_data.StsTask],
-                                                                             sts_data.StsTask]:
-  """(the test tasks `names` names, comma-separated, under SentEval's `root`; STS-B dev)."""
-  tasks = [sts_data.load_sts_task(root, name, "test", source)
-           for name in common.task_names(names, "eval.tasks", sts_data.TASKS, allow_none=True)]
-  return tasks, sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
+  """(the STS test tasks config.eval.tasks names, comma-separated, under config.data.senteval_dir; STS-B dev)."""
+  root, source = config.data.senteval_dir, config.data.source
+  names = common.task_names(config.eval.tasks, "eval.tasks", sts_data.TASKS, allow_none=True)
+  return sts_data.load_sts_tasks(root, names, source), sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
 def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
@@ -108,7 +82,7 @@ def run_sts(config: Any) -> dict[str, Any]:
   start = time.perf_counter()
   fitted_on = fit_encoder(config, encoder, tasks)
   embed = shown_encode(config, encoder, sts_names(tasks, dev))
-  scores = score_sts(embed, tasks, dev, preprocess_from_config(config))
+  scores = score_sts(embed, tasks, dev, common.preprocess_from_config(config))
   seconds = time.perf_counter() - start
   summary = {**scores, "method": encoder.method.config_fields(), "model": config.model.path, "seconds": seconds,
              "compilations": encoder.compilations, **fitted_on}
@@ -130,7 +104,7 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
     if not tasks:
       raise ConfigError(f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
                         "none: name a corpus to fit on")
-    sentences = sts.distinct_sentences(tasks, preprocess_from_config(config))
+    sentences = sts.distinct_sentences(tasks, common.preprocess_from_config(config))
     fitted_on = f"the {len(sentences)} distinct sentences of the test tasks {', '.join(t.name for t in tasks)}"
   else:
     sentences = list(tfidf.corpus_sentences(source))
@@ -160,7 +134,7 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   sts_tasks, dev = load_tasks(config) if with_sts else ([], None)
   classifier = classifier_from_config(config)
   encoder = encoder_from_config(config)
-  prepare = preprocess_from_config(config)
+  prepare = common.preprocess_from_config(config)
   start = time.perf_counter()
   fitted_on = fit_encoder(config, encoder, sts_tasks)
   scores = {}

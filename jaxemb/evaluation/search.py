@@ -88,7 +88,7 @@ def run_template_search(config: Any) -> dict[str, Any]:
   def search(model, dev, preprocess):
     base = Method.from_config(config.method)
     def score(template: str) -> float:
-      encoder = Encoder(*model, dataclasses.replace(base, template=template), **run.encoder_options(config))
+      encoder = Encoder(*model, dataclasses.replace(base, template=template), **common.encoder_options(config))
       return _dev_spearman(encoder, dev, preprocess)
     if config.search.templates_file:
       return [Candidate("listed", t, score(t)) for t in read_templates(config.search.templates_file)]
@@ -123,7 +123,7 @@ def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int
   def layer_embed(layer: int) -> common.Embed:
     method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
                                  ditto_head=0)
-    return Encoder(*model, method, **run.encoder_options(config)).encode
+    return Encoder(*model, method, **common.encoder_options(config)).encode
   return layer_embed
 
 
@@ -138,7 +138,7 @@ def _run_search(config: Any, search: Callable[..., list[Candidate]]) -> dict[str
   source = run_dir.open_source(config.model.path)
   model = (source.config, source.load_params()["encoder"], source.tokenizer)
   start = time.perf_counter()
-  scored = search(model, dev, run.preprocess_from_config(config))
+  scored = search(model, dev, common.preprocess_from_config(config))
   seconds = time.perf_counter() - start
   ranked = sorted(scored, key=lambda c: -c.stsb_dev)
   print(f"{'rank':>4}  {'STS-B dev':>9}  {'stage':<8}  candidate")

@@ -44,7 +44,7 @@ class Prompt(base.Tokenized):
       False read as "position_offset" and "none".
     head: prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
     bias_positions: denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
-    prompt_placement: a continuous template's placement (templates.PLACEMENTS).
+    prompt_placement: a continuous template's placement (optiprompt.PLACEMENTS).
   """
 
   NAMES = ("prompt", "prompt_mlm_top_k")

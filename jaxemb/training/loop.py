@@ -19,7 +19,7 @@ from jaxemb import sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError, Diverged
-from jaxemb.evaluation import common, evaluators, run
+from jaxemb.evaluation import common, evaluators
 from jaxemb.methods import prompt
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
@@ -178,8 +178,8 @@ def selection_preprocess(config: Any) -> common.Preprocess:
   """The sentence rules the evaluators apply: the authors' trainer batcher joins SentEval's tokens and appends no "."
   (training_view); with the evaluation method, config.eval's rules."""
   if config.eval.selection == "training_view":
-    return run.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
-  return run.preprocess_from_config(config)
+    return common.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
+  return common.preprocess_from_config(config)
 
 
 def build_evaluators(config: Any) -> list[evaluators.Evaluator]:
@@ -237,7 +237,7 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   plan = batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
   start_step = int(state.step)
   encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
-                    **run.encoder_options(config))
+                    **common.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
   _score_before_while_compiling(evaluation, state, trainer,

@@ -52,7 +52,7 @@ class Objective:
       each: each replica computed its own bias tables and its loss over its 128 rows (128 negatives), and the
       Trainer averaged the two losses; 128 reproduces that.
     bias_positions: views.BIAS_POSITIONS.
-    prompt_placement: templates.PLACEMENTS.
+    prompt_placement: optiprompt.PLACEMENTS.
     freeze_padding_rows: keep the embedding rows HF's `padding_idx` never updates (state.zero_padding_rows).
     ddp_world_size: the processes of the authors' DistributedDataParallel run (supervised PromptBERT and SimCSE: 4).
       Each rank all-gathers the others' vectors without their gradient (`cl_forward`, kongds/Prompt-BERT

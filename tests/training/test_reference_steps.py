@@ -18,7 +18,7 @@ import torch
 from jaxemb import sharding, templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
-from jaxemb.evaluation import run
+from jaxemb.evaluation import common
 from jaxemb.models import hf, load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
 from jaxemb.training import state as train_state
@@ -225,7 +225,7 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   dev = sts_data.load_sts_task(shared_path("data", "senteval"), "STSBenchmark", "dev")
   pairs = [(a, b, g) for subset in dev.subsets.values()
            for a, b, g in zip(subset.sentences1, subset.sentences2, subset.scores)][:48]
-  preprocess = run.preprocess(join_tokens=True, add_period=False)
+  preprocess = common.preprocess(join_tokens=True, add_period=False)
   sentences = [preprocess(s) for pair in pairs for s in pair[:2]]
   reference = ref.ReferenceModel(ref.get_setting(SETTINGS[name]), models[family], tokenizer=tokenizer)
   init = torch_names(params, model_config, family)
