@@ -15,28 +15,17 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import functools
 import json
-import logging
-import os
 import pathlib
-import re
-import sys
-from typing import Any, Callable, Coroutine, Sequence
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-try:  # Orbax's own: each save and restore runs its coroutine through its run_sync (`quiet_orbax_failures`).
-  from orbax.checkpoint._src import asyncio_utils as _orbax_asyncio
-except ImportError:  # An Orbax without it: its operations are run as they are.
-  _orbax_asyncio = None
-
 from jaxemb import atomic, storage
 from jaxemb.errors import DataError
-from jaxemb.models import bert, hf
+from jaxemb.models import bert, checkpoint_files, hf
 from jaxemb.models.config import EncoderConfig
 
 
@@ -86,7 +75,7 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
   """
   if not is_run_dir(run.path):
     raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
-  quiet_orbax_failures()
+  checkpoint_files.quiet_orbax_failures()
   manager = ocp.CheckpointManager(run.best_dir)
   try:
     step = manager.latest_step()
@@ -111,7 +100,7 @@ def best_step_problem(step_dir: storage.Path) -> str | None:
 def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
   """({"params", "meta"} of the best step folder `step_dir`, the params on this process's first device, None), or
   (None, why it cannot be read). Anything but a read failure of the step is raised."""
-  cause = checkpoint_problem(step_dir, BEST_ITEMS)
+  cause = checkpoint_files.checkpoint_problem(step_dir, BEST_ITEMS)
   if cause is not None:
     return None, cause
   try:
@@ -120,7 +109,7 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
       return checkpointer.restore(step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
                                                                     meta=ocp.args.JsonRestore())), None
   except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
-    cause = read_failure(e, step_dir)
+    cause = checkpoint_files.read_failure(e, step_dir)
     if cause is None:
       raise
     return None, cause
@@ -130,31 +119,6 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
 # each with its JSON meta.
 PERIODIC_ITEMS = ("state", "meta")
 BEST_ITEMS = ("params", "meta")
-# Orbax (0.12, orbax/checkpoint/_src/path/atomicity.py) writes this file last into a step's temporary folder, then
-# renames the folder into place: a step folder without it never finished its save.
-COMMIT_MARKER = "commit_success.txt"
-STEP_METADATA = "_CHECKPOINT_METADATA"  # Orbax's JSON of the step (its time); the step is listed by reading it.
-
-
-def checkpoint_problem(step_dir: storage.Path, items: Sequence[str]) -> str | None:
-  """Why the step folder `step_dir` cannot be restored, found from its small files (commit marker, JSON meta, the
-  arrays' metadata); None when they read. A missing or truncated array file shows only when the arrays are read
-  (`read_failure`)."""
-  if not (step_dir / COMMIT_MARKER).is_file():
-    return f"no {COMMIT_MARKER}: its save never finished"
-  for path in [step_dir / STEP_METADATA] + [step_dir / item for item in items]:
-    try:
-      if path.name == "meta":
-        json.loads((path / "metadata").read_text())
-      elif path.name == STEP_METADATA:
-        json.loads(path.read_text())
-      else:
-        ocp.StandardCheckpointHandler().metadata(path)
-    except (OSError, ValueError) as e:
-      return f"{path}: {short_cause(e)}"
-  return None
-
-
 def saved_layers_stacked(run: RunDir) -> bool | None:
   """Whether the train state of the run's newest periodic checkpoint holds the encoder's layers stacked (`layers/...`,
   a run with config.model.scan_layers) rather than per layer, read from its metadata; None without a checkpoint
@@ -168,105 +132,6 @@ def saved_layers_stacked(run: RunDir) -> bool | None:
       continue
     return any(jax.tree_util.DictKey(bert.STACKED) in path for path, _ in jax.tree_util.tree_leaves_with_path(metadata))
   return None
-
-
-def read_failure(error: BaseException, step_dir: storage.Path) -> str | None:
-  """`error`'s short cause when it is a failure to read the files of `step_dir` (a missing or truncated file); None
-  for anything else (a bug, a tree that does not match), which is no reason to set the checkpoint aside."""
-  if any(isinstance(e, (OSError, json.JSONDecodeError)) or str(step_dir) in str(e) for e in error_chain(error)):
-    return short_cause(error)
-  return None
-
-
-def error_chain(error: BaseException) -> list[BaseException]:
-  """`error` and the errors it was raised from, outermost first: Orbax wraps TensorStore's, which names the file
-  and what went wrong."""
-  chain = [error]
-  while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and cause not in chain:
-    chain.append(cause)
-  return chain
-
-
-def short_cause(error: BaseException) -> str:
-  """One short line for a file error: "No space left on device (errno 28)", or TensorStore's status code, the
-  file it names and its last clause instead of the several hundred characters of its message."""
-  chain = error_chain(error)
-  for e in chain:
-    found = re.search(r"os_error_code='(\d+)'", str(e))
-    code = e.errno if isinstance(e, OSError) and e.errno else int(found.group(1)) if found else None
-    if code is not None:
-      return f"{os.strerror(code)} (errno {code})"
-  statuses = [e for e in chain if re.match(r"[A-Z_]+: ", str(e))]
-  text = str(statuses[-1] if statuses else error)
-  text = re.sub(r"\s*\[(tensorstore_spec|source locations|os_error_code)=.*", "", text, flags=re.S)
-  status = re.match(r"([A-Z_]+): ", text)
-  if not status:
-    return " ".join(text.split()) or type(error).__name__
-  files = re.findall(r'(?:local )?file "([^"]+)"', text)
-  return f"{status.group(1)} reading {files[-1] if files else '?'}: {text.rsplit(': ', 1)[-1]}"
-
-
-class _OrbaxBackgroundErrors(logging.Filter):
-  """Drops the error records Orbax's background threads log, each with its traceback (a full disk logs one per
-  thread): the same error is raised again where the caller waits, and reported there as one line."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    return record.levelno < logging.ERROR or f"{os.sep}orbax{os.sep}" not in record.pathname
-
-
-_QUIET = _OrbaxBackgroundErrors()
-
-
-def quiet_orbax_failures():
-  """Keeps a failed checkpoint read or write to the one line its caller reports: Orbax's logged duplicates are
-  dropped, the other reads or writes of the failed operation are cancelled and awaited before Orbax closes their
-  event loop (`_drained`), and "Event loop is closed", raised by TensorStore callbacks that complete after a loop
-  closed (Python prints each as an unraisable exception), is dropped."""
-  logger = logging.getLogger("absl")
-  if _QUIET not in logger.filters:
-    logger.addFilter(_QUIET)
-  if _orbax_asyncio is not None and not getattr(_orbax_asyncio.run_sync, "drained", False):
-    _orbax_asyncio.run_sync = _drained(_orbax_asyncio.run_sync)
-  previous = sys.unraisablehook
-  if getattr(previous, "quiet_orbax", False):
-    return
-
-  def hook(unraisable):
-    if not (isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed"):
-      previous(unraisable)
-
-  hook.quiet_orbax = True
-  sys.unraisablehook = hook
-
-
-def _drained(run_sync: Callable[[Coroutine], Any]) -> Callable[[Coroutine], Any]:
-  """Orbax's asyncio_utils.run_sync, whose operation, when it fails, cancels and awaits the tasks it leaves.
-
-  run_sync runs an operation (a restore reads each array in a task of its own) on an event loop of its own and
-  closes the loop once the operation's coroutine ends, without asyncio.run's cancelling of the tasks still there
-  (`_run_sync_via_new_loop`). After a failed read the other reads stayed on the closed loop: asyncio logged each
-  exception nobody retrieved, and each read still pending, closed when collected, raised from Orbax's `except
-  BaseException` around it: Python printed hundreds of tracebacks after one damaged checkpoint. Those reads are
-  cancelled and awaited here, while their loop runs."""
-
-  @functools.wraps(run_sync)
-  def run(coroutine: Coroutine) -> Any:
-    return run_sync(_cancelling_the_rest_on_failure(coroutine))
-
-  run.drained = True
-  return run
-
-
-async def _cancelling_the_rest_on_failure(coroutine: Coroutine) -> Any:
-  try:
-    return await coroutine
-  except BaseException:
-    this = asyncio.current_task()
-    rest = [task for task in asyncio.all_tasks() if task is not this]  # The loop is the operation's own.
-    for task in rest:
-      task.cancel()
-    await asyncio.gather(*rest, return_exceptions=True)
-    raise
 
 
 def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:

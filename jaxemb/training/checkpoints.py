@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 
 from jaxemb import storage
 from jaxemb.errors import Diverged, StorageError
-from jaxemb.models import run_dir
+from jaxemb.models import checkpoint_files, run_dir
 
 # Orbax writes a step into <step>.orbax-checkpoint-tmp (older versions add -<timestamp>), renamed once committed.
 PARTIAL_SAVE = "*.orbax-checkpoint-tmp*"
@@ -40,7 +40,7 @@ class RunCheckpoints:
   def __init__(self, workdir: storage.PathLike, keep: int, say: Callable[[str], None] = print):
     self.run = run_dir.RunDir(workdir)
     self._say = say
-    run_dir.quiet_orbax_failures()
+    checkpoint_files.quiet_orbax_failures()
     self._on_first_process(self._tidy)
     failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
     self.periodic = _Saves(self.run.checkpoints_dir, keep, failed)
@@ -87,7 +87,7 @@ class RunCheckpoints:
             state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
         return restored["state"], restored["meta"]
       except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of this step is re-raised.
-        cause = run_dir.read_failure(e, step_dir)
+        cause = checkpoint_files.read_failure(e, step_dir)
         if cause is None:
           raise
         self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
@@ -126,7 +126,7 @@ class RunCheckpoints:
       path.rmtree()
     if partial:
       self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
-    periodic_problem = functools.partial(run_dir.checkpoint_problem, items=run_dir.PERIODIC_ITEMS)
+    periodic_problem = functools.partial(checkpoint_files.checkpoint_problem, items=run_dir.PERIODIC_ITEMS)
     for directory, problem in ((self.run.checkpoints_dir, periodic_problem),
                                (self.run.best_dir, run_dir.best_step_problem)):
       unreadable = [(p, problem(p)) for p in directory.glob("*") if p.name.isdigit()]
@@ -142,7 +142,7 @@ class RunCheckpoints:
     folders = [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE)]
     if storage.is_remote(self.run.path):
       folders += [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob("*")
-                  if p.name.isdigit() and not (p / run_dir.COMMIT_MARKER).exists()]
+                  if p.name.isdigit() and not (p / checkpoint_files.COMMIT_MARKER).exists()]
     return sorted(folders)
 
   def _say_starting_again(self):
@@ -197,7 +197,7 @@ class _Saves:
       if waiting and self._failed.is_set():  # Orbax raises a failed save again at every wait: reported once.
         return
       self._failed.set()
-      raise StorageError(f"cannot write checkpoint {self._writing}: {run_dir.short_cause(e)}") from e
+      raise StorageError(f"cannot write checkpoint {self._writing}: {checkpoint_files.short_cause(e)}") from e
 
 
 def _is_write_failure(error: BaseException) -> bool:
@@ -206,7 +206,7 @@ def _is_write_failure(error: BaseException) -> bool:
   status)."""
   return any(isinstance(e, OSError) or any(s in str(e) for s in ("os_error_code=", "RESOURCE_EXHAUSTED",
                                                                   "PERMISSION_DENIED"))
-             for e in run_dir.error_chain(error))
+             for e in checkpoint_files.error_chain(error))
 
 
 @jax.jit

@@ -238,10 +238,10 @@ def test_with_every_checkpoint_unreadable_the_run_starts_again_and_says_so(whole
 
 @pytest.mark.e2e
 def test_a_failed_read_leaves_nothing_to_print_but_its_one_line(whole_run, tmp_path, monkeypatch, caplog):
-  """The reads still in flight when one read fails are cancelled and awaited (run_dir.quiet_orbax_failures), not
-  left on the event loop Orbax closes, where Python and asyncio printed a traceback of each read's coroutine or
-  unretrieved exception. Whether reads are in flight then is a matter of timing (about one try in two cut the largest
-  data file short so): the damaged checkpoint is read several times."""
+  """The reads still in flight when one read fails are cancelled and awaited
+  (checkpoint_files.quiet_orbax_failures), not left on the event loop Orbax closes, where Python and asyncio printed
+  a traceback of each read's coroutine or unretrieved exception. Whether reads are in flight then is a matter of
+  timing (about one try in two cut the largest data file short so): the damaged checkpoint is read several times."""
   whole, _ = whole_run
   unraisable = []
   monkeypatch.setattr(sys, "unraisablehook", unraisable.append)  # What Python would print, kept.
