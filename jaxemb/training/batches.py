@@ -1,11 +1,13 @@
-"""The training batches: each view's tokenised rows (the fields the trainer's step reads) and a step's global batch
-placed on the mesh."""
+"""The training batches: each view's tokenised rows (the fields the trainer's step reads), a step's global batch
+placed on the mesh, and the next ones prepared while a step runs (`prefetch`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+import queue
+import threading
+from typing import Any, Generator, Iterator, TypeVar
 
 import jax
 import numpy as np
@@ -68,3 +70,52 @@ class Batches:
     return {name: corpus.gather(rows, index, corpus.batch_width(self.row_lengths[name][everyone],
                                                                 self.length_multiple, rows.input_ids.shape[1]))
             for name, rows in self.fields.items()}
+
+
+T = TypeVar("T")
+
+
+def prefetch(items: Iterator[T], depth: int) -> Generator[T, None, None]:
+  """`items` in order, produced by a background thread that stays up to `depth` items ahead (0: produced in the
+  caller's thread when asked for). The training loop's items are placed batches: the next ones are gathered, cut
+  and sent to the devices while the current step runs. An exception in `items` is raised here, at its place in
+  the order; closing the generator stops the thread.
+  """
+  if depth == 0:
+    yield from items
+    return
+  ready: queue.Queue = queue.Queue(maxsize=depth)
+  stop = threading.Event()
+  end = object()
+
+  def put(item) -> bool:
+    while not stop.is_set():
+      try:
+        ready.put(item, timeout=0.1)
+        return True
+      except queue.Full:
+        continue
+    return False
+
+  def produce():
+    try:
+      for item in items:
+        if not put((item, None)):
+          return
+      put((end, None))
+    except Exception as e:  # pylint: disable=broad-except  # Re-raised in the consumer.
+      put((end, e))
+
+  thread = threading.Thread(target=produce, name="jaxemb-prefetch", daemon=True)
+  thread.start()
+  try:
+    while True:
+      item, error = ready.get()
+      if error is not None:
+        raise error
+      if item is end:
+        return
+      yield item
+  finally:
+    stop.set()
+    thread.join()

@@ -2,34 +2,28 @@
 
 from __future__ import annotations
 
-import contextlib
 import math
-import queue
 import signal
 import threading
 import time
-from typing import Any, Callable, Generator, Iterator, TypeVar
+from typing import Any, Callable
 
 import jax
 from jax.experimental import multihost_utils
-import numpy as np
 import tqdm
 
 from jaxemb import sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError, DataError, Diverged
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, evaluators
 from jaxemb.methods import prompt
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
-from jaxemb.training.metrics import MetricsWriter
+from jaxemb.training.metrics import StepRecorder
 from jaxemb.training.trainer import Trainer, build_trainer, load_start
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
-
-T = TypeVar("T")
-
 
 def read_columns(config: Any) -> dict[str, list[str]]:
   """config.data's training corpus by column (corpus.read_columns); `datasets` caches its tables in data.cache_dir
@@ -242,9 +236,9 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   evaluation.keep_best(state, total_steps)
   _score_before_while_compiling(evaluation, state, trainer,
                                 plan.shapes(start_step) if start_step < total_steps else None)
-  recorder = _Recorder(config, workdir, trainer.schedule, start_step, total_steps, started)
+  recorder = StepRecorder(config, workdir, trainer.schedule, start_step, total_steps, started)
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
-  placed = prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
+  placed = batches.prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
 
   def save_state():
     held()
@@ -338,7 +332,7 @@ def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
           "best_step": meta["best_step"], "value_before": meta["stsb_dev_before"]}
 
 
-def _summary(meta: dict[str, Any], recorder: _Recorder, total_steps: int, start_step: int,
+def _summary(meta: dict[str, Any], recorder: StepRecorder, total_steps: int, start_step: int,
              workdir: run_dir.RunDir) -> dict[str, Any]:
   """The run's summary (train's value), said in one line."""
   steps_run = total_steps - start_step
@@ -423,108 +417,6 @@ class _Evaluation:
     params, step = state.all_params, self.meta["best_step"]
     self.ckpt.save_best(step, {**params, "encoder": eval_params(self.config, params)},
                         {"step": step, self.metric: self.meta["best_value"]})
-
-
-class _Recorder:
-  """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
-  written with the learning rate and the training throughput (the evaluations' time left out)."""
-
-  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int,
-               started: float):
-    self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
-    self.started = started  # train's call: the first record's time after it is the run's time to its first step.
-    self.first_step_seconds = None
-    self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
-    self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
-                              dynamic_ncols=True)
-    self.start_time = time.perf_counter()
-    self.since = (start_step, self.start_time)  # The last record's step and time.
-    self.paused = 0.0  # Seconds evaluating since the last record.
-
-  def record(self, done: int, metrics: dict[str, jax.Array]):
-    """Reads one step's metrics, stops on a non-finite loss, and reports them."""
-    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-    if not np.isfinite(metrics["loss"]):
-      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
-                     f"in {self.workdir.checkpoints_dir} is kept")
-    if self.first_step_seconds is None:
-      self.first_step_seconds = time.perf_counter() - self.started
-    self.progress.update(1)
-    self.progress.set_postfix(loss=f"{metrics['loss']:.4f}")
-    if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):
-      now = time.perf_counter()
-      rate = (done - self.since[0]) * self.config.train.batch_size / (now - self.since[1] - self.paused)
-      self.since, self.paused = (done, now), 0.0
-      self.write(done, {**metrics, "learning_rate": float(self.schedule(done - 1)), "examples_per_second": rate})
-
-  def write(self, done: int, scalars: dict[str, float]):
-    if self.writer:
-      self.writer.write(done, scalars)
-
-  def flush(self):
-    """Returns once the records so far are written."""
-    if self.writer:
-      self.writer.flush()
-
-  @contextlib.contextmanager
-  def pause(self) -> Iterator[None]:
-    """Time in the block is not training time."""
-    start = time.perf_counter()
-    try:
-      yield
-    finally:
-      self.paused += time.perf_counter() - start
-
-  def close(self):
-    self.progress.close()
-    if self.writer:
-      self.writer.close()
-
-
-def prefetch(items: Iterator[T], depth: int) -> Generator[T, None, None]:
-  """`items` in order, produced by a background thread that stays up to `depth` items ahead (0: produced in the
-  caller's thread when asked for). The training loop's items are placed batches: the next ones are gathered, cut
-  and sent to the devices while the current step runs. An exception in `items` is raised here, at its place in
-  the order; closing the generator stops the thread.
-  """
-  if depth == 0:
-    yield from items
-    return
-  ready: queue.Queue = queue.Queue(maxsize=depth)
-  stop = threading.Event()
-  end = object()
-
-  def put(item) -> bool:
-    while not stop.is_set():
-      try:
-        ready.put(item, timeout=0.1)
-        return True
-      except queue.Full:
-        continue
-    return False
-
-  def produce():
-    try:
-      for item in items:
-        if not put((item, None)):
-          return
-      put((end, None))
-    except Exception as e:  # pylint: disable=broad-except  # Re-raised in the consumer.
-      put((end, e))
-
-  thread = threading.Thread(target=produce, name="jaxemb-prefetch", daemon=True)
-  thread.start()
-  try:
-    while True:
-      item, error = ready.get()
-      if error is not None:
-        raise error
-      if item is end:
-        return
-      yield item
-  finally:
-    stop.set()
-    thread.join()
 
 
 def _say(message: str):

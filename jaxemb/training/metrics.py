@@ -1,8 +1,10 @@
 """A run's logged scalars: <workdir>/metrics.jsonl and TensorBoard event files in <workdir>/tensorboard, on a disk or
-in a bucket, written by a background thread so that no step waits for a write (a request, in a bucket)."""
+in a bucket, written by a background thread so that no step waits for a write (a request, in a bucket); and each
+step's metrics as the training loop records them (`StepRecorder`: checked, shown, timed, logged)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -10,9 +12,14 @@ import queue
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+import tqdm
 
 from jaxemb import atomic, storage
+from jaxemb.errors import Diverged
 from jaxemb.models import run_dir
 
 
@@ -127,3 +134,59 @@ def _records_up_to(path: storage.Path, step: int) -> list[str]:
     if record["step"] <= step:
       kept.append(line + "\n")
   return kept
+
+
+class StepRecorder:
+  """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
+  written with the learning rate and the training throughput (the evaluations' time left out)."""
+
+  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int,
+               started: float):
+    self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
+    self.started = started  # train's call: the first record's time after it is the run's time to its first step.
+    self.first_step_seconds = None
+    self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
+    self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
+                              dynamic_ncols=True)
+    self.start_time = time.perf_counter()
+    self.since = (start_step, self.start_time)  # The last record's step and time.
+    self.paused = 0.0  # Seconds evaluating since the last record.
+
+  def record(self, done: int, metrics: dict[str, jax.Array]):
+    """Reads one step's metrics, stops on a non-finite loss, and reports them."""
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    if not np.isfinite(metrics["loss"]):
+      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
+                     f"in {self.workdir.checkpoints_dir} is kept")
+    if self.first_step_seconds is None:
+      self.first_step_seconds = time.perf_counter() - self.started
+    self.progress.update(1)
+    self.progress.set_postfix(loss=f"{metrics['loss']:.4f}")
+    if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):
+      now = time.perf_counter()
+      rate = (done - self.since[0]) * self.config.train.batch_size / (now - self.since[1] - self.paused)
+      self.since, self.paused = (done, now), 0.0
+      self.write(done, {**metrics, "learning_rate": float(self.schedule(done - 1)), "examples_per_second": rate})
+
+  def write(self, done: int, scalars: dict[str, float]):
+    if self.writer:
+      self.writer.write(done, scalars)
+
+  def flush(self):
+    """Returns once the records so far are written."""
+    if self.writer:
+      self.writer.flush()
+
+  @contextlib.contextmanager
+  def pause(self) -> Iterator[None]:
+    """Time in the block is not training time."""
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.paused += time.perf_counter() - start
+
+  def close(self):
+    self.progress.close()
+    if self.writer:
+      self.writer.close()

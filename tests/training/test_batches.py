@@ -1,6 +1,11 @@
-"""The training batches: a step's rows placed on the mesh, and their shapes known before they are placed."""
+"""The training batches: a step's rows placed on the mesh, their shapes known before they are placed, and the next
+ones prepared while a step runs."""
+
+import threading
+import time
 
 import jax
+import pytest
 
 from jaxemb import sharding
 from jaxemb.data import corpus
@@ -27,3 +32,38 @@ def test_shapes_are_those_of_the_placed_batch_at_every_width(tmp_path, tiny_bert
       assert (array.shape, array.dtype, array.sharding) == (shape.shape, shape.dtype, shape.sharding)
     widths.add(next(iter(placed.values())).input_ids.shape[1])
   assert len(widths) > 1, widths  # The steps cover more than one width.
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_prefetch_keeps_order_and_runs_ahead_a_bounded_number_of_items(depth):
+  produced = []
+
+  def items():
+    for i in range(6):
+      produced.append(i)
+      yield i
+
+  stream = batches.prefetch(items(), depth)
+  assert next(stream) == 0
+  deadline = time.time() + 5
+  while len(produced) < depth + 2 and time.time() < deadline:  # While item 0 is in use, the thread runs ahead.
+    time.sleep(0.01)
+  time.sleep(0.1)
+  # depth 2: two items queued and one in the thread's hands, blocked; depth 0: nothing ahead.
+  assert len(produced) == (1 if depth == 0 else depth + 2)
+  assert list(stream) == [1, 2, 3, 4, 5]
+
+
+def test_prefetch_raises_the_producers_error_in_order_and_stops_when_closed():
+  def failing():
+    yield 1
+    raise KeyError("bad row")
+
+  stream = batches.prefetch(failing(), 2)
+  assert next(stream) == 1
+  with pytest.raises(KeyError, match="bad row"):
+    next(stream)
+  endless = batches.prefetch(iter(int, 1), 2)  # Never ends on its own.
+  assert next(endless) == 0
+  endless.close()
+  assert not any(t.name == "jaxemb-prefetch" for t in threading.enumerate())

@@ -2,8 +2,6 @@
 
 import json
 import os
-import threading
-import time
 
 import jax
 import numpy as np
@@ -227,41 +225,6 @@ def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_mode
   encoder = Encoder.from_pretrained(tmp_path)
   assert encoder.method.name == "cls" or encoder.method.head == "pooler"  # Only the prompt methods have a head.
   assert encoder.encode(["a man plays a guitar ."]).shape == (1, 32)
-
-
-@pytest.mark.parametrize("depth", [0, 2])
-def test_prefetch_keeps_order_and_runs_ahead_a_bounded_number_of_items(depth):
-  produced = []
-
-  def items():
-    for i in range(6):
-      produced.append(i)
-      yield i
-
-  stream = loop.prefetch(items(), depth)
-  assert next(stream) == 0
-  deadline = time.time() + 5
-  while len(produced) < depth + 2 and time.time() < deadline:  # While item 0 is in use, the thread runs ahead.
-    time.sleep(0.01)
-  time.sleep(0.1)
-  # depth 2: two items queued and one in the thread's hands, blocked; depth 0: nothing ahead.
-  assert len(produced) == (1 if depth == 0 else depth + 2)
-  assert list(stream) == [1, 2, 3, 4, 5]
-
-
-def test_prefetch_raises_the_producers_error_in_order_and_stops_when_closed():
-  def failing():
-    yield 1
-    raise KeyError("bad row")
-
-  stream = loop.prefetch(failing(), 2)
-  assert next(stream) == 1
-  with pytest.raises(KeyError, match="bad row"):
-    next(stream)
-  endless = loop.prefetch(iter(int, 1), 2)  # Never ends on its own.
-  assert next(endless) == 0
-  endless.close()
-  assert not any(t.name == "jaxemb-prefetch" for t in threading.enumerate())
 
 
 def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_path, tiny_bert, wiki_head, caplog):
