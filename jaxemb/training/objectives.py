@@ -79,6 +79,9 @@ class Objective:
   freeze_padding_rows: bool = True
   ddp_world_size: int = 1
   word_starts: mlm.WordStarts | None = None
+  # Each side of the loss as a views.View (the objective's head is each view's), built in __post_init__: building it
+  # checks pooling, denoise and the templates' masks.
+  view_list: tuple[views.View, ...] = dataclasses.field(init=False, repr=False, compare=False)
 
   def __post_init__(self):
     if self.loss not in LOSSES:
@@ -108,15 +111,9 @@ class Objective:
       raise ConfigError(f"whole-word masking applies to loss "
                         f"{', '.join(repr(n) for n, found in LOSSES.items() if not found.contrastive)} only; loss is "
                         f"{self.loss!r}")
-    for view in self.view_list:  # Validates pooling, denoise and the templates' masks.
-      del view
-
-  @property
-  def view_list(self) -> tuple[views.View, ...]:
-    """Each side of the loss as a views.View (the objective's head is each view's)."""
-    return tuple(views.View(t, pooling=self.pooling, denoise=self.denoise, head=self.head,
-                            bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
-                 for t in self.view_templates)
+    object.__setattr__(self, "view_list", tuple(
+        views.View(t, pooling=self.pooling, denoise=self.denoise, head=self.head, bias_positions=self.bias_positions,
+                   prompt_placement=self.prompt_placement) for t in self.view_templates))
 
 
 def init_head_params(objective: Objective, hidden_size: int, rng: jax.Array) -> dict[str, Any]:

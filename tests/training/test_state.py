@@ -1,5 +1,6 @@
 """The optimizer as the authors' HF Trainer ran it, the fresh head's init, and the embedding rows HF never updates."""
 
+import dataclasses
 import functools
 
 import jax
@@ -142,7 +143,7 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
     np.testing.assert_array_equal(after[row], before[row])
     assert not np.allclose(after[used[table]], before[used[table]])
   # Without the rule the same step moves them: their gradients are not zero.
-  unfrozen = objectives.Objective(**{**objective.__dict__, "freeze_padding_rows": False})
+  unfrozen = dataclasses.replace(objective, freeze_padding_rows=False)
   tx_state = train_state.init_state(params, {}, tx, 0)
   moved, _ = jax.jit(lambda s, b: train_state.train_step(unfrozen, model, tx, s, b))(tx_state, batch)
   table, row = next(iter(rows.items()))
@@ -170,7 +171,7 @@ def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
   tx = train_state.make_optimizer(optimizer_config(max_grad_norm=0.0), STEPS)
   metrics = {}
   for world in (1, 4):
-    ddp = objectives.Objective(**{**objective.__dict__, "ddp_world_size": world})
+    ddp = dataclasses.replace(objective, ddp_world_size=world)
     step = jax.jit(functools.partial(train_state.train_step, ddp, model, tx))  # Compiled: faster than op by op.
     _, metrics[world] = step(train_state.init_state(params, {}, tx, 0), batch)
   np.testing.assert_allclose(metrics[4]["loss"], metrics[1]["loss"], rtol=1e-6)
