@@ -134,7 +134,8 @@ class JaxembTrainStep:
     self.model_config, pretrained = load_pretrained(model_dir)
     tokenizer = load_tokenizer(model_dir)
     with jax.default_prng_impl(prng_impl):
-      built = trainer.build_trainer(config, self.model_config, pretrained, tokenizer, mesh, SCHEDULE_STEPS)
+      objective = trainer.build_objective(config, tokenizer)
+      built = trainer.build_trainer(config, self.model_config, pretrained, objective, mesh, SCHEDULE_STEPS)
       self.state = built.initial_state(pretrained)
     self.objective, self.model, self._step = built.objective, built.model, built.step
     tokens = config.data.max_sentence_tokens

@@ -207,24 +207,26 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
     # Before anything is loaded or written: a bad field, evaluator data or a corpus too small for one batch costs
     # seconds, not a run, and leaves the workdir as it was (reading the corpus writes nothing there).
-    source = preflight.check(config, mesh)
+    source, objective = preflight.check(config, mesh)
     evals = build_evaluators(config)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
     with claim_workdir(config, resume_changed, _say) as (_, held):
-      return _train(config, stop, mesh, columns, source, evals, held, started)
+      return _train(config, stop, mesh, columns, (source, objective), evals, held, started)
 
 
 def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
-           source: run_dir.ModelSource, evals: list[evaluators.Evaluator], held: Callable[[], None],
-           started: float) -> dict[str, Any]:
-  """The run: setup, then the loop of steps, evaluations and saves; `held` raises when the run directory's lock
-  was lost (workdir.lock), and is called before each write to it; `started`: train's perf_counter at its call."""
+           checked: tuple[run_dir.ModelSource, objectives.Objective], evals: list[evaluators.Evaluator],
+           held: Callable[[], None], started: float) -> dict[str, Any]:
+  """The run: setup, then the loop of steps, evaluations and saves, from preflight's `checked` model source and
+  objective; `held` raises when the run directory's lock was lost (workdir.lock), and is called before each write
+  to it; `started`: train's perf_counter at its call."""
+  source, objective = checked
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       len(next(iter(columns.values()))), config.train.batch_size)
-  trainer, model_config, state, meta = _start(config, source, mesh, ckpt, total_steps)
+  trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
   fields = batches.tokenize_fields(config, columns, trainer.objective, source.tokenizer,
                                    storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
@@ -282,11 +284,13 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   return _summary(meta, recorder, total_steps, start_step, workdir)
 
 
-def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ckpt: checkpoints.RunCheckpoints,
+def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective], mesh: jax.sharding.Mesh,
+           ckpt: checkpoints.RunCheckpoints,
            total_steps: int) -> tuple[Trainer, Any, train_state.TrainState, dict[str, Any]]:
   """(the trainer, the model config, the state to train from, the selection record): the pretrained model's on a
   new run (its model files and evaluation method written to the run directory), the latest checkpoint's on a
   resumed one."""
+  source, objective = checked
   workdir = ckpt.run
   resume_step = ckpt.latest_step()
   if resume_step is None:
@@ -294,7 +298,7 @@ def _start(config: Any, source: run_dir.ModelSource, mesh: jax.sharding.Mesh, ck
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
     model_config = hf.read_config(workdir.model_dir)  # The run's: its MLM decoder as it started (preflight).
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
-  trainer = build_trainer(config, model_config, pretrained, source.tokenizer, mesh, total_steps)
+  trainer = build_trainer(config, model_config, pretrained, objective, mesh, total_steps)
   state = trainer.initial_state(pretrained) if resume_step is None else None
   del pretrained
   # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run

@@ -20,8 +20,9 @@ from jaxemb.training import objectives, trainer
 _POSITIVE = ("train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
              "eval.length_multiple", "data.max_sentence_tokens")
 _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
-def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
-  """The model config.model.path names, opened (its config and tokenizer, for the loop to reuse); raises
+def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Objective]:
+  """(the model config.model.path names, opened: its config and tokenizer; the objective of config.objective), for
+  the loop to train with; raises
   ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
   config.json and the tokenizer (the evaluators' data is read next, by loop.build_evaluators); loads no weights and
   writes nothing."""
@@ -38,7 +39,7 @@ def check(config: Any, mesh: Mesh) -> run_dir.ModelSource:
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from None
   _check_negatives(config, objective)
-  return source
+  return source, objective
 
 
 def _check_negatives(config: Any, objective: Any):

@@ -123,11 +123,11 @@ def check_model_options(config: Any):
                       f"{bert.REMAT_POLICIES}")
 
 
-def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str, Any], tokenizer: Any,
-                  mesh: jax.sharding.Mesh, total_steps: int) -> Trainer:
-  """The Trainer of `config`; `pretrained` may be shapes only (jax.ShapeDtypeStruct), as when a run resumes, and
-  per layer or stacked (the model's layout is config.model.scan_layers')."""
-  objective = build_objective(config, tokenizer)
+def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str, Any],
+                  objective: objectives.Objective, mesh: jax.sharding.Mesh, total_steps: int) -> Trainer:
+  """The Trainer of `config` and its `objective` (`build_objective`'s); `pretrained` may be shapes only
+  (jax.ShapeDtypeStruct), as when a run resumes, and per layer or stacked (the model's layout is
+  config.model.scan_layers')."""
   check_model_options(config)
   dtype = compute_dtype(config.model.dtype)
   model = Transformer(model_config, dtype=dtype, scan_layers=config.model.scan_layers,

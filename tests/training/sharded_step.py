@@ -25,7 +25,7 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
   mesh = sharding.make_mesh(data, fsdp)
-  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, mesh, 10)
+  built = trainer.build_trainer(config, model_config, pretrained, trainer.build_objective(config, tokenizer), mesh, 10)
   sentences = loop.read_columns(config)["text"][:8]
   batch_sharding = sharding.batch_sharding(mesh)
   batch = {trainer.batch_field("text", t.text): jax.tree.map(

@@ -43,7 +43,8 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   config.train.learning_rate = 1e-4
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), 100)
+  objective = trainer.build_objective(config, tokenizer)
+  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 100)
   columns = loop.read_columns(config)
   batch = {}
   for column, template in zip(config.objective.columns, built.objective.view_templates):

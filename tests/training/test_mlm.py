@@ -148,7 +148,8 @@ def trained(request, tmp_path_factory):
   config.train.learning_rate = 3e-3
   config.train.max_grad_norm = 0.0
   model_config = dataclasses.replace(TINY, tie_word_embeddings=request.param)
-  built = trainer.build_trainer(config, model_config, hf.init_params(model_config), tokenizer,
+  objective = trainer.build_objective(config, tokenizer)
+  built = trainer.build_trainer(config, model_config, hf.init_params(model_config), objective,
                                 sharding.make_mesh(-1, 1), 100)
   _, rows = _rows(tokenizer, 32, 24)
   state = built.initial_state(hf.init_params(model_config))

@@ -156,7 +156,8 @@ def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(tmp_pat
                                                                         heavy_steps_fail):
   """The loop trains from the checkpoint preflight opened (its directory and tokenizer, not opened again); a run
   directory has no weights to start from."""
-  source = preflight.check(_config(tiny_bert, tmp_path, wiki_head), sharding.make_mesh(-1, 1))
+  source, objective = preflight.check(_config(tiny_bert, tmp_path, wiki_head), sharding.make_mesh(-1, 1))
+  assert objective.loss == "info_nce" and len(objective.view_list) == 2
   assert source.run is None and source.model_dir == pathlib.Path(tiny_bert)
   assert source.tokenizer("a b")["input_ids"][0] == source.tokenizer.cls_token_id
   shutil.copytree(tiny_bert, tmp_path / "old" / "model")  # A run directory: model/ with config.json, and best/.

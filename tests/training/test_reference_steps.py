@@ -83,7 +83,8 @@ def jaxemb_run(config, model_dir, rows):
   columns = ({c: [r[i] for r in rows] for i, c in enumerate(("sent0", "sent1", "hard_neg"))}
              if config.data.format == "nli" else {"text": rows})
   width = config.data.max_sentence_tokens
-  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), SCHEDULE)
+  objective = trainer.build_objective(config, tokenizer)
+  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
   batch = {trainer.batch_field(c, t.text): templates.tokenize_sentences(
       t, tokenizer, columns[c], max_sentence_tokens=width, pad_to=t.num_tokens + width,
       tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, built.objective.view_templates)}
@@ -216,7 +217,8 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   config = default_config(name, models[family])
   tokenizer = load_tokenizer(models[family])
   model_config, pretrained = load_pretrained(models[family])
-  built = trainer.build_trainer(config, model_config, pretrained, tokenizer, sharding.make_mesh(-1, 1), SCHEDULE)
+  objective = trainer.build_objective(config, tokenizer)
+  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
   objective = built.objective
   params, frozen = built.initial_params(pretrained)
   params = train_state.merge_params(frozen, params)

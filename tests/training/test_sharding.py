@@ -98,7 +98,8 @@ def abstract_state(tiny_bert):
   from tests.support import tiny_config  # pylint: disable=import-outside-toplevel
   config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
   model_config, pretrained = load_pretrained(tiny_bert)
-  return trainer.build_trainer(config, model_config, pretrained, load_tokenizer(tiny_bert), sharding.make_mesh(-1, 1),
+  objective = trainer.build_objective(config, load_tokenizer(tiny_bert))
+  return trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1),
                                10).abstract
 
 
