@@ -50,7 +50,7 @@ def forward_cases(config, params, torch_model, batch: int, length: int, dtype: s
   under CPU autocast for bfloat16)."""
   ids = np.random.default_rng(1).integers(1000, config.vocab_size, (batch, length), dtype=np.int32)
   mask = np.ones_like(ids)
-  model = Transformer(config, dtype=dtype, dot_output_dtype=xla.dot_output_dtype(dtype))  # As jaxemb.encode's.
+  model = Transformer(config, dtype=dtype)  # As jaxemb.encode's: the dots this backend takes for the dtype.
   apply = lambda p, i, m: model.apply({"params": p}, i, m).last_hidden_state
   jax_inputs = (jnp.asarray(ids), jnp.asarray(mask))
   forwards = {"jaxemb": xla.jit(apply, dtype)}  # As jaxemb.encode compiles it.

@@ -83,8 +83,7 @@ class Encoder:
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
     def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
-      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params),
-                          dot_output_dtype=xla.dot_output_dtype(dtype))
+      model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
       return method.vectors(model, params, template=self.template, **inputs)
     jit = functools.partial(xla.jit, vectors, dtype,
                             out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))

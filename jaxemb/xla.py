@@ -66,9 +66,9 @@ def cpu_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, A
 
 
 def dot_output_dtype(dtype: Any) -> Any:
-  """The `Transformer.dot_output_dtype` of an encoder computing in `dtype` on this backend: float32 for bfloat16
-  on the CPU, whose YNNPACK dots take bfloat16 operands only with float32 results; else None (dots return
-  `dtype`, as accelerators' do, summing in float32 inside)."""
+  """The `Transformer.dot_output_dtype` (its default) of an encoder computing in `dtype` on this backend: float32
+  for bfloat16 on the CPU, whose YNNPACK dots take bfloat16 operands only with float32 results; else None (dots
+  return `dtype`, as accelerators' do, summing in float32 inside)."""
   if jax.default_backend() == "cpu" and jnp.dtype(dtype) == jnp.bfloat16:
     return jnp.float32
   return None

@@ -26,6 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxemb import xla
 from jaxemb.models import heads, linears
 from jaxemb.models.config import EncoderConfig
 
@@ -153,6 +154,9 @@ class Embeddings(nn.Module):
     return self.project(x) if self.config.projects_embeddings else x
 
 
+BACKEND_DOTS = "backend"  # Transformer.dot_output_dtype: this backend's choice for the compute dtype.
+
+
 def rounded_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *, output_dtype):
   """`lax.dot_general` returning `output_dtype`, rounded to the operands' dtype: a Dense's dot through the kernels
   that return `output_dtype` (`Transformer.dot_output_dtype`)."""
@@ -235,9 +239,11 @@ class Transformer(nn.Module):
       4% from unrolling on the CPU, less than its compile time in a training run's evaluations).
     remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":
       nothing, recomputed: about one more forward pass of compute for less memory); the same params and outputs.
-    dot_output_dtype: None, or the dtype the layers' dots return before they are rounded to `dtype` (float32 for
-      bfloat16 on the CPU, jaxemb.xla.dot_output_dtype's: XLA's CPU kernels multiply in bfloat16 only then). The
-      same values either way, up to the order of the float32 sums; attention then runs unfused.
+    dot_output_dtype: the dtype the layers' dots return before they are rounded to `dtype`: BACKEND_DOTS (the
+      default), this backend's for `dtype` (jaxemb.xla.dot_output_dtype: float32 for bfloat16 on the CPU, whose
+      kernels multiply in bfloat16 only then; else `dtype`), the one place every encoder (the Encoder's, the train
+      step's) takes it from; None for `dtype`; or a dtype. The same values either way, up to the order of the
+      float32 sums; with a dtype attention runs unfused.
   """
 
   config: EncoderConfig
@@ -246,7 +252,7 @@ class Transformer(nn.Module):
   scan_layers: bool = False
   scan_unroll: int = 1
   remat_policy: str = "none"
-  dot_output_dtype: Dtype | None = None
+  dot_output_dtype: Dtype | None | str = BACKEND_DOTS
 
   def setup(self):
     kwargs = dict(config=self.config, dtype=self.dtype, param_dtype=self.param_dtype)
@@ -256,7 +262,9 @@ class Transformer(nn.Module):
     # body is not merged with its neighbours by CSE, so only unrolled layers need remat's CSE barrier (maxtext).
     layer = Layer if self.remat_policy == "none" else nn.remat(
         Layer, policy=policy, prevent_cse=not self.scan_layers, static_argnums=(3, 4))
-    layer_kwargs = dict(kwargs, dot_output_dtype=self.dot_output_dtype)
+    dot_output_dtype = (xla.dot_output_dtype(self.dtype) if isinstance(self.dot_output_dtype, str) else
+                        self.dot_output_dtype)
+    layer_kwargs = dict(kwargs, dot_output_dtype=dot_output_dtype)
     if self.scan_layers:
       self.layers = layer(**layer_kwargs, name=STACKED)
     else:

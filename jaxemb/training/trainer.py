@@ -132,7 +132,7 @@ def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str
   dtype = compute_dtype(config.model.dtype)
   model = Transformer(model_config, dtype=dtype, scan_layers=config.model.scan_layers,
                       scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
-                      remat_policy=config.model.remat_policy, dot_output_dtype=xla.dot_output_dtype(dtype))
+                      remat_policy=config.model.remat_policy)
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed
   init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)

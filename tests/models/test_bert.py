@@ -10,6 +10,7 @@ import pytest
 import torch
 import transformers
 
+from jaxemb import xla
 from jaxemb.models import EncoderConfig, Transformer, bert, default_position_ids, heads, load_pretrained
 from tests.support import shared_path
 
@@ -209,6 +210,21 @@ def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, determini
   attended = np.asarray(mask).astype(bool)
   # Within a bfloat16 step at these magnitudes (identical here with dropout, both taking the unfused attention).
   np.testing.assert_allclose(outputs[jnp.float32][attended], outputs[None][attended], atol=0.02)
+
+
+def test_the_default_dots_are_the_backends_choice_for_the_dtype(tiny_checkpoint):
+  """The Encoder's and the train step's model take no dot setting: the Transformer's default is
+  jaxemb.xla.dot_output_dtype's for its dtype (float32 dot outputs for bfloat16 on the CPU, the dtype's for
+  float32)."""
+  _, path = tiny_checkpoint
+  config, params, _ = _load(str(path))
+  ids, mask = _padded_batch(path)
+  for dtype in (jnp.bfloat16, jnp.float32):
+    dots = lambda model: _dot_output_dtypes(jax.make_jaxpr(lambda p: model.apply(
+        {"params": p}, ids, mask).last_hidden_state)(params).jaxpr)
+    chosen = Transformer(config, dtype=dtype, dot_output_dtype=xla.dot_output_dtype(dtype))
+    assert dots(Transformer(config, dtype=dtype)) == dots(chosen)
+  assert xla.dot_output_dtype(jnp.bfloat16) == jnp.float32  # On this CPU: the default is not the dtype's dots.
 
 
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
