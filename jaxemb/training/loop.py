@@ -299,8 +299,6 @@ def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective
     model_config = hf.read_config(workdir.model_dir)  # The run's: its MLM decoder as it started (preflight).
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   trainer = build_trainer(config, model_config, pretrained, objective, mesh, total_steps)
-  state = trainer.initial_state(pretrained) if resume_step is None else None
-  del pretrained
   # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run
   # stopped before its first save left.
   if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
@@ -308,13 +306,14 @@ def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective
     run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
   meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None,
           "value_before": None}
-  if resume_step is not None:
-    restored = ckpt.restore(trainer.abstract_sharded())
-    if restored is None:  # Each checkpoint failed to read and was set aside: the run starts again.
-      state = trainer.initial_state(load_start(config, source.model_dir)[1])
-    else:
-      state, meta = restored[0], _selection_record(restored[1])
-      _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
+  restored = None if resume_step is None else ckpt.restore(trainer.abstract_sharded())
+  if restored is not None:
+    state, meta = restored[0], _selection_record(restored[1])
+    _say(f"resumed from {workdir.checkpoints_dir} at step {int(state.step)}")
+  else:  # A new run, or a resumed one whose checkpoints all failed to read (each set aside): from the start.
+    if resume_step is not None:
+      pretrained = load_start(config, source.model_dir)[1]
+    state = trainer.initial_state(pretrained)
   return trainer, model_config, state, meta
 
 
