@@ -218,21 +218,17 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
 def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
            checked: tuple[run_dir.ModelSource, objectives.Objective], evals: list[evaluators.Evaluator],
            held: Callable[[], None], started: float) -> dict[str, Any]:
-  """The run: setup, then the loop of steps, evaluations and saves, from preflight's `checked` model source and
-  objective; `held` raises when the run directory's lock was lost (workdir.lock), and is called before each write
-  to it; `started`: train's perf_counter at its call."""
-  source, objective = checked
+  """The run from preflight's `checked` model source and objective: setup, then the steps, evaluations and saves;
+  `held` (workdir.lock) raises once the lock is lost, before each write; `started`: train's perf_counter."""
+  tokenizer = checked[0].tokenizer
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
       len(next(iter(columns.values()))), config.train.batch_size)
   trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
-  hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
-  fields = batches.tokenize_fields(config, columns, trainer.objective, source.tokenizer,
-                                   storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
-  plan = batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
+  plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
-  encoder = Encoder(model_config, None, source.tokenizer, selection_method(config, trainer.objective), mesh=mesh,
+  encoder = Encoder(model_config, None, tokenizer, selection_method(config, trainer.objective), mesh=mesh,
                     **common.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
@@ -272,8 +268,7 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
         if not save:
           save_state()
         ckpt.wait()
-        preempted = Preempted(done, stop.signum)
-        _say(str(preempted))
+        _say(str(preempted := Preempted(done, stop.signum)))
         raise preempted
     evaluation.keep_best(state, total_steps)
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
@@ -282,6 +277,15 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
     ckpt.wait()
     ckpt.close()
   return _summary(meta, recorder, total_steps, start_step, workdir)
+
+
+def _batches(config: Any, columns: dict[str, list[str]], objective: objectives.Objective, tokenizer: Any,
+             workdir: run_dir.RunDir, mesh: jax.sharding.Mesh) -> batches.Batches:
+  """The run's batches: the views' rows tokenised (or read from the cache), each host its own share."""
+  hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
+  fields = batches.tokenize_fields(config, columns, objective, tokenizer,
+                                   storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
+  return batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
 
 
 def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective], mesh: jax.sharding.Mesh,
