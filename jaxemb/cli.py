@@ -24,7 +24,7 @@ import pathlib
 import re
 import signal
 import sys
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from absl import app
 from absl import flags
@@ -106,12 +106,18 @@ def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):
 def _new_evaluators(argv: Sequence[str]) -> dict[str, str]:
   """{name: type} of each `--config.evals.<name>.type=<type>` (or `... <type>`) in `argv`: config_flags reads its
   overrides from sys.argv too."""
-  found = {}
+  flags_given = _flag_values(argv, rf"{CONFIG}\.evals\.(?P<evaluator>\w+)\.type")
+  return {match["evaluator"]: value for match, value in flags_given if value is not None}
+
+
+def _flag_values(argv: Sequence[str], name: str) -> Iterator[tuple[re.Match, str | None]]:
+  """(its match, its value) of each flag in `argv` whose name fully matches the regex `name`, given as `--flag=value`
+  or `--flag value` (None: no value follows)."""
   for i, arg in enumerate(argv):
-    match = re.fullmatch(rf"--?{CONFIG}\.evals\.(\w+)\.type(=(.*))?", arg)
-    if match and (match.group(2) or i + 1 < len(argv)):
-      found[match.group(1)] = match.group(3) if match.group(2) else argv[i + 1]
-  return found
+    match = re.fullmatch(rf"--?(?:{name})(?:=(?P<value>.*))?", arg)
+    if match:
+      value = match["value"] if match["value"] is not None else (argv[i + 1] if i + 1 < len(argv) else None)
+      yield match, value
 
 
 def run(main: Main, config: flags.FlagHolder):
@@ -213,11 +219,7 @@ def _innermost_user_error(error: BaseException) -> UserError | None:
 
 def _config_argument(argv: Sequence[str]) -> str | None:
   """The value of --config in `argv` (FILE or FILE:argument), None when it is not there."""
-  for i, arg in enumerate(argv):
-    match = re.fullmatch(rf"--?{CONFIG}(=(.*))?", arg)
-    if match:
-      return match.group(2) if match.group(1) else (argv[i + 1] if i + 1 < len(argv) else None)
-  return None
+  return next((value for _, value in _flag_values(argv, CONFIG)), None)
 
 
 def _check_config_file(argv: Sequence[str]):
