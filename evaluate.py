@@ -15,11 +15,18 @@ from jaxemb.evaluation import search
 from jaxemb.evaluation import template_generation
 from jaxemb.evaluation import token_embeddings
 
-JOBS = {"sts": run.run_sts, "analysis": analysis.run_analysis, "template_search": search.run_template_search,
-        "ditto_search": search.run_ditto_search, "ditto_analysis": ditto_analysis.run_ditto_analysis,
-        "transfer": run.run_transfer, "sts+transfer": run.run_sts_transfer, "fit_idf": run.run_fit_idf,
-        "generate_templates": template_generation.run_template_generation,
-        "token_embeddings": token_embeddings.run_token_embeddings}
+JOBS = {
+  "sts": run.run_sts,
+  "analysis": analysis.run_analysis,
+  "template_search": search.run_template_search,
+  "ditto_search": search.run_ditto_search,
+  "ditto_analysis": ditto_analysis.run_ditto_analysis,
+  "transfer": run.run_transfer,
+  "sts+transfer": run.run_sts_transfer,
+  "fit_idf": run.run_fit_idf,
+  "generate_templates": template_generation.run_template_generation,
+  "token_embeddings": token_embeddings.run_token_embeddings,
+}
 
 _CONFIG = cli.define_config("Evaluation config file (configs/eval_*.py).")
 

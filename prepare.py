@@ -15,8 +15,11 @@ from jaxemb import cli
 from jaxemb.data import prepare
 
 _CONFIG = cli.define_config("Training or evaluation config file (configs/*.py).")
-_SOURCE = flags.DEFINE_string("source", None, "Local folder to copy the data from (offline), laid out as "
-                              "../shared/data; default: download from the public URLs.")
+_SOURCE = flags.DEFINE_string(
+  "source",
+  None,
+  "Local folder to copy the data from (offline), laid out as ../shared/data; default: download from the public URLs.",
+)
 
 
 def main(config):

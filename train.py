@@ -20,8 +20,11 @@ from jaxemb.training import loop
 
 _CONFIG = cli.define_config("Training config file (configs/*.py).")
 _RESUME_CHANGED = flags.DEFINE_bool(
-    "resume_changed", False, "Continue the workdir's run although fields of its fingerprint (model, data, objective, "
-    "optimizer, batch, schedule, seed, method) changed; the new fields are recorded.")
+  "resume_changed",
+  False,
+  "Continue the workdir's run although fields of its fingerprint (model, data, objective, "
+  "optimizer, batch, schedule, seed, method) changed; the new fields are recorded.",
+)
 
 
 def main(config) -> int:

@@ -36,8 +36,19 @@ import time
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-REQUIRED = ("jax", "flax", "optax", "orbax.checkpoint", "ml_collections", "datasets", "transformers", "scipy",
-            "tqdm", "tensorboardX", "torch")
+REQUIRED = (
+  "jax",
+  "flax",
+  "optax",
+  "orbax.checkpoint",
+  "ml_collections",
+  "datasets",
+  "transformers",
+  "scipy",
+  "tqdm",
+  "tensorboardX",
+  "torch",
+)
 
 
 def missing_packages() -> list[str]:
@@ -52,8 +63,10 @@ def missing_packages() -> list[str]:
 
 MISSING = missing_packages()
 if MISSING:
-  print(f"missing packages: {', '.join(MISSING)} (pip install -r requirements.txt -r requirements-test.txt); "
-        "sections that need them are skipped")
+  print(
+    f"missing packages: {', '.join(MISSING)} (pip install -r requirements.txt -r requirements-test.txt); "
+    "sections that need them are skipped"
+  )
 if "torch" in MISSING or "transformers" in MISSING or "jax" in MISSING:
   raise SystemExit("jax, torch and transformers are needed for every section")
 
@@ -70,7 +83,10 @@ from jaxemb.models import Transformer, load_pretrained
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 SETTINGS = {  # jaxemb config -> the authors' setting in jaxemb/testing/reference_torch.py.
-    "promptbert": "unsup-bert", "simcse": "simcse-unsup", "cotbert": "cot-bert"}
+  "promptbert": "unsup-bert",
+  "simcse": "simcse-unsup",
+  "cotbert": "cot-bert",
+}
 WIKI1M_STEPS, EVAL_EVERY = 3906, 125  # One epoch of wiki1m at batch 256; STS-B dev every 125 steps (run.sh).
 
 
@@ -91,17 +107,20 @@ def matmul_peak(n: int, repeats: int) -> dict[str, float]:
     a = jnp.ones((n, n), jdtype)
     f = jax.jit(lambda x: x @ x)
     t = torch.ones((n, n), dtype=tdtype, device=device)
+
     def theirs(t=t):
       t @ t
       synchronize(device)
+
     times = common.interleaved({"jax": lambda: f(a).block_until_ready(), "torch": theirs}, repeats)
     peaks[name] = 2 * n**3 / min(times.values())
   return peaks
 
 
 def model_flops(config, batch: int, length: int) -> float:
-  return common.forward_flops(batch, length, config.num_hidden_layers, config.hidden_size, config.intermediate_size,
-                              config.num_attention_heads)
+  return common.forward_flops(
+    batch, length, config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.num_attention_heads
+  )
 
 
 def forward_section(models: dict[str, pathlib.Path], shapes, peaks, repeats: int):
@@ -122,20 +141,26 @@ def forward_section(models: dict[str, pathlib.Path], shapes, peaks, repeats: int
         f = xla.jit(lambda p, i, m, model=model: model.apply({"params": p}, i, m).last_hidden_state, dtype)
         cases[f"jaxemb {dtype}"] = lambda f=f: f(params, ids, mask).block_until_ready()
       t_ids, t_mask = torch.tensor(ids, device=device, dtype=torch.long), torch.tensor(mask, device=device)
-      for label, autocast in (("float32", None), ("autocast bfloat16", torch.bfloat16),
-                              ("autocast float16", torch.float16)):
+      for label, autocast in (
+        ("float32", None),
+        ("autocast bfloat16", torch.bfloat16),
+        ("autocast float16", torch.float16),
+      ):
+
         def theirs(autocast=autocast):
-          with torch.inference_mode(), (torch.autocast(device, dtype=autocast) if autocast
-                                        else contextlib.nullcontext()):
+          with torch.inference_mode(), torch.autocast(device, dtype=autocast) if autocast else contextlib.nullcontext():
             hf(input_ids=t_ids, attention_mask=t_mask)
           synchronize(device)
+
         cases[f"PyTorch SDPA {label}"] = theirs
       times = common.interleaved(cases, repeats)
       flops = model_flops(config, batch, length)
       for side, seconds in times.items():
         peak = peaks["float32" if side.endswith("float32") else "bfloat16"]
-        print(f"| {name} | {batch} x {length} | {side} | {batch / seconds:,.0f} | {flops / seconds / peak:.1%} | "
-              f"{common.ratio(1 / times['jaxemb bfloat16'], 1 / seconds)} |")
+        print(
+          f"| {name} | {batch} x {length} | {side} | {batch / seconds:,.0f} | {flops / seconds / peak:.1%} | "
+          f"{common.ratio(1 / times['jaxemb bfloat16'], 1 / seconds)} |"
+        )
 
 
 @dataclasses.dataclass
@@ -151,8 +176,9 @@ def jax_peak_memory():
   return stats.get("peak_bytes_in_use") if stats else None
 
 
-def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, tokens: int, dtype: str,
-                 overrides: tuple[str, ...]) -> TrainCase:
+def jaxemb_train(
+  name: str, model_dir: pathlib.Path, sentences, batch: int, tokens: int, dtype: str, overrides: tuple[str, ...]
+) -> TrainCase:
   config = common.train_config(name, batch, tokens)
   config.model.dtype = dtype
   # e.g. model.scan_unroll=12: what to try on a device without editing code, parsed and checked as sweep.py's.
@@ -172,6 +198,7 @@ def jaxemb_train(name: str, model_dir: pathlib.Path, sentences, batch: int, toke
 def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
   """The authors' step: their cl_forward (transcribed), fp16 autocast + GradScaler, AdamW, clipping at 1.0."""
   from jaxemb.testing import reference_torch  # pylint: disable=g-import-not-at-top
+
   device = torch_device()
   with torch.device(device):  # The transcription makes its index tensors with torch's defaults.
     model = reference_torch.ReferenceModel(SETTINGS[name], model_dir, dropout=None, attn_implementation="sdpa")
@@ -196,10 +223,21 @@ def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
   return TrainCase("authors' PyTorch fp16", step, [], peak)
 
 
-def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dtype: str, peaks, repeats: int,
-                  trace_dir: str = "", overrides: tuple[str, ...] = ()):
-  print(f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x forward FLOPs of "
-        f"every encoded row / step time / matmul peak){'; jaxemb with ' + ', '.join(overrides) if overrides else ''}\n")
+def train_section(
+  model_dir: pathlib.Path,
+  settings,
+  batch: int,
+  tokens: int,
+  dtype: str,
+  peaks,
+  repeats: int,
+  trace_dir: str = "",
+  overrides: tuple[str, ...] = (),
+):
+  print(
+    f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x forward FLOPs of "
+    f"every encoded row / step time / matmul peak){'; jaxemb with ' + ', '.join(overrides) if overrides else ''}\n"
+  )
   print("| setting | side | steps/s | MFU | peak device memory | jaxemb vs this |")
   print("|---|---|---|---|---|---|")
   config, _ = load_pretrained(model_dir)
@@ -217,10 +255,12 @@ def train_section(model_dir: pathlib.Path, settings, batch: int, tokens: int, dt
     peak = peaks["bfloat16" if dtype == "bfloat16" else "float32"]
     for case in cases:
       memory = case.peak_memory()
-      print(f"| {name} | {case.name} | {1 / times[case.name]:.2f} | "
-            f"{flops / times[case.name] / peak:.1%}{' (same FLOPs)' if case is not ours else ''} | "
-            f"{'n/a' if memory is None else f'{memory / 2**30:.1f} GiB'} | "
-            f"{common.ratio(1 / times[ours.name], 1 / times[case.name])} |")
+      print(
+        f"| {name} | {case.name} | {1 / times[case.name]:.2f} | "
+        f"{flops / times[case.name] / peak:.1%}{' (same FLOPs)' if case is not ours else ''} | "
+        f"{'n/a' if memory is None else f'{memory / 2**30:.1f} GiB'} | "
+        f"{common.ratio(1 / times[ours.name], 1 / times[case.name])} |"
+      )
     steps_per_second[name] = 1 / times[ours.name]
     if trace_dir:  # Two more of jaxemb's steps under the profiler: where a step's time goes, op by op.
       with jax.profiler.trace(str(pathlib.Path(trace_dir) / name)):
@@ -233,11 +273,16 @@ def sts_section(model_dir: pathlib.Path, senteval: pathlib.Path, dtype: str) -> 
   from jaxemb.data import sts as sts_data  # pylint: disable=g-import-not-at-top
   from jaxemb.encode import Encoder, Method
   from jaxemb.evaluation import sts
+
   print(f"\n## full 7-task STS evaluation ({model_dir.name}, [MASK] of the PromptBERT template, {dtype})\n")
   tasks = sts_data.load_sts_tasks(senteval)
   dev = sts_data.load_sts_task(senteval, "STSBenchmark", "dev")
-  encoder = Encoder.from_pretrained(model_dir, Method("prompt", template='This sentence : "[X]" means [MASK] .'),
-                                    dtype=getattr(jnp, dtype), batch_size=128)
+  encoder = Encoder.from_pretrained(
+    model_dir,
+    Method("prompt", template='This sentence : "[X]" means [MASK] .'),
+    dtype=getattr(jnp, dtype),
+    batch_size=128,
+  )
   for label in ("cold (compiling)", "warm"):
     start = time.perf_counter()
     sts.evaluate_sts(encoder.encode, tasks)
@@ -264,15 +309,22 @@ def main():
   parser.add_argument("--matmul", type=int, default=0, help="matmul size for the peak (0: 8192, 2048 on the CPU)")
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--trace", default="", help="train: write a jax.profiler trace of jaxemb's steps here")
-  parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                      help="train: a config field of jaxemb's step, e.g. model.scan_unroll=12 (repeatable)")
+  parser.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="SECTION.FIELD=VALUE",
+    help="train: a config field of jaxemb's step, e.g. model.scan_unroll=12 (repeatable)",
+  )
   args = parser.parse_args()
   common.print_load("start")  # The CPU model beside every number.
   sections = args.sections.split(",")
   device = jax.devices()[0]
-  print(f"# jaxemb accelerator bench, {time.strftime('%Y-%m-%d')}: {device.platform} {device.device_kind} "
-        f"x{jax.device_count()}; jax {jax.__version__}, torch {torch.__version__} ({torch_device()}), "
-        f"transformers {transformers.__version__}")
+  print(
+    f"# jaxemb accelerator bench, {time.strftime('%Y-%m-%d')}: {device.platform} {device.device_kind} "
+    f"x{jax.device_count()}; jax {jax.__version__}, torch {torch.__version__} ({torch_device()}), "
+    f"transformers {transformers.__version__}"
+  )
   n = args.matmul or (2048 if jax.default_backend() == "cpu" else 8192)
   peaks = matmul_peak(n, args.repeats)
   print("matmul peak (" + ", ".join(f"{k} {v / 1e12:.1f} TFLOP/s" for k, v in peaks.items()) + f"; {n}x{n})")
@@ -285,17 +337,30 @@ def main():
       forward_section({m: path(m) for m in args.models.split(",")}, shapes, peaks, args.repeats)
     steps = dev_seconds = None
     if "train" in sections:
-      steps = train_section(path(args.train_model), args.settings.split(","), args.train_batch, args.train_tokens,
-                            args.dtype, peaks, args.repeats, args.trace, tuple(args.set))
+      steps = train_section(
+        path(args.train_model),
+        args.settings.split(","),
+        args.train_batch,
+        args.train_tokens,
+        args.dtype,
+        peaks,
+        args.repeats,
+        args.trace,
+        tuple(args.set),
+      )
     if "sts" in sections:
       dev_seconds = sts_section(path(args.sts_model), pathlib.Path(args.senteval), args.dtype)
     if steps and dev_seconds is not None:
-      print(f"\n## one wiki1m epoch, projected ({WIKI1M_STEPS} steps at batch 256 + "
-            f"{WIKI1M_STEPS // EVAL_EVERY} STS-B dev evaluations; valid at --train-batch 256)\n")
+      print(
+        f"\n## one wiki1m epoch, projected ({WIKI1M_STEPS} steps at batch 256 + "
+        f"{WIKI1M_STEPS // EVAL_EVERY} STS-B dev evaluations; valid at --train-batch 256)\n"
+      )
       for name, rate in steps.items():
         total = WIKI1M_STEPS / rate + WIKI1M_STEPS // EVAL_EVERY * dev_seconds
-        print(f"- {name}: {total / 60:.1f} min ({WIKI1M_STEPS / rate / 60:.1f} training, "
-              f"{WIKI1M_STEPS // EVAL_EVERY * dev_seconds / 60:.1f} STS-B dev)")
+        print(
+          f"- {name}: {total / 60:.1f} min ({WIKI1M_STEPS / rate / 60:.1f} training, "
+          f"{WIKI1M_STEPS // EVAL_EVERY * dev_seconds / 60:.1f} STS-B dev)"
+        )
 
 
 if __name__ == "__main__":

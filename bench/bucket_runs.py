@@ -60,6 +60,7 @@ def _timed_saves(blocked: list[float]):
     start = time.perf_counter()
     save(self, *args)
     blocked.append(time.perf_counter() - start)
+
   checkpoints.RunCheckpoints.save = timed
 
 
@@ -100,16 +101,20 @@ def main():
         print(f"{kind} run {i}: {results[kind][-1][0]:.1f} examples/s", flush=True)
   emulator.stop()
   common.print_load("after")
-  print(f"\n{common.cpu_model()}: {args.model}, batch {args.batch_size}, {args.steps} steps, saved every "
-        f"{args.save_every}, logged every {args.log_every}, {args.repeats} runs each (alternating)")
+  print(
+    f"\n{common.cpu_model()}: {args.model}, batch {args.batch_size}, {args.steps} steps, saved every "
+    f"{args.save_every}, logged every {args.log_every}, {args.repeats} runs each (alternating)"
+  )
   print("| workdir | examples/s | vs local | a save holds the loop (mean / max) |")
   print("|---|---|---|---|")
   local = statistics.mean(rate for rate, _ in results["local"])
   for kind, runs in results.items():
     rate = statistics.mean(r for r, _ in runs)
     saves = [s for _, blocks in runs for s in blocks]
-    print(f"| {kind} | {rate:.1f} | {common.ratio(rate, local)} | {1e3 * statistics.mean(saves):.0f} / "
-          f"{1e3 * max(saves):.0f} ms |")
+    print(
+      f"| {kind} | {rate:.1f} | {common.ratio(rate, local)} | {1e3 * statistics.mean(saves):.0f} / "
+      f"{1e3 * max(saves):.0f} ms |"
+    )
 
 
 if __name__ == "__main__":

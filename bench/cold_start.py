@@ -22,12 +22,27 @@ MINILM = common.SHARED / "models" / "all-MiniLM-L6-v2"
 
 
 def _commands(args, cache: pathlib.Path, workdir: pathlib.Path) -> dict[str, list[str]]:
-  evaluate = [sys.executable, "evaluate.py", "--config", "configs/eval_prompt.py", f"--config.model.path={MINILM}",
-              f"--config.compilation_cache_dir={cache}", "--config.eval.progress=False"]
-  train = [sys.executable, "train.py", "--config", "configs/promptbert.py", f"--config.model.path={MINILM}",
-           f"--config.data.train_file={common.SHARED / 'data' / 'wiki' / 'wiki1m_sample.txt'}",
-           f"--config.workdir={workdir}", f"--config.train.num_steps={args.steps}", "--config.train.batch_size=16",
-           f"--config.compilation_cache_dir={cache}"]
+  evaluate = [
+    sys.executable,
+    "evaluate.py",
+    "--config",
+    "configs/eval_prompt.py",
+    f"--config.model.path={MINILM}",
+    f"--config.compilation_cache_dir={cache}",
+    "--config.eval.progress=False",
+  ]
+  train = [
+    sys.executable,
+    "train.py",
+    "--config",
+    "configs/promptbert.py",
+    f"--config.model.path={MINILM}",
+    f"--config.data.train_file={common.SHARED / 'data' / 'wiki' / 'wiki1m_sample.txt'}",
+    f"--config.workdir={workdir}",
+    f"--config.train.num_steps={args.steps}",
+    "--config.train.batch_size=16",
+    f"--config.compilation_cache_dir={cache}",
+  ]
   return {"evaluate": evaluate, "train": train}
 
 

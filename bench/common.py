@@ -16,8 +16,14 @@ from typing import Any, Callable
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCHEDULE_STEPS = 10_000  # The learning-rate schedule's length in the timed train steps (either side).
 # bert-base-uncased's architecture.
-BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                 intermediate_size=3072, max_position_embeddings=512)
+BERT_BASE = dict(
+  vocab_size=30522,
+  hidden_size=768,
+  num_hidden_layers=12,
+  num_attention_heads=12,
+  intermediate_size=3072,
+  max_position_embeddings=512,
+)
 
 # Torch's OpenMP threads spin-wait between ops by default. On a shared 2-core machine a spinning thread that
 # other jobs deschedule stalls every op (MiniLM at 8x16 under load 7: 900 ms a forward instead of 50 ms), so
@@ -45,9 +51,12 @@ def print_load(when: str):
   """The CPU and its 1/5/15-minute load averages: the machine is shared and varies, so every number is read
   against them."""
   one, five, fifteen = os.getloadavg()
-  print(f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {cpu_model()} "
-        f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
-        f"{xla.OPTIONS_ENV}={os.environ.get(xla.OPTIONS_ENV, '')!r})", flush=True)
+  print(
+    f"load average ({when}): {one:.2f} {five:.2f} {fifteen:.2f} on {cpu_model()} "
+    f"(OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}, "
+    f"{xla.OPTIONS_ENV}={os.environ.get(xla.OPTIONS_ENV, '')!r})",
+    flush=True,
+  )
 
 
 # The vector and matrix extensions that decide the CPU's dot speed, by their /proc/cpuinfo flag.
@@ -143,8 +152,14 @@ class JaxembTrainStep:
     # to the batch's longest row rounded up to data.length_multiple.
     self.rows = {}
     for view, template in zip(self.objective.views, self.objective.view_templates):
-      rows = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=tokens,
-                                        pad_to=template.num_tokens + tokens, tokenization=config.data.tokenization)
+      rows = templates.tokenize_sentences(
+        template,
+        tokenizer,
+        sentences,
+        max_sentence_tokens=tokens,
+        pad_to=template.num_tokens + tokens,
+        tokenization=config.data.tokenization,
+      )
       width = corpus.batch_width(rows.attention_mask.sum(1), config.data.length_multiple, rows.input_ids.shape[1])
       self.rows[view] = corpus.gather(rows, np.arange(len(sentences)), width)
     self.batch = jax.device_put(self.rows, sharding.batch_sharding(mesh))

@@ -38,8 +38,9 @@ def worker(args):
   with tempfile.TemporaryDirectory() as tmp:
     config = common.train_config(args.config, args.batch, args.tokens)
     mesh = sharding.make_mesh(-1, args.fsdp)
-    step = common.JaxembTrainStep(config, common.model_dir(args.model, pathlib.Path(tmp)),
-                                  common.wiki_sentences(args.batch), mesh)
+    step = common.JaxembTrainStep(
+      config, common.model_dir(args.model, pathlib.Path(tmp)), common.wiki_sentences(args.batch), mesh
+    )
     print(f"ready {dict(mesh.shape)}", flush=True)
     for _ in sys.stdin:
       print(step(), flush=True)
@@ -49,11 +50,21 @@ class Worker:
   """A worker process with `devices` simulated devices; calling it runs one train step there."""
 
   def __init__(self, devices: int, args):
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
-                                      f"--xla_force_host_platform_device_count={devices}"}
+    env = {
+      **os.environ,
+      "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}",
+    }
     fsdp = args.fsdp if devices % args.fsdp == 0 else 1
-    command = [sys.executable, __file__, "--worker", f"--config={args.config}", f"--model={args.model}",
-               f"--batch={args.batch}", f"--tokens={args.tokens}", f"--fsdp={fsdp}"]
+    command = [
+      sys.executable,
+      __file__,
+      "--worker",
+      f"--config={args.config}",
+      f"--model={args.model}",
+      f"--batch={args.batch}",
+      f"--tokens={args.tokens}",
+      f"--fsdp={fsdp}",
+    ]
     self.process = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     self.mesh = None
 
@@ -90,13 +101,17 @@ def train_step_scaling(args):
 
 
 def eval_scaling(args):
-  sentences = [s for task in sts_data.load_sts_tasks(args.senteval) for subset in task.subsets.values()
-               for s in subset.sentences1 + subset.sentences2]
+  sentences = [
+    s
+    for task in sts_data.load_sts_tasks(args.senteval)
+    for subset in task.subsets.values()
+    for s in subset.sentences1 + subset.sentences2
+  ]
   sentences = list(dict.fromkeys(map(sts_data.join_tokens, sentences)))
   sentences = [sentences[i] for i in np.random.default_rng(0).permutation(len(sentences))]
   sizes = [int(n) for n in args.sizes.split(",")]
   encoder = Encoder.from_pretrained(common.MINILM, Method("last_avg"))
-  encoder.encode(sentences[:max(sizes)], batch_size=128)  # Compiles every bucket shape the sizes need.
+  encoder.encode(sentences[: max(sizes)], batch_size=128)  # Compiles every bucket shape the sizes need.
   peaks = {}
 
   def run(n):
@@ -107,12 +122,14 @@ def eval_scaling(args):
 
   times = common.interleaved({n: lambda n=n: run(n) for n in sizes}, args.repeats, warmup=0)
   print(f"\n== evaluation: MiniLM last_avg, batch 128, {encoder.compilations} compiled shapes")
-  print(f"{'sentences':>9} {'s':>7} {'s per 1k':>8} {'host peak MB':>12} {'vectors MB':>10} "
-        f"{'rest KB/sentence':>16}")
+  print(f"{'sentences':>9} {'s':>7} {'s per 1k':>8} {'host peak MB':>12} {'vectors MB':>10} {'rest KB/sentence':>16}")
   for n, seconds in times.items():
     peak, output = peaks[n]
-    print(f"{n:>9} {seconds:7.2f} {1000 * seconds / n:8.3f} {peak / 2**20:12.1f} {output / 2**20:10.1f} "
-          f"{(peak - output) / 2**10 / n:16.2f}", flush=True)
+    print(
+      f"{n:>9} {seconds:7.2f} {1000 * seconds / n:8.3f} {peak / 2**20:12.1f} {output / 2**20:10.1f} "
+      f"{(peak - output) / 2**10 / n:16.2f}",
+      flush=True,
+    )
   print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10:.0f} MB")
 
 

@@ -24,25 +24,36 @@ from jaxemb.models import EncoderConfig, Transformer
 
 
 def bert_base(num_layers: int) -> EncoderConfig:
-  return EncoderConfig("bert", vocab_size=30522, hidden_size=768, num_hidden_layers=num_layers,
-                       num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512)
+  return EncoderConfig(
+    "bert",
+    vocab_size=30522,
+    hidden_size=768,
+    num_hidden_layers=num_layers,
+    num_attention_heads=12,
+    intermediate_size=3072,
+    max_position_embeddings=512,
+  )
 
 
 def program(model: Transformer, gradient: bool):
   """Forward: the last states' sum of squares; with `gradient`, its value and gradients (dropout on, as training)."""
+
   def loss(params, ids, mask, rng):
     out = model.apply({"params": params}, ids, mask, deterministic=not gradient, rngs={"dropout": rng})
-    return jnp.sum(out.last_hidden_state ** 2)
+    return jnp.sum(out.last_hidden_state**2)
+
   return jax.value_and_grad(loss) if gradient else loss
 
 
-def measure(config: EncoderConfig, scan_layers: bool, gradient: bool, batch: int, length: int,
-            repeats: int) -> dict[str, float]:
+def measure(
+  config: EncoderConfig, scan_layers: bool, gradient: bool, batch: int, length: int, repeats: int
+) -> dict[str, float]:
   """{compile_s, lowered_chars, compiled_chars, run_s} of one program."""
   model = Transformer(config, scan_layers=scan_layers)
   ids = jax.ShapeDtypeStruct((batch, length), jnp.int32)
-  params = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32),
-                                             jnp.zeros((1, 1), jnp.int32))["params"])
+  params = jax.eval_shape(
+    lambda: model.init(jax.random.key(0), jnp.zeros((1, 1), jnp.int32), jnp.zeros((1, 1), jnp.int32))["params"]
+  )
   args = (params, ids, ids, jax.eval_shape(lambda: jax.random.key(0)))
   best = float("inf")
   for _ in range(repeats):
@@ -57,8 +68,12 @@ def measure(config: EncoderConfig, scan_layers: bool, gradient: bool, batch: int
     start = time.perf_counter()
     jax.block_until_ready(compiled(*concrete))
     run = min(run, time.perf_counter() - start)
-  return {"compile_s": best, "lowered_chars": len(lowered.as_text()), "compiled_chars": len(compiled.as_text() or ""),
-          "run_s": run}
+  return {
+    "compile_s": best,
+    "lowered_chars": len(lowered.as_text()),
+    "compiled_chars": len(compiled.as_text() or ""),
+    "run_s": run,
+  }
 
 
 def main():
@@ -70,22 +85,31 @@ def main():
   args = parser.parse_args()
   common.print_load("start")  # The CPU model beside every number.
   print(f"{jax.devices()[0].device_kind}, batch {args.batch} x length {args.length}, best of {args.repeats}")
-  print(f"{'layers':>6} {'program':>8} {'layout':>9} {'compile s':>10} {'lowered chars':>14} {'compiled chars':>15} "
-        f"{'run s':>7}")
+  print(
+    f"{'layers':>6} {'program':>8} {'layout':>9} {'compile s':>10} {'lowered chars':>14} {'compiled chars':>15} "
+    f"{'run s':>7}"
+  )
   for num_layers in args.layers:
     for gradient in (False, True):
       name = "fwd+grad" if gradient else "forward"
       results = {}
       for scan_layers in (False, True):
         layout = "scanned" if scan_layers else "unrolled"
-        r = results[layout] = measure(bert_base(num_layers), scan_layers, gradient, args.batch, args.length,
-                                      args.repeats)
-        print(f"{num_layers:>6} {name:>8} {layout:>9} {r['compile_s']:>10.2f} {r['lowered_chars']:>14,} "
-              f"{r['compiled_chars']:>15,} {r['run_s']:>7.3f}", flush=True)
+        r = results[layout] = measure(
+          bert_base(num_layers), scan_layers, gradient, args.batch, args.length, args.repeats
+        )
+        print(
+          f"{num_layers:>6} {name:>8} {layout:>9} {r['compile_s']:>10.2f} {r['lowered_chars']:>14,} "
+          f"{r['compiled_chars']:>15,} {r['run_s']:>7.3f}",
+          flush=True,
+        )
       ratio = lambda key: results["unrolled"][key] / results["scanned"][key]
-      print(f"{num_layers:>6} {name:>8} {'unrolled/scanned':>16} {ratio('compile_s'):>6.2f}x compile, "
-            f"{ratio('lowered_chars'):.1f}x lowered, {ratio('compiled_chars'):.1f}x compiled, "
-            f"{ratio('run_s'):.2f}x run", flush=True)
+      print(
+        f"{num_layers:>6} {name:>8} {'unrolled/scanned':>16} {ratio('compile_s'):>6.2f}x compile, "
+        f"{ratio('lowered_chars'):.1f}x lowered, {ratio('compiled_chars'):.1f}x compiled, "
+        f"{ratio('run_s'):.2f}x run",
+        flush=True,
+      )
 
 
 if __name__ == "__main__":

@@ -48,10 +48,12 @@ def senteval_loop(model, tokenizer, method: str, tasks) -> tuple[dict[str, float
   for task in tasks:
     system, gold = [], []
     for subset in task.subsets.values():
-      pairs = sorted(zip(subset.sentences1, subset.sentences2, subset.scores),
-                     key=lambda z: (len(z[0].split()), len(z[1].split()), z[2]))
+      pairs = sorted(
+        zip(subset.sentences1, subset.sentences2, subset.scores),
+        key=lambda z: (len(z[0].split()), len(z[1].split()), z[2]),
+      )
       for start in range(0, len(pairs), BATCH):
-        chunk = pairs[start:start + BATCH]
+        chunk = pairs[start : start + BATCH]
         a, b = embed([p[0] for p in chunk]), embed([p[1] for p in chunk])
         cosines = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         system.extend(np.nan_to_num(cosines))
@@ -76,14 +78,16 @@ class CompileCounter:
 def traced_matmuls(encoder: Encoder) -> int:
   """The matmuls (dot_general) in the jaxpr of the encoder's per-batch computation, nested jaxprs included."""
   batch = templates.tokenize_sentences(encoder.template, encoder.tokenizer, ["a sentence ."])
-  vectors = lambda params, batch: encoder.method.vectors(Transformer(encoder.config), params, batch,
-                                                        template=encoder.template)
+  vectors = lambda params, batch: encoder.method.vectors(
+    Transformer(encoder.config), params, batch, template=encoder.template
+  )
   jaxpr = jax.make_jaxpr(vectors)(encoder.params, batch)
 
   def count(jaxpr) -> int:
     inner = [p for eqn in jaxpr.eqns for p in eqn.params.values() if hasattr(p, "eqns") or hasattr(p, "jaxpr")]
-    return (sum(eqn.primitive.name == "dot_general" for eqn in jaxpr.eqns) +
-            sum(count(getattr(p, "jaxpr", p)) for p in inner))
+    return sum(eqn.primitive.name == "dot_general" for eqn in jaxpr.eqns) + sum(
+      count(getattr(p, "jaxpr", p)) for p in inner
+    )
 
   return count(jaxpr.jaxpr)
 
@@ -130,23 +134,31 @@ def main():
       a, b = results["jaxemb"][task.name].all, results["pytorch"][task.name]
       print(f"{task.name:<16} {a:8.2f} {b:8.2f} {a - b:7.3f}")
     print(f"{'Avg.':<16} {results['jaxemb'].average:8.2f} {np.mean(list(results['pytorch'].values())):8.2f}")
-    print(f"wall time (median of {args.repeats}): jaxemb {seconds['jaxemb']:.1f} s, SentEval-style PyTorch "
-          f"{seconds['pytorch']:.1f} s; speed-up {common.ratio(1 / seconds['jaxemb'], 1 / seconds['pytorch'])} "
-          f"(jaxemb's first run, compiling included: {jaxemb_runs[0]:.1f} s, "
-          f"{common.ratio(1 / jaxemb_runs[0], 1 / seconds['pytorch'])})")
-    print(f"sentences encoded per run: jaxemb {encoded['jaxemb']} (each distinct sentence once), "
-          f"PyTorch {encoded['pytorch']} (both sides of every pair)")
-    print(f"jaxemb buckets: padded / real tokens {encoder.padded_tokens / encoder.real_tokens:.3f} (length multiple "
-          f"{encoder.length_multiple}), {encoder.compilations} compiled shapes, {compiles.count - compiled_before[0]} "
-          f"jit compilations ({compiles.seconds - compiled_before[1]:.1f} s)")
+    print(
+      f"wall time (median of {args.repeats}): jaxemb {seconds['jaxemb']:.1f} s, SentEval-style PyTorch "
+      f"{seconds['pytorch']:.1f} s; speed-up {common.ratio(1 / seconds['jaxemb'], 1 / seconds['pytorch'])} "
+      f"(jaxemb's first run, compiling included: {jaxemb_runs[0]:.1f} s, "
+      f"{common.ratio(1 / jaxemb_runs[0], 1 / seconds['pytorch'])})"
+    )
+    print(
+      f"sentences encoded per run: jaxemb {encoded['jaxemb']} (each distinct sentence once), "
+      f"PyTorch {encoded['pytorch']} (both sides of every pair)"
+    )
+    print(
+      f"jaxemb buckets: padded / real tokens {encoder.padded_tokens / encoder.real_tokens:.3f} (length multiple "
+      f"{encoder.length_multiple}), {encoder.compilations} compiled shapes, {compiles.count - compiled_before[0]} "
+      f"jit compilations ({compiles.seconds - compiled_before[1]:.1f} s)"
+    )
   static = Encoder.from_pretrained(args.model, Method("static_avg"), batch_size=BATCH)
   start = time.perf_counter()
   result = sts.evaluate_sts(static.encode, tasks)
   seconds = time.perf_counter() - start
-  print(f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
-        f"{traced_matmuls(static)} "
-        f"(last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"
-        " -- no encoder runs")
+  print(
+    f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
+    f"{traced_matmuls(static)} "
+    f"(last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"
+    " -- no encoder runs"
+  )
   common.print_load("end")
 
 

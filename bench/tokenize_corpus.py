@@ -35,8 +35,10 @@ MAX_SENTENCE_TOKENS = 30  # SimCSE's max_seq_length 32 less [CLS] and [SEP] (dat
 
 
 def write_corpus(path: pathlib.Path, num_lines: int):
-  sample = [line.split() for line in SHARED.joinpath("data", "wiki", "wiki1m_sample.txt").read_text(
-      encoding="utf-8").splitlines()]
+  sample = [
+    line.split()
+    for line in SHARED.joinpath("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()
+  ]
   with path.open("w", encoding="utf-8") as f:
     for i in range(num_lines):
       words = sample[i % len(sample)]
@@ -49,6 +51,7 @@ def measure(phase: str, corpus_file: str, tokenizer_dir: str, cache_dir: str) ->
   from jaxemb import templates  # pylint: disable=g-import-not-at-top
   from jaxemb.data import corpus
   from jaxemb.models import load_tokenizer
+
   tokenizer = load_tokenizer(tokenizer_dir)
   template = templates.Template.parse(TEMPLATE, tokenizer)
   start = time.perf_counter()
@@ -58,16 +61,25 @@ def measure(phase: str, corpus_file: str, tokenizer_dir: str, cache_dir: str) ->
   if phase == "read":
     rows = len(sentences)
   elif phase == "reference":
-    rows = len(templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_SENTENCE_TOKENS,
-                                          pad_to=template.num_tokens + MAX_SENTENCE_TOKENS,
-                                          tokenization="alone").input_ids)
+    rows = len(
+      templates.tokenize_sentences(
+        template,
+        tokenizer,
+        sentences,
+        max_sentence_tokens=MAX_SENTENCE_TOKENS,
+        pad_to=template.num_tokens + MAX_SENTENCE_TOKENS,
+        tokenization="alone",
+      ).input_ids
+    )
   else:
-    rows = len(corpus.tokenize_cached(sentences, template, tokenizer, MAX_SENTENCE_TOKENS,
-                                      os.path.join(cache_dir, "tokens"), "alone").input_ids)
+    rows = len(
+      corpus.tokenize_cached(
+        sentences, template, tokenizer, MAX_SENTENCE_TOKENS, os.path.join(cache_dir, "tokens"), "alone"
+      ).input_ids
+    )
   seconds = time.perf_counter() - start
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10  # KiB on Linux.
-  return {"phase": phase, "rows": rows, "seconds": read_seconds if phase == "read" else seconds,
-          "peak_rss_mib": peak}
+  return {"phase": phase, "rows": rows, "seconds": read_seconds if phase == "read" else seconds, "peak_rss_mib": peak}
 
 
 def main():
@@ -87,21 +99,39 @@ def main():
   try:
     corpus_file = work / "corpus.txt"
     write_corpus(corpus_file, args.lines)
-    print(f"corpus: {args.lines:,} lines, {corpus_file.stat().st_size / 2**20:.0f} MiB; tokenizer {args.tokenizer}; "
-          f"{os.cpu_count()} CPUs")
+    print(
+      f"corpus: {args.lines:,} lines, {corpus_file.stat().st_size / 2**20:.0f} MiB; tokenizer {args.tokenizer}; "
+      f"{os.cpu_count()} CPUs"
+    )
     results = {}
     for phase in ("read", "cold", "warm", "reference"):
-      out = subprocess.run([sys.executable, __file__, "--tokenizer", args.tokenizer, "--phase", phase, "--corpus",
-                            str(corpus_file), "--cache", str(work / "cache")], check=True, capture_output=True,
-                           text=True).stdout
+      out = subprocess.run(
+        [
+          sys.executable,
+          __file__,
+          "--tokenizer",
+          args.tokenizer,
+          "--phase",
+          phase,
+          "--corpus",
+          str(corpus_file),
+          "--cache",
+          str(work / "cache"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+      ).stdout
       results[phase] = json.loads(out.strip().splitlines()[-1])
       r = results[phase]
       print(f"{phase:>9}: {r['seconds']:7.1f} s  peak RSS {r['peak_rss_mib']:6.0f} MiB  ({r['rows']:,} rows)")
     cache_bytes = sum(f.stat().st_size for f in (work / "cache" / "tokens").iterdir())
     print(f"cache: {cache_bytes / 2**20:.0f} MiB in {len(list((work / 'cache' / 'tokens').iterdir()))} file(s)")
     cold, reference = results["cold"], results["reference"]
-    print(f"cold vs reference: {reference['seconds'] / cold['seconds']:.2f}x faster, peak RSS "
-          f"{cold['peak_rss_mib'] / reference['peak_rss_mib']:.2f}x")
+    print(
+      f"cold vs reference: {reference['seconds'] / cold['seconds']:.2f}x faster, peak RSS "
+      f"{cold['peak_rss_mib'] / reference['peak_rss_mib']:.2f}x"
+    )
   finally:
     shutil.rmtree(work, ignore_errors=True)
 

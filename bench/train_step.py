@@ -50,24 +50,30 @@ class TorchTrainStep:
     with torch.no_grad():  # The same start as jaxemb's freshly initialised MLP.
       self.mlp.weight.copy_(torch.tensor(np.asarray(mlp["kernel"]).T))
       self.mlp.bias.copy_(torch.tensor(np.asarray(mlp["bias"])))
-    tensors = lambda rows: {k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in vars(rows).items()
-                            if v is not None}
+    tensors = lambda rows: {
+      k: torch.tensor(np.asarray(v), dtype=torch.long) for k, v in vars(rows).items() if v is not None
+    }
     self.rows = {view: tensors(rows) for view, rows in jaxemb_step.rows.items()}
     offset = views.bias_position_offset(o.bias_positions, jaxemb_step.model_config)
     lengths = jnp.arange(config.data.max_sentence_tokens + 1)
-    self.bias_rows = {t: tensors(denoise.position_offset_inputs(t, lengths, offset))
-                      for t in o.view_templates if o.denoise == "position_offset"}
+    self.bias_rows = {
+      t: tensors(denoise.position_offset_inputs(t, lengths, offset))
+      for t in o.view_templates
+      if o.denoise == "position_offset"
+    }
     t = config.train
     self.params = params = [*self.bert.parameters(), *self.mlp.parameters()]
     self.max_grad_norm = t.max_grad_norm  # Clipped as jaxemb's step clips (0: not at all).
-    self.optimizer = torch.optim.AdamW(params, lr=t.learning_rate, betas=(t.adam_b1, t.adam_b2), eps=t.adam_eps,
-                                       weight_decay=t.weight_decay)
+    self.optimizer = torch.optim.AdamW(
+      params, lr=t.learning_rate, betas=(t.adam_b1, t.adam_b2), eps=t.adam_eps, weight_decay=t.weight_decay
+    )
     self.schedule = torch.optim.lr_scheduler.LinearLR(self.optimizer, 1.0, 0.0, total_iters=common.SCHEDULE_STEPS)
 
   def _state(self, rows) -> torch.Tensor:
     """The pooled state of each row: [CLS], or the last template [MASK]."""
-    out = self.bert(input_ids=rows["input_ids"], attention_mask=rows["attention_mask"],
-                    position_ids=rows.get("position_ids")).last_hidden_state
+    out = self.bert(
+      input_ids=rows["input_ids"], attention_mask=rows["attention_mask"], position_ids=rows.get("position_ids")
+    ).last_hidden_state
     if self.objective.pooling == "cls":
       return out[:, 0]
     return out[torch.arange(len(out)), rows["mask_positions"][:, -1]]
@@ -101,8 +107,13 @@ def dropout_free_losses(jaxemb_step: common.JaxembTrainStep, torch_step: TorchTr
   """Both sides' loss at the initial weights with dropout off: the check that they compute the same step."""
   config = dataclasses.replace(jaxemb_step.model_config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   model = jaxemb_step.model.clone(config=config)
-  ours, _ = objectives.loss_and_metrics(jaxemb_step.objective, model, jaxemb_step.initial_params,
-                                        jax.tree.map(jnp.asarray, jaxemb_step.rows), jax.random.key(0))
+  ours, _ = objectives.loss_and_metrics(
+    jaxemb_step.objective,
+    model,
+    jaxemb_step.initial_params,
+    jax.tree.map(jnp.asarray, jaxemb_step.rows),
+    jax.random.key(0),
+  )
   torch_step.bert.eval()
   with torch.no_grad(), torch_step.autocast():
     theirs = torch_step.loss().item()
@@ -118,31 +129,44 @@ def main():
   parser.add_argument("--tokens", type=int, default=32, help="max_sentence_tokens (rows add the template)")
   parser.add_argument("--repeats", type=int, default=3, help="timed steps per side (median); alternating")
   parser.add_argument("--prng", default=",".join(PRNG_IMPLS), help="jax dropout PRNGs to time")
-  parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                      help="compute dtype (config.model.dtype; PyTorch's: CPU autocast to bfloat16)")
+  parser.add_argument(
+    "--dtype",
+    default="float32",
+    choices=("float32", "bfloat16"),
+    help="compute dtype (config.model.dtype; PyTorch's: CPU autocast to bfloat16)",
+  )
   args = parser.parse_args()
   common.print_load("start")
   sentences = common.wiki_sentences(args.batch)
   mesh = sharding.make_mesh(-1, 1)
   with tempfile.TemporaryDirectory() as tmp:
     model_dir = common.model_dir(args.model, pathlib.Path(tmp))
-    print(f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, {args.dtype}, "
-          f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)")
+    print(
+      f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, {args.dtype}, "
+      f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    )
     for name in args.configs.split(","):
       config = common.train_config(name, args.batch, args.tokens)
       config.model.dtype = args.dtype
-      steps = {f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
-               for impl in args.prng.split(",")}
+      steps = {
+        f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
+        for impl in args.prng.split(",")
+      }
       first = next(iter(steps.values()))
       torch_step = TorchTrainStep(first, config, model_dir)
       ours, theirs = dropout_free_losses(first, torch_step)
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
-      print(f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
-            f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}")
+      print(
+        f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
+        f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}"
+      )
       times = common.interleaved({**steps, "pytorch": torch_step}, args.repeats)
       for case, seconds in times.items():
-        print(f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
-              f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])}", flush=True)
+        print(
+          f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
+          f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])}",
+          flush=True,
+        )
   common.print_load("end")
 
 

@@ -37,10 +37,13 @@ except ImportError:
   StratifiedKFold = None
 
 # SimCSE's evaluation.py: params for --mode test and --mode fasttest.
-PARAMS = {"test": {"kfold": 10, "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5,
-                                                "epoch_size": 4}},
-          "fasttest": {"kfold": 5, "classifier": {"nhid": 0, "optim": "rmsprop", "batch_size": 128, "tenacity": 3,
-                                                   "epoch_size": 2}}}
+PARAMS = {
+  "test": {"kfold": 10, "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4}},
+  "fasttest": {
+    "kfold": 5,
+    "classifier": {"nhid": 0, "optim": "rmsprop", "batch_size": 128, "tenacity": 3, "epoch_size": 2},
+  },
+}
 SEED = 1111
 
 
@@ -96,7 +99,7 @@ class MLP:
     for _ in range(self.epoch_size):
       permutation = np.random.permutation(len(X))
       for i in range(0, len(X), self.batch_size):
-        idx = torch.from_numpy(permutation[i:i + self.batch_size])
+        idx = torch.from_numpy(permutation[i : i + self.batch_size])
         loss = self.loss_fn(self.model(X.index_select(0, idx)), y.index_select(0, idx))
         self.optimizer.zero_grad()
         loss.backward()
@@ -107,8 +110,9 @@ class MLP:
     self.model.eval()
     with torch.no_grad():
       X = torch.FloatTensor(X)
-      return torch.cat([self.model(X[i:i + self.batch_size]).max(1)[1]
-                        for i in range(0, len(X), self.batch_size)]).numpy()
+      return torch.cat(
+        [self.model(X[i : i + self.batch_size]).max(1)[1] for i in range(0, len(X), self.batch_size)]
+      ).numpy()
 
   def score(self, X, y):
     return 1.0 * int((self.predict(X) == np.asarray(y)).sum()) / len(X)
@@ -127,8 +131,11 @@ def inner_kfold_classifier(X, y, config):
       regscores = []
       for inner_train_idx, inner_test_idx in stratified_splits(y_train, config["kfold"], 1111):
         clf = MLP(config["classifier"], X.shape[1], config["nclasses"], reg)
-        clf.fit(X_train[inner_train_idx], y_train[inner_train_idx],
-                validation_data=(X_train[inner_test_idx], y_train[inner_test_idx]))
+        clf.fit(
+          X_train[inner_train_idx],
+          y_train[inner_train_idx],
+          validation_data=(X_train[inner_test_idx], y_train[inner_test_idx]),
+        )
         regscores.append(clf.score(X_train[inner_test_idx], y_train[inner_test_idx]))
       scores.append(round(100 * np.mean(regscores), 2))
     optreg = REGS[np.argmax(scores)]
@@ -146,8 +153,9 @@ def kfold_classifier(train, test, config):
     scanscores = []
     for train_idx, test_idx in stratified_splits(train["y"], config["kfold"], SEED):
       clf = MLP(config["classifier"], train["X"].shape[1], config["nclasses"], reg)
-      clf.fit(train["X"][train_idx], train["y"][train_idx],
-              validation_data=(train["X"][test_idx], train["y"][test_idx]))
+      clf.fit(
+        train["X"][train_idx], train["y"][train_idx], validation_data=(train["X"][test_idx], train["y"][test_idx])
+      )
       scanscores.append(clf.score(train["X"][test_idx], train["y"][test_idx]))
     scores.append(round(100 * np.mean(scanscores), 2))
   optreg = REGS[np.argmax(scores)]
@@ -175,17 +183,21 @@ def senteval_task(task, vectors, config):
   config = {**config, "nclasses": task.num_classes}
   data = {}
   for name, split in task.splits.items():
-    examples = sorted(zip(*[[s.split() for s in column] for column in split.columns], split.labels.tolist()),
-                      key=lambda z: (*(len(tokens) for tokens in z[:-1]), z[-1]))
+    examples = sorted(
+      zip(*[[s.split() for s in column] for column in split.columns], split.labels.tolist()),
+      key=lambda z: (*(len(tokens) for tokens in z[:-1]), z[-1]),
+    )
     columns = [embed([example[i] for example in examples]) for i in range(len(split.columns))]
     X = columns[0] if len(columns) == 1 else np.c_[np.abs(columns[0] - columns[1]), columns[0] * columns[1]]
     data[name] = {"X": X, "y": np.array([example[-1] for example in examples])}
   if "all" in data:
     return inner_kfold_classifier(data["all"]["X"], data["all"]["y"], config)
   if "dev" in data:
-    return split_classifier({"train": data["train"]["X"], "valid": data["dev"]["X"], "test": data["test"]["X"]},
-                            {"train": data["train"]["y"], "valid": data["dev"]["y"], "test": data["test"]["y"]},
-                            config)
+    return split_classifier(
+      {"train": data["train"]["X"], "valid": data["dev"]["X"], "test": data["test"]["X"]},
+      {"train": data["train"]["y"], "valid": data["dev"]["y"], "test": data["test"]["y"]},
+      config,
+    )
   devacc, acc, predictions = kfold_classifier(data["train"], data["test"], config)
   if task.name != "MRPC":
     return devacc, acc, None
@@ -197,8 +209,11 @@ def senteval_task(task, vectors, config):
 def cached_vectors(args, tasks) -> dict[str, np.ndarray]:
   """Text -> vector for every distinct joined sentence of `tasks`, encoded once and kept in args.cache."""
   texts_path, vectors_path = pathlib.Path(args.cache + ".json"), pathlib.Path(args.cache + ".npy")
-  texts = list(dict.fromkeys(join_tokens(s) for task in tasks for split in task.splits.values()
-                             for column in split.columns for s in column))
+  texts = list(
+    dict.fromkeys(
+      join_tokens(s) for task in tasks for split in task.splits.values() for column in split.columns for s in column
+    )
+  )
   if texts_path.is_file() and vectors_path.is_file():
     cached = dict(zip(json.loads(texts_path.read_text()), np.load(vectors_path)))
     if cached.keys() >= set(texts):  # A cache of more tasks serves any subset of them.
@@ -207,8 +222,10 @@ def cached_vectors(args, tasks) -> dict[str, np.ndarray]:
   encoder = Encoder.from_pretrained(args.model, Method(args.method))
   start = time.perf_counter()
   vectors = encoder.encode(texts, batch_size=args.batch_size)
-  print(f"embeddings: {len(texts)} sentences encoded in {time.perf_counter() - start:.1f} s "
-        f"({encoder.compilations} compiled shapes) -> {vectors_path}")
+  print(
+    f"embeddings: {len(texts)} sentences encoded in {time.perf_counter() - start:.1f} s "
+    f"({encoder.compilations} compiled shapes) -> {vectors_path}"
+  )
   texts_path.write_text(json.dumps(texts))
   np.save(vectors_path, vectors)
   return dict(zip(texts, vectors))
@@ -241,18 +258,27 @@ def main():
     theirs = senteval_task(task, vectors, PARAMS[args.mode])
     theirs_seconds = time.perf_counter() - start
     rows.append((task.name, ours[task.name], theirs, ours_seconds, theirs_seconds))
-    print(f"{task.name}: jaxemb {ours[task.name].acc:.2f} ({ours_seconds:.1f} s), "
-          f"SentEval {theirs[1]:.2f} ({theirs_seconds:.1f} s)", flush=True)
-  print(f"\n{'task':<8} {'SentEval':>9} {'jaxemb':>8} {'diff':>6}   {'dev SE':>7} {'dev jax':>7}   "
-        f"{'SentEval s':>10} {'jaxemb s':>9}")
+    print(
+      f"{task.name}: jaxemb {ours[task.name].acc:.2f} ({ours_seconds:.1f} s), "
+      f"SentEval {theirs[1]:.2f} ({theirs_seconds:.1f} s)",
+      flush=True,
+    )
+  print(
+    f"\n{'task':<8} {'SentEval':>9} {'jaxemb':>8} {'diff':>6}   {'dev SE':>7} {'dev jax':>7}   "
+    f"{'SentEval s':>10} {'jaxemb s':>9}"
+  )
   for name, ours, (devacc, acc, f1), ours_seconds, theirs_seconds in rows:
-    print(f"{name:<8} {acc:9.2f} {ours.acc:8.2f} {ours.acc - acc:6.2f}   {devacc:7.2f} {ours.devacc:7.2f}   "
-          f"{theirs_seconds:10.1f} {ours_seconds:9.1f}")
+    print(
+      f"{name:<8} {acc:9.2f} {ours.acc:8.2f} {ours.acc - acc:6.2f}   {devacc:7.2f} {ours.devacc:7.2f}   "
+      f"{theirs_seconds:10.1f} {ours_seconds:9.1f}"
+    )
     if f1 is not None:
       print(f"{name + ' F1':<8} {f1:9.2f} {ours.f1:8.2f} {ours.f1 - f1:6.2f}")
   theirs_mean, ours_mean = np.mean([r[2][1] for r in rows]), np.mean([r[1].acc for r in rows])
-  print(f"{'Avg.':<8} {theirs_mean:9.2f} {ours_mean:8.2f} {ours_mean - theirs_mean:6.2f}   {'':>7} {'':>7}   "
-        f"{sum(r[4] for r in rows):10.1f} {sum(r[3] for r in rows):9.1f}")
+  print(
+    f"{'Avg.':<8} {theirs_mean:9.2f} {ours_mean:8.2f} {ours_mean - theirs_mean:6.2f}   {'':>7} {'':>7}   "
+    f"{sum(r[4] for r in rows):10.1f} {sum(r[3] for r in rows):9.1f}"
+  )
   print(f"max |diff| {max(abs(r[1].acc - r[2][1]) for r in rows):.2f} points")
 
 

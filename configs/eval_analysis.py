@@ -33,7 +33,11 @@ def get_config():
   config.analysis.positive_inclusive = False  # True: gold >= threshold (code posted in SimCSE issue #41), not >.
   config.analysis.top_k = 5  # Tokens listed per sentence at [MASK] (PromptBERT Table 7: 5).
   config.analysis.top_k_sentences = (  # Sentences for the [MASK] top tokens (Table 7's); () = skip.
-      "i am sad.", "i am not happy.", "the man is playing the guitar.", "the man is playing the piano.")
+    "i am sad.",
+    "i am not happy.",
+    "the man is playing the guitar.",
+    "the man is playing the piano.",
+  )
   config.analysis.scatter_png = ""  # Write the STS-B test cosine-vs-gold scatter here; "" = no plot.
   config.analysis.scatter_normalize = False  # Min-max scale the cosines to [0, 1] as CoT-BERT Fig. 3 does.
   return config

@@ -31,8 +31,9 @@ def get_config():
   config.ditto_analysis.impact_max_tokens = 32  # Truncate those to this many tokens (cost grows as N^3); 0 = all.
   config.ditto_analysis.impact_batch_size = 256  # Masked copies per encoder call.
   # The sentence of the PNGs (Ditto Figs. 1-2's).
-  config.ditto_analysis.figure_sentence = ("For those who follow social media transitions on Capitol Hill, "
-                                           "this will be a little different.")
+  config.ditto_analysis.figure_sentence = (
+    "For those who follow social media transitions on Capitol Hill, this will be a little different."
+  )
   config.ditto_analysis.impact_png = ""  # Its impact matrix heatmap here; "" = none.
   config.ditto_analysis.attention_png = ""  # Its attention heatmap of the best STS-B dev head here; "" = none.
   config.ditto_analysis.output_md = ""  # The Markdown tables here; "" = print only.

@@ -19,7 +19,11 @@ def get_config():
   config.search = ml_collections.ConfigDict()
   config.search.relations = ("", "is", "mean", "means")  # Stage 1: `[X] <relation> [MASK] .` (Table 4).
   config.search.wrappers = (  # Stage 2: each wraps [X], before the best relation (Table 4's prefixes).
-      "This [X]", "This sentence of [X]", 'This sentence of "[X]"', 'This sentence : "[X]"')
+    "This [X]",
+    "This sentence of [X]",
+    'This sentence of "[X]"',
+    'This sentence : "[X]"',
+  )
   config.search.show = 20  # Rows of the ranked table printed.
   # A JSON of templates ({"templates": [{"template": ...}]}, what configs/generate_templates.py writes) to score
   # instead of the greedy search; "" = the greedy search.

@@ -1,8 +1,8 @@
 """jaxemb: prompt-based sentence embeddings (PromptBERT, CoT-BERT, Ditto) in JAX/Flax.
 
-    from jaxemb import Encoder, similarity
-    encoder = Encoder.from_pretrained("../shared/models/all-MiniLM-L6-v2", "last_avg")
-    scores = similarity(encoder.encode(["A man plays a guitar."]), encoder.encode(["Someone plays music."]))
+from jaxemb import Encoder, similarity
+encoder = Encoder.from_pretrained("../shared/models/all-MiniLM-L6-v2", "last_avg")
+scores = similarity(encoder.encode(["A man plays a guitar."]), encoder.encode(["Someone plays music."]))
 """
 
 import importlib

@@ -41,9 +41,17 @@ def _gather(x: jax.Array, index: jax.Array) -> jax.Array:
   return jnp.take_along_axis(x, index.reshape(*index.shape, *([1] * (x.ndim - 2))), axis=1)
 
 
-def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_size: int, num_beams: int,
-                max_length: int, start_id: int, eos_id: int, pad_id: int, length_penalty: float = 1.0,
-                early_stopping: bool | str = False) -> BeamOutput:
+def beam_search(
+  step_logits: Callable[[jax.Array, jax.Array], jax.Array],
+  batch_size: int,
+  num_beams: int,
+  max_length: int,
+  start_id: int,
+  eos_id: int,
+  pad_id: int,
+  length_penalty: float = 1.0,
+  early_stopping: bool | str = False,
+) -> BeamOutput:
   """HF transformers 5's vectorised beam search (generation/utils.py `_beam_search` and its helpers), for one EOS
   token, a one-token decoder prompt and no logits processors; call it inside jit.
 
@@ -57,12 +65,17 @@ def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_
   keep = 2 * num_beams
   top_mask = jnp.arange(keep) < num_beams
   tokens = jnp.full((batch_size, num_beams, max_length), pad_id, jnp.int32).at[:, :, 0].set(start_id)
-  state = dict(cur_len=jnp.asarray(1), running=tokens,
-               running_scores=jnp.zeros((batch_size, num_beams)).at[:, 1:].set(_NEG),
-               sequences=tokens, scores=jnp.full((batch_size, num_beams), _NEG),
-               lengths=jnp.ones((batch_size, num_beams), jnp.int32),
-               finished=jnp.zeros((batch_size, num_beams), bool), improvable=jnp.ones((batch_size, 1), bool),
-               hits=jnp.zeros((batch_size, keep), bool))
+  state = dict(
+    cur_len=jnp.asarray(1),
+    running=tokens,
+    running_scores=jnp.zeros((batch_size, num_beams)).at[:, 1:].set(_NEG),
+    sequences=tokens,
+    scores=jnp.full((batch_size, num_beams), _NEG),
+    lengths=jnp.ones((batch_size, num_beams), jnp.int32),
+    finished=jnp.zeros((batch_size, num_beams), bool),
+    improvable=jnp.ones((batch_size, 1), bool),
+    hits=jnp.zeros((batch_size, keep), bool),
+  )
 
   def step(s):
     cur_len = s["cur_len"]
@@ -78,9 +91,13 @@ def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_
     # The best num_beams continuations that did not finish run on.
     running_scores = top_scores + hits.astype(jnp.float32) * _NEG
     _, run_index = jax.lax.top_k(running_scores, num_beams)
-    new = dict(cur_len=cur_len + 1, running=_gather(candidates, run_index),
-               running_scores=_gather(running_scores, run_index), hits=hits,
-               **_finish(s, candidates, top_scores, hits & top_mask[None, :], length_penalty, early_stopping))
+    new = dict(
+      cur_len=cur_len + 1,
+      running=_gather(candidates, run_index),
+      running_scores=_gather(running_scores, run_index),
+      hits=hits,
+      **_finish(s, candidates, top_scores, hits & top_mask[None, :], length_penalty, early_stopping),
+    )
     new["improvable"] = _improvable(s["improvable"], new, max_length, length_penalty, early_stopping)
     return new
 
@@ -92,8 +109,14 @@ def beam_search(step_logits: Callable[[jax.Array, jax.Array], jax.Array], batch_
   return BeamOutput(sequences=final["sequences"], lengths=final["lengths"], scores=final["scores"])
 
 
-def _finish(s: dict[str, jax.Array], candidates: jax.Array, top_scores: jax.Array, just_finished: jax.Array,
-            length_penalty: float, early_stopping: bool | str) -> dict[str, jax.Array]:
+def _finish(
+  s: dict[str, jax.Array],
+  candidates: jax.Array,
+  top_scores: jax.Array,
+  just_finished: jax.Array,
+  length_penalty: float,
+  early_stopping: bool | str,
+) -> dict[str, jax.Array]:
   """HF's `_update_finished_beams`: the candidates that just finished join the hypotheses when they beat them,
   scored by log-likelihood / generated length ** length_penalty."""
   num_beams = s["scores"].shape[1]
@@ -108,36 +131,59 @@ def _finish(s: dict[str, jax.Array], candidates: jax.Array, top_scores: jax.Arra
   _, best = jax.lax.top_k(merged_scores, num_beams)
   lengths = jnp.broadcast_to(cur_len + 1, just_finished.shape).astype(jnp.int32)
   merged = lambda old, new: _gather(jnp.concatenate([old, new], axis=1), best)
-  return dict(sequences=merged(s["sequences"], candidates), scores=_gather(merged_scores, best),
-              lengths=merged(s["lengths"], lengths), finished=merged(s["finished"], just_finished))
+  return dict(
+    sequences=merged(s["sequences"], candidates),
+    scores=_gather(merged_scores, best),
+    lengths=merged(s["lengths"], lengths),
+    finished=merged(s["finished"], just_finished),
+  )
 
 
-def _improvable(improvable: jax.Array, s: dict[str, jax.Array], max_length: int, length_penalty: float,
-                early_stopping: bool | str) -> jax.Array:
+def _improvable(
+  improvable: jax.Array, s: dict[str, jax.Array], max_length: int, length_penalty: float, early_stopping: bool | str
+) -> jax.Array:
   """HF's `_check_early_stop_heuristic`: whether the best running beam could still beat a finished hypothesis."""
   if early_stopping == "never" and length_penalty > 0.0:
     best_length = jnp.asarray(max_length - 1, jnp.float32)
   else:
     best_length = (s["cur_len"] - 1).astype(jnp.float32)
-  best_running = s["running_scores"][:, :1] / best_length ** length_penalty
+  best_running = s["running_scores"][:, :1] / best_length**length_penalty
   worst_finished = jnp.where(s["finished"], jnp.min(s["scores"], axis=1, keepdims=True), _NEG)
   return improvable & jnp.any(best_running > worst_finished, axis=-1, keepdims=True)
 
 
-@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty",
-                                             "early_stopping"))
-def t5_beam_search(params: t5.Params, config: t5.T5Config, input_ids: jax.Array, attention_mask: jax.Array,
-                   num_beams: int, max_length: int, length_penalty: float = 1.0,
-                   early_stopping: bool | str = False) -> BeamOutput:
+@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "length_penalty", "early_stopping"))
+def t5_beam_search(
+  params: t5.Params,
+  config: t5.T5Config,
+  input_ids: jax.Array,
+  attention_mask: jax.Array,
+  num_beams: int,
+  max_length: int,
+  length_penalty: float = 1.0,
+  early_stopping: bool | str = False,
+) -> BeamOutput:
   """`T5ForConditionalGeneration.generate(input_ids, attention_mask, num_beams=num_beams, max_length=max_length,
   length_penalty=..., early_stopping=..., num_return_sequences=num_beams)`: each row's num_beams hypotheses."""
   batch_size = input_ids.shape[0]
   hidden = jnp.repeat(t5.encode(params, config, input_ids, attention_mask), num_beams, axis=0)
   mask = jnp.repeat(attention_mask, num_beams, axis=0)
-  step_logits = lambda tokens, position: t5.lm_head(params, config, jax.lax.dynamic_index_in_dim(
-      t5.decode(params, config, tokens, hidden, mask), position, axis=1, keepdims=False))
-  return beam_search(step_logits, batch_size, num_beams, max_length, config.decoder_start_token_id,
-                     config.eos_token_id, config.pad_token_id, length_penalty, early_stopping)
+  step_logits = lambda tokens, position: t5.lm_head(
+    params,
+    config,
+    jax.lax.dynamic_index_in_dim(t5.decode(params, config, tokens, hidden, mask), position, axis=1, keepdims=False),
+  )
+  return beam_search(
+    step_logits,
+    batch_size,
+    num_beams,
+    max_length,
+    config.decoder_start_token_id,
+    config.eos_token_id,
+    config.pad_token_id,
+    length_penalty,
+    early_stopping,
+  )
 
 
 @flax.struct.dataclass
@@ -151,9 +197,17 @@ class AggregatedOutput:
   parts: jax.Array  # [num_beams]
 
 
-def aggregated_search(mean_logits: Callable[[jax.Array, jax.Array], jax.Array], num_beams: int, max_length: int,
-                      start_id: int, pad_id: int, part_ends: jax.Array, eos_id: int, allowed: jax.Array,
-                      repeat_id: int) -> AggregatedOutput:
+def aggregated_search(
+  mean_logits: Callable[[jax.Array, jax.Array], jax.Array],
+  num_beams: int,
+  max_length: int,
+  start_id: int,
+  pad_id: int,
+  part_ends: jax.Array,
+  eos_id: int,
+  allowed: jax.Array,
+  repeat_id: int,
+) -> AggregatedOutput:
   """LM-BFF's template search (princeton-nlp/LM-BFF tools/generate_template.py, `generate`); call it inside jit.
 
   `mean_logits(tokens [num_beams, max_length], position)` gives [num_beams, vocab]: each beam's next-token logits
@@ -166,9 +220,14 @@ def aggregated_search(mean_logits: Callable[[jax.Array, jax.Array], jax.Array], 
   num_parts = part_ends.shape[0] - 1
   expand = num_beams + 3
   tokens = jnp.full((num_beams, max_length), pad_id, jnp.int32).at[:, 0].set(start_id)
-  state = dict(step=jnp.asarray(0), stopped=jnp.asarray(False), tokens=tokens,
-               scores=jnp.full((num_beams,), -jnp.inf).at[0].set(0.0), parts=jnp.ones((num_beams,), jnp.int32),
-               lengths=jnp.zeros((num_beams,), jnp.int32))
+  state = dict(
+    step=jnp.asarray(0),
+    stopped=jnp.asarray(False),
+    tokens=tokens,
+    scores=jnp.full((num_beams,), -jnp.inf).at[0].set(0.0),
+    parts=jnp.ones((num_beams,), jnp.int32),
+    lengths=jnp.zeros((num_beams,), jnp.int32),
+  )
 
   def step(s):
     i = s["step"]
@@ -187,25 +246,39 @@ def aggregated_search(mean_logits: Callable[[jax.Array, jax.Array], jax.Array], 
     grown = slot > 0
     token = ids[source, jnp.maximum(slot - 1, 0)]
     rows = s["tokens"][source]
-    new = dict(step=i + 1, stopped=jnp.all(scores == -jnp.inf),
-               tokens=rows.at[:, i + 1].set(jnp.where(grown, token, rows[:, i + 1])), scores=scores,
-               parts=s["parts"][source] + (grown & closes[source, jnp.maximum(slot - 1, 0)]),
-               lengths=s["lengths"][source] + grown)
+    new = dict(
+      step=i + 1,
+      stopped=jnp.all(scores == -jnp.inf),
+      tokens=rows.at[:, i + 1].set(jnp.where(grown, token, rows[:, i + 1])),
+      scores=scores,
+      parts=s["parts"][source] + (grown & closes[source, jnp.maximum(slot - 1, 0)]),
+      lengths=s["lengths"][source] + grown,
+    )
     return {k: jnp.where(new["stopped"], s[k], v) if k not in ("step", "stopped") else v for k, v in new.items()}
 
   def running(s):
     return (s["step"] < max_length - 2) & ~s["stopped"] & jnp.any((s["scores"] > -jnp.inf) & (s["parts"] <= num_parts))
 
   final = jax.lax.while_loop(running, step, state)
-  return AggregatedOutput(tokens=final["tokens"], lengths=final["lengths"], scores=final["scores"],
-                          parts=final["parts"])
+  return AggregatedOutput(
+    tokens=final["tokens"], lengths=final["lengths"], scores=final["scores"], parts=final["parts"]
+  )
 
 
-@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "eos_id", "repeat_id",
-                                             "batch_size"))
-def t5_aggregated_search(params: t5.Params, config: t5.T5Config, input_ids: jax.Array, attention_mask: jax.Array,
-                         part_ends: jax.Array, allowed: jax.Array, num_beams: int, max_length: int, eos_id: int,
-                         repeat_id: int, batch_size: int = 32) -> AggregatedOutput:
+@functools.partial(jax.jit, static_argnames=("config", "num_beams", "max_length", "eos_id", "repeat_id", "batch_size"))
+def t5_aggregated_search(
+  params: t5.Params,
+  config: t5.T5Config,
+  input_ids: jax.Array,
+  attention_mask: jax.Array,
+  part_ends: jax.Array,
+  allowed: jax.Array,
+  num_beams: int,
+  max_length: int,
+  eos_id: int,
+  repeat_id: int,
+  batch_size: int = 32,
+) -> AggregatedOutput:
   """`aggregated_search` over a T5 model and all rows of `input_ids` at once: the encoder runs once, the decoder on
   `batch_size` inputs x num_beams rows at a time (LM-BFF's batches of 32), the logits summed over inputs."""
   count = input_ids.shape[0]
@@ -223,7 +296,17 @@ def t5_aggregated_search(params: t5.Params, config: t5.T5Config, input_ids: jax.
       states = t5.decode(params, config, rows, jnp.repeat(h, num_beams, axis=0), jnp.repeat(m, num_beams, axis=0))
       logits = t5.lm_head(params, config, jax.lax.dynamic_index_in_dim(states, position, axis=1, keepdims=False))
       return jnp.einsum("b,bkv->kv", w, logits.reshape(batch_size, num_beams, -1).astype(jnp.float32))
+
     return jnp.sum(jax.lax.map(chunk_sum, (hidden, mask, weight)), axis=0) / count
 
-  return aggregated_search(mean_logits, num_beams, max_length, config.decoder_start_token_id, config.pad_token_id,
-                           part_ends, eos_id, allowed, repeat_id)
+  return aggregated_search(
+    mean_logits,
+    num_beams,
+    max_length,
+    config.decoder_start_token_id,
+    config.pad_token_id,
+    part_ends,
+    eos_id,
+    allowed,
+    repeat_id,
+  )

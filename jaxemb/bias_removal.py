@@ -21,14 +21,87 @@ from jaxemb import templates
 # PromptBERT Table 11: the top-36 frequent tokens (after Yan et al. 2021, counted on the STS data). The paper lists one
 # set for both BERT vocabularies and the reference code applies it to every non-RoBERTa model. "Ġ," is spelled "Ġ, "
 # (a trailing space, so it never matches) in the reference code; it is removed as punctuation there anyway.
-_BERT_FREQUENT = (".", "a", "the", "in", ",", "is", "to", "of", "and", "'", "on", "man", "-", "s", "with", "for", '"',
-                  "at", "##s", "woman", "are", "it", "two", "that", "you", "dog", "said", "playing", "i", "an", "as",
-                  "was", "from", ":", "by", "white")
-_ROBERTA_FREQUENT = ("Ġ.", "Ġa", "Ġthe", "Ġin", "a", "Ġ,", "Ġis", "Ġto", "Ġof", "Ġand", "Ġon", "Ġ'", "s", ".", "the",
-                     "Ġman", "-", "Ġwith", "Ġfor", "Ġat", "Ġwoman", "Ġare", 'Ġ"', "Ġthat", "Ġit", "Ġdog", "Ġsaid",
-                     "Ġplaying", "Ġwas", "Ġas", "Ġfrom", "Ġ:", "Ġyou", "Ġan", "i", "Ġby")
+_BERT_FREQUENT = (
+  ".",
+  "a",
+  "the",
+  "in",
+  ",",
+  "is",
+  "to",
+  "of",
+  "and",
+  "'",
+  "on",
+  "man",
+  "-",
+  "s",
+  "with",
+  "for",
+  '"',
+  "at",
+  "##s",
+  "woman",
+  "are",
+  "it",
+  "two",
+  "that",
+  "you",
+  "dog",
+  "said",
+  "playing",
+  "i",
+  "an",
+  "as",
+  "was",
+  "from",
+  ":",
+  "by",
+  "white",
+)
+_ROBERTA_FREQUENT = (
+  "Ġ.",
+  "Ġa",
+  "Ġthe",
+  "Ġin",
+  "a",
+  "Ġ,",
+  "Ġis",
+  "Ġto",
+  "Ġof",
+  "Ġand",
+  "Ġon",
+  "Ġ'",
+  "s",
+  ".",
+  "the",
+  "Ġman",
+  "-",
+  "Ġwith",
+  "Ġfor",
+  "Ġat",
+  "Ġwoman",
+  "Ġare",
+  'Ġ"',
+  "Ġthat",
+  "Ġit",
+  "Ġdog",
+  "Ġsaid",
+  "Ġplaying",
+  "Ġwas",
+  "Ġas",
+  "Ġfrom",
+  "Ġ:",
+  "Ġyou",
+  "Ġan",
+  "i",
+  "Ġby",
+)
 FREQUENT_TOKENS: dict[str, tuple[str, ...]] = {
-    "bert-base-uncased": _BERT_FREQUENT, "bert-base-cased": _BERT_FREQUENT, "roberta-base": _ROBERTA_FREQUENT}
+  "bert-base-uncased": _BERT_FREQUENT,
+  "bert-base-cased": _BERT_FREQUENT,
+  "roberta-base": _ROBERTA_FREQUENT,
+}
 
 # WordPiece punctuation, exactly the reference's set (it includes [UNK]); byte-level BPE pieces count as punctuation
 # when they hold no ASCII letter or digit (the reference's rule there, which also drops e.g. CJK words).
@@ -69,8 +142,9 @@ def top_frequent_tokens(sentences: Iterable[str], tokenizer: templates.Tokenizer
   return tuple(tokenizer.convert_ids_to_tokens([token for token, _ in counts.most_common(k)]))
 
 
-def filter_sentences(tokenizer: templates.Tokenizer, sentences: Sequence[str],
-                     bias_filter: BiasFilter = BiasFilter()) -> list[str]:
+def filter_sentences(
+  tokenizer: templates.Tokenizer, sentences: Sequence[str], bias_filter: BiasFilter = BiasFilter()
+) -> list[str]:
   """Each sentence as the text of its unbiased pieces, to be tokenised again with special tokens.
 
   Every kept word is followed by a space, and byte-level text starts with one so that its first word is word-initial
@@ -84,16 +158,28 @@ def filter_sentences(tokenizer: templates.Tokenizer, sentences: Sequence[str],
   return [lead + text or tokenizer.pad_token for text in texts]
 
 
-def tokenize_filtered(tokenizer: templates.Tokenizer, sentences: Sequence[str], bias_filter: BiasFilter = BiasFilter(),
-                    max_sentence_tokens: int | None = None) -> templates.TemplateBatch:
+def tokenize_filtered(
+  tokenizer: templates.Tokenizer,
+  sentences: Sequence[str],
+  bias_filter: BiasFilter = BiasFilter(),
+  max_sentence_tokens: int | None = None,
+) -> templates.TemplateBatch:
   """Rows `[CLS] kept pieces [SEP]` of the filtered sentences, right-padded, with no template and no [MASK]."""
   truncate = max_sentence_tokens is not None
-  encoded = tokenizer(filter_sentences(tokenizer, sentences, bias_filter), padding=True, return_tensors="np",
-                      truncation=truncate, max_length=max_sentence_tokens + 2 if truncate else None)
+  encoded = tokenizer(
+    filter_sentences(tokenizer, sentences, bias_filter),
+    padding=True,
+    return_tensors="np",
+    truncation=truncate,
+    max_length=max_sentence_tokens + 2 if truncate else None,
+  )
   attention_mask = encoded["attention_mask"].astype(np.int32)
-  return templates.TemplateBatch(input_ids=encoded["input_ids"].astype(np.int32), attention_mask=attention_mask,
-                                 mask_positions=np.zeros((len(sentences), 0), np.int32),
-                                 sentence_lengths=attention_mask.sum(1) - 2)
+  return templates.TemplateBatch(
+    input_ids=encoded["input_ids"].astype(np.int32),
+    attention_mask=attention_mask,
+    mask_positions=np.zeros((len(sentences), 0), np.int32),
+    sentence_lengths=attention_mask.sum(1) - 2,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +208,11 @@ class _Rules:
 
   def drops(self, piece: str) -> bool:
     f = self.bias_filter
-    return ((f.remove_subwords and self.is_continuation(piece)) or (f.remove_frequent and piece in self.frequent)
-            or (f.remove_punctuation and self.is_punctuation(piece)))
+    return (
+      (f.remove_subwords and self.is_continuation(piece))
+      or (f.remove_frequent and piece in self.frequent)
+      or (f.remove_punctuation and self.is_punctuation(piece))
+    )
 
   def text(self, piece: str) -> str:
     """The piece as text, without its `Ġ` / `##` mark."""

@@ -40,8 +40,11 @@ from jaxemb.methods import base as methods
 CONFIG = "config"  # The name of every command's config flag: --config FILE, --config.train.batch_size=8.
 VERBOSE_ENV = "JAXEMB_VERBOSE"
 
-_VERBOSE = flags.DEFINE_bool("verbose", False, "Show the traceback of every error and the INFO logs of orbax, absl "
-                             f"and jax (also: {VERBOSE_ENV}=1).")
+_VERBOSE = flags.DEFINE_bool(
+  "verbose",
+  False,
+  f"Show the traceback of every error and the INFO logs of orbax, absl and jax (also: {VERBOSE_ENV}=1).",
+)
 
 # File-system errors whose message names the path (jaxemb raises FileNotFoundError("<path> ...") for a missing
 # model, run directory or corpus), and the errnos of a write the file system refused.
@@ -158,8 +161,9 @@ _WRITTEN = re.compile(r"(.*\.)?(workdir|[a-z_]*cache_dir|output[a-z_]*|[a-z_]*_p
 def check_storage(config: Any):
   """Checks every gs:// path of `config` before any work starts (`jaxemb.storage.check`): readable, and writable
   for the fields a command writes to; an unsupported scheme is refused. One line for each problem."""
-  urls = {name: value for name, value in config_fields.leaves(config)
-          if isinstance(value, str) and storage.is_remote(value)}
+  urls = {
+    name: value for name, value in config_fields.leaves(config) if isinstance(value, str) and storage.is_remote(value)
+  }
   storage.check(urls.values(), [value for name, value in urls.items() if _WRITTEN.fullmatch(name)])
 
 
@@ -173,8 +177,9 @@ def user_message(error: BaseException) -> str | None:
   """The one line that tells a user what went wrong, for an error the user can act on; None for a bug."""
   if isinstance(error, UserError):
     return str(error)
-  if isinstance(error, OSError) and (error.filename is not None or isinstance(error, _FILE_SYSTEM_ERRORS) or
-                                     error.errno in _FILE_SYSTEM_ERRNOS):
+  if isinstance(error, OSError) and (
+    error.filename is not None or isinstance(error, _FILE_SYSTEM_ERRORS) or error.errno in _FILE_SYSTEM_ERRNOS
+  ):
     return f"{error.filename}: {error.strerror}" if error.filename is not None and error.strerror else str(error)
   return None
 

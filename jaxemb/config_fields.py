@@ -33,8 +33,13 @@ def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:
     if part not in node:
       names = sorted(node.keys())
       close = difflib.get_close_matches(part, names, n=3)
-      hint = (f"did you mean {' or '.join(map(repr, close))}?" if close else
-              f"its fields: {', '.join(names)}" if names else "it has no fields")
+      hint = (
+        f"did you mean {' or '.join(map(repr, close))}?"
+        if close
+        else f"its fields: {', '.join(names)}"
+        if names
+        else "it has no fields"
+      )
       return f"no field {part!r} in {where} ({hint})"
     node, where = node[part], f"{where}.{part}"
   return None

@@ -39,9 +39,7 @@ class DenoiseInputs:
 
 
 @functools.partial(jax.jit, static_argnames="template")
-def position_offset_inputs(
-    template: Template, lengths: jax.Array, position_offset: int
-) -> DenoiseInputs:
+def position_offset_inputs(template: Template, lengths: jax.Array, position_offset: int) -> DenoiseInputs:
   """PromptBERT's rows: the template alone, positioned as if around n tokens.
 
   Every row is ``[CLS] prefix suffix [SEP]``, all attended; a token at column
@@ -63,18 +61,17 @@ def position_offset_inputs(
   after_slot = columns > len(template.prefix_ids)
   input_ids = jnp.broadcast_to(template_row, (lengths.size, columns.size))
   return DenoiseInputs(
-      input_ids=input_ids,
-      attention_mask=jnp.ones_like(input_ids),
-      position_ids=position_offset + columns + lengths[:, None] * after_slot,
-      # The template does not move within the row: the masks of an empty
-      # sentence.
-      mask_positions=template.mask_positions(jnp.zeros_like(lengths)))
+    input_ids=input_ids,
+    attention_mask=jnp.ones_like(input_ids),
+    position_ids=position_offset + columns + lengths[:, None] * after_slot,
+    # The template does not move within the row: the masks of an empty
+    # sentence.
+    mask_positions=template.mask_positions(jnp.zeros_like(lengths)),
+  )
 
 
 @functools.partial(jax.jit, static_argnames=("template", "max_len"))
-def pad_inputs(
-    template: Template, lengths: jax.Array, max_len: int
-) -> DenoiseInputs:
+def pad_inputs(template: Template, lengths: jax.Array, max_len: int) -> DenoiseInputs:
   """CoT-BERT's rows: the template with n [PAD]s in the slot.
 
   Row n is ``[CLS] prefix [PAD]*n suffix [SEP]``, right-padded to
@@ -101,17 +98,18 @@ def pad_inputs(
   source = jnp.where(columns < slot, columns, columns - lengths[:, None])
   in_slot = (columns >= slot) & (source < slot)
   attended = source < template.num_tokens
-  input_ids = jnp.where(in_slot | ~attended, template.pad_id,
-                        jnp.take(template_row, source, mode="clip"))
+  input_ids = jnp.where(in_slot | ~attended, template.pad_id, jnp.take(template_row, source, mode="clip"))
   return DenoiseInputs(
-      input_ids=input_ids,
-      attention_mask=attended.astype(jnp.int32),
-      position_ids=None,
-      mask_positions=template.mask_positions(lengths))
+    input_ids=input_ids,
+    attention_mask=attended.astype(jnp.int32),
+    position_ids=None,
+    mask_positions=template.mask_positions(lengths),
+  )
 
 
-def template_inputs(template: Template, lengths: jax.Array, kind: str, position_offset: int,
-                    max_len: int) -> DenoiseInputs:
+def template_inputs(
+  template: Template, lengths: jax.Array, kind: str, position_offset: int, max_len: int
+) -> DenoiseInputs:
   """The template-only rows of denoise `kind` ("position_offset" or "pad") for each length; `position_offset` is the
   position-offset rows' first position, `max_len` bounds the lengths ([PAD] rows' width)."""
   if kind == "position_offset":

@@ -23,8 +23,9 @@ from jaxemb.progress import track
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
 
 
-def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
-               methods: tuple[str, ...] | None = None) -> tuple[run_dir.ModelSource, Method]:
+def open_model(
+  name_or_path: str | pathlib.Path, method: Method | str | None, methods: tuple[str, ...] | None = None
+) -> tuple[run_dir.ModelSource, Method]:
   """(the model source `name_or_path` names, its config and tokenizer read but not its weights; the method to run
   on it, checked against them).
 
@@ -33,8 +34,9 @@ def open_model(name_or_path: str | pathlib.Path, method: Method | str | None,
   """
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
-      raise ConfigError(f"{name_or_path} is not a jaxemb run directory: name a method (one of "
-                        f"{methods or method_names()})")
+      raise ConfigError(
+        f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods or method_names()})"
+      )
     method = Method.from_config(run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
@@ -54,14 +56,30 @@ class Encoder:
   tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   """
 
-  def __init__(self, config: EncoderConfig, params: Any, tokenizer: Any, method: Method, *,
-               dtype: Any = jnp.float32, max_sentence_tokens: int | None = None, length_multiple: int = 4,
-               batch_size: int = BATCH_SIZE, prompt: jax.Array | None = None, mesh: jax.sharding.Mesh | None = None,
-               fitted: dict[str, np.ndarray] | None = None):
+  def __init__(
+    self,
+    config: EncoderConfig,
+    params: Any,
+    tokenizer: Any,
+    method: Method,
+    *,
+    dtype: Any = jnp.float32,
+    max_sentence_tokens: int | None = None,
+    length_multiple: int = 4,
+    batch_size: int = BATCH_SIZE,
+    prompt: jax.Array | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    fitted: dict[str, np.ndarray] | None = None,
+  ):
     self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
     # What an encoder of another method on this model (`fit`'s) is built with.
-    self._options = dict(dtype=dtype, max_sentence_tokens=max_sentence_tokens, length_multiple=length_multiple,
-                         batch_size=batch_size, mesh=mesh)
+    self._options = dict(
+      dtype=dtype,
+      max_sentence_tokens=max_sentence_tokens,
+      length_multiple=length_multiple,
+      batch_size=batch_size,
+      mesh=mesh,
+    )
     self.batch_size = _checked_batch_size(batch_size, "Encoder")
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
@@ -71,22 +89,28 @@ class Encoder:
         raise ConfigError(f"{why} needs the checkpoint's {group} weights; this checkpoint has none")
     # Only a prompt method's template has tokens besides [CLS] and [SEP] for a continuous template to replace.
     if prompt is not None and prompt.shape[0] != self.template.num_tokens - 2:
-      raise ConfigError(f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
-                        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)")
+      raise ConfigError(
+        f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
+        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)"
+      )
     self.fitted = fitted  # With the record of what it was fitted for (methods.base.fitted_record), as saved.
     # Arrays the method reads besides the params (TF-IDF's weights, a fitted transform).
-    self.state = method.load_state(config, None if fitted is None else
-                                   methods_base.check_fitted(fitted, method, config, params))
+    self.state = method.load_state(
+      config, None if fitted is None else methods_base.check_fitted(fitted, method, config, params)
+    )
     self.max_sentence_tokens = max_sentence_tokens
     self.length_multiple = length_multiple
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
+
     def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
       model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
       return method.vectors(model, params, template=self.template, **inputs)
-    jit = functools.partial(xla.jit, vectors, dtype,
-                            out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P()))
+
+    jit = functools.partial(
+      xla.jit, vectors, dtype, out_shardings=None if mesh is None else jax.sharding.NamedSharding(mesh, P())
+    )
     self._vectors = {few: jit(few_rows=few) for few in (False, True)}  # By xla.is_few_rows of a batch.
     self.compiled_shapes: set[tuple[int, int]] = set()
     self._fit_vectors: dict[str, np.ndarray] = {}  # `fit(keep_vectors=True)`'s: sentence -> its vector.
@@ -94,8 +118,13 @@ class Encoder:
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
 
   @classmethod
-  def from_pretrained(cls, name_or_path: str | pathlib.Path, method: Method | str | None = None,
-                      fitted: str | pathlib.Path | None = None, **kwargs) -> Encoder:
+  def from_pretrained(
+    cls,
+    name_or_path: str | pathlib.Path,
+    method: Method | str | None = None,
+    fitted: str | pathlib.Path | None = None,
+    **kwargs,
+  ) -> Encoder:
     """An Encoder for a Hugging Face checkpoint (local directory, gs:// folder or hub id), or the best step of a
     jaxemb run directory (train.py's workdir, local or gs://, with its continuous template if it trained one). A
     folder in a bucket is read from its copy in the download cache (`jaxemb.storage.local_copy`), a run's best step
@@ -114,8 +143,9 @@ class Encoder:
     arrays = None if fitted is None else methods_base.read_fitted(fitted)
     params = source.load_params()
     try:
-      return cls(source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"),
-                 fitted=arrays, **kwargs)
+      return cls(
+        source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"), fitted=arrays, **kwargs
+      )
     except methods_base.FittedForAnother as e:  # Named with its file.
       raise methods_base.FittedForAnother(f"{fitted}: {e}") from None
 
@@ -128,11 +158,14 @@ class Encoder:
     if self.method.fit_source() is None:
       raise ConfigError(f"method {self.method.name!r} fits nothing")
     embedded = {}
+
     def embed(method: Method, sentences: list[str]) -> np.ndarray:
-      vectors = Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt,
-                        **self._options).encode(sentences, show_progress=False)
+      vectors = Encoder(self.config, self.params, self.tokenizer, method, prompt=self.prompt, **self._options).encode(
+        sentences, show_progress=False
+      )
       embedded.update(sentences=sentences, vectors=vectors)  # The last call's: what vectors_of_fit reads.
       return vectors
+
     arrays = self.method.fit(embed, _sentence_list(sentences))
     self.fitted = {**arrays, **methods_base.fitted_record(self.method, self.config, self.params)}
     self.state = self.method.load_state(self.config, arrays)
@@ -152,10 +185,19 @@ class Encoder:
   def compilations(self) -> int:
     return len(self.compiled_shapes)
 
-  def encode(self, sentences: str | Iterable[str], batch_size: int | None = None, normalize: bool | None = None,
-             progress: Callable[[int], None] | None = None, show_progress: bool | None = None, *,
-             progress_label: str = "", normalize_embeddings: bool | None = None,
-             show_progress_bar: bool | None = None, convert_to_numpy: bool = True) -> np.ndarray | jax.Array:
+  def encode(
+    self,
+    sentences: str | Iterable[str],
+    batch_size: int | None = None,
+    normalize: bool | None = None,
+    progress: Callable[[int], None] | None = None,
+    show_progress: bool | None = None,
+    *,
+    progress_label: str = "",
+    normalize_embeddings: bool | None = None,
+    show_progress_bar: bool | None = None,
+    convert_to_numpy: bool = True,
+  ) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
     `batch_size` overrides the encoder's own for this call (sentence-transformers' keyword). One str is one
@@ -177,8 +219,10 @@ class Encoder:
     normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
     if self.method.fit_source() is not None and self.fitted is None:
-      raise ConfigError(f"method {self.method.name!r} encodes with state fitted on sentences: call Encoder.fit or "
-                        "pass fitted (evaluate.py's STS and transfer jobs fit it)")
+      raise ConfigError(
+        f"method {self.method.name!r} encodes with state fitted on sentences: call Encoder.fit or "
+        "pass fitted (evaluate.py's STS and transfer jobs fit it)"
+      )
     single = isinstance(sentences, str)
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.
@@ -189,9 +233,15 @@ class Encoder:
       vectors = vectors[0]
     return vectors if convert_to_numpy else jnp.asarray(vectors)
 
-  def _encode_list(self, sentences: list[str], batch_size: int, normalize: bool,
-                   progress: Callable[[int], None] | None, show_progress: bool | None,
-                   progress_label: str) -> np.ndarray:
+  def _encode_list(
+    self,
+    sentences: list[str],
+    batch_size: int,
+    normalize: bool,
+    progress: Callable[[int], None] | None,
+    show_progress: bool | None,
+    progress_label: str,
+  ) -> np.ndarray:
     """`encode` of a non-empty list of checked sentences: each distinct one encoded once, or taken from the fit."""
     unique = list(dict.fromkeys(sentences))
     kept = [s for s in unique if s in self._fit_vectors]
@@ -207,8 +257,14 @@ class Encoder:
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
 
-  def _encode_distinct(self, unique: list[str], batch_size: int, progress: Callable[[int], None] | None,
-                       show_progress: bool | None, progress_label: str) -> np.ndarray:
+  def _encode_distinct(
+    self,
+    unique: list[str],
+    batch_size: int,
+    progress: Callable[[int], None] | None,
+    show_progress: bool | None,
+    progress_label: str,
+  ) -> np.ndarray:
     """The vectors of distinct sentences, in their order, run through the model in length buckets."""
     if not unique:
       return np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
@@ -219,11 +275,12 @@ class Encoder:
     vectors = None
     batches = _length_batches(order, batch_size)
     show = (None if len(batches) > 8 else False) if show_progress is None else show_progress
-    dispatched = ((index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], batch_size))
-                  for index in batches)
+    dispatched = (
+      (index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], batch_size)) for index in batches
+    )
     with track(progress_label, len(unique), "sentence", show) as advance:
       for index, device_vectors in _one_ahead(dispatched):
-        batch_vectors = np.asarray(device_vectors, np.float32)[:len(index)]
+        batch_vectors = np.asarray(device_vectors, np.float32)[: len(index)]
         if vectors is None:
           vectors = np.zeros((len(unique), *batch_vectors.shape[1:]), np.float32)
         vectors[index] = batch_vectors
@@ -254,11 +311,11 @@ class Encoder:
     batch = _pad_batch(rows, batch_size, width, self.template.pad_id)
     split = self._batch_sharding is not None and batch_size % self._num_devices == 0
     if split:
-      batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__),
-                           batch)
+      batch = jax.tree.map(lambda a: jax.make_array_from_callback(a.shape, self._batch_sharding, a.__getitem__), batch)
     rows_per_device = batch_size * width // (self._num_devices if split else 1)
-    return self._vectors[xla.is_few_rows(rows_per_device)](self.params, batch=batch, state=self.state,
-                                                           prompt=self.prompt)
+    return self._vectors[xla.is_few_rows(rows_per_device)](
+      self.params, batch=batch, state=self.state, prompt=self.prompt
+    )
 
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows the method reads: the sentences in the template (for static_remove_biases their filtered
@@ -297,7 +354,7 @@ def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
   """`order` (row indices sorted by length) cut into batches of `batch_size`; the partial batch, if any, comes
   first, with the shortest rows, so the filler rows that complete it (`_pad_batch`) are the shortest."""
   cut = len(order) % batch_size
-  return ([order[:cut]] if cut else []) + [order[i:i + batch_size] for i in range(cut, len(order), batch_size)]
+  return ([order[:cut]] if cut else []) + [order[i : i + batch_size] for i in range(cut, len(order), batch_size)]
 
 
 def _one_ahead(items: Iterator[Any]) -> Iterator[Any]:
@@ -314,10 +371,12 @@ def _one_ahead(items: Iterator[Any]) -> Iterator[Any]:
 
 def _pad_batch(batch: templates.TemplateBatch, batch_size: int, width: int, pad_id: int) -> templates.TemplateBatch:
   """Cuts or pads rows to `width` tokens and repeats the first row up to `batch_size` rows: fixed shapes."""
+
   def fit(tokens, value):
     if tokens.shape[1] >= width:
       return tokens[:, :width]
     return np.pad(tokens, ((0, 0), (0, width - tokens.shape[1])), constant_values=value)
+
   batch = batch.replace(input_ids=fit(batch.input_ids, pad_id), attention_mask=fit(batch.attention_mask, 0))
   fill = batch_size - batch.input_ids.shape[0]
   return jax.tree.map(lambda a: np.concatenate([a, np.repeat(a[:1], fill, 0)]), batch)

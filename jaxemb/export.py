@@ -31,8 +31,13 @@ from jaxemb.models import hf
 EXPORTABLE = exportable_names()
 
 
-def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Method | str | None = None,
-                 hub_repo: str | None = None, fitted: storage.PathLike | None = None) -> storage.Path:
+def export_model(
+  source: storage.PathLike,
+  out_dir: storage.PathLike,
+  method: Method | str | None = None,
+  hub_repo: str | None = None,
+  fitted: storage.PathLike | None = None,
+) -> storage.Path:
   """Writes `source` (an HF checkpoint directory or hub id, or a jaxemb run directory's best step; local or gs://)
   with `method` to the new directory `out_dir` (local or gs://) as a sentence-transformers model with its model
   card; returns it.
@@ -48,8 +53,12 @@ def export_model(source: storage.PathLike, out_dir: storage.PathLike, method: Me
     raise FileExistsError(f"{out} is not empty; export into a new directory")
   config, params, tokenizer, method = _load(source, method)
   card_facts = model_card.facts(source)
-  hf.save_pretrained(out, config, params if _keeps_mlm_head(method, card_facts) else
-                     {k: v for k, v in params.items() if k != "mlm_head"}, tokenizer)
+  hf.save_pretrained(
+    out,
+    config,
+    params if _keeps_mlm_head(method, card_facts) else {k: v for k, v in params.items() if k != "mlm_head"},
+    tokenizer,
+  )
   arrays = None
   if method.fit_source() is not None:
     if fitted is None:
@@ -70,18 +79,22 @@ def push_to_hub(out: storage.PathLike, repo: str) -> str:
     StorageError: the upload failed (offline, no token, no access), naming the repository and the cause.
   """
   import huggingface_hub  # pylint: disable=g-import-not-at-top
+
   # The hub's failures: OSError (HTTP errors, offline mode), its HTTP client's transport errors (the bases of
   # HfHubHTTPError besides OSError: no connection, a timeout), ValueError (HFValidationError: a bad repository id).
   failures = (OSError, ValueError, *huggingface_hub.errors.HfHubHTTPError.__bases__)
   api = huggingface_hub.HfApi()
   try:
     api.create_repo(repo, repo_type="model", exist_ok=True)
-    commit = api.upload_folder(folder_path=str(storage.local_copy(out)), repo_id=repo, repo_type="model",
-                               commit_message="Upload a jaxemb export")
+    commit = api.upload_folder(
+      folder_path=str(storage.local_copy(out)), repo_id=repo, repo_type="model", commit_message="Upload a jaxemb export"
+    )
   except failures as e:
     cause = " ".join(str(e).split()) or type(e).__name__
-    raise StorageError(f"--push_to_hub {repo}: upload of {out} failed ({type(e).__name__}: {cause[:300]}); the "
-                       "export is kept there: check the network and `huggingface-cli login`, then upload it") from e
+    raise StorageError(
+      f"--push_to_hub {repo}: upload of {out} failed ({type(e).__name__}: {cause[:300]}); the "
+      "export is kept there: check the network and `huggingface-cli login`, then upload it"
+    ) from e
   return str(commit.repo_url)
 
 
@@ -91,8 +104,10 @@ def _load(source: storage.PathLike, method: Method | str | None) -> tuple[Any, d
   method.check_exportable()
   params = model.load_params()
   if "prompt" in params:
-    raise NotExportable(f"{source} trained a continuous (OptiPrompt) template, which has no text form for a "
-                        "tokenizer; only runs of manual templates export")
+    raise NotExportable(
+      f"{source} trained a continuous (OptiPrompt) template, which has no text form for a "
+      "tokenizer; only runs of manual templates export"
+    )
   params = params["encoder"]
   for group, why in method.required_weights().items():
     if group not in params:
@@ -110,15 +125,19 @@ def _keeps_mlm_head(method: Method, card_facts: dict[str, Any]) -> bool:
 def main(argv: list[str] | None = None) -> int:
   """The command: prints the exported folder (and the Hub URL); an error a user can act on is one line, status 1."""
   parser = argparse.ArgumentParser(prog="python -m jaxemb.export", description=__doc__.split("\n\n")[0])
-  parser.add_argument("--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory "
-                      "(local or gs://)")
+  parser.add_argument(
+    "--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory (local or gs://)"
+  )
   parser.add_argument("--out", required=True, help="the new directory to write (local or gs://)")
   parser.add_argument("--method", help=f"one of {EXPORTABLE}; default: a run directory's own method")
   parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
   parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
   parser.add_argument("--head", default="none", choices=METHOD_HEADS, help="prompt: applied to the [MASK] vector")
-  parser.add_argument("--evaluated", metavar="JSON", help="the method (and fitted state) of an evaluate.py STS "
-                      "job: its output_json; instead of --method")
+  parser.add_argument(
+    "--evaluated",
+    metavar="JSON",
+    help="the method (and fitted state) of an evaluate.py STS job: its output_json; instead of --method",
+  )
   parser.add_argument("--fitted", help="a method's fitted state: the .npz evaluate.py wrote beside its output_json")
   parser.add_argument("--push_to_hub", metavar="REPO", help="then upload the folder to this Hub model repository")
   args = parser.parse_args(argv)
@@ -128,9 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.error("--evaluated names the method: drop --method")
   try:
     # As a config block: the options left at their defaults are no method's own.
-    method = None if args.method is None else Method.from_config(
-        {"name": args.method, "template": args.template, "head": args.head,
-         "denoise": "position_offset" if args.denoise else "none"})
+    method = (
+      None
+      if args.method is None
+      else Method.from_config(
+        {
+          "name": args.method,
+          "template": args.template,
+          "head": args.head,
+          "denoise": "position_offset" if args.denoise else "none",
+        }
+      )
+    )
     fitted = args.fitted
     if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
       summary = json.loads(storage.path(args.evaluated).read_text())

@@ -90,8 +90,13 @@ def info_nce(z1: jax.Array, z2: jax.Array, temperature: Temperature = 0.05) -> j
   return diagonal_cross_entropy(info_nce_logits(z1, z2, temperature))
 
 
-def hard_negative_logits(z1: jax.Array, z2: jax.Array, z3: jax.Array, temperature: Temperature = 0.05,
-                         hard_negative_weight: float | jax.Array = 0.0) -> jax.Array:
+def hard_negative_logits(
+  z1: jax.Array,
+  z2: jax.Array,
+  z3: jax.Array,
+  temperature: Temperature = 0.05,
+  hard_negative_weight: float | jax.Array = 0.0,
+) -> jax.Array:
   """[cos(z1_i, z2_j) / tau | cos(z1_i, z3_j) / tau + w [i = j]]: [n, 2n].
 
   w, SimCSE's `hard_negative_weight`, is added to the z3 block's diagonal after the division by tau, so it is the log
@@ -101,8 +106,13 @@ def hard_negative_logits(z1: jax.Array, z2: jax.Array, z3: jax.Array, temperatur
   return jnp.concatenate([info_nce_logits(z1, z2, temperature), negatives], axis=1)
 
 
-def info_nce_with_hard_negatives(z1: jax.Array, z2: jax.Array, z3: jax.Array, temperature: Temperature = 0.05,
-                                 hard_negative_weight: float | jax.Array = 0.0) -> jax.Array:
+def info_nce_with_hard_negatives(
+  z1: jax.Array,
+  z2: jax.Array,
+  z3: jax.Array,
+  temperature: Temperature = 0.05,
+  hard_negative_weight: float | jax.Array = 0.0,
+) -> jax.Array:
   """InfoNCE with hard negatives, the supervised SimCSE and PromptBERT loss.
 
   Mean over i of l_i = -log e^{cos(z1_i, z2_i) / tau} / sum_j (e^{cos(z1_i, z2_j) / tau} + alpha^[i = j] e^{cos(z1_i,
@@ -111,14 +121,17 @@ def info_nce_with_hard_negatives(z1: jax.Array, z2: jax.Array, z3: jax.Array, te
   return diagonal_cross_entropy(hard_negative_logits(z1, z2, z3, temperature, hard_negative_weight))
 
 
-def extended_info_nce_logits(z1: jax.Array, z2: jax.Array, z3: jax.Array,
-                             temperature: Temperature = 0.05) -> jax.Array:
+def extended_info_nce_logits(z1: jax.Array, z2: jax.Array, z3: jax.Array, temperature: Temperature = 0.05) -> jax.Array:
   """[cos(z1_i, z2_j) | cos(z1_i, z3_j) | cos(z2_i, z3_j)] / tau: [n, 3n].
 
   The z2.z3 block keeps its diagonal cos(z2_i, z3_i), as in CoT-BERT's code and its Eq. 3, where j runs over 1..N.
   """
-  return jnp.concatenate([cosine_similarity_matrix(z1, z2), cosine_similarity_matrix(z1, z3),
-                          cosine_similarity_matrix(z2, z3)], axis=1) / temperature
+  return (
+    jnp.concatenate(
+      [cosine_similarity_matrix(z1, z2), cosine_similarity_matrix(z1, z3), cosine_similarity_matrix(z2, z3)], axis=1
+    )
+    / temperature
+  )
 
 
 def extended_info_nce(z1: jax.Array, z2: jax.Array, z3: jax.Array, temperature: Temperature = 0.05) -> jax.Array:

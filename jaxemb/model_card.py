@@ -21,13 +21,25 @@ from jaxemb.models import run_dir
 _SIMCSE_DATASET = re.search(r"datasets/([^/]+/[^/]+)/", SIMCSE_URL).group(1)
 _DATASETS = {artifact.filename: _SIMCSE_DATASET for key, artifact in MANIFEST.items() if key != "senteval"}
 # The training fields a card lists, by their dotted names in fingerprint.json.
-_TRAINING_FIELDS = ("objective.loss", "objective.templates", "objective.denoise", "objective.head",
-                    "objective.temperature", "train.batch_size", "train.epochs", "train.num_steps",
-                    "train.learning_rate", "train.seed", "data.train_file", "model.path")
+_TRAINING_FIELDS = (
+  "objective.loss",
+  "objective.templates",
+  "objective.denoise",
+  "objective.head",
+  "objective.temperature",
+  "train.batch_size",
+  "train.epochs",
+  "train.num_steps",
+  "train.learning_rate",
+  "train.seed",
+  "data.train_file",
+  "model.path",
+)
 
 
-def write(out: storage.Path, source: storage.PathLike, method: Method, card_facts: dict[str, Any],
-          name: str | None = None):
+def write(
+  out: storage.Path, source: storage.PathLike, method: Method, card_facts: dict[str, Any], name: str | None = None
+):
   """Writes `out`/README.md (local or gs://) for `source` exported with `method`; `card_facts` are `facts(source)`,
   `name` the Hub repository that the card's code loads (default: the folder, by the path `out`)."""
   body = _body(name or str(out), source, method, card_facts)
@@ -51,11 +63,17 @@ def facts(source: str | pathlib.Path) -> dict[str, Any]:
       continue
     if metric in record:
       evaluations.append((record["step"], record[metric]))
-  return {"base_model": _hub_id(fields.get("model.path", "")), "training": {
+  return {
+    "base_model": _hub_id(fields.get("model.path", "")),
+    "training": {
       "fields": {key: fields[key] for key in _TRAINING_FIELDS if key in fields},
       "dataset": _DATASETS.get(pathlib.Path(fields.get("data.train_file", "")).name),
-      "best_step": best.get("step"), "select_metric": metric, "best_value": best.get(metric),
-      "evaluations": evaluations}}
+      "best_step": best.get("step"),
+      "select_metric": metric,
+      "best_value": best.get(metric),
+      "evaluations": evaluations,
+    },
+  }
 
 
 def _hub_id(name: str | pathlib.Path) -> str | None:
@@ -83,23 +101,33 @@ def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dic
   """The card's text: what the model is, its training and results for a run, how to load it."""
   training = card_facts["training"]
   origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
-  parts = [f"# {pathlib.PurePath(name).name}\n", f"Exported by jaxemb from {origin} (`{source}`)"
-           + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "") + ".\n",
-           method.card_text()]
+  parts = [
+    f"# {pathlib.PurePath(name).name}\n",
+    f"Exported by jaxemb from {origin} (`{source}`)"
+    + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "")
+    + ".\n",
+    method.card_text(),
+  ]
   if training:
     parts.append(_training_text(training))
   trust = ", trust_remote_code=True" if method.remote_code else ""
   parts.append(
-      "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
-      f'model = SentenceTransformer("{name}"{trust})\n'
-      'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
-      "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
-      "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
-      f"encoder = Encoder.from_pretrained({str(source)!r}, {_method_repr(method)})\n"
-      'vectors = encoder.encode(["A man is playing a guitar.", "A woman slices an onion."])\n```\n\n'
-      "Both give the same vectors within 1e-4"
-      + (" for sentences without leading or trailing spaces (jaxemb strips them; sentence-transformers keeps "
-         "them, and RoBERTa's tokens change with them)" if not method.remote_code else "") + ".\n")
+    "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
+    f'model = SentenceTransformer("{name}"{trust})\n'
+    'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
+    "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
+    "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
+    f"encoder = Encoder.from_pretrained({str(source)!r}, {_method_repr(method)})\n"
+    'vectors = encoder.encode(["A man is playing a guitar.", "A woman slices an onion."])\n```\n\n'
+    "Both give the same vectors within 1e-4"
+    + (
+      " for sentences without leading or trailing spaces (jaxemb strips them; sentence-transformers keeps "
+      "them, and RoBERTa's tokens change with them)"
+      if not method.remote_code
+      else ""
+    )
+    + ".\n"
+  )
   return "\n".join(parts)
 
 
@@ -107,8 +135,10 @@ def _training_text(training: dict[str, Any]) -> str:
   rows = "".join(f"| `{key}` | `{value}` |\n" for key, value in training["fields"].items())
   text = f"## Training\n\n| field | value |\n|---|---|\n{rows}"
   if training["best_step"] is not None:
-    text += (f"\n## Results\n\nThe weights are the run's best step by `{training['select_metric']}` (an STS score is "
-             f"Spearman x100, SentEval's \"all\"): step {training['best_step']}, {training['best_value']:.2f}.")
+    text += (
+      f"\n## Results\n\nThe weights are the run's best step by `{training['select_metric']}` (an STS score is "
+      f'Spearman x100, SentEval\'s "all"): step {training["best_step"]}, {training["best_value"]:.2f}.'
+    )
     if training["evaluations"]:
       listed = ", ".join(f"{step}: {score:.2f}" for step, score in training["evaluations"])
       text += f" Every `{training['select_metric']}` evaluation of the run (step: score): {listed}."

@@ -48,9 +48,17 @@ class JaxembModel(AbsEncoder):
     encoder_kwargs: passed to `Encoder.from_pretrained` (dtype, max_sentence_tokens, length_multiple).
   """
 
-  def __init__(self, model_name: str | pathlib.Path, revision: str | None = None, *, device: str | None = None,
-               name: str | None = None, method: Method | str | None = None, add_period: bool | None = None,
-               **encoder_kwargs: Any):
+  def __init__(
+    self,
+    model_name: str | pathlib.Path,
+    revision: str | None = None,
+    *,
+    device: str | None = None,
+    name: str | None = None,
+    method: Method | str | None = None,
+    add_period: bool | None = None,
+    **encoder_kwargs: Any,
+  ):
     del device  # JAX's default device.
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
@@ -62,15 +70,29 @@ class JaxembModel(AbsEncoder):
     if self.add_period != method.add_period:
       experiment["add_period"] = self.add_period
     self.mteb_model_meta = ModelMeta(
-        loader=None, name=name or _meta_name(model_name), revision=revision,
-        release_date=None, languages=None, n_parameters=_num_parameters(self.model.params), memory_usage_mb=None,
-        max_tokens=self.model.config.max_length, embed_dim=method.width(self.model.config), license=None,
-        open_weights=True, public_training_code=None, public_training_data=None, framework=["JAX"],
-        similarity_fn_name=ScoringFunction.COSINE, use_instructions=False, training_datasets=None,
-        experiment_kwargs=experiment)
+      loader=None,
+      name=name or _meta_name(model_name),
+      revision=revision,
+      release_date=None,
+      languages=None,
+      n_parameters=_num_parameters(self.model.params),
+      memory_usage_mb=None,
+      max_tokens=self.model.config.max_length,
+      embed_dim=method.width(self.model.config),
+      license=None,
+      open_weights=True,
+      public_training_code=None,
+      public_training_data=None,
+      framework=["JAX"],
+      similarity_fn_name=ScoringFunction.COSINE,
+      use_instructions=False,
+      training_datasets=None,
+      experiment_kwargs=experiment,
+    )
 
-  def encode(self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None,
-             **kwargs: Any) -> np.ndarray:
+  def encode(
+    self, inputs: Any, *, task_metadata: Any, hf_split: str, hf_subset: str, prompt_type: Any = None, **kwargs: Any
+  ) -> np.ndarray:
     """[n, d] float32 vectors of the texts of mteb's batches, in order; the method's template (if any) is the only
     prompt, so the task, split, subset and prompt type change nothing but the name the progress is shown under
     (`Encoder.encode`'s, on stderr: a bar on a terminal, lines every 30 s and once done elsewhere; mteb's encode_kwargs
@@ -82,8 +104,9 @@ class JaxembModel(AbsEncoder):
       sentences = [append_period(sentence) for sentence in sentences]
     label = " ".join([task_metadata.name, hf_split, *([hf_subset] if hf_subset != "default" else [])])
     options = {"batch_size": kwargs["batch_size"]} if "batch_size" in kwargs else {}
-    return self.model.encode(sentences, show_progress=kwargs.get("show_progress_bar", True), progress_label=label,
-                             **options)
+    return self.model.encode(
+      sentences, show_progress=kwargs.get("show_progress_bar", True), progress_label=label, **options
+    )
 
 
 def _meta_name(model_name: str | pathlib.Path) -> str:

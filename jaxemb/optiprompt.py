@@ -18,8 +18,9 @@ from jaxemb.templates import Template
 PLACEMENTS = ("last_occurrence", "template")
 
 
-def continuous_template_inputs(template: Template, prompt: jax.Array, input_ids: jax.Array, slot_tokens: jax.Array,
-                               placement: str) -> tuple[jax.Array, jax.Array]:
+def continuous_template_inputs(
+  template: Template, prompt: jax.Array, input_ids: jax.Array, slot_tokens: jax.Array, placement: str
+) -> tuple[jax.Array, jax.Array]:
   """(inputs_embeds, inputs_embeds_mask) that put OptiPrompt's continuous template in rows `[CLS] P S Q [SEP]`.
 
   `prompt` holds one vector per template token (prefix then suffix; the [MASK] row is never used): every template
@@ -43,7 +44,10 @@ def continuous_template_inputs(template: Template, prompt: jax.Array, input_ids:
     keep = keep & ~overwritten
   rows = jnp.arange(batch)[:, None]
   positions = jnp.where(keep, positions, width)  # Out of range: dropped by the scatters below.
-  embeds = jnp.zeros((batch, width, prompt.shape[-1]), prompt.dtype).at[rows, positions].set(
-      jnp.broadcast_to(prompt, (batch, *prompt.shape)), mode="drop")
+  embeds = (
+    jnp.zeros((batch, width, prompt.shape[-1]), prompt.dtype)
+    .at[rows, positions]
+    .set(jnp.broadcast_to(prompt, (batch, *prompt.shape)), mode="drop")
+  )
   mask = jnp.zeros((batch, width), bool).at[rows, positions].set(True, mode="drop")
   return embeds, mask

@@ -87,8 +87,9 @@ def diagonal_attention(out: EncoderOutput, layer: int) -> jax.Array:
   return jnp.diagonal(out.attentions[layer], axis1=-2, axis2=-1)
 
 
-def ditto_all_heads(out: EncoderOutput, attention_mask: jax.Array, layer: int, variant: str,
-                    word_vectors: jax.Array | None = None) -> jax.Array:
+def ditto_all_heads(
+  out: EncoderOutput, attention_mask: jax.Array, layer: int, variant: str, word_vectors: jax.Array | None = None
+) -> jax.Array:
   """Ditto for every head of `layer` at once: [batch, heads, hidden] (the head search scores them all).
 
   Each vector is the token vectors weighted by the diagonal of that head's attention matrix, summed (not

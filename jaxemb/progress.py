@@ -36,8 +36,7 @@ def track(label: str, total: int, unit: str, show: bool | None = True) -> Iterat
     yield lambda n: None
   elif is_terminal(stream):
     # leave=False: the bar is erased when done, so the training bar (and a terminal's scrollback) stays clean.
-    with tqdm.tqdm(total=total, desc=bar_label(label), unit=unit, leave=False, dynamic_ncols=True,
-                   file=stream) as bar:
+    with tqdm.tqdm(total=total, desc=bar_label(label), unit=unit, leave=False, dynamic_ncols=True, file=stream) as bar:
       yield bar.update
   elif not show:
     yield lambda n: None
@@ -60,25 +59,24 @@ class _Log:
     now = time.perf_counter()
     if now - self.last >= LOG_EVERY and self.done < self.total:
       self.last = now
-      print(progress_line(self.label, self.done, self.total, self.unit, now - self.start), file=self.stream,
-            flush=True)
+      print(progress_line(self.label, self.done, self.total, self.unit, now - self.start), file=self.stream, flush=True)
 
 
 def bar_label(label: str) -> str:
   """`label` cut to BAR_LABEL characters: a bar is one line, cut at the terminal's width, and the counts, rate and
   time left after the label must fit in 80 columns (the 7 STS tasks' label alone is 81 characters)."""
-  return label if len(label) <= BAR_LABEL else label[:BAR_LABEL - 1] + "…"
+  return label if len(label) <= BAR_LABEL else label[: BAR_LABEL - 1] + "…"
 
 
 def done_line(label: str, total: int, unit: str, seconds: float) -> str:
-  """"STS12: 6,252 sentences in 12.3 s (508/s)"; unnamed ("" label), "6,252 sentences in 12.3 s (508/s)"."""
+  """ "STS12: 6,252 sentences in 12.3 s (508/s)"; unnamed ("" label), "6,252 sentences in 12.3 s (508/s)"."""
   rate = f"{total / seconds:,.0f}/s" if seconds > 0 else "instant"
   done = f"{total:,} {unit}{'' if total == 1 else 's'} in {seconds:.1f} s ({rate})"
   return f"{label}: {done}" if label else done
 
 
 def progress_line(label: str, done: int, total: int, unit: str, seconds: float) -> str:
-  """"STS12: 3,100 of 6,252 sentences (508/s, 6 s left)" after `seconds` with `done` of `total` done."""
+  """ "STS12: 3,100 of 6,252 sentences (508/s, 6 s left)" after `seconds` with `done` of `total` done."""
   rate = done / seconds
   left = f"{(total - done) / rate:,.0f} s left" if rate > 0 else "time left unknown"
   line = f"{done:,} of {total:,} {unit}s ({rate:,.0f}/s, {left})"

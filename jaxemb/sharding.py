@@ -64,11 +64,13 @@ def tree_shardings(mesh: Mesh, tree: Any, min_size: int = FSDP_MIN_SIZE) -> Any:
   """The sharding of every array of `tree` (concrete or abstract) under the fsdp rule; a leaf of the scanned
   layers (under `layers`, params or optimizer moments) keeps its leading layer axis whole, as maxtext's rules, since
   each scan step reads one layer's slice: its per-layer shape is split as the unscanned layer's would be."""
+
   def leaf_sharding(path, x):
     if jax.tree_util.DictKey(bert.STACKED) in path:
       per_layer = fsdp_spec(tuple(x.shape[1:]), mesh.shape["fsdp"], min_size)
       return NamedSharding(mesh, P(None, *per_layer) if per_layer else P())
     return fsdp_sharding(mesh, tuple(x.shape), min_size)
+
   return jax.tree_util.tree_map_with_path(leaf_sharding, tree)
 
 
@@ -76,5 +78,7 @@ def check_batch_size(global_batch_size: int, mesh: Mesh, name: str = "batch size
   """Raises ConfigError, naming the value as `name` (e.g. its config field), when the batch does not split evenly
   over the mesh's devices."""
   if global_batch_size % mesh.size:
-    raise ConfigError(f"{name} {global_batch_size} is not divisible by the {mesh.size} devices of the mesh; use a "
-                      f"multiple of {mesh.size}")
+    raise ConfigError(
+      f"{name} {global_batch_size} is not divisible by the {mesh.size} devices of the mesh; use a "
+      f"multiple of {mesh.size}"
+    )

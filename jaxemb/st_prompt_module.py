@@ -67,10 +67,13 @@ class PromptEncoder(torch.nn.Module):
     mask = torch.zeros((len(texts), width), dtype=torch.long)
     for i, sentence in enumerate(sentences):
       row = head + sentence + tail
-      ids[i, :len(row)] = torch.tensor(row)
-      mask[i, :len(row)] = 1
-    return {"input_ids": ids, "attention_mask": mask,
-            "sentence_lengths": torch.tensor([len(s) for s in sentences], dtype=torch.long)}
+      ids[i, : len(row)] = torch.tensor(row)
+      mask[i, : len(row)] = 1
+    return {
+      "input_ids": ids,
+      "attention_mask": mask,
+      "sentence_lengths": torch.tensor([len(s) for s in sentences], dtype=torch.long),
+    }
 
   def _sentence_ids(self, text):
     """The sentence's tokens: in the filled-in template (stripped), or, where its edge merges with the template
@@ -86,7 +89,7 @@ class PromptEncoder(torch.nn.Module):
     first, last = sum(b < start for b in begins), sum(b < end for b in begins)
     if (ids[:first], ids[last:]) == (c["prefix_ids"], c["suffix_ids"]):
       return ids[first:last]
-    space = c["prefix_text"][len(c["prefix_text"].rstrip()):]
+    space = c["prefix_text"][len(c["prefix_text"].rstrip()) :]
     ids, offsets = self._tokens(space + sentence)
     return [token for token, (_, stop) in zip(ids, offsets) if stop > len(space)]
 

@@ -112,6 +112,7 @@ def client():
   """google-cloud-storage's client: anonymous against an emulator, else the application default credentials."""
   _gcsfs()
   from google.cloud import storage as gcs  # pylint: disable=g-import-not-at-top
+
   return gcs.Client(project="_") if not os.environ.get(EMULATOR_ENV) else gcs.Client()
 
 
@@ -120,13 +121,18 @@ def error(e: BaseException, url: str, action: str = "use") -> StorageError | Non
   service unreachable after the clients' retries); None for anything else."""
   from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
   from google.auth import exceptions as auth  # pylint: disable=g-import-not-at-top
+
   if isinstance(e, (auth.DefaultCredentialsError, auth.RefreshError, api.Unauthorized)):
-    return StorageError(f"cannot {action} {url}: no valid Google Cloud credentials. Run `gcloud auth "
-                        "application-default login`, or on a VM give its service account the storage scope "
-                        "(--scopes=cloud-platform)")
+    return StorageError(
+      f"cannot {action} {url}: no valid Google Cloud credentials. Run `gcloud auth "
+      "application-default login`, or on a VM give its service account the storage scope "
+      "(--scopes=cloud-platform)"
+    )
   if isinstance(e, api.Forbidden):
-    return StorageError(f"cannot {action} {url}: permission denied on bucket gs://{split(url)[0]} (grant this "
-                        "account roles/storage.objectAdmin on it)")
+    return StorageError(
+      f"cannot {action} {url}: permission denied on bucket gs://{split(url)[0]} (grant this "
+      "account roles/storage.objectAdmin on it)"
+    )
   if isinstance(e, (api.GoogleAPICallError, api.RetryError, ConnectionError, TimeoutError)):
     return StorageError(f"cannot {action} {url}: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
   return None
@@ -158,9 +164,12 @@ def _check(url: str, write: bool):
       probe.delete()
   except Exception as e:  # pylint: disable=broad-except  # Anything but a user's error is re-raised.
     from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+
     if isinstance(e, api.NotFound):  # Listing a prefix finds no object without failing: the bucket is missing.
-      raise StorageError(f"cannot use {url}: bucket gs://{bucket_name} does not exist (create it with `gcloud "
-                         f"storage buckets create gs://{bucket_name}`, or fix the path)") from None
+      raise StorageError(
+        f"cannot use {url}: bucket gs://{bucket_name} does not exist (create it with `gcloud "
+        f"storage buckets create gs://{bucket_name}`, or fix the path)"
+      ) from None
     found = error(e, url, "write" if write else "read")
     if found is None:
       raise
@@ -175,6 +184,7 @@ def read_object(url: str) -> tuple[bytes, int, float] | None:
   """(contents, generation, seconds since it was written, by the server's clock as far as the local clock agrees)
   of a gs:// object; None when there is none."""
   from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+
   blob = client().bucket(split(url)[0]).get_blob(split(url)[1])
   if blob is None:
     return None
@@ -194,6 +204,7 @@ def replace(url: str, data: bytes, generation: int) -> int:
   """Writes `data` to the gs:// object `url` only if it is still at `generation` (0: absent); the new generation.
   Raises Conflict when another writer got there first."""
   from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
+
   blob = client().bucket(split(url)[0]).blob(split(url)[1])
   try:
     blob.upload_from_string(data, if_generation_match=generation)
@@ -261,18 +272,25 @@ def objects(value: PathLike) -> dict[str, Object]:
   fs = _gcsfs().GCSFileSystem()
   try:
     is_file = fs.isfile(url)
-    found = [fs.info(url)] if is_file else [info for info in fs.find(url, detail=True).values()
-                                            if info.get("type") == "file"]
+    found = (
+      [fs.info(url)] if is_file else [info for info in fs.find(url, detail=True).values() if info.get("type") == "file"]
+    )
   except Exception as e:  # pylint: disable=broad-except  # Anything but a user's error is re-raised.
     user = error(e, url, "read") or (e if isinstance(e, OSError) else None)
     if user is None:
       raise
     raise user from None
   prefix = split(url)[1]
-  named = {"" if is_file else info["name"].split("/", 1)[1][len(prefix):].lstrip("/"): info for info in found}
-  listed = {name: Object(int(info["size"]), str(info.get("generation")),
-                         base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else None)
-            for name, info in named.items() if (name or is_file) and not name.endswith("/")}
+  named = {"" if is_file else info["name"].split("/", 1)[1][len(prefix) :].lstrip("/"): info for info in found}
+  listed = {
+    name: Object(
+      int(info["size"]),
+      str(info.get("generation")),
+      base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else None,
+    )
+    for name, info in named.items()
+    if (name or is_file) and not name.endswith("/")
+  }
   if not listed:
     raise FileNotFoundError(f"{url}: no such file or folder")
   return listed
@@ -301,6 +319,7 @@ def _fetch(fs: Any, url: str, target: pathlib.Path):
   def copy(f):
     with fs.open(url, "rb") as source:
       shutil.copyfileobj(source, f, 2**22)
+
   replace_file(target, copy)
 
 
@@ -342,4 +361,5 @@ def upload(local: pathlib.Path, target: PathLike):
   files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
   for file in files:
     (path(target) / file.relative_to(local).as_posix() if file != local else path(target)).write_bytes(
-        file.read_bytes())
+      file.read_bytes()
+    )

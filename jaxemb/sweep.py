@@ -40,8 +40,15 @@ from jaxemb.training import loop
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
 # The papers' 7 test tasks ("all" setting), with the column names of their tables.
-TASK_COLUMNS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
-                "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+TASK_COLUMNS = {
+  "STS12": "STS12",
+  "STS13": "STS13",
+  "STS14": "STS14",
+  "STS15": "STS15",
+  "STS16": "STS16",
+  "STSBenchmark": "STS-B",
+  "SICKRelatedness": "SICK-R",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +87,7 @@ def base_config(name: str) -> ml_collections.ConfigDict:
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
-  """"a.b=1; c.d='x'; e=(1, 2)" -> {"a.b": 1, "c.d": "x", "e": (1, 2)}: Python literals, else the text as a str."""
+  """ "a.b=1; c.d='x'; e=(1, 2)" -> {"a.b": 1, "c.d": "x", "e": (1, 2)}: Python literals, else the text as a str."""
   overrides = {}
   for item in filter(None, (part.strip() for part in text.split(";"))):
     key, equals, value = item.partition("=")
@@ -150,7 +157,7 @@ def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
 
 
 def parse_shard(text: str) -> tuple[int, int]:
-  """"i/n" -> (i, n), 0 <= i < n."""
+  """ "i/n" -> (i, n), 0 <= i < n."""
   match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
   if not match or not int(match[1]) < int(match[2]):
     raise ConfigError(f"--shard {text!r} is not i/n with 0 <= i < n")
@@ -170,15 +177,21 @@ def execute(run: Run) -> dict[str, Any]:
   training = loop.train(run.config)
   scoring = run.config.copy_and_resolve_references()
   scoring.model.path, scoring.eval.tasks, scoring.eval.output_json = run.config.workdir, ",".join(TASK_COLUMNS), ""
-  summary = {**eval_run.run_sts(scoring), "best_step": training["best_step"],
-             "select_metric": training["select_metric"], "selection_value": training["best_value"],
-             "seed": run.seed, "model": run.config.model.path}
+  summary = {
+    **eval_run.run_sts(scoring),
+    "best_step": training["best_step"],
+    "select_metric": training["select_metric"],
+    "selection_value": training["best_value"],
+    "seed": run.seed,
+    "model": run.config.model.path,
+  }
   atomic.write_json(run.directory / RESULT_FILE, summary)
   return summary
 
 
-def run_experiment(experiment: ml_collections.ConfigDict, share: tuple[int, int] = (0, 1),
-                   table_only: bool = False) -> str:
+def run_experiment(
+  experiment: ml_collections.ConfigDict, share: tuple[int, int] = (0, 1), table_only: bool = False
+) -> str:
   """Runs this host's share of the unfinished runs in plan order, then writes and returns the table.
 
   Raises:
@@ -189,8 +202,10 @@ def run_experiment(experiment: ml_collections.ConfigDict, share: tuple[int, int]
   todo = [run for run in mine if not run.finished]
   logging.info("%s: %d runs planned, %d in this share, %d to do", experiment.name, len(runs), len(mine), len(todo))
   for number, run in enumerate(todo, 1):
-    print(f"[{number}/{len(todo)}] {run.row}" + ("" if run.seed is None else f", seed {run.seed}") +
-          f": {run.directory}", flush=True)
+    print(
+      f"[{number}/{len(todo)}] {run.row}" + ("" if run.seed is None else f", seed {run.seed}") + f": {run.directory}",
+      flush=True,
+    )
     xla.use_compilation_cache(run.config.compilation_cache_dir)
     execute(run)
   return write_table(experiment, runs)
@@ -202,12 +217,22 @@ def aggregate(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> lis
   for row in experiment.rows:
     mine = [run for run in runs if run.row == row["name"]]
     results = [json.loads((run.directory / RESULT_FILE).read_text()) for run in mine if run.finished]
-    scores = {"average": [r["average"] for r in results], "stsb_dev": [r["stsb_dev"] for r in results],
-              **{task: [r["tasks"][task]["all"] for r in results if task in r["tasks"]] for task in TASK_COLUMNS}}
-    records.append({"row": row["name"], "paper": row.get("paper", ""), "runs": len(results), "planned": len(mine),
-                    "model": mine[0].config.model.path,
-                    "seeds": [run.seed for run in mine if run.finished],
-                    **{name: _stats(values) for name, values in scores.items()}})
+    scores = {
+      "average": [r["average"] for r in results],
+      "stsb_dev": [r["stsb_dev"] for r in results],
+      **{task: [r["tasks"][task]["all"] for r in results if task in r["tasks"]] for task in TASK_COLUMNS},
+    }
+    records.append(
+      {
+        "row": row["name"],
+        "paper": row.get("paper", ""),
+        "runs": len(results),
+        "planned": len(mine),
+        "model": mine[0].config.model.path,
+        "seeds": [run.seed for run in mine if run.finished],
+        **{name: _stats(values) for name, values in scores.items()},
+      }
+    )
   return records
 
 
@@ -215,24 +240,47 @@ def _stats(values: list[float]) -> dict[str, float] | None:
   """Mean, std (population, numpy's default), min and max; None without values."""
   if not values:
     return None
-  return {"mean": float(np.mean(values)), "std": float(np.std(values)), "min": float(np.min(values)),
-          "max": float(np.max(values))}
+  return {
+    "mean": float(np.mean(values)),
+    "std": float(np.std(values)),
+    "min": float(np.min(values)),
+    "max": float(np.max(values)),
+  }
 
 
 def markdown(experiment: ml_collections.ConfigDict, records: Sequence[dict[str, Any]]) -> str:
   """The table: one line per row, jaxemb's 7-task average as mean ± std beside the paper's number."""
-  header = ["row", "paper", "jaxemb avg (mean ± std)", "min", "max", "runs", *TASK_COLUMNS.values(), "STS-B dev",
-            "model"]
-  lines = [f"### {experiment.name}", "", experiment.description, "",
-           "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  header = [
+    "row",
+    "paper",
+    "jaxemb avg (mean ± std)",
+    "min",
+    "max",
+    "runs",
+    *TASK_COLUMNS.values(),
+    "STS-B dev",
+    "model",
+  ]
+  lines = [
+    f"### {experiment.name}",
+    "",
+    experiment.description,
+    "",
+    "| " + " | ".join(header) + " |",
+    "|" + "---|" * len(header),
+  ]
   for r in records:
     average = r["average"]
-    cells = [r["row"], r["paper"] or "–",
-             f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "–",
-             *(f"{average[k]:.2f}" if average else "–" for k in ("min", "max")),
-             f"{r['runs']}/{r['planned']}",
-             *(f"{r[task]['mean']:.2f}" if r[task] else "–" for task in TASK_COLUMNS),
-             f"{r['stsb_dev']['mean']:.2f}" if r["stsb_dev"] else "–", r["model"]]
+    cells = [
+      r["row"],
+      r["paper"] or "–",
+      f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "–",
+      *(f"{average[k]:.2f}" if average else "–" for k in ("min", "max")),
+      f"{r['runs']}/{r['planned']}",
+      *(f"{r[task]['mean']:.2f}" if r[task] else "–" for task in TASK_COLUMNS),
+      f"{r['stsb_dev']['mean']:.2f}" if r["stsb_dev"] else "–",
+      r["model"],
+    ]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
@@ -246,4 +294,3 @@ def write_table(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> s
   atomic.write_text(workdir / "table.md", text)
   atomic.write_json(workdir / "table.json", {"experiment": experiment.name, "rows": records})
   return text
-

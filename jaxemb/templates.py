@@ -81,35 +81,32 @@ class Template:
         when its mask tokens do not match its ``[MASK]`` count.
     """
     if text.count(SLOT) != 1:
-      raise ConfigError(
-          f"Template {text!r} must contain exactly one {SLOT}, "
-          f"found {text.count(SLOT)}.")
-    prefix_text, suffix_text = text.replace(
-        MASK, tokenizer.mask_token).split(SLOT)
+      raise ConfigError(f"Template {text!r} must contain exactly one {SLOT}, found {text.count(SLOT)}.")
+    prefix_text, suffix_text = text.replace(MASK, tokenizer.mask_token).split(SLOT)
     start = len(prefix_text)
     (probe,) = _tokenize(tokenizer, [prefix_text + _PROBE + suffix_text])
-    prefix_ids, probe_ids, suffix_ids = _split(
-        *probe, start, start + len(_PROBE))
-    (alone,) = _tokenize_alone(tokenizer, _trailing_space(prefix_text),
-                               [_PROBE])
+    prefix_ids, probe_ids, suffix_ids = _split(*probe, start, start + len(_PROBE))
+    (alone,) = _tokenize_alone(tokenizer, _trailing_space(prefix_text), [_PROBE])
     if probe_ids != alone:
       raise ConfigError(
-          f"Template {text!r}: the {SLOT} slot merges with the template text "
-          "into one token; separate it with a space or punctuation.")
+        f"Template {text!r}: the {SLOT} slot merges with the template text "
+        "into one token; separate it with a space or punctuation."
+      )
     template = cls(
-        text=text,
-        prefix_text=prefix_text,
-        suffix_text=suffix_text,
-        prefix_ids=prefix_ids,
-        suffix_ids=suffix_ids,
-        cls_id=tokenizer.cls_token_id,
-        sep_id=tokenizer.sep_token_id,
-        pad_id=tokenizer.pad_token_id,
-        mask_id=tokenizer.mask_token_id)
+      text=text,
+      prefix_text=prefix_text,
+      suffix_text=suffix_text,
+      prefix_ids=prefix_ids,
+      suffix_ids=suffix_ids,
+      cls_id=tokenizer.cls_token_id,
+      sep_id=tokenizer.sep_token_id,
+      pad_id=tokenizer.pad_token_id,
+      mask_id=tokenizer.mask_token_id,
+    )
     if template.num_masks != text.count(MASK):
       raise ConfigError(
-          f"Template {text!r} has {text.count(MASK)} {MASK} but "
-          f"{template.num_masks} mask tokens after tokenisation.")
+        f"Template {text!r} has {text.count(MASK)} {MASK} but {template.num_masks} mask tokens after tokenisation."
+      )
     return template
 
   @property
@@ -129,8 +126,7 @@ class Template:
 
   def row(self, sentence_ids: Sequence[int]) -> tuple[int, ...]:
     """The unpadded row ``[CLS] prefix sentence suffix [SEP]``."""
-    return ((self.cls_id,) + self.prefix_ids + tuple(sentence_ids)
-            + self.suffix_ids + (self.sep_id,))
+    return (self.cls_id,) + self.prefix_ids + tuple(sentence_ids) + self.suffix_ids + (self.sep_id,)
 
   def mask_positions(self, sentence_lengths: Array) -> Array:
     """Row positions of the template masks, in template order.
@@ -168,14 +164,14 @@ class TemplateBatch:
 
 
 def tokenize_sentences(
-    template: Template,
-    tokenizer: Tokenizer,
-    sentences: Sequence[str],
-    *,
-    max_sentence_tokens: int | None = None,
-    pad_to: int | None = None,
-    max_length: int | None = None,
-    tokenization: str = "in_context",
+  template: Template,
+  tokenizer: Tokenizer,
+  sentences: Sequence[str],
+  *,
+  max_sentence_tokens: int | None = None,
+  pad_to: int | None = None,
+  max_length: int | None = None,
+  tokenization: str = "in_context",
 ) -> TemplateBatch:
   """Puts every sentence in the template and tokenises it, on the host.
 
@@ -220,44 +216,40 @@ def tokenize_sentences(
   """
   sentences = check_sentences(sentences)
   if tokenization not in TOKENIZATIONS:
-    raise ConfigError(
-        f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
+    raise ConfigError(f"tokenization {tokenization!r} is not one of {TOKENIZATIONS}")
   if tokenization == "alone":
     # As is: the authors' `tokenizer.encode(s)` keeps a sentence's outer
     # spaces, which RoBERTa turns into `Ġ` tokens (NLI lines end in them).
     tokens = tokenizer(sentences, add_special_tokens=False, **_IDS_ONLY)["input_ids"]
   else:
-    tokens = _sentence_tokens(template, tokenizer,
-                              [sentence.strip() for sentence in sentences])
+    tokens = _sentence_tokens(template, tokenizer, [sentence.strip() for sentence in sentences])
   tokens = [t[:max_sentence_tokens] for t in tokens]
   lengths = np.array([len(t) for t in tokens], np.int32)
   row_lengths = lengths + template.num_tokens
-  _check_row_lengths(row_lengths, _row_limit(tokenizer, max_length),
-                     "the maximum length; pass max_sentence_tokens")
+  _check_row_lengths(row_lengths, _row_limit(tokenizer, max_length), "the maximum length; pass max_sentence_tokens")
   width = int(row_lengths.max()) if pad_to is None else pad_to
   _check_row_lengths(row_lengths, width, "pad_to")
   input_ids = _rows(template, tokens, lengths, width)
   attention_mask = np.arange(width) < row_lengths[:, None]
   return TemplateBatch(
-      input_ids=input_ids,
-      attention_mask=attention_mask.astype(np.int32),
-      mask_positions=template.mask_positions(lengths).astype(np.int32),
-      sentence_lengths=lengths)
+    input_ids=input_ids,
+    attention_mask=attention_mask.astype(np.int32),
+    mask_positions=template.mask_positions(lengths).astype(np.int32),
+    sentence_lengths=lengths,
+  )
 
 
-def _rows(template: Template, tokens: list[Sequence[int]], lengths: np.ndarray,
-          width: int) -> np.ndarray:
+def _rows(template: Template, tokens: list[Sequence[int]], lengths: np.ndarray, width: int) -> np.ndarray:
   """``[len(tokens), width]`` int32: row i is ``template.row(tokens[i])``
   padded with [PAD], written with a few array operations for all rows."""
   input_ids = np.full((len(tokens), width), template.pad_id, np.int32)
   head = (template.cls_id, *template.prefix_ids)
   tail = (*template.suffix_ids, template.sep_id)
-  input_ids[:, :len(head)] = head
+  input_ids[:, : len(head)] = head
   row_of_token = np.repeat(np.arange(len(tokens)), lengths)
   first_token = np.cumsum(lengths) - lengths
   column = len(head) + np.arange(lengths.sum()) - np.repeat(first_token, lengths)
-  input_ids[row_of_token, column] = np.fromiter(
-      itertools.chain.from_iterable(tokens), np.int32, int(lengths.sum()))
+  input_ids[row_of_token, column] = np.fromiter(itertools.chain.from_iterable(tokens), np.int32, int(lengths.sum()))
   tail_columns = len(head) + lengths[:, None] + np.arange(len(tail))
   input_ids[np.arange(len(tokens))[:, None], tail_columns] = tail
   return input_ids
@@ -272,8 +264,7 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
     raise ValueError("No sentences to encode.")
   for i, sentence in enumerate(sentences):
     if not isinstance(sentence, str):
-      raise TypeError(
-          f"Sentence {i} is a {type(sentence).__name__}, not a str.")
+      raise TypeError(f"Sentence {i} is a {type(sentence).__name__}, not a str.")
   return list(sentences)
 
 
@@ -284,30 +275,24 @@ _IDS_ONLY = dict(return_attention_mask=False, return_token_type_ids=False)
 
 def _tokenize(tokenizer: Tokenizer, texts: list[str]) -> list[Encoding]:
   """Ids and char offsets of each text, without special tokens."""
-  encoded = tokenizer(
-      texts, add_special_tokens=False, return_offsets_mapping=True,
-      **_IDS_ONLY)
+  encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True, **_IDS_ONLY)
   return list(zip(encoded["input_ids"], encoded["offset_mapping"]))
 
 
-def _tokenize_alone(
-    tokenizer: Tokenizer, space: str, sentences: list[str]
-) -> list[tuple[int, ...]]:
+def _tokenize_alone(tokenizer: Tokenizer, space: str, sentences: list[str]) -> list[tuple[int, ...]]:
   """Tokenises each sentence after `space`, dropping whitespace tokens."""
   # The space makes byte-level BPE pick the word-initial tokens it would
   # pick after the template's space.
   encodings = _tokenize(tokenizer, [space + s for s in sentences])
-  return [tuple(token for token, (_, end) in zip(ids, offsets)
-                if end > len(space))
-          for ids, offsets in encodings]
+  return [tuple(token for token, (_, end) in zip(ids, offsets) if end > len(space)) for ids, offsets in encodings]
 
 
 def _trailing_space(text: str) -> str:
-  return text[len(text.rstrip()):]
+  return text[len(text.rstrip()) :]
 
 
 def _split(
-    ids: list[int], offsets: list[tuple[int, int]], start: int, end: int
+  ids: list[int], offsets: list[tuple[int, int]], start: int, end: int
 ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
   """Splits tokens by where they begin: before `start`, before `end`, after.
 
@@ -320,23 +305,18 @@ def _split(
   return tuple(ids[:first]), tuple(ids[first:last]), tuple(ids[last:])
 
 
-def _sentence_tokens(
-    template: Template, tokenizer: Tokenizer, sentences: list[str]
-) -> list[tuple[int, ...]]:
+def _sentence_tokens(template: Template, tokenizer: Tokenizer, sentences: list[str]) -> list[tuple[int, ...]]:
   """Each sentence's tokens in the template, or alone where it merges."""
   start = len(template.prefix_text)
   filled = [template.prefix_text + s + template.suffix_text for s in sentences]
   tokens = []
   for sentence, encoding in zip(sentences, _tokenize(tokenizer, filled)):
-    prefix_ids, sentence_ids, suffix_ids = _split(
-        *encoding, start, start + len(sentence))
-    in_context = (prefix_ids, suffix_ids) == (template.prefix_ids,
-                                              template.suffix_ids)
+    prefix_ids, sentence_ids, suffix_ids = _split(*encoding, start, start + len(sentence))
+    in_context = (prefix_ids, suffix_ids) == (template.prefix_ids, template.suffix_ids)
     tokens.append(sentence_ids if in_context else None)
   merged = [i for i, t in enumerate(tokens) if t is None]
   if merged:
-    alone = _tokenize_alone(tokenizer, _trailing_space(template.prefix_text),
-                            [sentences[i] for i in merged])
+    alone = _tokenize_alone(tokenizer, _trailing_space(template.prefix_text), [sentences[i] for i in merged])
     for i, sentence_ids in zip(merged, alone):
       tokens[i] = sentence_ids
   return tokens
@@ -356,6 +336,4 @@ def _check_row_lengths(row_lengths: np.ndarray, limit: int, what: str):
   too_long = np.flatnonzero(row_lengths > limit)
   if too_long.size:
     i = too_long[0]
-    raise ValueError(
-        f"Sentence {i} gives a row of {row_lengths[i]} tokens, over the "
-        f"limit {limit} ({what}).")
+    raise ValueError(f"Sentence {i} gives a row of {row_lengths[i]} tokens, over the limit {limit} ({what}).")

@@ -30,8 +30,9 @@ def fit_idf(sentences: Iterable[str], tokenizer: templates.Tokenizer, chunk_size
   sentences = iter(sentences)
   document_frequency, documents = collections.Counter(), 0
   for chunk in iter(lambda: list(itertools.islice(sentences, chunk_size)), []):
-    ids = tokenizer(chunk, add_special_tokens=False, return_attention_mask=False,
-                    return_token_type_ids=False)["input_ids"]
+    ids = tokenizer(chunk, add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)[
+      "input_ids"
+    ]
     document_frequency.update(itertools.chain.from_iterable(map(set, ids)))
     documents += len(chunk)
   return {token: math.log2(documents / df) for token, df in sorted(document_frequency.items())}
@@ -73,8 +74,10 @@ def load_idf(path: storage.PathLike) -> dict[int, float]:
 def idf_vector(idf: dict[int, float], vocab_size: int) -> np.ndarray:
   """[vocab_size] float32 weights: the IDF of each token id, 0 for ids without one."""
   if idf and not 0 <= min(idf) <= max(idf) < vocab_size:
-    raise ValueError(f"IDF token ids span {min(idf)}..{max(idf)}, outside a vocabulary of {vocab_size}: "
-                     "was it fitted with another tokenizer?")
+    raise ValueError(
+      f"IDF token ids span {min(idf)}..{max(idf)}, outside a vocabulary of {vocab_size}: "
+      "was it fitted with another tokenizer?"
+    )
   weights = np.zeros(vocab_size, np.float32)
   weights[list(idf)] = list(idf.values())
   return weights

@@ -57,23 +57,29 @@ class View:
   prompt_placement: str = "last_occurrence"
 
   def __post_init__(self):
-    for name, value, allowed in (("pooling", self.pooling, POOLINGS), ("denoise", self.denoise, denoise.KINDS),
-                                 ("head", self.head, HEADS), ("bias_positions", self.bias_positions, BIAS_POSITIONS),
-                                 ("prompt_placement", self.prompt_placement, optiprompt.PLACEMENTS)):
+    for name, value, allowed in (
+      ("pooling", self.pooling, POOLINGS),
+      ("denoise", self.denoise, denoise.KINDS),
+      ("head", self.head, HEADS),
+      ("bias_positions", self.bias_positions, BIAS_POSITIONS),
+      ("prompt_placement", self.prompt_placement, optiprompt.PLACEMENTS),
+    ):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
     if (self.pooling == "mask" or self.denoise != "none") and self.template.num_masks == 0:
       raise ConfigError(f"mask pooling and denoising need a template with [MASK]; got {self.template.text!r}")
 
 
-def prompt_inputs(view: View, prompt: jax.Array | None, input_ids: jax.Array,
-                  slot_tokens: jax.Array) -> dict[str, jax.Array]:
+def prompt_inputs(
+  view: View, prompt: jax.Array | None, input_ids: jax.Array, slot_tokens: jax.Array
+) -> dict[str, jax.Array]:
   """The encoder's extra inputs for an OptiPrompt continuous template (none without one): `slot_tokens` are the
   tokens between prefix and suffix in each row."""
   if prompt is None:
     return {}
-  embeds, mask = optiprompt.continuous_template_inputs(view.template, prompt, input_ids, slot_tokens,
-                                                       view.prompt_placement)
+  embeds, mask = optiprompt.continuous_template_inputs(
+    view.template, prompt, input_ids, slot_tokens, view.prompt_placement
+  )
   return {"inputs_embeds": embeds, "inputs_embeds_mask": mask}
 
 
@@ -82,8 +88,9 @@ def bias_position_offset(bias_positions: str, config: EncoderConfig) -> int:
   return 0 if bias_positions == "from_zero" else config.position_offset
 
 
-def template_bias(view: View, model: Transformer, forward: Forward, lengths: jax.Array, max_len: int,
-                  prompt: jax.Array | None = None) -> jax.Array:
+def template_bias(
+  view: View, model: Transformer, forward: Forward, lengths: jax.Array, max_len: int, prompt: jax.Array | None = None
+) -> jax.Array:
   """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
   offset = bias_position_offset(view.bias_positions, model.config)
   rows = denoise.template_inputs(view.template, lengths, view.denoise, offset, max_len)
@@ -94,8 +101,9 @@ def template_bias(view: View, model: Transformer, forward: Forward, lengths: jax
   return pooling.mask_state(forward(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
 
 
-def apply_head(view: View, model: Transformer, params: dict[str, Any], h: jax.Array,
-               bias: jax.Array | None) -> jax.Array:
+def apply_head(
+  view: View, model: Transformer, params: dict[str, Any], h: jax.Array, bias: jax.Array | None
+) -> jax.Array:
   """head(h - bias) in the authors' order; `params` holds "encoder" (and "mlp" for the training MLP)."""
   if view.head == "mlm_transform":
     transform = lambda x: model.apply({"params": params["encoder"]}, x, method=Transformer.mlm_transform)
@@ -113,12 +121,20 @@ def state(view: View, out: Any, batch: templates.TemplateBatch) -> jax.Array:
   return pooling.cls_before_pooler(out) if view.pooling == "cls" else pooling.mask_state(out, batch.mask_positions)
 
 
-def vector(view: View, model: Transformer, params: dict[str, Any], forward: Forward, batch: templates.TemplateBatch,
-           prompt: jax.Array | None = None, bias: jax.Array | None = None) -> jax.Array:
+def vector(
+  view: View,
+  model: Transformer,
+  params: dict[str, Any],
+  forward: Forward,
+  batch: templates.TemplateBatch,
+  prompt: jax.Array | None = None,
+  bias: jax.Array | None = None,
+) -> jax.Array:
   """[batch, hidden]: each row's vector. `bias` ([batch, hidden], e.g. rows of a per-step table) is computed here for
   the batch's lengths when the view denoises and none is given."""
-  out = forward(batch.input_ids, batch.attention_mask,
-               **prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths))
+  out = forward(
+    batch.input_ids, batch.attention_mask, **prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths)
+  )
   if view.denoise != "none" and bias is None:
     bias = template_bias(view, model, forward, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
   return apply_head(view, model, params, state(view, out, batch), bias)

@@ -41,9 +41,12 @@ from jaxemb.errors import ConfigError
 EIGEN_DOTS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 # Per compute dtype name: the CPU options of the programs that compute in it (see the module docstring).
 CPU_OPTIONS = {
-    "float32": {**EIGEN_DOTS, "xla_cpu_use_onednn": True,
-                "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
-    "bfloat16": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
+  "float32": {
+    **EIGEN_DOTS,
+    "xla_cpu_use_onednn": True,
+    "xla_cpu_experimental_onednn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+  },
+  "bfloat16": {"xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT"},
 }
 # oneDNN is built into x86 jaxlibs only; other CPUs keep XLA's Eigen dots for float32.
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -136,8 +139,10 @@ def _options_from_env() -> dict[str, Any]:
   except ValueError:
     options = None
   if not isinstance(options, dict):
-    raise ConfigError(f"{OPTIONS_ENV}={text}: not a JSON object of XLA compiler options, such as "
-                      '\'{"xla_cpu_prefer_vector_width": 512}\'')
+    raise ConfigError(
+      f"{OPTIONS_ENV}={text}: not a JSON object of XLA compiler options, such as "
+      "'{\"xla_cpu_prefer_vector_width\": 512}'"
+    )
   return options
 
 
@@ -155,8 +160,9 @@ def is_few_rows(rows: int) -> bool:
   return rows < ONEDNN_MIN_ROWS
 
 
-def jit(fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False, cached: bool = False,
-        **kwargs) -> Callable[..., Any]:
+def jit(
+  fn: Callable[..., Any], dtype: Any = jnp.float32, few_rows: bool = False, cached: bool = False, **kwargs
+) -> Callable[..., Any]:
   """`jax.jit(fn, **kwargs)` with `compiler_options(dtype, few_rows, cached)`: `fn` computes in `dtype`, on few
   token rows per device and call (`is_few_rows`) or many, and is `cached` or not (see the module docstring). A
   program XLA cannot serialize is compiled without a cache write."""

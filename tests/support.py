@@ -1,6 +1,7 @@
 """What the tests share (the benchmarks' share is jaxemb/testing/): the ../shared folder with a skip when it is not
 there, subprocesses on simulated devices, toy-scale training configs and STS jobs, the compile log, TensorBoard's
 records."""
+
 import atexit
 import collections
 import functools
@@ -24,8 +25,9 @@ def python_on_devices(code: str, devices: int, *args) -> str:
   """stdout of `python -c code args` in the repository on `devices` simulated CPU devices (a subprocess: their count
   is fixed when JAX starts); asserts it succeeded."""
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  result = subprocess.run([sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env, capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True, check=False
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
 
@@ -65,13 +67,15 @@ def short_senteval() -> pathlib.Path:
   it exits; a subprocess is handed its parent's."""
   root = pathlib.Path(tempfile.mkdtemp(prefix="jaxemb-tests-senteval-"))
   atexit.register(shutil.rmtree, root, True)
-  files = {"STS/STSBenchmark": ("sts-dev.csv", "sts-test.csv"),
-           "SICK": ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")}
+  files = {
+    "STS/STSBenchmark": ("sts-dev.csv", "sts-test.csv"),
+    "SICK": ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"),
+  }
   for folder, names in files.items():
     (root / folder).mkdir(parents=True)
     for name in names:  # SICK's files start with a header line.
       lines = shared_path("data", "senteval", folder, name).read_text(encoding="utf-8").splitlines(True)
-      (root / folder / name).write_text("".join(lines[:40 + (folder == "SICK")]), encoding="utf-8")
+      (root / folder / name).write_text("".join(lines[: 40 + (folder == "SICK")]), encoding="utf-8")
   return root
 
 
@@ -82,8 +86,14 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
   config.model.path = str(model_dir)
   config.workdir = str(workdir)
   nli = config.data.format == "nli"
-  config.data.train_file = str(train_file or (shared_path("data", "nli", "nli_for_simcse_sample.csv") if nli else
-                                              shared_path("data", "wiki", "wiki1m_sample.txt")))
+  config.data.train_file = str(
+    train_file
+    or (
+      shared_path("data", "nli", "nli_for_simcse_sample.csv")
+      if nli
+      else shared_path("data", "wiki", "wiki1m_sample.txt")
+    )
+  )
   config.data.max_sentence_tokens = 16
   config.data.senteval_dir = str(senteval_dir or short_senteval())
   config.eval.length_multiple = 64
@@ -115,18 +125,21 @@ def short_stsb_test_sentences() -> list[str]:
   """The distinct sentences of short_senteval's STS-B test (its 40 pairs): 72, more than the tiny models' 32
   dimensions, as an STS job on it fits."""
   from jaxemb.data import sts as sts_data  # pylint: disable=import-outside-toplevel
+
   task = sts_data.load_sts_task(str(short_senteval()), "STSBenchmark", "test")
   return list(dict.fromkeys(s for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)))
+
 
 def tensorboard_events(directory):
   """The events of every TensorBoard file in `directory` (TFRecord: length, its crc, the event, its crc)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+
   events = []
   for path in sorted(directory.iterdir()):
     data, offset = path.read_bytes(), 0
     while offset < len(data):
-      (length,) = struct.unpack("<Q", data[offset:offset + 8])
-      events.append(event_pb2.Event.FromString(data[offset + 12:offset + 12 + length]))
+      (length,) = struct.unpack("<Q", data[offset : offset + 8])
+      events.append(event_pb2.Event.FromString(data[offset + 12 : offset + 12 + length]))
       offset += 12 + length + 4
   return events
 
@@ -135,6 +148,7 @@ def tensorboard_scalars(directory, tag):
   """[(step, value)] of `tag` as TensorBoard shows them: the files in order, each SessionLog.START at step s
   discarding the events at s and later read before it (a resumed run's purge_step)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=import-outside-toplevel
+
   shown = []
   for event in tensorboard_events(directory):
     if event.session_log.status == event_pb2.SessionLog.START:
@@ -146,6 +160,7 @@ def tensorboard_scalars(directory, tag):
 def final_params(workdir):
   """The params of the latest checkpoint of the run directory `workdir`."""
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   manager = ocp.CheckpointManager(pathlib.Path(workdir) / "checkpoints")
   restored = manager.restore(manager.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))
   manager.close()

@@ -1,21 +1,32 @@
 """Tiny random T5 checkpoints in Hugging Face format and the small T5 tokenizer they use (no sentencepiece model is
 available offline: a Unigram tokenizer trained on a few sentences, with T5's special tokens and sentinels)."""
+
 import json
 import pathlib
 import re
 
 # What the tokenizer is trained on: the words the tests feed the generator.
-CORPUS = ("orange: a large round juicy citrus fruit with a tough bright reddish-yellow rind",
-          "apple: fruit with red or yellow or green skin and sweet to tart crisp whitish flesh",
-          "guitar: a stringed instrument usually having six strings; played by strumming or plucking",
-          "river: a large natural stream of water. Also called a stream; this word means something.",
-          "This sentence means a word . It is also known as the name of a thing , called this")
+CORPUS = (
+  "orange: a large round juicy citrus fruit with a tough bright reddish-yellow rind",
+  "apple: fruit with red or yellow or green skin and sweet to tart crisp whitish flesh",
+  "guitar: a stringed instrument usually having six strings; played by strumming or plucking",
+  "river: a large natural stream of water. Also called a stream; this word means something.",
+  "This sentence means a word . It is also known as the name of a thing , called this",
+)
 # The two kinds of checkpoints: T5 v1.0 (ReLU, LM head tied to the embedding and scaled) and v1.1 (gated GELU,
 # untied head, no scaling).
 VARIANTS = {"t5": dict(feed_forward_proj="relu"), "t5_v1_1": dict(feed_forward_proj="gated-gelu", untied=True)}
 # One layer count for both stacks: transformers 5 sizes the decoder's generation cache by num_layers.
-_TINY = dict(d_model=32, d_kv=8, d_ff=48, num_layers=2, num_heads=4,
-             relative_attention_num_buckets=8, relative_attention_max_distance=20, dropout_rate=0.0)
+_TINY = dict(
+  d_model=32,
+  d_kv=8,
+  d_ff=48,
+  num_layers=2,
+  num_heads=4,
+  relative_attention_num_buckets=8,
+  relative_attention_max_distance=20,
+  dropout_rate=0.0,
+)
 
 
 def t5_tokenizer(sentinels: int = 10):
@@ -25,6 +36,7 @@ def t5_tokenizer(sentinels: int = 10):
   import tokenizers
   from tokenizers import decoders, models, pre_tokenizers
   import transformers
+
   words = sorted({w for line in CORPUS for w in re.findall(r"\w+|[^\w\s]", line)})
   chars = sorted({c for line in CORPUS for c in line if not c.isspace()})
   pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
@@ -32,8 +44,9 @@ def t5_tokenizer(sentinels: int = 10):
   tokenizer = tokenizers.Tokenizer(models.Unigram(pieces, unk_id=2))
   tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
   tokenizer.decoder = decoders.Metaspace()
-  return transformers.T5TokenizerFast(tokenizer_object=tokenizer, extra_ids=sentinels, eos_token="</s>",
-                                      pad_token="<pad>", unk_token="<unk>")
+  return transformers.T5TokenizerFast(
+    tokenizer_object=tokenizer, extra_ids=sentinels, eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+  )
 
 
 def write_tiny_t5(out_dir, variant: str, seed: int = 0, boost: dict[str, float] | None = None):
@@ -48,6 +61,7 @@ def write_tiny_t5(out_dir, variant: str, seed: int = 0, boost: dict[str, float] 
   from safetensors.numpy import load_file, save_file
   import torch
   import transformers
+
   spec = dict(VARIANTS[variant])
   untied = spec.pop("untied", False)
   tokenizer = t5_tokenizer()

@@ -13,8 +13,10 @@ from tests.support import REPO
 
 def test_package_import_stays_light():
   """`import jaxemb` (and so `import jaxemb.data`) loads no JAX; the API names load it on first use."""
-  code = ("import sys, jaxemb; assert 'jax' not in sys.modules; "
-          "from jaxemb import Encoder, Method, similarity; assert 'jax' in sys.modules")
+  code = (
+    "import sys, jaxemb; assert 'jax' not in sys.modules; "
+    "from jaxemb import Encoder, Method, similarity; assert 'jax' in sys.modules"
+  )
   subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
@@ -68,8 +70,7 @@ def test_one_str_is_one_sentence(encoder):
   vector = encoder.encode("one sentence")  # Not 12 one-letter sentences.
   assert vector.shape == (32,) and vector.dtype == np.float32
   np.testing.assert_allclose(vector, encoder.encode(["one sentence"])[0], atol=1e-6)
-  np.testing.assert_allclose(encoder.encode("one sentence", normalize=True), vector / np.linalg.norm(vector),
-                             rtol=1e-5)
+  np.testing.assert_allclose(encoder.encode("one sentence", normalize=True), vector / np.linalg.norm(vector), rtol=1e-5)
   np.testing.assert_array_equal(encoder.encode(s for s in _SENTENCES), encoder.encode(_SENTENCES))  # Read once.
 
 
@@ -83,14 +84,17 @@ def test_no_sentences_give_no_rows_without_running_the_model(encoder, tiny_bert)
   assert heads.encode([]).shape == (0, 4, 32) and heads.compilations == 0
 
 
-@pytest.mark.parametrize("sentences, message", [
+@pytest.mark.parametrize(
+  "sentences, message",
+  [
     (["a", "b", None], "Sentence 2 is a NoneType, not a str"),
     (["a", 3], "Sentence 1 is a int, not a str"),
     (["a", ["b"]], "Sentence 1 is a list"),  # Unhashable: checked before dedup.
     (None, "not a NoneType"),
     (5, "not a int"),
     (b"bytes", "not a bytes"),
-])
+  ],
+)
 def test_sentences_that_are_not_str_are_named(encoder, sentences, message):
   with pytest.raises(TypeError, match=message):
     encoder.encode(sentences)

@@ -1,4 +1,5 @@
 """Beam search against HF PyTorch `generate(num_beams=k)`, token for token, on tiny random T5 checkpoints."""
+
 import numpy as np
 import pytest
 
@@ -13,28 +14,38 @@ INPUTS = ["<extra_id_0> orange <extra_id_1> a large round juicy citrus fruit", "
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
 def tiny_t5(request, tmp_path_factory):
-  path = write_tiny_t5(tmp_path_factory.mktemp(request.param), request.param, seed=3,
-                       boost={"</s>": EOS_SCALE[request.param]})
+  path = write_tiny_t5(
+    tmp_path_factory.mktemp(request.param), request.param, seed=3, boost={"</s>": EOS_SCALE[request.param]}
+  )
   return (path, *t5.load(path))
 
 
 def _hf_generate(path, batch, **kwargs):
   import torch
   import transformers
+
   model = transformers.T5ForConditionalGeneration.from_pretrained(path).eval()
   with torch.no_grad():
-    out = model.generate(input_ids=torch.tensor(batch["input_ids"]),
-                         attention_mask=torch.tensor(batch["attention_mask"]), do_sample=False,
-                         num_return_sequences=kwargs["num_beams"], return_dict_in_generate=True, output_scores=True,
-                         **kwargs)
+    out = model.generate(
+      input_ids=torch.tensor(batch["input_ids"]),
+      attention_mask=torch.tensor(batch["attention_mask"]),
+      do_sample=False,
+      num_return_sequences=kwargs["num_beams"],
+      return_dict_in_generate=True,
+      output_scores=True,
+      **kwargs,
+    )
   return out.sequences.numpy(), out.sequences_scores.numpy()
 
 
-@pytest.mark.parametrize("options", [
+@pytest.mark.parametrize(
+  "options",
+  [
     dict(num_beams=3, max_length=10),
     pytest.param(dict(num_beams=4, max_length=14, length_penalty=0.5, early_stopping=True), marks=pytest.mark.slow),
-    pytest.param(dict(num_beams=3, max_length=9, early_stopping="never", length_penalty=0.8),
-                 marks=pytest.mark.slow)])
+    pytest.param(dict(num_beams=3, max_length=9, early_stopping="never", length_penalty=0.8), marks=pytest.mark.slow),
+  ],
+)
 def test_equals_hf_generate(tiny_t5, options):
   path, config, params, tokenizer = tiny_t5
   batch = tokenizer(INPUTS, padding=True, return_tensors="np")
@@ -61,6 +72,7 @@ def _lm_bff_search(model, batch, num_beams, max_length, part_ends, eos_id, allow
   """princeton-nlp/LM-BFF tools/generate_template.py's `generate` loop, written out in torch as the reference:
   one forward of all inputs per beam and step, mean logits, the best num_beams + 3 tokens of each beam."""
   import torch
+
   num_parts = len(part_ends) - 1
   inputs = dict(input_ids=torch.tensor(batch["input_ids"]), attention_mask=torch.tensor(batch["attention_mask"]))
   beams = [dict(tokens=[0] * max_length, score=0.0, part=1, output=[])]
@@ -74,14 +86,17 @@ def _lm_bff_search(model, batch, num_beams, max_length, part_ends, eos_id, allow
       with torch.no_grad():
         logits = model(**inputs, decoder_input_ids=decoder_ids).logits.mean(0)[i]
       log_probs = logits - torch.logsumexp(logits, -1)
-      for token in torch.argsort(log_probs, descending=True, stable=True)[:num_beams + 3].tolist():
+      for token in torch.argsort(log_probs, descending=True, stable=True)[: num_beams + 3].tolist():
         output = beam["output"] + [token]
         if allowed[token] and not output[-2:] == [repeat_id, repeat_id]:
           tokens = list(beam["tokens"])
           tokens[i + 1] = token
           closes = token in (part_ends[beam["part"]], eos_id)
-          pool.append(dict(tokens=tokens, score=beam["score"] + log_probs[token].item(), part=beam["part"] + closes,
-                           output=output))
+          pool.append(
+            dict(
+              tokens=tokens, score=beam["score"] + log_probs[token].item(), part=beam["part"] + closes, output=output
+            )
+          )
     if not pool:
       break
     beams = sorted(pool, key=lambda b: -b["score"])[:num_beams]
@@ -91,15 +106,18 @@ def _lm_bff_search(model, batch, num_beams, max_length, part_ends, eos_id, allow
 def test_aggregated_search_equals_lm_bff(tmp_path):
   import jax.numpy as jnp
   import transformers
+
   path = write_tiny_t5(tmp_path, "t5_v1_1", seed=3, boost={"</s>": EOS_SCALE["t5_v1_1"]})
   config, params, tokenizer = t5.load(path)
   batch = tokenizer(INPUTS, padding=True, return_tensors="np")
   allowed = np.ones(config.vocab_size, bool)
   allowed[tokenizer.convert_tokens_to_ids(["▁", ","])] = False
-  options = dict(num_beams=3, max_length=7, eos_id=config.eos_token_id, repeat_id=tokenizer.convert_tokens_to_ids("."),
-                 batch_size=2)
-  search = lambda ends: beam_search.t5_aggregated_search(params, config, batch["input_ids"], batch["attention_mask"],
-                                                         jnp.asarray(ends), jnp.asarray(allowed), **options)
+  options = dict(
+    num_beams=3, max_length=7, eos_id=config.eos_token_id, repeat_id=tokenizer.convert_tokens_to_ids("."), batch_size=2
+  )
+  search = lambda ends: beam_search.t5_aggregated_search(
+    params, config, batch["input_ids"], batch["attention_mask"], jnp.asarray(ends), jnp.asarray(allowed), **options
+  )
   # This random model rarely emits sentinels: spans are closed by EOS, or by the tokens its best beam emits second
   # and fourth (found by a first search), so that beams finish and compete with running ones.
   sentinel = tokenizer.convert_tokens_to_ids("<extra_id_0>")
@@ -112,7 +130,7 @@ def test_aggregated_search_equals_lm_bff(tmp_path):
   assert len(theirs) == options["num_beams"]
   for i, beam in enumerate(theirs):
     length = int(ours.lengths[i])
-    assert np.asarray(ours.tokens[i, 1:1 + length]).tolist() == beam["output"]
+    assert np.asarray(ours.tokens[i, 1 : 1 + length]).tolist() == beam["output"]
     assert int(ours.parts[i]) == beam["part"]
     np.testing.assert_allclose(float(ours.scores[i]), beam["score"], rtol=1e-5)
   assert 3 in {b["part"] for b in theirs}  # Beams that closed both spans.

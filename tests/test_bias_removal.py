@@ -18,28 +18,38 @@ def test_published_lists_are_36_vocabulary_tokens(bert_tokenizer, roberta_tokeni
   assert set(bias_removal.WORDPIECE_PUNCTUATION) <= set(bert_tokenizer.get_vocab())
 
 
-@pytest.mark.parametrize("bias_filter, expected", [
+@pytest.mark.parametrize(
+  "bias_filter, expected",
+  [
     (BiasFilter(), ["guitar ", "un she didn t go ", "dogs ran "]),
     (BiasFilter(remove_frequent=False), ["a man is playing a guitar ", "un she didn t go ", "the dogs ran "]),
     (BiasFilter(remove_subwords=False), ["guitar ", "unbelievably she didn t go ", "dogs ran "]),
     (BiasFilter(remove_punctuation=False), ["guitar ", "un she didn t go ! ", "dogs ran "]),
     (BiasFilter(frequent_tokens=("guitar", "dogs")), ["a man is playing a ", "un she didn t go ", "the ran "]),
-], ids=["all", "keep-frequent", "keep-subwords", "keep-punctuation", "own-list"])
+  ],
+  ids=["all", "keep-frequent", "keep-subwords", "keep-punctuation", "own-list"],
+)
 def test_bert_filter(bert_tokenizer, bias_filter, expected):
   # `un ##bel ##ie ##va ##bly`, `didn ' t`: only word-initial pieces survive; the uncased vocabulary is lowercase.
   assert bias_removal.filter_sentences(bert_tokenizer, SENTENCES, bias_filter) == expected
 
 
-@pytest.mark.parametrize("bias_filter, expected", [
+@pytest.mark.parametrize(
+  "bias_filter, expected",
+  [
     # `ĠA` is not the frequent `Ġa`: the reference matches before it lowercases. `'t` is a continuation piece.
     (BiasFilter(), [" a guitar ", " un she didn go ", " dogs ran "]),
     (BiasFilter(remove_frequent=False), [" a man is playing a guitar ", " un she didn go ", " the dogs ran "]),
     (BiasFilter(remove_subwords=False), [" a guitar ", " unbelievably she didn't go ", " dogs ran "]),
     (BiasFilter(lowercase=False), [" A guitar ", " Un SHE didn go ", " dogs ran "]),
-    (BiasFilter(remove_subwords=False, remove_punctuation=False),  # The continuation "." is a frequent token.
-     [" a guitar ", " unbelievably, she didn't go! ", " dogs ran "]),
+    (
+      BiasFilter(remove_subwords=False, remove_punctuation=False),  # The continuation "." is a frequent token.
+      [" a guitar ", " unbelievably, she didn't go! ", " dogs ran "],
+    ),
     (BiasFilter(frequent_tokens=("Ġguitar",)), [" a man is playing a ", " un she didn go ", " the dogs ran "]),
-], ids=["all", "keep-frequent", "keep-subwords", "keep-case", "keep-subwords-and-punctuation", "own-list"])
+  ],
+  ids=["all", "keep-frequent", "keep-subwords", "keep-case", "keep-subwords-and-punctuation", "own-list"],
+)
 def test_roberta_filter(roberta_tokenizer, bias_filter, expected):
   assert bias_removal.filter_sentences(roberta_tokenizer, SENTENCES, bias_filter) == expected
 

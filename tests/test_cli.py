@@ -19,9 +19,14 @@ from tests.support import REPO, shared_path
 
 def _command(script, config, *flags, env=None):
   """Runs `python <script> --config configs/<config> <flags>`: (exit status, stdout, stderr)."""
-  done = subprocess.run([sys.executable, str(REPO / script), "--config", str(REPO / "configs" / config), *flags],
-                        capture_output=True, text=True, cwd=REPO, timeout=300,
-                        env={**os.environ, **(env or {})})
+  done = subprocess.run(
+    [sys.executable, str(REPO / script), "--config", str(REPO / "configs" / config), *flags],
+    capture_output=True,
+    text=True,
+    cwd=REPO,
+    timeout=300,
+    env={**os.environ, **(env or {})},
+  )
   return done.returncode, done.stdout, done.stderr
 
 
@@ -30,33 +35,47 @@ def _one_error_line(status, stdout, stderr):
   assert status == 1, stderr
   assert "Traceback" not in stdout + stderr
   assert stderr.endswith("\n") and stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
-  return stderr[len("error: "):].strip()
+  return stderr[len("error: ") :].strip()
 
 
-@pytest.mark.parametrize("script, config", [("train.py", "promptbert.py"), ("evaluate.py", "eval_prompt.py"),
-                                            ("prepare.py", "promptbert.py"),
-                                            ("sweep.py", "experiments/promptbert_table8.py")])
+@pytest.mark.parametrize(
+  "script, config",
+  [
+    ("train.py", "promptbert.py"),
+    ("evaluate.py", "eval_prompt.py"),
+    ("prepare.py", "promptbert.py"),
+    ("sweep.py", "experiments/promptbert_table8.py"),
+  ],
+)
 def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, config):
   field = "--config.workdri=x" if script == "sweep.py" else "--config.model.pth=x"
   message = _one_error_line(*_command(script, config, field))
-  assert message == ("--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)"
-                     if script == "sweep.py" else "--config.model.pth: no field 'pth' in config.model (did you mean "
-                     "'path'?)")
+  assert message == (
+    "--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)"
+    if script == "sweep.py"
+    else "--config.model.pth: no field 'pth' in config.model (did you mean 'path'?)"
+  )
 
 
 def test_the_config_is_completed_with_the_librarys_fields_and_evaluators_added_from_the_command_line(monkeypatch):
   """configs/promptbert.py states only the method and evaluator fields it sets; the flag adds the rest, a new
   evaluator's too, before the overrides, then locks the config."""
-  argv = ["train.py", f"--config={REPO / 'configs' / 'promptbert.py'}", "--config.evals.sts_test.type=sts",
-          "--config.evals.sts_test.every=7", "--config.evals.sts_test.split=test", "--config.method.ditto_head=3"]
+  argv = [
+    "train.py",
+    f"--config={REPO / 'configs' / 'promptbert.py'}",
+    "--config.evals.sts_test.type=sts",
+    "--config.evals.sts_test.every=7",
+    "--config.evals.sts_test.split=test",
+    "--config.method.ditto_head=3",
+  ]
   monkeypatch.setattr(sys, "argv", argv)
   values = flags.FlagValues()
   config = cli.define_config("a config", values)
   values(argv)
-  assert config.value.evals.to_dict() == {"stsb_dev": {"type": "sts", "every": 125, "tasks": "STSBenchmark",
-                                                       "split": "dev"},
-                                          "sts_test": {"type": "sts", "every": 7, "tasks": "STSBenchmark",
-                                                       "split": "test"}}
+  assert config.value.evals.to_dict() == {
+    "stsb_dev": {"type": "sts", "every": 125, "tasks": "STSBenchmark", "split": "dev"},
+    "sts_test": {"type": "sts", "every": 7, "tasks": "STSBenchmark", "split": "test"},
+  }
   assert set(config.value.method) == {"name", *methods.block_defaults()}
   assert config.value.method.ditto_head == 3 and config.value.method.template == train_common.PROMPTBERT_OF
   with pytest.raises(AttributeError, match="locked"):
@@ -65,7 +84,8 @@ def test_the_config_is_completed_with_the_librarys_fields_and_evaluators_added_f
 
 def test_a_config_files_refused_argument_is_one_line():
   assert _one_error_line(*_command("train.py", "pretrain_mlm.py:bogus")) == (
-      "configs/pretrain_mlm.py:bogus: the argument must be one of ('tied', 'untied')")
+    "configs/pretrain_mlm.py:bogus: the argument must be one of ('tied', 'untied')"
+  )
 
 
 def test_a_value_of_the_wrong_type_is_one_line_naming_the_flag():
@@ -75,23 +95,35 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_flag():
 
 def test_the_sweeps_overrides_name_the_closest_field():
   message = _one_error_line(*_command("sweep.py", "experiments/seeds.py", "--config.overrides=train.batchsize=8"))
-  assert message == ("overrides: 'train.batchsize' names no config field: no field 'batchsize' in config.train "
-                     "(did you mean 'batch_size'?)")
+  assert message == (
+    "overrides: 'train.batchsize' names no config field: no field 'batchsize' in config.train "
+    "(did you mean 'batch_size'?)"
+  )
 
 
 @pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
 def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   a_file = tmp_path / "not-a-model"
   a_file.write_text("")
-  evaluate = _command("evaluate.py", "eval_prompt.py", f"--config.model.path={a_file}",
-                      f"--config.data.senteval_dir={shared_path('data', 'senteval')}")
+  evaluate = _command(
+    "evaluate.py",
+    "eval_prompt.py",
+    f"--config.model.path={a_file}",
+    f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+  )
   assert _one_error_line(*evaluate) == f"{a_file} is a file; a model is a directory with config.json and weights"
-  train = _command("train.py", "promptbert.py", f"--config.workdir={tmp_path / 'run'}",
-                   f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
-                   f"--config.data.train_file={shared_path('data', 'wiki', 'wiki1m_sample.txt')}",
-                   f"--config.data.senteval_dir={tmp_path / 'senteval'}")
-  assert _one_error_line(*train).startswith(f"config.evals.stsb_dev: config.data.senteval_dir={tmp_path / 'senteval'}: "
-                                            f"{tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory")
+  train = _command(
+    "train.py",
+    "promptbert.py",
+    f"--config.workdir={tmp_path / 'run'}",
+    f"--config.model.path={shared_path('models', 'all-MiniLM-L6-v2')}",
+    f"--config.data.train_file={shared_path('data', 'wiki', 'wiki1m_sample.txt')}",
+    f"--config.data.senteval_dir={tmp_path / 'senteval'}",
+  )
+  assert _one_error_line(*train).startswith(
+    f"config.evals.stsb_dev: config.data.senteval_dir={tmp_path / 'senteval'}: "
+    f"{tmp_path / 'senteval' / 'STS' / 'STSBenchmark'}: no such directory"
+  )
   prepare = _command("prepare.py", "promptbert.py", f"--source={tmp_path / 'nowhere'}")
   assert _one_error_line(*prepare) == f"source {tmp_path / 'nowhere'} is not a directory"
   sweep = _command("sweep.py", "experiments/no_such_table.py")
@@ -102,15 +134,27 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
 def test_a_bucket_path_that_cannot_work_is_one_line_before_any_work(gcs_emulator, tmp_path):
   """A missing bucket and an unsupported scheme, each refused by every command before it loads anything (the model
   path named here does not exist: it is never looked for)."""
-  missing = _command("train.py", "promptbert.py", "--config.workdir=gs://no-such-bucket/runs/r1",
-                     "--config.model.path=/nonexistent/model", env=gcs_emulator.env)
-  assert _one_error_line(*missing) == ("cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does not "
-                                       "exist (create it with `gcloud storage buckets create gs://no-such-bucket`, "
-                                       "or fix the path)")
-  scheme = _command("evaluate.py", "eval_prompt.py", "--config.eval.output_json=hdfs://namenode/out.json",
-                    "--config.model.path=/nonexistent/model")
-  assert _one_error_line(*scheme) == ("hdfs://namenode/out.json: hdfs:// paths are not supported; use a local path "
-                                      "or gs://bucket/...")
+  missing = _command(
+    "train.py",
+    "promptbert.py",
+    "--config.workdir=gs://no-such-bucket/runs/r1",
+    "--config.model.path=/nonexistent/model",
+    env=gcs_emulator.env,
+  )
+  assert _one_error_line(*missing) == (
+    "cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does not "
+    "exist (create it with `gcloud storage buckets create gs://no-such-bucket`, "
+    "or fix the path)"
+  )
+  scheme = _command(
+    "evaluate.py",
+    "eval_prompt.py",
+    "--config.eval.output_json=hdfs://namenode/out.json",
+    "--config.model.path=/nonexistent/model",
+  )
+  assert _one_error_line(*scheme) == (
+    "hdfs://namenode/out.json: hdfs:// paths are not supported; use a local path or gs://bucket/..."
+  )
   assert not list(tmp_path.iterdir()) and not (REPO / "gs:").exists()
 
 
@@ -127,9 +171,11 @@ def test_user_message_names_what_the_user_can_fix_and_nothing_else():
   assert cli.user_message(Diverged("loss is nan at step 2")) == "loss is nan at step 2"
   assert cli.user_message(FloatingPointError("a bug's nan")) is None
   assert cli.user_message(FileNotFoundError(errno.ENOENT, "No such file or directory", "/a/b")) == (
-      "/a/b: No such file or directory")
+    "/a/b: No such file or directory"
+  )
   assert cli.user_message(FileNotFoundError("/runs/a is not a jaxemb run directory")) == (
-      "/runs/a is not a jaxemb run directory")
+    "/runs/a is not a jaxemb run directory"
+  )
   assert cli.user_message(OSError(errno.ENOSPC, "No space left on device")) == "[Errno 28] No space left on device"
   assert cli.user_message(OSError(errno.ECONNREFUSED, "Connection refused")) is None
   assert cli.user_message(ValueError("a bug")) is None

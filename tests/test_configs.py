@@ -17,6 +17,7 @@ print(sorted(name for name in sys.modules if name.split(".")[0] in ("jax", "jaxl
 
 
 def test_config_files_import_no_library_code():
-  done = subprocess.run([sys.executable, "-c", _IMPORT_EVERY_CONFIG], capture_output=True, text=True, cwd=REPO,
-                        timeout=120, check=True)
+  done = subprocess.run(
+    [sys.executable, "-c", _IMPORT_EVERY_CONFIG], capture_output=True, text=True, cwd=REPO, timeout=120, check=True
+  )
   assert done.stdout.strip() == "[]", done.stdout

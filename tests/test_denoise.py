@@ -11,12 +11,10 @@ from jaxemb import templates
 SENTENCE = "A man is playing a guitar."
 MAX_LEN = 12
 CASES = (
-    ("bert_tokenizer", 'This sentence : "[X]" means [MASK] .'),
-    ("bert_tokenizer",
-     'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].'),
-    ("roberta_tokenizer", "This sentence : ' [X] ' means [MASK] ."),
-    ("roberta_tokenizer",
-     "The sentence of '[X]' means [MASK], so it can be summarized as [MASK]."),
+  ("bert_tokenizer", 'This sentence : "[X]" means [MASK] .'),
+  ("bert_tokenizer", 'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].'),
+  ("roberta_tokenizer", "This sentence : ' [X] ' means [MASK] ."),
+  ("roberta_tokenizer", "The sentence of '[X]' means [MASK], so it can be summarized as [MASK]."),
 )
 
 
@@ -37,13 +35,10 @@ def test_position_offset_rows(case):
   columns = np.arange(template.num_tokens)
   for n in range(MAX_LEN + 1):
     np.testing.assert_array_equal(inputs.input_ids[n], template.row(()))
-    np.testing.assert_array_equal(inputs.position_ids[n, :slot],
-                                  offset + columns[:slot])
-    np.testing.assert_array_equal(inputs.position_ids[n, slot:],
-                                  offset + columns[slot:] + n)
+    np.testing.assert_array_equal(inputs.position_ids[n, :slot], offset + columns[:slot])
+    np.testing.assert_array_equal(inputs.position_ids[n, slot:], offset + columns[slot:] + n)
   assert np.all(inputs.attention_mask == 1)
-  picked = np.take_along_axis(np.asarray(inputs.input_ids),
-                              np.asarray(inputs.mask_positions), axis=1)
+  picked = np.take_along_axis(np.asarray(inputs.input_ids), np.asarray(inputs.mask_positions), axis=1)
   assert picked.shape == (MAX_LEN + 1, template.num_masks)
   assert np.all(picked == template.mask_id)
 
@@ -55,13 +50,10 @@ def test_position_offset_matches_a_real_sentence(case):
   slot = len(template.prefix_ids) + 1
   # Natural positions of the real row, less those of the sentence tokens.
   positions = offset + np.arange(template.num_tokens + n)
-  expected = np.concatenate([positions[:slot], positions[slot + n:]])
-  inputs = denoise.position_offset_inputs(template, batch.sentence_lengths,
-                                          offset)
+  expected = np.concatenate([positions[:slot], positions[slot + n :]])
+  inputs = denoise.position_offset_inputs(template, batch.sentence_lengths, offset)
   np.testing.assert_array_equal(inputs.position_ids[0], expected)
-  np.testing.assert_array_equal(
-      inputs.input_ids[0],
-      np.delete(batch.input_ids[0], np.arange(slot, slot + n)))
+  np.testing.assert_array_equal(inputs.input_ids[0], np.delete(batch.input_ids[0], np.arange(slot, slot + n)))
 
 
 def test_pad_rows(case):
@@ -73,26 +65,22 @@ def test_pad_rows(case):
     row = template.row((template.pad_id,) * n)
     padded = row + (template.pad_id,) * (width - len(row))
     np.testing.assert_array_equal(inputs.input_ids[n], padded)
-    np.testing.assert_array_equal(inputs.attention_mask[n],
-                                  np.arange(width) < len(row))
-    np.testing.assert_array_equal(inputs.mask_positions[n],
-                                  template.mask_positions(np.array(n)))
-  picked = np.take_along_axis(np.asarray(inputs.input_ids),
-                              np.asarray(inputs.mask_positions), axis=1)
+    np.testing.assert_array_equal(inputs.attention_mask[n], np.arange(width) < len(row))
+    np.testing.assert_array_equal(inputs.mask_positions[n], template.mask_positions(np.array(n)))
+  picked = np.take_along_axis(np.asarray(inputs.input_ids), np.asarray(inputs.mask_positions), axis=1)
   assert np.all(picked == template.mask_id)
 
 
 def test_pad_row_matches_a_real_sentence(case):
   tokenizer, template, _ = case
-  batch = templates.tokenize_sentences(template, tokenizer, [SENTENCE],
-                                     pad_to=template.num_tokens + MAX_LEN)
+  batch = templates.tokenize_sentences(template, tokenizer, [SENTENCE], pad_to=template.num_tokens + MAX_LEN)
   n = int(batch.sentence_lengths[0])
   slot = len(template.prefix_ids) + 1
   inputs = denoise.pad_inputs(template, batch.sentence_lengths, MAX_LEN)
   np.testing.assert_array_equal(inputs.mask_positions, batch.mask_positions)
   np.testing.assert_array_equal(inputs.attention_mask, batch.attention_mask)
   expected = batch.input_ids.copy()
-  expected[0, slot:slot + n] = template.pad_id
+  expected[0, slot : slot + n] = template.pad_id
   np.testing.assert_array_equal(inputs.input_ids, expected)
 
 
@@ -119,8 +107,11 @@ def test_denoise_rows_through_the_encoder_match_hf(tiny_checkpoint, kind):
   family, path = tiny_checkpoint
   config, params = load_pretrained(path)
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-  text = ('The sentence of "[X]" means [MASK], so it can be summarized as [MASK].' if family == "bert"
-          else "This sentence : ' [X] ' means [MASK] .")
+  text = (
+    'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].'
+    if family == "bert"
+    else "This sentence : ' [X] ' means [MASK] ."
+  )
   template = templates.Template.parse(text, tokenizer)
   lengths = jnp.arange(MAX_LEN + 1)
   if kind == "position_offset":
@@ -128,15 +119,16 @@ def test_denoise_rows_through_the_encoder_match_hf(tiny_checkpoint, kind):
   else:
     inputs = denoise.pad_inputs(template, lengths, MAX_LEN)
   positions = inputs.position_ids
-  ours = Transformer(config).apply({"params": params}, inputs.input_ids, inputs.attention_mask,
-                                   position_ids=positions)
+  ours = Transformer(config).apply({"params": params}, inputs.input_ids, inputs.attention_mask, position_ids=positions)
   # The [PAD] rows leave positions to the model's defaults: HF computes its own then.
   torch_positions = None if positions is None else torch.tensor(np.asarray(positions), dtype=torch.long)
   torch_model = transformers.AutoModel.from_pretrained(path).eval()
   with torch.no_grad():
-    theirs = torch_model(input_ids=torch.tensor(np.asarray(inputs.input_ids), dtype=torch.long),
-                         attention_mask=torch.tensor(np.asarray(inputs.attention_mask)),
-                         position_ids=torch_positions).last_hidden_state.numpy()
+    theirs = torch_model(
+      input_ids=torch.tensor(np.asarray(inputs.input_ids), dtype=torch.long),
+      attention_mask=torch.tensor(np.asarray(inputs.attention_mask)),
+      position_ids=torch_positions,
+    ).last_hidden_state.numpy()
   rows = np.arange(MAX_LEN + 1)[:, None]
   masks = np.asarray(inputs.mask_positions)
   np.testing.assert_allclose(np.asarray(ours.last_hidden_state)[rows, masks], theirs[rows, masks], atol=1e-4)

@@ -47,6 +47,7 @@ _FILE_NAME = re.compile(r"\.(py|json|jsonl|md|txt|csv|npz|png)$")  # `train.py` 
 @dataclasses.dataclass(frozen=True)
 class Command:
   """A quoted command: where it is (`docs/training.md:12`, or `:4-6` over continued lines), its words after `python`."""
+
   where: str
   argv: tuple[str, ...]
 
@@ -55,8 +56,11 @@ def quoted_commands(text: str, name: str) -> list[Command]:
   """The python commands quoted in the markdown `text` of the file `name`."""
   blocks, prose = _shell_blocks_and_prose(text)
   commands = [command for block in blocks for command in _shell_commands(block, name)]
-  return commands + [Command(f"{name}:{number}", argv) for number, span in _inline_code(prose)
-                     if (argv := _inline_argv(span, name, number)) is not None]
+  return commands + [
+    Command(f"{name}:{number}", argv)
+    for number, span in _inline_code(prose)
+    if (argv := _inline_argv(span, name, number)) is not None
+  ]
 
 
 def _shell_blocks_and_prose(text: str) -> tuple[list[list[tuple[int, str]]], list[tuple[int, str]]]:
@@ -84,8 +88,10 @@ def _inline_code(prose: list[tuple[int, str]]) -> list[tuple[int, str]]:
   for _, group in itertools.groupby(prose, key=lambda pair: bool(pair[1].strip())):  # Paragraphs.
     group = list(group)
     paragraph = "\n".join(line for _, line in group)
-    spans += [(group[0][0] + paragraph.count("\n", 0, span.start()), span.group(1).replace("\n", " "))
-              for span in re.finditer(r"`([^`]+)`", paragraph)]
+    spans += [
+      (group[0][0] + paragraph.count("\n", 0, span.start()), span.group(1).replace("\n", " "))
+      for span in re.finditer(r"`([^`]+)`", paragraph)
+    ]
   return spans
 
 
@@ -94,8 +100,11 @@ def mentioned_fields(text: str, name: str) -> list[tuple[str, str]]:
   in a shell block (its comments too) or inline code, and inline code that is a field path (`train.batch_size`,
   `config.eval.selection`, `data.format=nli`)."""
   blocks, prose = _shell_blocks_and_prose(text)
-  found = [(f"{name}:{number}", field) for number, line in [*itertools.chain(*blocks), *_inline_code(prose)]
-           for field in _CONFIG_FLAG.findall(line)]
+  found = [
+    (f"{name}:{number}", field)
+    for number, line in [*itertools.chain(*blocks), *_inline_code(prose)]
+    for field in _CONFIG_FLAG.findall(line)
+  ]
   for number, span in _inline_code(prose):
     path = re.fullmatch(r"(?:config\.)?([a-z_]+(?:\.\w+)+)(=\S*)?", span)
     if path and path.group(1).split(".")[0] in _config_groups() and not _FILE_NAME.search(path.group(1)):
@@ -201,8 +210,9 @@ def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
     config = _config(config_file)
   except Exception as e:  # pylint: disable=broad-except  # get_config refused its argument: the doc's to fix.
     return found + [f"--config {config_file}: {type(e).__name__}: {e}"]
-  new_evaluators = {match.group(1): value for _, field, value in fields
-                    if (match := re.fullmatch(r"evals\.(\w+)\.type", field))}
+  new_evaluators = {
+    match.group(1): value for _, field, value in fields if (match := re.fullmatch(r"evals\.(\w+)\.type", field))
+  }
   if new_evaluators:  # --config.evals.<name>.type=<type> adds an evaluator, as the commands do.
     config = copy.deepcopy(config)
     cli.complete(config, new_evaluators)
@@ -263,12 +273,20 @@ def _defined_flags(program: pathlib.Path) -> frozenset[str]:
   jaxemb/cli.py's and absl's own."""
   tree = ast.parse(program.read_text())
   calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
-  argparse_flags = {arg.value.lstrip("-") for call in calls if _called(call) == "add_argument" for arg in call.args
-                    if isinstance(arg, ast.Constant) and str(arg.value).startswith("-")}
+  argparse_flags = {
+    arg.value.lstrip("-")
+    for call in calls
+    if _called(call) == "add_argument"
+    for arg in call.args
+    if isinstance(arg, ast.Constant) and str(arg.value).startswith("-")
+  }
   if argparse_flags:
     return frozenset(argparse_flags | {"h", "help"})
-  absl_flags = {call.args[0].value for call in calls if _called(call).startswith("DEFINE_") and call.args and
-                isinstance(call.args[0], ast.Constant)}
+  absl_flags = {
+    call.args[0].value
+    for call in calls
+    if _called(call).startswith("DEFINE_") and call.args and isinstance(call.args[0], ast.Constant)
+  }
   if program in (REPO / script for script in ENTRY_POINTS):
     absl_flags |= _defined_flags(CLI) | {"config"} | _ABSL_RUN_FLAGS
     for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
@@ -302,9 +320,12 @@ def test_every_quoted_command_names_an_entry_point_config_and_flags_that_exist()
 def test_every_config_field_the_docs_name_is_a_field_of_a_config():
   fields = [mentioned for path in DOCS for mentioned in mentioned_fields(path.read_text(), str(path.relative_to(REPO)))]
   assert len(fields) > 100 and {"model.path", "train.batch_size", "method.template"} <= {field for _, field in fields}
-  found = [f"{where}: {field}: no config has this field" for where, field in fields
-           if not _an_added_evaluators_field(field) and
-           all(config_fields.unknown_field(config, field) for config in _every_config())]
+  found = [
+    f"{where}: {field}: no config has this field"
+    for where, field in fields
+    if not _an_added_evaluators_field(field)
+    and all(config_fields.unknown_field(config, field) for config in _every_config())
+  ]
   assert not found, "\n".join(found)
 
 
@@ -315,45 +336,73 @@ def _an_added_evaluators_field(field: str) -> bool:
 
 
 def test_a_config_field_named_alone_is_found_and_a_file_name_is_not():
-  text = ("`--config.method.head=pooler`, `train.batch_size`, `config.eval.selection`, `data.format=nli`, `train.py`,"
-          " `eval_method.json`, `jaxemb.encode.Method`\n```bash\npython x.py  # or --config.train.mesh_fsdp=2\n```\n"
-          "```\n$ python train.py --config.train.batchsize=8\n```")
+  text = (
+    "`--config.method.head=pooler`, `train.batch_size`, `config.eval.selection`, `data.format=nli`, `train.py`,"
+    " `eval_method.json`, `jaxemb.encode.Method`\n```bash\npython x.py  # or --config.train.mesh_fsdp=2\n```\n"
+    "```\n$ python train.py --config.train.batchsize=8\n```"
+  )
   assert mentioned_fields(text, "doc.md") == [
-      ("doc.md:3", "train.mesh_fsdp"), ("doc.md:1", "method.head"), ("doc.md:1", "train.batch_size"),
-      ("doc.md:1", "eval.selection"), ("doc.md:1", "data.format")]
+    ("doc.md:3", "train.mesh_fsdp"),
+    ("doc.md:1", "method.head"),
+    ("doc.md:1", "train.batch_size"),
+    ("doc.md:1", "eval.selection"),
+    ("doc.md:1", "data.format"),
+  ]
 
 
 def _problems_in(text: str) -> list[str]:
   return [problem for command in quoted_commands(text, "doc.md") for problem in problems(command)]
 
 
-@pytest.mark.parametrize("doc, expected", [
-    ("```bash\npython train.py --config configs/promptbert.py --config.train.batchsize=8\n```",
-     "doc.md:2: --config.train.batchsize: no field 'batchsize' in config.train (did you mean 'batch_size'?)"),
-    ("x\n```bash\n# a comment\npython evaluate.py --config configs/eval_prompt.py \\\n"
-     "    --config.method.nam=prompt   # a comment\n```", "doc.md:4-5: --config.method.nam: no field 'nam'"),
-    ("Run `python sweep.py --config configs/experiments/seeds.py:promptbert --shards=1/4`.",
-     "doc.md:1: --shards: sweep.py defines no such flag"),
+@pytest.mark.parametrize(
+  "doc, expected",
+  [
+    (
+      "```bash\npython train.py --config configs/promptbert.py --config.train.batchsize=8\n```",
+      "doc.md:2: --config.train.batchsize: no field 'batchsize' in config.train (did you mean 'batch_size'?)",
+    ),
+    (
+      "x\n```bash\n# a comment\npython evaluate.py --config configs/eval_prompt.py \\\n"
+      "    --config.method.nam=prompt   # a comment\n```",
+      "doc.md:4-5: --config.method.nam: no field 'nam'",
+    ),
+    (
+      "Run `python sweep.py --config configs/experiments/seeds.py:promptbert --shards=1/4`.",
+      "doc.md:1: --shards: sweep.py defines no such flag",
+    ),
     ("Then `eval_ditto.py --config.method.ditto_layr=1`.", "doc.md:1: --config.method.ditto_layr: no field"),
-    ("```bash\npython sweep.py --config configs/experiments/seeds.py:promptbert \\\n"
-     "    --config.overrides=\"train.num_steps=3; \\\n    eval.senteval_dirr='x'\"\n```",
-     "doc.md:2-4: --config.overrides: eval.senteval_dirr: no field 'senteval_dirr'"),
-    ("```bash\nJAXEMB_MODELS=m python train.py --config configs/promptbrt.py\n```",
-     "doc.md:2: --config configs/promptbrt.py: no such file"),
-    ("`python sweep.py --config configs/experiments/seeds.py:promptbrt`",
-     "doc.md:1: --config 'promptbrt over seeds': row base 'promptbrt': there is no configs/promptbrt.py"),
-    ("`python sweep.py --config configs/experiments/promptbert_table3.py:uncasd`",
-     "doc.md:1: --config configs/experiments/promptbert_table3.py:uncasd: ValueError: "),
+    (
+      "```bash\npython sweep.py --config configs/experiments/seeds.py:promptbert \\\n"
+      "    --config.overrides=\"train.num_steps=3; \\\n    eval.senteval_dirr='x'\"\n```",
+      "doc.md:2-4: --config.overrides: eval.senteval_dirr: no field 'senteval_dirr'",
+    ),
+    (
+      "```bash\nJAXEMB_MODELS=m python train.py --config configs/promptbrt.py\n```",
+      "doc.md:2: --config configs/promptbrt.py: no such file",
+    ),
+    (
+      "`python sweep.py --config configs/experiments/seeds.py:promptbrt`",
+      "doc.md:1: --config 'promptbrt over seeds': row base 'promptbrt': there is no configs/promptbrt.py",
+    ),
+    (
+      "`python sweep.py --config configs/experiments/promptbert_table3.py:uncasd`",
+      "doc.md:1: --config configs/experiments/promptbert_table3.py:uncasd: ValueError: ",
+    ),
     ("`python bench/scaling.py --config simcse --batchsize 8`", "doc.md:1: --batchsize: bench/scaling.py defines no"),
-    ("```bash\npip install x && python trian.py --config configs/promptbert.py\n```",
-     "doc.md:2: python trian.py: no such file"),
+    (
+      "```bash\npip install x && python trian.py --config configs/promptbert.py\n```",
+      "doc.md:2: python trian.py: no such file",
+    ),
     ("`python -m jaxemb.exprt --model m --out o`", "doc.md:1: python -m jaxemb.exprt: no such module"),
     ("`python -m nopackage.export --model m`", "doc.md:1: python -m nopackage.export: no such module"),
     ("`python -m jaxemb.export --modle m --out o`", "doc.md:1: --modle: jaxemb/export.py defines no such flag"),
     ("`python train.py --config.train.seed=1`", "doc.md:1: --config.train.seed: no --config file to hold it"),
-    ("a\n\nb `python train.py\n--config configs/promptbert.py --config.trian.seed=1` c",  # A span over a line break.
-     "doc.md:3: --config.trian.seed: no field 'trian' in config (did you mean 'train'?)"),
-])
+    (
+      "a\n\nb `python train.py\n--config configs/promptbert.py --config.trian.seed=1` c",  # A span over a line break.
+      "doc.md:3: --config.trian.seed: no field 'trian' in config (did you mean 'train'?)",
+    ),
+  ],
+)
 def test_a_command_naming_what_does_not_exist_fails_naming_the_line_and_the_part(doc, expected):
   found = _problems_in(doc)
   assert len(found) == 1 and found[0].startswith(expected), found
@@ -361,9 +410,10 @@ def test_a_command_naming_what_does_not_exist_fails_naming_the_line_and_the_part
 
 def test_commands_naming_what_exists_pass():
   assert not _problems_in(
-      "```bash\npython train.py --config configs/promptbert.py --config.train.batch_size=8 --resume_changed \\\n"
-      "    --noverbose --verbosity=1 --config.model.path=... ...   # comment --config.zz\n"
-      "python -m jaxemb.export --model m --out o --denoise\npython -m pytest -q -m \"not slow\"\n```\n"
-      "```\n$ python train.py --config configs/promptbert.py --config.train.batchsize=8\n```\n"  # Not a shell block.
-      "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
-      "`eval_ditto.py --config.method.ditto_variant=last`")
+    "```bash\npython train.py --config configs/promptbert.py --config.train.batch_size=8 --resume_changed \\\n"
+    "    --noverbose --verbosity=1 --config.model.path=... ...   # comment --config.zz\n"
+    'python -m jaxemb.export --model m --out o --denoise\npython -m pytest -q -m "not slow"\n```\n'
+    "```\n$ python train.py --config configs/promptbert.py --config.train.batchsize=8\n```\n"  # Not a shell block.
+    "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
+    "`eval_ditto.py --config.method.ditto_variant=last`"
+  )

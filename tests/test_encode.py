@@ -18,8 +18,13 @@ from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
 from tests.support import shared_path
 
-SENTENCES = ["a man is playing a guitar .", "A woman slices an onion!", "hello", "a man is playing a guitar .",
-             "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
+SENTENCES = [
+  "a man is playing a guitar .",
+  "A woman slices an onion!",
+  "hello",
+  "a man is playing a guitar .",
+  "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning .",
+]
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 
 
@@ -70,30 +75,42 @@ def _torch_reference(path, method: Method, sentences):
     diagonal = np.einsum("btt->bt", attention)[..., None] * mask
     words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[batch["input_ids"].numpy()]
     # alibaba-damo-academy/SpokenNLP ditto: "static" weights the raw word-embedding rows, not h0.
-    states = {"first_last": (hidden[0] + hidden[-1]) / 2, "last": hidden[-1], "static": words,
-              "embedding_output": hidden[0]}[method.ditto_variant]
+    states = {
+      "first_last": (hidden[0] + hidden[-1]) / 2,
+      "last": hidden[-1],
+      "static": words,
+      "embedding_output": hidden[0],
+    }[method.ditto_variant]
     return (states * diagonal).sum(1)
   rows = np.arange(len(texts))
   last_mask = np.array([np.flatnonzero(ids == tokenizer.mask_token_id)[-1] for ids in batch["input_ids"].numpy()])
   if method.name == "prompt":
     return hidden[-1][rows, last_mask]
   probs = torch.softmax(out.logits[rows, last_mask].double(), -1).numpy()
-  top = np.argsort(-probs, axis=-1)[:, :method.top_k]
+  top = np.argsort(-probs, axis=-1)[:, : method.top_k]
   weights = np.take_along_axis(probs, top, -1)
   weights /= weights.sum(-1, keepdims=True)
   table = encoder.embeddings.word_embeddings.weight.detach().double().numpy()
   return np.einsum("bk,bkh->bh", weights, table[top])
 
 
-MINILM_METHODS = [Method("cls"), Method("cls_before_pooler"), Method("last_avg"), Method("first_last_avg"),
-                  Method("first_layer_last_avg"), Method("top2_avg"), Method("static_avg"),
-                  Method("prompt", template=PROMPT), Method("ditto", ditto_layer=2, ditto_head=5),
-                  *(Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
-                    for v in ("last", "static", "embedding_output"))]
+MINILM_METHODS = [
+  Method("cls"),
+  Method("cls_before_pooler"),
+  Method("last_avg"),
+  Method("first_last_avg"),
+  Method("first_layer_last_avg"),
+  Method("top2_avg"),
+  Method("static_avg"),
+  Method("prompt", template=PROMPT),
+  Method("ditto", ditto_layer=2, ditto_head=5),
+  *(Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v) for v in ("last", "static", "embedding_output")),
+]
 
 
-@pytest.mark.parametrize("method", MINILM_METHODS,
-                         ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
+@pytest.mark.parametrize(
+  "method", MINILM_METHODS, ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else "")
+)
 def test_minilm_methods_match_hf(method):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
   encoder = Encoder.from_pretrained(path, method)
@@ -116,8 +133,9 @@ def test_static_remove_biases_averages_the_filtered_pieces(tiny_checkpoint):
   sentences = SENTENCES + ["the man, the dog."]
   table = np.asarray(encoder.params["embeddings"]["word"]["embedding"])
   for vector, text in zip(encoder.encode(sentences), bias_removal.filter_sentences(encoder.tokenizer, sentences)):
-    np.testing.assert_allclose(vector, table[encoder.tokenizer(text, add_special_tokens=False)["input_ids"]].mean(0),
-                               atol=1e-6)
+    np.testing.assert_allclose(
+      vector, table[encoder.tokenizer(text, add_special_tokens=False)["input_ids"]].mean(0), atol=1e-6
+    )
 
 
 @pytest.fixture(scope="module")
@@ -171,13 +189,16 @@ def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):
   np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-6)
 
 
-def test_a_checkpoint_and_a_run_directory_in_a_bucket_encode_as_their_local_copies(tiny_bert, trained_run, bucket,
-                                                                                  tmp_path, monkeypatch):
+def test_a_checkpoint_and_a_run_directory_in_a_bucket_encode_as_their_local_copies(
+  tiny_bert, trained_run, bucket, tmp_path, monkeypatch
+):
   """Encoder.from_pretrained("gs://..."): a Hugging Face folder and a run directory (its best step, its own method)
   read from a bucket give the vectors of the folders they were uploaded from."""
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
-  for local, url, method in ((tiny_bert, f"{bucket}/models/tiny", Method("prompt", template=PROMPT)),
-                             (trained_run, f"{bucket}/runs/r1", None)):
+  for local, url, method in (
+    (tiny_bert, f"{bucket}/models/tiny", Method("prompt", template=PROMPT)),
+    (trained_run, f"{bucket}/runs/r1", None),
+  ):
     storage.upload(local, url)
     ours, theirs = Encoder.from_pretrained(local, method), Encoder.from_pretrained(url, method)
     assert theirs.method == ours.method
@@ -264,7 +285,9 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
   assert [encoder._rows_per_call(b, n) for b, n in [(128, 3), (128, 9), (128, 500), (12, 3)]] == [8, 16, 128, 3]
 
 
-@pytest.mark.parametrize("method, message", [
+@pytest.mark.parametrize(
+  "method, message",
+  [
     (Method("prompt"), "needs a template with \\[MASK\\] .*; none was given"),  # Not quoting a default '[X]'.
     (Method("prompt", template="[X] !"), "needs a template with \\[MASK\\] .*; got '\\[X\\] !'"),
     (Method("ditto", ditto_layer=3), "out of range"),
@@ -272,26 +295,36 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
     (Method("tfidf_first_last"), "needs an idf_path"),
     (Method("prompt", template="no slot [MASK]"), "exactly one \\[X\\]"),
     (Method("static_avg", static_rows="mlm_decoder"), "ties its MLM decoder to the word embeddings"),
-])
+  ],
+)
 def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, message):
   _, path = tiny_checkpoint
   with pytest.raises(ValueError, match=message):
     Encoder.from_pretrained(path, method)
 
 
-@pytest.mark.parametrize("name, fields, message", [
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
     ("last_avg", dict(template=PROMPT), "^method 'last_avg' takes no template \\(a field of prompt, prompt_mlm_top_k"),
     ("pooled", {}, "is not one of"),
     ("last_avg", dict(idf_path="idf.json"), "takes no idf_path \\(a field of tfidf_first_last only\\)"),
-    ("static_avg", dict(bias_filter=bias_removal.BiasFilter(lowercase=False)),
-     "takes no bias_filter \\(a field of static_remove_biases only\\)"),
+    (
+      "static_avg",
+      dict(bias_filter=bias_removal.BiasFilter(lowercase=False)),
+      "takes no bias_filter \\(a field of static_remove_biases only\\)",
+    ),
     ("last_avg", dict(denoise=True), "takes no denoise \\(a field of prompt, prompt_mlm_top_k only\\)"),
     ("last_avg", dict(head="pooler"), "takes no head \\(a field of prompt only\\)"),
     ("prompt", dict(template=PROMPT, head="mlp"), "head 'mlp' is not one of"),
     ("static_avg", dict(static_rows="decoder"), "static_rows 'decoder' is not one of"),
-    ("last_avg", dict(static_rows="mlm_decoder"),
-     "takes no static_rows \\(a field of static_avg, static_remove_biases"),
-])
+    (
+      "last_avg",
+      dict(static_rows="mlm_decoder"),
+      "takes no static_rows \\(a field of static_avg, static_remove_biases",
+    ),
+  ],
+)
 def test_misplaced_and_bad_fields_are_refused_when_the_method_is_built(name, fields, message):
   with pytest.raises(ValueError, match=message):
     Method(name, **fields)
@@ -302,6 +335,7 @@ def test_continuous_template_initialised_from_the_manual_one_changes_nothing(tin
   they reproduce the discrete template; moved, they change the vector."""
   from jaxemb.models import load_pretrained, load_tokenizer  # pylint: disable=g-import-not-at-top
   from jaxemb.training import objectives  # pylint: disable=g-import-not-at-top
+
   family, path = tiny_checkpoint
   config, params = load_pretrained(path)
   tokenizer = load_tokenizer(path)
@@ -378,8 +412,9 @@ def test_pad_denoised_prompt_matches_hf(tiny_bert):
     pads = alone[:slot] + [tokenizer.pad_token_id] * (len(ids) - len(alone)) + alone[slot:]
     with torch.no_grad():
       expected.append((mask_state(ids) - mask_state(pads)).numpy())
-  ours = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, denoise="pad")).encode(SENTENCES,
-                                                                                                    batch_size=2)
+  ours = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, denoise="pad")).encode(
+    SENTENCES, batch_size=2
+  )
   np.testing.assert_allclose(ours, np.stack(expected), atol=1e-4)
   offset = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, denoise="position_offset"))
   assert not np.allclose(ours, offset.encode(SENTENCES), atol=1e-3)

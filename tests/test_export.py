@@ -11,16 +11,22 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.methods.prompt import PROMPT_MODULE
 from jaxemb.testing.checkpoints import write_random_checkpoint
 
-SENTENCES = ["a man is playing a guitar .", "  A woman slices an onion!  ", "hello",
-             "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning ."]
+SENTENCES = [
+  "a man is playing a guitar .",
+  "  A woman slices an onion!  ",
+  "hello",
+  "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning .",
+]
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
 
 
 @pytest.fixture(scope="module")
 def with_pooler(tmp_path_factory):
   """Tiny random `*Model` checkpoints, which keep the pooler that `cls` and head "pooler" read."""
-  return {family: write_random_checkpoint(tmp_path_factory.mktemp(f"pooler-{family}"), family, head=False)
-          for family in ("bert", "roberta")}
+  return {
+    family: write_random_checkpoint(tmp_path_factory.mktemp(f"pooler-{family}"), family, head=False)
+    for family in ("bert", "roberta")
+  }
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +45,9 @@ def _sentence_transformers_encode(out):
   return _sentence_transformers(out).encode
 
 
-@pytest.mark.parametrize("family, name", [("bert", "last_avg"), ("bert", "cls"), ("roberta", "last_avg"),
-                                          ("roberta", "cls_before_pooler")])
+@pytest.mark.parametrize(
+  "family, name", [("bert", "last_avg"), ("bert", "cls"), ("roberta", "last_avg"), ("roberta", "cls_before_pooler")]
+)
 def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, family, name):
   out = export.export_model(with_pooler[family], tmp_path / "st", name)
   ours = Encoder.from_pretrained(with_pooler[family], name).encode(SENTENCES)
@@ -51,14 +58,19 @@ def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, famil
 
 # RoBERTa's '[X]' (no space inside the quotes): "onion." merges with the closing quote into one token (`.'`) in the
 # filled-in template, so jaxemb and the module tokenise that sentence alone.
-@pytest.mark.parametrize("family, fields", [
-    ("bert", dict(template=TEMPLATES["bert"])), ("roberta", dict(template=TEMPLATES["roberta"])),
+@pytest.mark.parametrize(
+  "family, fields",
+  [
+    ("bert", dict(template=TEMPLATES["bert"])),
+    ("roberta", dict(template=TEMPLATES["roberta"])),
     ("bert", dict(template=TEMPLATES["bert"], denoise=True, head="mlm_transform")),
     ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, head="pooler")),
     ("roberta", dict(template="This sentence : '[X]' means [MASK] .", denoise=True, head="mlm_transform")),
     ("bert", dict(template='This sentence of "[X]" means [MASK] , so [MASK] .', denoise=True, head="pooler")),
-    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, tokenization="alone", bias_positions="model"))],
-    ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())))
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, tokenization="alone", bias_positions="model")),
+  ],
+  ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())),
+)
 def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm, tmp_path, family, fields):
   """The custom module (trust_remote_code) gives Encoder.encode's vectors for each template, denoising, head and
   tokenization, with the sentences as they are (it strips them as jaxemb does in context)."""
@@ -84,8 +96,7 @@ def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, 
   np.testing.assert_allclose(model.similarity(tensor, tensor).numpy(), unit @ unit.T, atol=1e-4)
   # The folder holds plain torch code: it also runs without sentence-transformers' loader.
   module = model[0].load(str(out))
-  np.testing.assert_allclose(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), ours,
-                             atol=1e-4)
+  np.testing.assert_allclose(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), ours, atol=1e-4)
   # model.save writes the module and its code into the root, where modules.json looks for them.
   model.save(str(tmp_path / "saved"))
   np.testing.assert_allclose(_sentence_transformers(tmp_path / "saved").encode(SENTENCES), ours, atol=1e-4)
@@ -97,7 +108,8 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   trained = Encoder.from_pretrained(trained_run)
   ours = trained.encode(SENTENCES)
   theirs = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "own"))(
-      [s.strip() for s in SENTENCES])
+    [s.strip() for s in SENTENCES]
+  )
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
   untrained = Encoder.from_pretrained(tiny_bert, trained.method).encode(SENTENCES)
   assert not np.allclose(ours, untrained, atol=1e-4), "the export should hold the trained weights"
@@ -106,8 +118,7 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   np.testing.assert_allclose(prompt, Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
 
 
-def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, bucket, tmp_path, monkeypatch,
-                                                                  capsys):
+def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, bucket, tmp_path, monkeypatch, capsys):
   """The command from a run directory in a bucket to a folder there: Encoder.from_pretrained reads the exported
   folder from the bucket, sentence-transformers its local copy, both with the run's vectors; a prompt export copies
   its module there; the folder is not exported into twice, and no local `gs:` folder appears."""
@@ -126,17 +137,22 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
   assert (prompt / f"{PROMPT_MODULE}.py").is_file()
-  np.testing.assert_allclose(_sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES),
-                             Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
+  np.testing.assert_allclose(
+    _sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES),
+    Encoder.from_pretrained(trained_run, method).encode(SENTENCES),
+    atol=1e-4,
+  )
   assert export.main(["--model", run, "--out", out]) == 1
   assert capsys.readouterr().err.endswith(f"\nerror: {out} is not empty; export into a new directory\n")
   huggingface_hub = pytest.importorskip("huggingface_hub")
   uploads = []
-  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
-                                      commit_description="", oid="1")
+  commit = huggingface_hub.CommitInfo(
+    commit_url="https://huggingface.co/me/model/commit/1", commit_message="", commit_description="", oid="1"
+  )
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: None)
-  monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder",
-                      lambda self, **kw: uploads.append(kw["folder_path"]) or commit)
+  monkeypatch.setattr(
+    huggingface_hub.HfApi, "upload_folder", lambda self, **kw: uploads.append(kw["folder_path"]) or commit
+  )
   assert export.push_to_hub(out, "me/model") == "https://huggingface.co/me/model"
   assert uploads == [str(storage.local_copy(out))], "a bucket's folder is uploaded from its local copy"
   assert not list(tmp_path.glob("gs:*")) and not list(tmp_path.glob("*/gs:*"))
@@ -182,16 +198,31 @@ def test_model_card_names_hub_base_model_and_dataset():
 
 
 def test_command_line(with_pooler, tmp_path, capsys):
-  assert export.main(["--model", str(with_pooler["bert"]), "--method", "prompt", "--template", TEMPLATES["bert"],
-                      "--denoise", "--out", str(tmp_path / "out")]) == 0
+  assert (
+    export.main(
+      [
+        "--model",
+        str(with_pooler["bert"]),
+        "--method",
+        "prompt",
+        "--template",
+        TEMPLATES["bert"],
+        "--denoise",
+        "--out",
+        str(tmp_path / "out"),
+      ]
+    )
+    == 0
+  )
   assert capsys.readouterr().out.strip() == str(tmp_path / "out")
   assert json.loads((tmp_path / "out" / "jaxemb_prompt.json").read_text())["denoise"] is True
   with pytest.raises(SystemExit):
     export.main(["--model", str(with_pooler["bert"]), "--template", TEMPLATES["bert"], "--out", str(tmp_path / "x")])
   capsys.readouterr()
   # An error a user can act on is one line and status 1.
-  assert export.main(["--model", str(with_pooler["bert"]), "--method", "first_last_avg", "--out",
-                      str(tmp_path / "y")]) == 1
+  assert (
+    export.main(["--model", str(with_pooler["bert"]), "--method", "first_last_avg", "--out", str(tmp_path / "y")]) == 1
+  )
   err = capsys.readouterr().err
   assert err.startswith("error: method 'first_last_avg' has no sentence-transformers form") and err.count("\n") == 1
 
@@ -201,11 +232,25 @@ def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypat
   huggingface_hub = pytest.importorskip("huggingface_hub")
   calls = []
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo, **kw: calls.append(("create", repo, kw)))
-  commit = huggingface_hub.CommitInfo(commit_url="https://huggingface.co/me/model/commit/1", commit_message="",
-                                      commit_description="", oid="1")
+  commit = huggingface_hub.CommitInfo(
+    commit_url="https://huggingface.co/me/model/commit/1", commit_message="", commit_description="", oid="1"
+  )
   monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, **kw: calls.append(("upload", kw)) or commit)
-  assert export.main(["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", str(tmp_path / "out"),
-                      "--push_to_hub", "me/model"]) == 0
+  assert (
+    export.main(
+      [
+        "--model",
+        str(with_pooler["bert"]),
+        "--method",
+        "last_avg",
+        "--out",
+        str(tmp_path / "out"),
+        "--push_to_hub",
+        "me/model",
+      ]
+    )
+    == 0
+  )
   assert calls[0] == ("create", "me/model", {"repo_type": "model", "exist_ok": True})
   assert calls[1][1]["folder_path"] == str(tmp_path / "out") and calls[1][1]["repo_id"] == "me/model"
   assert capsys.readouterr().out.split() == [str(tmp_path / "out"), "https://huggingface.co/me/model"]
@@ -214,11 +259,26 @@ def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypat
 
 def test_push_to_hub_offline_is_one_line(with_pooler, tmp_path, capsys, monkeypatch):
   huggingface_hub = pytest.importorskip("huggingface_hub")
+
   def offline(self, repo, **kwargs):
     raise huggingface_hub.errors.OfflineModeIsEnabled("Cannot reach https://huggingface.co: offline mode is enabled.")
+
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", offline)
-  assert export.main(["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", str(tmp_path / "out"),
-                      "--push_to_hub", "me/model"]) == 1
+  assert (
+    export.main(
+      [
+        "--model",
+        str(with_pooler["bert"]),
+        "--method",
+        "last_avg",
+        "--out",
+        str(tmp_path / "out"),
+        "--push_to_hub",
+        "me/model",
+      ]
+    )
+    == 1
+  )
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "me/model" in err and "offline mode is enabled" in err
   assert (tmp_path / "out" / "README.md").is_file(), "the export stays for a later upload"

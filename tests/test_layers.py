@@ -12,22 +12,42 @@ PACKAGE = pathlib.Path(REPO) / "jaxemb"
 # Each module's layer by its longest dotted prefix, bottom (0) to top (4); a module of a layer may import its own
 # layer and those below. A new module fails test_every_module_has_a_layer until it is placed here.
 LAYERS = {
-    # What every layer uses: the error vocabulary, compiler options, config-field names, local and gs:// files,
-    # progress on stderr.
-    "jaxemb.errors": 0, "jaxemb.xla": 0, "jaxemb.config_fields": 0, "jaxemb.atomic": 0, "jaxemb.storage": 0,
-    "jaxemb.progress": 0,
-    # The encoder, its checkpoints and the run directory's layout.
-    "jaxemb.models": 1,
-    # From sentences to vectors, the mesh, the data readers.
-    "jaxemb.templates": 2, "jaxemb.optiprompt": 2, "jaxemb.denoise": 2, "jaxemb.views": 2, "jaxemb.pooling": 2,
-    "jaxemb.encode": 2, "jaxemb.bias_removal": 2, "jaxemb.tfidf": 2, "jaxemb.losses": 2, "jaxemb.sharding": 2,
-    "jaxemb.data": 2, "jaxemb.beam_search": 2, "jaxemb.methods": 2,
-    "jaxemb.training": 3, "jaxemb.evaluation": 3, "jaxemb.model_card": 3,
-    # The commands and the package's lazy public API; the mteb adapter; the module file export copies (torch only).
-    "jaxemb": 4, "jaxemb.sweep": 4, "jaxemb.export": 4, "jaxemb.cli": 4, "jaxemb.mteb": 4,
-    "jaxemb.st_prompt_module": 4,
-    # What the tests and benchmarks share (random checkpoints, the authors' steps in PyTorch): no module imports it.
-    "jaxemb.testing": 5,
+  # What every layer uses: the error vocabulary, compiler options, config-field names, local and gs:// files,
+  # progress on stderr.
+  "jaxemb.errors": 0,
+  "jaxemb.xla": 0,
+  "jaxemb.config_fields": 0,
+  "jaxemb.atomic": 0,
+  "jaxemb.storage": 0,
+  "jaxemb.progress": 0,
+  # The encoder, its checkpoints and the run directory's layout.
+  "jaxemb.models": 1,
+  # From sentences to vectors, the mesh, the data readers.
+  "jaxemb.templates": 2,
+  "jaxemb.optiprompt": 2,
+  "jaxemb.denoise": 2,
+  "jaxemb.views": 2,
+  "jaxemb.pooling": 2,
+  "jaxemb.encode": 2,
+  "jaxemb.bias_removal": 2,
+  "jaxemb.tfidf": 2,
+  "jaxemb.losses": 2,
+  "jaxemb.sharding": 2,
+  "jaxemb.data": 2,
+  "jaxemb.beam_search": 2,
+  "jaxemb.methods": 2,
+  "jaxemb.training": 3,
+  "jaxemb.evaluation": 3,
+  "jaxemb.model_card": 3,
+  # The commands and the package's lazy public API; the mteb adapter; the module file export copies (torch only).
+  "jaxemb": 4,
+  "jaxemb.sweep": 4,
+  "jaxemb.export": 4,
+  "jaxemb.cli": 4,
+  "jaxemb.mteb": 4,
+  "jaxemb.st_prompt_module": 4,
+  # What the tests and benchmarks share (random checkpoints, the authors' steps in PyTorch): no module imports it.
+  "jaxemb.testing": 5,
 }
 
 
@@ -56,8 +76,9 @@ def _imported(path: pathlib.Path) -> set[str]:
       names.update(alias.name for alias in node.names)
     elif isinstance(node, ast.ImportFrom):
       assert not node.level, f"{path}:{node.lineno}: a relative import; the package imports by absolute name"
-      names.update(f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
-                   for a in node.names)
+      names.update(
+        f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+      )
   return {name for name in names if name == "jaxemb" or name.startswith("jaxemb.")}
 
 
@@ -68,8 +89,9 @@ def test_every_module_has_a_layer():
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_imports_from_a_layer_above(module):
-  upward = sorted(f"{name} (layer {_layer(name)})" for name in _imported(MODULES[module])
-                  if (_layer(name) or 0) > _layer(module))
+  upward = sorted(
+    f"{name} (layer {_layer(name)})" for name in _imported(MODULES[module]) if (_layer(name) or 0) > _layer(module)
+  )
   assert upward == [], f"{module} (layer {_layer(module)}) imports from above"
 
 
@@ -81,9 +103,14 @@ def test_imports_are_resolved_to_modules():
 
 def test_the_benchmarks_import_nothing_from_the_tests():
   """bench/ shares what it shares with tests/ through jaxemb/testing/, so that a test's refactor never breaks it."""
-  found = [f"{path.relative_to(REPO)}:{node.lineno}" for path in sorted((pathlib.Path(REPO) / "bench").glob("*.py"))
-           for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
-           and any(name == "tests" or name.startswith("tests.")
-                   for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else
-                                [alias.name for alias in node.names]))]
+  found = [
+    f"{path.relative_to(REPO)}:{node.lineno}"
+    for path in sorted((pathlib.Path(REPO) / "bench").glob("*.py"))
+    for node in ast.walk(ast.parse(path.read_text()))
+    if isinstance(node, (ast.Import, ast.ImportFrom))
+    and any(
+      name == "tests" or name.startswith("tests.")
+      for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names])
+    )
+  ]
   assert found == []

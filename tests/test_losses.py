@@ -71,12 +71,20 @@ def torch_reference(z1, z2, z3, temp, objective, weight=0.0):
 
 
 OBJECTIVES = {  # name: (jax loss of (z1, z2, z3), NumPy loss of (z1, z2, z3), torch objective, hard-negative weight)
-    "info_nce": (lambda z1, z2, z3: losses.info_nce(z1, z2, TAU), np_info_nce, "info_nce", 0.0),
-    "hard_negatives": (lambda z1, z2, z3: losses.info_nce_with_hard_negatives(z1, z2, z3, TAU), np_hard_negatives,
-                       "hard_negatives", 0.0),
-    "hard_negatives_weighted": (lambda z1, z2, z3: losses.info_nce_with_hard_negatives(z1, z2, z3, TAU, 0.7),
-                                lambda z1, z2, z3, tau: np_hard_negatives(z1, z2, z3, tau, 0.7), "hard_negatives", 0.7),
-    "extended": (lambda z1, z2, z3: losses.extended_info_nce(z1, z2, z3, TAU), np_extended, "extended", 0.0),
+  "info_nce": (lambda z1, z2, z3: losses.info_nce(z1, z2, TAU), np_info_nce, "info_nce", 0.0),
+  "hard_negatives": (
+    lambda z1, z2, z3: losses.info_nce_with_hard_negatives(z1, z2, z3, TAU),
+    np_hard_negatives,
+    "hard_negatives",
+    0.0,
+  ),
+  "hard_negatives_weighted": (
+    lambda z1, z2, z3: losses.info_nce_with_hard_negatives(z1, z2, z3, TAU, 0.7),
+    lambda z1, z2, z3, tau: np_hard_negatives(z1, z2, z3, tau, 0.7),
+    "hard_negatives",
+    0.7,
+  ),
+  "extended": (lambda z1, z2, z3: losses.extended_info_nce(z1, z2, z3, TAU), np_extended, "extended", 0.0),
 }
 
 
@@ -292,10 +300,14 @@ _SHARDED_SCRIPT = textwrap.dedent("""
 
 
 def test_sharded_batch_gives_the_global_loss():
-  env = {**os.environ, "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()}
-  done = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True,
-                        timeout=300, check=False)
+  env = {
+    **os.environ,
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip(),
+  }
+  done = subprocess.run(
+    [sys.executable, "-c", _SHARDED_SCRIPT], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+  )
   assert done.returncode == 0, done.stderr
   results = json.loads(done.stdout.strip().splitlines()[-1])
   assert results.pop("devices") == 8

@@ -23,8 +23,15 @@ SENTENCES = ["a man is playing a guitar .", "A woman slices an onion", "hello", 
 def _encode(model, batches):
   """model.encode over mteb-style batches ({"text": [...]}), with the keywords mteb's evaluators pass."""
   task = mteb.get_task("STSBenchmark")  # Metadata only: nothing is downloaded.
-  return model.encode([{"text": batch} for batch in batches], task_metadata=task.metadata, hf_split="test",
-                      hf_subset="default", prompt_type=None, batch_size=2, show_progress_bar=False)
+  return model.encode(
+    [{"text": batch} for batch in batches],
+    task_metadata=task.metadata,
+    hf_split="test",
+    hf_subset="default",
+    prompt_type=None,
+    batch_size=2,
+    show_progress_bar=False,
+  )
 
 
 def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
@@ -38,8 +45,9 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
   unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
   np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
   reverse = vectors[::-1].copy()
-  np.testing.assert_allclose(np.asarray(model.similarity_pairwise(vectors, reverse)), (unit * unit[::-1]).sum(1),
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    np.asarray(model.similarity_pairwise(vectors, reverse)), (unit * unit[::-1]).sum(1), atol=1e-5
+  )
   meta = model.mteb_model_meta
   assert (meta.name, meta.revision, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", None, 32, ["JAX"])
   assert meta.experiment_kwargs == {"method": "ditto", "ditto_layer": 1, "ditto_head": 2}
@@ -59,21 +67,24 @@ def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
 
 def test_run_directory_model_is_its_best_step(trained_run):
   model = JaxembModel(trained_run)
-  np.testing.assert_allclose(_encode(model, [SENTENCES]),
-                             Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6)
+  np.testing.assert_allclose(
+    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6
+  )
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert model.mteb_model_meta.revision == f"best-{step}"
   assert model.mteb_model_meta.experiment_kwargs == {"method": "cls_before_pooler"}
 
 
-def test_run_directory_in_a_bucket_is_named_by_its_folder_with_its_best_step(trained_run, bucket, tmp_path,
-                                                                             monkeypatch):
+def test_run_directory_in_a_bucket_is_named_by_its_folder_with_its_best_step(
+  trained_run, bucket, tmp_path, monkeypatch
+):
   """A gs:// run directory is neither a hub id nor a local path: "jaxemb/<its folder>", its best step's revision."""
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
   storage.upload(trained_run, f"{bucket}/runs/r1")
   model = JaxembModel(f"{bucket}/runs/r1")
-  np.testing.assert_allclose(_encode(model, [SENTENCES]),
-                             Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6)
+  np.testing.assert_allclose(
+    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6
+  )
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert (model.mteb_model_meta.name, model.mteb_model_meta.revision) == ("jaxemb/r1", f"best-{step}")
 
@@ -82,30 +93,58 @@ def _local_stsb(pairs: int | None):
   """An mteb STS task over SentEval's STS-B test file (its first `pairs` pairs; None: all), SentEval's tokens
   re-joined as jaxemb's scorer joins them; no hub."""
   from datasets import Dataset, DatasetDict  # pylint: disable=g-import-not-at-top
+
   task = load_sts_task(shared_path("data", "senteval"), "STSBenchmark")
   (subset,) = task.subsets.values()
 
   class LocalSTSB(mteb.abstasks.AbsTaskSTS):
     metadata = mteb.TaskMetadata(
-        name="LocalSTSBenchmark", description="SentEval's STS-B test set, read from ../shared.",
-        reference="https://github.com/princeton-nlp/SimCSE", dataset={"path": "local", "revision": "local"},
-        type="STS", category="t2t", modalities=["text"], eval_splits=["test"], eval_langs=["eng-Latn"],
-        main_score="cosine_spearman", date=("2017-01-01", "2017-12-31"), domains=[], task_subtypes=[],
-        license="cc-by-sa-4.0", annotations_creators="human-annotated", dialect=[], sample_creation="found",
-        bibtex_citation="")
+      name="LocalSTSBenchmark",
+      description="SentEval's STS-B test set, read from ../shared.",
+      reference="https://github.com/princeton-nlp/SimCSE",
+      dataset={"path": "local", "revision": "local"},
+      type="STS",
+      category="t2t",
+      modalities=["text"],
+      eval_splits=["test"],
+      eval_langs=["eng-Latn"],
+      main_score="cosine_spearman",
+      date=("2017-01-01", "2017-12-31"),
+      domains=[],
+      task_subtypes=[],
+      license="cc-by-sa-4.0",
+      annotations_creators="human-annotated",
+      dialect=[],
+      sample_creation="found",
+      bibtex_citation="",
+    )
     min_score, max_score = 0, 5
 
     def load_data(self, num_proc=None, **kwargs):
       del num_proc, kwargs
       rows = slice(pairs)
-      self.dataset = DatasetDict({"test": Dataset.from_dict({
-          "sentence1": [join_tokens(s) for s in subset.sentences1[rows]],
-          "sentence2": [join_tokens(s) for s in subset.sentences2[rows]],
-          "score": subset.scores[rows].tolist()})})
+      self.dataset = DatasetDict(
+        {
+          "test": Dataset.from_dict(
+            {
+              "sentence1": [join_tokens(s) for s in subset.sentences1[rows]],
+              "sentence2": [join_tokens(s) for s in subset.sentences2[rows]],
+              "score": subset.scores[rows].tolist(),
+            }
+          )
+        }
+      )
       self.data_loaded = True
 
-  cut = sts.StsTask(task.name, task.split, {subset.name: sts.StsSubset(
-      subset.name, subset.sentences1[slice(pairs)], subset.sentences2[slice(pairs)], subset.scores[slice(pairs)])})
+  cut = sts.StsTask(
+    task.name,
+    task.split,
+    {
+      subset.name: sts.StsSubset(
+        subset.name, subset.sentences1[slice(pairs)], subset.sentences2[slice(pairs)], subset.scores[slice(pairs)]
+      )
+    },
+  )
   return LocalSTSB(), cut
 
 

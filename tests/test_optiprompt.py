@@ -7,8 +7,9 @@ from jaxemb import optiprompt, templates
 
 
 def _placed(template, batch, prompt, placement):
-  embeds, mask = optiprompt.continuous_template_inputs(template, prompt, batch.input_ids, batch.sentence_lengths,
-                                                       placement)
+  embeds, mask = optiprompt.continuous_template_inputs(
+    template, prompt, batch.input_ids, batch.sentence_lengths, placement
+  )
   return np.asarray(embeds), np.asarray(mask)
 
 
@@ -27,6 +28,13 @@ def test_optiprompt_vectors_go_to_the_last_occurrence_of_their_token(bert_tokeni
   assert {int(i): float(embeds[0, i, 0]) for i in np.flatnonzero(mask[0])} == expected
   exact, exact_mask = _placed(template, batch, prompt, "template")
   assert {int(i): float(exact[0, i, 0]) for i in np.flatnonzero(exact_mask[0])} == {
-      1: 1, 2: 2, 3: 3, 4: 4, 8: 5, 9: 6, 11: 8}
+    1: 1,
+    2: 2,
+    3: 3,
+    4: 4,
+    8: 5,
+    9: 6,
+    11: 8,
+  }
   with pytest.raises(ValueError, match="placement 'first' is not one of"):
     _placed(template, batch, prompt, "first")

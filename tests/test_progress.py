@@ -40,9 +40,11 @@ def test_a_log_gets_a_line_every_log_every_seconds_while_the_work_goes_on(monkey
   monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
   lines = _work(True, io.StringIO(), monkeypatch, total=500).splitlines()
   # Read at the start, then after 100 (20 s), 200 (40 s: a line), 300 (60 s), 400 (80 s: a line), 500; the end.
-  assert lines == ["STS12, STSBenchmark dev: 200 of 500 sentences (5/s, 60 s left)",
-                   "STS12, STSBenchmark dev: 400 of 500 sentences (5/s, 20 s left)",
-                   "STS12, STSBenchmark dev: 500 sentences in 120.0 s (4/s)"]
+  assert lines == [
+    "STS12, STSBenchmark dev: 200 of 500 sentences (5/s, 60 s left)",
+    "STS12, STSBenchmark dev: 400 of 500 sentences (5/s, 20 s left)",
+    "STS12, STSBenchmark dev: 500 sentences in 120.0 s (4/s)",
+  ]
 
 
 @pytest.mark.parametrize("show", [None, False])

@@ -12,7 +12,9 @@ from jaxemb import sharding
 from tests.support import python_on_devices
 
 
-@pytest.mark.parametrize("shape, fsdp, min_size, expected", [
+@pytest.mark.parametrize(
+  "shape, fsdp, min_size, expected",
+  [
     ((30522, 32), 2, sharding.FSDP_MIN_SIZE, P("fsdp", None)),  # The largest axis.
     ((30522, 32), 8, sharding.FSDP_MIN_SIZE, P(None, "fsdp")),  # 8 does not divide 30522: the next axis.
     ((32, 64), 2, 1024, P(None, "fsdp")),
@@ -24,7 +26,8 @@ from tests.support import python_on_devices
     ((), 2, 0, P()),  # Scalars.
     ((2,), 2, sharding.FSDP_MIN_SIZE, P()),  # The rng key data.
     ((768,), 2, sharding.FSDP_MIN_SIZE, P()),  # A bias or LayerNorm scale.
-])
+  ],
+)
 def test_rule_splits_only_large_leaves_on_their_largest_divisible_axis(shape, fsdp, min_size, expected):
   assert sharding.fsdp_spec(shape, fsdp, min_size) == expected
   mesh = AbstractMesh((8 // fsdp, fsdp), ("data", "fsdp"))
@@ -50,8 +53,11 @@ def mesh_facts():
     except ValueError as e:
       facts[f"{data}x{fsdp}"] = f"ValueError: {e}"
       continue
-    facts[f"{data}x{fsdp}"] = {"shape": dict(mesh.shape), "types": [t.name for t in mesh.axis_types],
-                               "ids": sorted(d.id for d in mesh.devices.flat)}
+    facts[f"{data}x{fsdp}"] = {
+      "shape": dict(mesh.shape),
+      "types": [t.name for t in mesh.axis_types],
+      "ids": sorted(d.id for d in mesh.devices.flat),
+    }
   mesh = sharding.make_mesh(4, 2)
   for name, shape in [("large", (30522, 32)), ("small", (32, 64))]:
     x = jax.device_put(np.zeros(shape, np.float32), sharding.fsdp_sharding(mesh, shape))

@@ -19,8 +19,11 @@ def test_local_paths_expand_the_home_and_other_schemes_are_one_line(monkeypatch,
   monkeypatch.setenv("HOME", str(tmp_path))
   assert storage.path("~/runs/x") == storage.Path(tmp_path / "runs" / "x")
   assert not storage.is_remote("runs/x") and storage.is_remote("gs://b/x")
-  with pytest.raises(ConfigError, match=r"^hdfs://nn/runs: hdfs:// paths are not supported; use a local path or "
-                     r"gs://bucket/\.\.\.$"):
+  with pytest.raises(
+    ConfigError,
+    match=r"^hdfs://nn/runs: hdfs:// paths are not supported; use a local path or "
+    r"gs://bucket/\.\.\.$",
+  ):
     storage.path("hdfs://nn/runs")
 
 
@@ -106,8 +109,10 @@ def test_upload_staging_and_the_listing_of_sizes_and_digests(bucket, tmp_path, m
   storage.upload(local / "b.txt", f"{bucket}/data/b.txt")
   listed = storage.objects(f"{bucket}/data/senteval/")
   assert sorted(listed) == ["STS/a.txt", "b.txt"]
-  assert [(o.size, o.md5) for o in listed.values()] == [(3, hashlib.md5(b"one").hexdigest()),
-                                                          (4, hashlib.md5(b"two!").hexdigest())]
+  assert [(o.size, o.md5) for o in listed.values()] == [
+    (3, hashlib.md5(b"one").hexdigest()),
+    (4, hashlib.md5(b"two!").hexdigest()),
+  ]
   (file,) = storage.objects(f"{bucket}/data/b.txt").values()
   assert file.md5 == listed["b.txt"].md5 and file.generation != listed["b.txt"].generation
   storage.path(f"{bucket}/data/senteval/b.txt").write_bytes(b"new!")  # Listed above: the listing is read again.
@@ -120,9 +125,12 @@ def test_upload_staging_and_the_listing_of_sizes_and_digests(bucket, tmp_path, m
 def test_check_reads_writes_and_names_a_missing_bucket(bucket):
   storage.check([f"{bucket}/data/wiki.txt"], writes=[f"{bucket}/runs/r1"])
   assert not list(storage.path(bucket).iterdir())  # The write probe is gone.
-  with pytest.raises(StorageError, match=r"^cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does "
-                     r"not exist \(create it with `gcloud storage buckets create gs://no-such-bucket`, or fix the "
-                     r"path\)$"):
+  with pytest.raises(
+    StorageError,
+    match=r"^cannot use gs://no-such-bucket/runs/r1: bucket gs://no-such-bucket does "
+    r"not exist \(create it with `gcloud storage buckets create gs://no-such-bucket`, or fix the "
+    r"path\)$",
+  ):
     storage.check([], writes=["gs://no-such-bucket/runs/r1"])
 
 
@@ -142,9 +150,12 @@ def test_check_without_credentials_says_how_to_get_them(gcs_emulator, fresh_clie
   monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
   monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))  # No gcloud credentials file.
   monkeypatch.setenv("NO_GCE_CHECK", "True")  # Not a Google Cloud VM: no metadata server.
-  with pytest.raises(StorageError, match=r"^cannot write gs://bucket/runs/r1: no valid Google Cloud credentials\. Run "
-                     r"`gcloud auth application-default login`, or on a VM give its service account the storage "
-                     r"scope \(--scopes=cloud-platform\)$"):
+  with pytest.raises(
+    StorageError,
+    match=r"^cannot write gs://bucket/runs/r1: no valid Google Cloud credentials\. Run "
+    r"`gcloud auth application-default login`, or on a VM give its service account the storage "
+    r"scope \(--scopes=cloud-platform\)$",
+  ):
     storage.check([], writes=["gs://bucket/runs/r1"])
 
 
@@ -171,8 +182,11 @@ def test_check_without_permission_names_the_bucket(gcs_emulator, fresh_clients, 
   threading.Thread(target=server.serve_forever, daemon=True).start()
   monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{server.server_port}")
   try:
-    with pytest.raises(StorageError, match=r"^cannot read gs://private/data: permission denied on bucket gs://private "
-                       r"\(grant this account roles/storage\.objectAdmin on it\)$"):
+    with pytest.raises(
+      StorageError,
+      match=r"^cannot read gs://private/data: permission denied on bucket gs://private "
+      r"\(grant this account roles/storage\.objectAdmin on it\)$",
+    ):
       storage.check(["gs://private/data"])
   finally:
     server.shutdown()
@@ -203,8 +217,12 @@ class _Flaky(http.server.BaseHTTPRequestHandler):
     if fail:
       self._answer(503, {"Content-Type": "application/json"}, b'{"error": {"code": 503, "message": "try again"}}')
       return
-    request = urllib.request.Request(self.upstream + self.path, data=body if body else None, method=self.command,
-                                     headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+    request = urllib.request.Request(
+      self.upstream + self.path,
+      data=body if body else None,
+      method=self.command,
+      headers={k: v for k, v in self.headers.items() if k.lower() != "host"},
+    )
     try:
       with urllib.request.urlopen(request, timeout=30) as response:
         self._answer(response.status, dict(response.headers), response.read())
@@ -233,6 +251,7 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
   import gcsfs  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
+
   _Flaky.upstream = gcs_emulator.url
   server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
   threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -244,8 +263,9 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
     failed = _Flaky.every(8)
     for i in range(4):
       atomic.write_json(f"{bucket}/run/{i}.json", {"i": i})
-    assert [json.loads(storage.path(f"{bucket}/run/{i}.json").read_text()) for i in range(4)] == [{"i": i}
-                                                                                                   for i in range(4)]
+    assert [json.loads(storage.path(f"{bucket}/run/{i}.json").read_text()) for i in range(4)] == [
+      {"i": i} for i in range(4)
+    ]
     assert sorted(p.name for p in storage.local_copy(f"{bucket}/run").iterdir()) == [f"{i}.json" for i in range(4)]
     assert _Flaky.every(3) > failed
     failed = _Flaky.failed

@@ -16,8 +16,17 @@ from jaxemb.training import loop, trainer
 from tests.support import shared_path
 from tests.support import tiny_config
 
-EXPERIMENTS = ["seeds", "promptbert_table3", "promptbert_table4", "promptbert_table8", "promptbert_table9",
-               "promptbert_table10", "cotbert_table3", "cotbert_table4", "cotbert_table6"]
+EXPERIMENTS = [
+  "seeds",
+  "promptbert_table3",
+  "promptbert_table4",
+  "promptbert_table8",
+  "promptbert_table9",
+  "promptbert_table10",
+  "cotbert_table3",
+  "cotbert_table4",
+  "cotbert_table6",
+]
 
 
 def _experiment(name, workdir, arg=None, **fields):
@@ -51,8 +60,13 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
 
 
 def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
-  experiment = _experiment("promptbert_table8", tmp_path, "roberta", seeds=(1, 2),
-                           overrides="train.num_steps=30; model.path='/m'; objective.temperature=0.1")
+  experiment = _experiment(
+    "promptbert_table8",
+    tmp_path,
+    "roberta",
+    seeds=(1, 2),
+    overrides="train.num_steps=30; model.path='/m'; objective.temperature=0.1",
+  )
   runs = sweep.plan(experiment)
   assert [(run.row, run.seed) for run in runs] == [(row["name"], seed) for row in experiment.rows for seed in (1, 2)]
   same, different, default = runs[0].config, runs[2].config, runs[4].config
@@ -66,7 +80,12 @@ def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
 
 def test_parse_overrides_reads_python_literals_and_bare_strings():
   assert sweep.parse_overrides(" a.b=1; c = 'x y' ;d=(1, 2);e=../path/to;f=True;") == {
-      "a.b": 1, "c": "x y", "d": (1, 2), "e": "../path/to", "f": True}
+    "a.b": 1,
+    "c": "x y",
+    "d": (1, 2),
+    "e": "../path/to",
+    "f": True,
+  }
   with pytest.raises(ValueError, match="'model.path' is not key=value"):
     sweep.parse_overrides("train.seed=1; model.path")
 
@@ -119,8 +138,10 @@ def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
   lines = text.splitlines()
   assert lines[0] == "### PromptBERT Table 10"
   assert "| SimCSE-BERT base | 75.42 ± 0.86 (max 76.64, min 73.50) | – | – | – | 0/3 |" in text
-  assert f"| PromptBERT base | 78.54 ± 0.15 (max 78.86, min 78.33) | 72.00 ± {np.std([70, 71, 75]):.2f} | 70.00 | " \
-         "75.00 | 3/3 | 72.00 | 73.00 |" in text
+  assert (
+    f"| PromptBERT base | 78.54 ± 0.15 (max 78.86, min 78.33) | 72.00 ± {np.std([70, 71, 75]):.2f} | 70.00 | "
+    "75.00 | 3/3 | 72.00 | 73.00 |" in text
+  )
   assert (tmp_path / "table.md").read_text() == text
 
 
@@ -128,6 +149,7 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   """A run directory is named by its row and a hash of the row's complete overrides (its own and the command
   line's): other overrides never reuse, or skip as finished, a run of another command, and the table reads the new
   runs; the same overrides however written plan the same directories."""
+
   def plan(overrides, **fields):
     return sweep.plan(_experiment("promptbert_table8", tmp_path, seeds=(1,), overrides=overrides, **fields))
 
@@ -142,8 +164,11 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   assert records[0]["runs"] == 0 and records[0]["average"] is None
   experiment = _experiment("seeds", tmp_path, seeds=(1,))
   directories = []
-  for row in ({"name": "x", "set": {"train.learning_rate": 1e-5}}, {"name": "x", "set": {"train.learning_rate": 3e-5}},
-              {"name": "x", "base": "promptroberta", "set": {"train.learning_rate": 3e-5}}):
+  for row in (
+    {"name": "x", "set": {"train.learning_rate": 1e-5}},
+    {"name": "x", "set": {"train.learning_rate": 3e-5}},
+    {"name": "x", "base": "promptroberta", "set": {"train.learning_rate": 3e-5}},
+  ):
     experiment.rows = (row,)
     directories.append(sweep.plan(experiment)[0].directory)
   assert len(set(directories)) == 3
@@ -157,8 +182,11 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   workdir = tmp_path if root == "local" else f"{request.getfixturevalue('bucket')}/sweeps/seeds"
   monkeypatch.chdir(tmp_path)
   experiment = _experiment("seeds", workdir, seeds=(1, 2, 3, 4))
-  assert all(run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}" and
-             run.config.data.cache_dir == f"{workdir}/cache" for run in sweep.plan(experiment))
+  assert all(
+    run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}"
+    and run.config.data.cache_dir == f"{workdir}/cache"
+    for run in sweep.plan(experiment)
+  )
   calls = []
 
   def execute(run):
@@ -189,14 +217,21 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   evaluate.py's STS job on the run directory with the run's own evaluation method."""
   experiment = _experiment("seeds", tmp_path, seeds=(5,))
   (run,) = sweep.plan(experiment)
-  base = tiny_config("promptbert", tiny_bert, run.directory, shared_path("data", "wiki", "wiki1m_sample.txt"),
-                     shared_path("data", "senteval"), num_steps=2)  # The seven tasks.
+  base = tiny_config(
+    "promptbert",
+    tiny_bert,
+    run.directory,
+    shared_path("data", "wiki", "wiki1m_sample.txt"),
+    shared_path("data", "senteval"),
+    num_steps=2,
+  )  # The seven tasks.
   for block in ("model", "data", "eval", "train", "evals"):
     run.config[block] = base[block]
   run.config.train.seed = 5
   scored = []
-  monkeypatch.setattr(eval_run, "run_sts", lambda config, run_sts=eval_run.run_sts: scored.append(config) or
-                      run_sts(config))
+  monkeypatch.setattr(
+    eval_run, "run_sts", lambda config, run_sts=eval_run.run_sts: scored.append(config) or run_sts(config)
+  )
   summary = sweep.execute(run)
   (scoring,) = scored
   assert scoring.model.path == str(run.directory) and scoring.eval.tasks.split(",") == list(sweep.TASK_COLUMNS)
@@ -205,8 +240,9 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
   assert written["best_step"] == 2 and written["select_metric"] == "stsb_dev/STSBenchmark"
   assert written["method"] == loop.eval_method(run.config).config_fields()  # The run's own, from its directory.
-  encoder = Encoder.from_pretrained(run.directory, length_multiple=run.config.eval.length_multiple,
-                                    batch_size=run.config.eval.batch_size)
+  encoder = Encoder.from_pretrained(
+    run.directory, length_multiple=run.config.eval.length_multiple, batch_size=run.config.eval.batch_size
+  )
   tasks = sts_data.load_sts_tasks(run.config.data.senteval_dir, ["STS16"])
   preprocess = common.preprocess(run.config.eval.join_tokens, run.config.eval.add_period)
   sts16 = sts.evaluate_sts(encoder.encode, tasks, preprocess)

@@ -8,41 +8,38 @@ import pytest
 from jaxemb import templates
 
 BERT_TEMPLATES = (
-    'This sentence : "[X]" means [MASK] .',
-    'This sentence of "[X]" means [MASK] .',
-    'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].',
-    'The sentence : "[X]" means [MASK], so it can be summarized as [MASK].',
-    'The sentence : "[X]" does not mean [MASK], so it cannot be summarized '
-    'as [MASK].',
-    "[X]",
+  'This sentence : "[X]" means [MASK] .',
+  'This sentence of "[X]" means [MASK] .',
+  'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].',
+  'The sentence : "[X]" means [MASK], so it can be summarized as [MASK].',
+  'The sentence : "[X]" does not mean [MASK], so it cannot be summarized as [MASK].',
+  "[X]",
 )
 ROBERTA_TEMPLATES = (
-    "This sentence : ' [X] ' means [MASK] .",
-    "The sentence : ' [X] ' means [MASK] .",
-    "The sentence of '[X]' means [MASK], so it can be summarized as [MASK].",
-    "The sentence : '[X]' means [MASK], so it can be summarized as [MASK].",
-    "The sentence : '[X]' does not mean [MASK], so it cannot be summarized "
-    "as [MASK].",
-    "[X]",
+  "This sentence : ' [X] ' means [MASK] .",
+  "The sentence : ' [X] ' means [MASK] .",
+  "The sentence of '[X]' means [MASK], so it can be summarized as [MASK].",
+  "The sentence : '[X]' means [MASK], so it can be summarized as [MASK].",
+  "The sentence : '[X]' does not mean [MASK], so it cannot be summarized as [MASK].",
+  "[X]",
 )
 COT_BERT = BERT_TEMPLATES[2]
 COT_ROBERTA = ROBERTA_TEMPLATES[2]
 LONG = " ".join(["The quick brown fox, aged 7, jumps over 12 lazy dogs"] * 20)
 # None ends in punctuation, which RoBERTa would merge with a closing "'".
 SENTENCES = (
-    "A man is playing a guitar",
-    "a [MASK] sits on the <mask> mat [SEP] then </s> leaves",
-    "she said \"hello\" and he said 'bye' to them",
-    "this sentence means what the sentence means",
-    "café naïve Straße",
-    "東京は日本の首都です",
-    "🙂👍 great",
-    "3.14 is about 22/7 and 1,000,000 is big",
-    "  spaces around  ",
-    LONG,
+  "A man is playing a guitar",
+  "a [MASK] sits on the <mask> mat [SEP] then </s> leaves",
+  "she said \"hello\" and he said 'bye' to them",
+  "this sentence means what the sentence means",
+  "café naïve Straße",
+  "東京は日本の首都です",
+  "🙂👍 great",
+  "3.14 is about 22/7 and 1,000,000 is big",
+  "  spaces around  ",
+  LONG,
 )
-CASES = ([("bert_tokenizer", t) for t in BERT_TEMPLATES]
-         + [("roberta_tokenizer", t) for t in ROBERTA_TEMPLATES])
+CASES = [("bert_tokenizer", t) for t in BERT_TEMPLATES] + [("roberta_tokenizer", t) for t in ROBERTA_TEMPLATES]
 
 
 def filled_ids(tokenizer, text, sentence):
@@ -53,8 +50,7 @@ def filled_ids(tokenizer, text, sentence):
 
 def encode(tokenizer, text, sentences, **kwargs):
   template = templates.Template.parse(text, tokenizer)
-  return template, templates.tokenize_sentences(
-      template, tokenizer, sentences, **kwargs)
+  return template, templates.tokenize_sentences(template, tokenizer, sentences, **kwargs)
 
 
 @pytest.fixture(params=CASES, ids=lambda case: case[1])
@@ -69,14 +65,12 @@ def test_rows_equal_filled_template_tokens(case):
   for i, sentence in enumerate(SENTENCES):
     expected = filled_ids(tokenizer, text, sentence)
     row = batch.input_ids[i]
-    np.testing.assert_array_equal(row[:len(expected)], expected)
-    assert np.all(row[len(expected):] == template.pad_id)
-    np.testing.assert_array_equal(
-        batch.attention_mask[i], np.arange(row.size) < len(expected))
+    np.testing.assert_array_equal(row[: len(expected)], expected)
+    assert np.all(row[len(expected) :] == template.pad_id)
+    np.testing.assert_array_equal(batch.attention_mask[i], np.arange(row.size) < len(expected))
     assert batch.sentence_lengths[i] == len(expected) - template.num_tokens
   assert batch.input_ids.shape[1] == batch.attention_mask.sum(1).max()
-  for array in (batch.input_ids, batch.attention_mask, batch.mask_positions,
-                batch.sentence_lengths):
+  for array in (batch.input_ids, batch.attention_mask, batch.mask_positions, batch.sentence_lengths):
     assert array.dtype == np.int32
 
 
@@ -96,12 +90,11 @@ def test_truncation_keeps_first_sentence_tokens_and_template(case):
   template, full = encode(tokenizer, text, [LONG])
   _, cut = encode(tokenizer, text, [LONG], max_sentence_tokens=8)
   start = 1 + len(template.prefix_ids)
-  in_context = full.input_ids[0, start:start + full.sentence_lengths[0]]
+  in_context = full.input_ids[0, start : start + full.sentence_lengths[0]]
   assert cut.sentence_lengths.tolist() == [8]
   np.testing.assert_array_equal(cut.input_ids[0], template.row(in_context[:8]))
   assert cut.attention_mask.sum() == template.num_tokens + 8
-  np.testing.assert_array_equal(cut.mask_positions,
-                                template.mask_positions(np.array([8])))
+  np.testing.assert_array_equal(cut.mask_positions, template.mask_positions(np.array([8])))
 
 
 @pytest.mark.parametrize("sentence", ["", "   ", "\t\n"])
@@ -110,8 +103,7 @@ def test_empty_sentence_is_the_template_alone(case, sentence):
   template, batch = encode(tokenizer, text, [sentence])
   np.testing.assert_array_equal(batch.input_ids[0], template.row(()))
   assert batch.sentence_lengths.tolist() == [0]
-  np.testing.assert_array_equal(batch.mask_positions[0],
-                                1 + np.array(template.mask_indices))
+  np.testing.assert_array_equal(batch.mask_positions[0], 1 + np.array(template.mask_indices))
 
 
 def test_template_fields(bert_tokenizer, roberta_tokenizer):
@@ -119,54 +111,52 @@ def test_template_fields(bert_tokenizer, roberta_tokenizer):
   tokens = bert_tokenizer.convert_ids_to_tokens
   assert tokens(bert.prefix_ids) == ["this", "sentence", ":", '"']
   assert tokens(bert.suffix_ids) == ['"', "means", "[MASK]", "."]
-  assert (bert.cls_id, bert.sep_id, bert.pad_id, bert.mask_id) == (
-      101, 102, 0, 103)
+  assert (bert.cls_id, bert.sep_id, bert.pad_id, bert.mask_id) == (101, 102, 0, 103)
   roberta = templates.Template.parse(ROBERTA_TEMPLATES[0], roberta_tokenizer)
   # The space before [X] belongs to the sentence's first token, not here.
-  assert roberta_tokenizer.convert_ids_to_tokens(roberta.prefix_ids) == [
-      "This", "Ġsentence", "Ġ:", "Ġ'"]
-  assert (roberta.cls_id, roberta.sep_id, roberta.pad_id,
-          roberta.mask_id) == (0, 2, 1, 50264)
+  assert roberta_tokenizer.convert_ids_to_tokens(roberta.prefix_ids) == ["This", "Ġsentence", "Ġ:", "Ġ'"]
+  assert (roberta.cls_id, roberta.sep_id, roberta.pad_id, roberta.mask_id) == (0, 2, 1, 50264)
   assert templates.Template.parse(COT_ROBERTA, roberta_tokenizer).num_masks == 2
   assert templates.Template.parse("[X]", roberta_tokenizer).num_masks == 0
   # Hashable and compared by value, as a static jit argument must be.
-  assert hash(bert) == hash(
-      templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer))
+  assert hash(bert) == hash(templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer))
 
 
-@pytest.mark.parametrize("text", [
+@pytest.mark.parametrize(
+  "text",
+  [
     "This sentence means [MASK] .",
     'Both "[X]" and "[X]" mean [MASK] .',
     "This sentence : <mask> ' [X] ' means [MASK] .",
     "abc[X]def [MASK]",
-])
+  ],
+)
 def test_bad_template_raises_naming_it(roberta_tokenizer, text):
   with pytest.raises(ValueError, match=re.escape(repr(text))):
     templates.Template.parse(text, roberta_tokenizer)
 
 
-@pytest.mark.parametrize("text, alone", [
+@pytest.mark.parametrize(
+  "text, alone",
+  [
     (COT_ROBERTA, "It works."),
     ("Say ' [X]' now [MASK] .", " It works."),
-])
-def test_boundary_merge_falls_back_to_sentence_alone(
-    roberta_tokenizer, text, alone):
+  ],
+)
+def test_boundary_merge_falls_back_to_sentence_alone(roberta_tokenizer, text, alone):
   # "It works.'" ends in RoBERTa's single token ".'" in context.
   template, batch = encode(roberta_tokenizer, text, ["It works."])
   sentence_ids = roberta_tokenizer(alone, add_special_tokens=False)["input_ids"]
   assert len(batch.input_ids[0]) == template.num_tokens + len(sentence_ids)
-  np.testing.assert_array_equal(batch.input_ids[0],
-                                template.row(sentence_ids))
-  assert batch.input_ids[0].tolist() != filled_ids(
-      roberta_tokenizer, text, "It works.")
+  np.testing.assert_array_equal(batch.input_ids[0], template.row(sentence_ids))
+  assert batch.input_ids[0].tolist() != filled_ids(roberta_tokenizer, text, "It works.")
   assert roberta_tokenizer.convert_ids_to_tokens(sentence_ids)[-1] == "."
 
 
 def test_no_fallback_when_space_separates(roberta_tokenizer):
   text = ROBERTA_TEMPLATES[0]
   _, batch = encode(roberta_tokenizer, text, ["It works."])
-  assert batch.input_ids[0].tolist() == filled_ids(
-      roberta_tokenizer, text, "It works.")
+  assert batch.input_ids[0].tolist() == filled_ids(roberta_tokenizer, text, "It works.")
 
 
 def test_pad_to(bert_tokenizer):
@@ -176,11 +166,9 @@ def test_pad_to(bert_tokenizer):
   assert batch.input_ids.shape == (3, 64)
   np.testing.assert_array_equal(batch.input_ids[:, :width], natural.input_ids)
   assert np.all(batch.input_ids[:, width:] == template.pad_id)
-  np.testing.assert_array_equal(batch.attention_mask.sum(1),
-                                natural.attention_mask.sum(1))
+  np.testing.assert_array_equal(batch.attention_mask.sum(1), natural.attention_mask.sum(1))
   with pytest.raises(ValueError, match="Sentence 1 .*pad_to"):
-    templates.tokenize_sentences(template, bert_tokenizer, ["a", LONG],
-                               pad_to=width - 1)
+    templates.tokenize_sentences(template, bert_tokenizer, ["a", LONG], pad_to=width - 1)
 
 
 def test_too_long_row_raises_naming_sentence(bert_tokenizer):
@@ -189,10 +177,8 @@ def test_too_long_row_raises_naming_sentence(bert_tokenizer):
   with pytest.raises(ValueError, match="Sentence 1 .*max_sentence_tokens"):
     templates.tokenize_sentences(template, bert_tokenizer, ["a", very_long])
   with pytest.raises(ValueError, match="Sentence 0 .*limit 20"):
-    templates.tokenize_sentences(template, bert_tokenizer, ["a b c d e"],
-                               max_length=20)
-  batch = templates.tokenize_sentences(template, bert_tokenizer, [very_long],
-                                     max_sentence_tokens=32)
+    templates.tokenize_sentences(template, bert_tokenizer, ["a b c d e"], max_length=20)
+  batch = templates.tokenize_sentences(template, bert_tokenizer, [very_long], max_sentence_tokens=32)
   assert batch.input_ids.shape == (1, template.num_tokens + 32)
 
 
@@ -212,13 +198,15 @@ def test_alone_tokenization_is_the_authors_prepare_features(bert_tokenizer, robe
   sentence's first word loses its leading space."""
   sentences = ["A man plays a guitar.", "Two dogs run in the snow and the wind over the hills"]
   for tokenizer, text, bs, es in (
-      (bert_tokenizer, 'This sentence of "[X]" means[MASK].', ' This sentence of "', '" means[MASK].'),
-      (roberta_tokenizer, "This sentence : ' [X] ' means[MASK].", "This sentence : '", " ' means<mask>.")):
+    (bert_tokenizer, 'This sentence of "[X]" means[MASK].', ' This sentence of "', '" means[MASK].'),
+    (roberta_tokenizer, "This sentence : ' [X] ' means[MASK].", "This sentence : '", " ' means<mask>."),
+  ):
     template = templates.Template.parse(text, tokenizer)
     batch = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=8, tokenization="alone")
     for row, mask, length, sentence in zip(batch.input_ids, batch.attention_mask, batch.sentence_lengths, sentences):
-      expected = (tokenizer.encode(bs)[:-1] + tokenizer.encode(sentence, add_special_tokens=False)[:8]
-                  + tokenizer.encode(es)[1:])
+      expected = (
+        tokenizer.encode(bs)[:-1] + tokenizer.encode(sentence, add_special_tokens=False)[:8] + tokenizer.encode(es)[1:]
+      )
       assert row[mask == 1].tolist() == expected and length == min(8, len(tokenizer.tokenize(sentence)))
     in_context = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=8)
     same = np.array_equal(in_context.input_ids, batch.input_ids)
@@ -239,6 +227,7 @@ def test_cot_roberta_training_template_ends_in_a_space_token(roberta_tokenizer):
   """ZBWpro/CoT-BERT `code-for-RoBERTa/train.py`: "..._as_*mask*_._*sep+*" leaves a space before </s>, a `Ġ` token
   in every training and [PAD] row; its evaluation.py strips the filled-in string, so evaluation has none."""
   from configs import cotroberta  # pylint: disable=g-import-not-at-top
+
   config = cotroberta.get_config()
   suffix = " ' means <mask> , so it can be summarized as <mask> . "
   for text in config.objective.templates:

@@ -100,11 +100,14 @@ def test_options_an_older_jaxlib_lacks_fall_back_to_eigen_dots(monkeypatch, fres
   assert xla.compiler_options() == xla.EIGEN_DOTS
 
 
-@pytest.mark.parametrize("value, message", [
+@pytest.mark.parametrize(
+  "value, message",
+  [
     ("[1, 2]", "not a JSON object"),
     ("{oops", "not a JSON object"),
     ('{"xla_cpu_experimental_onednn_fusion_type": "dot"}', "XLA refuses it .*not a valid enum value"),
-])
+  ],
+)
 def test_a_bad_options_variable_is_one_clear_error(monkeypatch, fresh_options, value, message):
   monkeypatch.setenv(xla.OPTIONS_ENV, value)
   with pytest.raises(ConfigError, match=f"{xla.OPTIONS_ENV}=.*{message}"):

@@ -23,7 +23,7 @@ def get_config(model: str = "bert"):
   config.base = BASE[model]
   config.seeds = (0,)  # The configs' seed (the authors' train.py).
   config.rows = (
-      {"name": "without a_{i+j-}", "paper": without, "set": {"objective.loss": "info_nce_with_hard_negatives"}},
-      {"name": "with a_{i+j-}", "paper": with_term},
+    {"name": "without a_{i+j-}", "paper": without, "set": {"objective.loss": "info_nce_with_hard_negatives"}},
+    {"name": "with a_{i+j-}", "paper": with_term},
   )
   return config

@@ -1,7 +1,7 @@
 """CoT-BERT Table 6: template denoising in the loss: none, PromptBERT's position offset, CoT-BERT's [PAD] rows.
 
-  python sweep.py --config configs/experiments/cotbert_table6.py            # BERT column
-  python sweep.py --config configs/experiments/cotbert_table6.py:roberta    # RoBERTa column
+python sweep.py --config configs/experiments/cotbert_table6.py            # BERT column
+python sweep.py --config configs/experiments/cotbert_table6.py:roberta    # RoBERTa column
 """
 
 from configs.experiments import common
@@ -20,8 +20,8 @@ def get_config(model: str = "bert"):
   config.base = BASE[model]
   config.seeds = (0,)  # The configs' seed (the authors' train.py).
   config.rows = (
-      {"name": "without denoise", "paper": none, "set": {"objective.denoise": "none"}},
-      {"name": "position denoise", "paper": position, "set": {"objective.denoise": "position_offset"}},
-      {"name": "[PAD] denoise", "paper": pad},
+    {"name": "without denoise", "paper": none, "set": {"objective.denoise": "none"}},
+    {"name": "position denoise", "paper": position, "set": {"objective.denoise": "position_offset"}},
+    {"name": "[PAD] denoise", "paper": pad},
   )
   return config

@@ -14,7 +14,7 @@ def get_config():
   config.workdir = "runs/experiments/promptbert_table10"
   config.base = "promptbert"
   config.rows = (
-      {"name": "SimCSE-BERT base", "base": "simcse", "paper": "75.42 ± 0.86 (max 76.64, min 73.50)"},
-      {"name": "PromptBERT base", "paper": "78.54 ± 0.15 (max 78.86, min 78.33)"},
+    {"name": "SimCSE-BERT base", "base": "simcse", "paper": "75.42 ± 0.86 (max 76.64, min 73.50)"},
+    {"name": "PromptBERT base", "paper": "78.54 ± 0.15 (max 78.86, min 78.33)"},
   )
   return config

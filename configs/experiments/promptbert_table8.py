@@ -10,8 +10,10 @@ denoising, and the two templates with position-offset denoising (the default, co
 from configs import train_common
 from configs.experiments import common
 
-PAPER = {"bert": ("78.16 ± 0.17", "78.19 ± 0.29", "78.54 ± 0.15"),
-         "roberta": ("78.16 ± 0.44", "78.17 ± 0.44", "79.15 ± 0.25")}
+PAPER = {
+  "bert": ("78.16 ± 0.17", "78.19 ± 0.29", "78.54 ± 0.15"),
+  "roberta": ("78.16 ± 0.44", "78.17 ± 0.44", "79.15 ± 0.25"),
+}
 BASE = {"bert": "promptbert", "roberta": "promptroberta"}
 VIEW_1 = {"bert": train_common.PROMPTBERT_OF, "roberta": train_common.PROMPTROBERTA_THIS}  # Also the evaluation's.
 
@@ -25,9 +27,12 @@ def get_config(model: str = "bert"):
   config.workdir = f"runs/experiments/promptbert_table8_{model}"
   config.base = BASE[model]
   config.rows = (
-      {"name": "same template (dropout)", "paper": same,
-       "set": {"objective.templates": (VIEW_1[model],) * 2, "objective.denoise": "none"}},
-      {"name": "different templates", "paper": different, "set": {"objective.denoise": "none"}},
-      {"name": "different templates with denoising", "paper": denoised},
+    {
+      "name": "same template (dropout)",
+      "paper": same,
+      "set": {"objective.templates": (VIEW_1[model],) * 2, "objective.denoise": "none"},
+    },
+    {"name": "different templates", "paper": different, "set": {"objective.denoise": "none"}},
+    {"name": "different templates with denoising", "paper": denoised},
   )
   return config

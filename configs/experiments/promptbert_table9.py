@@ -14,10 +14,13 @@ def get_config():
   config.workdir = "runs/experiments/promptbert_table9"
   config.base = "eval_prompt"
   config.rows = (
-      {"name": "avg. top-200 tokens, no denoising", "paper": "56.19", "set": {"method.name": "prompt_mlm_top_k"}},
-      {"name": "avg. top-200 tokens, denoising", "paper": "60.39",
-       "set": {"method.name": "prompt_mlm_top_k", "method.denoise": "position_offset"}},
-      {"name": "[MASK] token, no denoising", "paper": "67.85"},
-      {"name": "[MASK] token, denoising", "paper": "67.43", "set": {"method.denoise": "position_offset"}},
+    {"name": "avg. top-200 tokens, no denoising", "paper": "56.19", "set": {"method.name": "prompt_mlm_top_k"}},
+    {
+      "name": "avg. top-200 tokens, denoising",
+      "paper": "60.39",
+      "set": {"method.name": "prompt_mlm_top_k", "method.denoise": "position_offset"},
+    },
+    {"name": "[MASK] token, no denoising", "paper": "67.85"},
+    {"name": "[MASK] token, denoising", "paper": "67.43", "set": {"method.denoise": "position_offset"}},
   )
   return config

@@ -1,12 +1,12 @@
 """Analyses of an embedding space: what PromptBERT and CoT-BERT report besides STS scores.
 
-  sentence_anisotropy             PromptBERT Eq. 1: mean cosine between distinct sentences of a sample
-  token_embedding_average_cosine  PromptBERT Table 2: the same over the static word-embedding rows
-  alignment, uniformity           CoT-BERT Eq. 4-5 (Wang & Isola), on STS-B test as SimCSE measures them
-  mask_top_tokens                 PromptBERT Table 7: the MLM head's top tokens at [MASK], with and without
-                                  template denoising
-  cosine_gold_scatter             CoT-BERT Fig. 3: predicted cosine against gold score on STS-B test
-  run_analysis                    all of the above from a config (configs/eval_analysis.py)
+sentence_anisotropy             PromptBERT Eq. 1: mean cosine between distinct sentences of a sample
+token_embedding_average_cosine  PromptBERT Table 2: the same over the static word-embedding rows
+alignment, uniformity           CoT-BERT Eq. 4-5 (Wang & Isola), on STS-B test as SimCSE measures them
+mask_top_tokens                 PromptBERT Table 7: the MLM head's top tokens at [MASK], with and without
+                                template denoising
+cosine_gold_scatter             CoT-BERT Fig. 3: predicted cosine against gold score on STS-B test
+run_analysis                    all of the above from a config (configs/eval_analysis.py)
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def token_embedding_average_cosine(word_embeddings: np.ndarray) -> float:
 def alignment(x: np.ndarray, y: np.ndarray, alpha: float = 2) -> float:
   """CoT-BERT Eq. 4: mean |f(x) - f(y)|^alpha over positive pairs (rows of x and y), on unit vectors."""
   distances = np.linalg.norm(_unit_rows(x) - _unit_rows(y), axis=-1)
-  return float(np.mean(distances ** alpha))
+  return float(np.mean(distances**alpha))
 
 
 def uniformity(x: np.ndarray, t: float = 2) -> float:
@@ -86,8 +86,9 @@ def uniformity(x: np.ndarray, t: float = 2) -> float:
   return float(np.log(kernel.sum() / (n * (n - 1))))
 
 
-def pair_alignment_uniformity(first: np.ndarray, second: np.ndarray, gold: np.ndarray, threshold: float = 4.0,
-                              inclusive: bool = False) -> dict[str, Any]:
+def pair_alignment_uniformity(
+  first: np.ndarray, second: np.ndarray, gold: np.ndarray, threshold: float = 4.0, inclusive: bool = False
+) -> dict[str, Any]:
   """Alignment over the pairs whose gold score is above `threshold` (at or above it when `inclusive`), and
   uniformity over every sentence of both sides, as SimCSE and CoT-BERT Table 5 measure them on STS-B."""
   gold = np.asarray(gold)
@@ -95,18 +96,25 @@ def pair_alignment_uniformity(first: np.ndarray, second: np.ndarray, gold: np.nd
   rule = f"gold {'>=' if inclusive else '>'} {threshold}"
   if not positive.any():
     raise ValueError(f"no pair has {rule}")
-  return {"alignment": alignment(first[positive], second[positive]),
-          "uniformity": uniformity(np.concatenate([first, second])),
-          "positive_pairs": int(positive.sum()), "positive_rule": rule, "pairs": len(gold)}
+  return {
+    "alignment": alignment(first[positive], second[positive]),
+    "uniformity": uniformity(np.concatenate([first, second])),
+    "positive_pairs": int(positive.sum()),
+    "positive_rule": rule,
+    "pairs": len(gold),
+  }
 
 
-def stsb_pair_vectors(encoder: Encoder, senteval_root: str | pathlib.Path, source: str = "senteval",
-                      preprocess: common.Preprocess = sts_data.join_tokens
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def stsb_pair_vectors(
+  encoder: Encoder,
+  senteval_root: str | pathlib.Path,
+  source: str = "senteval",
+  preprocess: common.Preprocess = sts_data.join_tokens,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(first vectors, second vectors, gold scores) of the STS-B test pairs, encoded in one call."""
   (pairs,) = sts_data.load_sts_task(senteval_root, "STSBenchmark", "test", source).subsets.values()
   vectors = encoder.encode([preprocess(s) for s in pairs.sentences1 + pairs.sentences2])
-  return vectors[:len(pairs)], vectors[len(pairs):], pairs.scores
+  return vectors[: len(pairs)], vectors[len(pairs) :], pairs.scores
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,39 +127,55 @@ class MaskTopTokens:
 
 
 @functools.partial(jax.jit, static_argnames=("config", "template", "k"))
-def _mask_top_ids(params: Any, batch: templates.TemplateBatch, config: EncoderConfig, template: templates.Template,
-                  k: int) -> jax.Array:
+def _mask_top_ids(
+  params: Any, batch: templates.TemplateBatch, config: EncoderConfig, template: templates.Template, k: int
+) -> jax.Array:
   """[2, batch, k] token ids at the last [MASK]: row 0 from h, row 1 from h minus the template bias.
 
   h and h - bias are the `prompt` method's vectors without and with `denoise` (kongds/Prompt-BERT's position-offset
   bias, subtracted before the MLM head): the path evaluation and training take.
   """
   model = Transformer(config)
-  vectors = [Method("prompt", template=template.text, denoise=denoised).vectors(model, params, batch, template=template)
-             for denoised in (False, True)]
+  vectors = [
+    Method("prompt", template=template.text, denoise=denoised).vectors(model, params, batch, template=template)
+    for denoised in (False, True)
+  ]
   logits = model.apply({"params": params}, jnp.stack(vectors), method=Transformer.mlm_logits)
   return jax.lax.top_k(logits, k)[1]
 
 
-def mask_top_tokens(config: EncoderConfig, params: Any, tokenizer: templates.Tokenizer, template: str,
-                    sentences: Sequence[str], k: int = 5) -> list[MaskTopTokens]:
+def mask_top_tokens(
+  config: EncoderConfig,
+  params: Any,
+  tokenizer: templates.Tokenizer,
+  template: str,
+  sentences: Sequence[str],
+  k: int = 5,
+) -> list[MaskTopTokens]:
   """PromptBERT Table 7: the k tokens the MLM head ranks highest at the template's (last) [MASK] per sentence,
   without and with position-offset template denoising. Needs params with an `mlm_head`."""
   if "mlm_head" not in params:
-    raise ConfigError("mask_top_tokens needs a checkpoint with an MLM head (a *ForMaskedLM checkpoint); "
-                     "these params have none")
+    raise ConfigError(
+      "mask_top_tokens needs a checkpoint with an MLM head (a *ForMaskedLM checkpoint); these params have none"
+    )
   parsed = templates.Template.parse(template, tokenizer)
   if parsed.num_masks == 0:
     raise ConfigError(f"template {template!r} has no [MASK]")
   batch = templates.tokenize_sentences(parsed, tokenizer, sentences, max_length=config.max_length)
   ids = np.asarray(_mask_top_ids(params, batch, config, parsed, k))
-  return [MaskTopTokens(sentence, tuple(tokenizer.convert_ids_to_tokens(raw.tolist())),
-                        tuple(tokenizer.convert_ids_to_tokens(denoised.tolist())))
-          for sentence, raw, denoised in zip(sentences, ids[0], ids[1])]
+  return [
+    MaskTopTokens(
+      sentence,
+      tuple(tokenizer.convert_ids_to_tokens(raw.tolist())),
+      tuple(tokenizer.convert_ids_to_tokens(denoised.tolist())),
+    )
+    for sentence, raw, denoised in zip(sentences, ids[0], ids[1])
+  ]
 
 
-def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: storage.PathLike, title: str = "",
-                        normalize: bool = False) -> storage.Path:
+def cosine_gold_scatter(
+  predicted: np.ndarray, gold: np.ndarray, path: storage.PathLike, title: str = "", normalize: bool = False
+) -> storage.Path:
   """CoT-BERT Fig. 3: a PNG scatter of predicted cosine (y) against gold score (x), written whole to `path` (local
   or gs://); `normalize` min-max scales the cosines to [0, 1] as the figure does."""
   try:
@@ -179,8 +203,9 @@ def cosine_gold_scatter(predicted: np.ndarray, gold: np.ndarray, path: storage.P
 SAMPLE_ORDERS = ("first", "random")
 
 
-def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowercase: bool = False,
-                order: str = "first", seed: int = 0) -> list[str]:
+def read_sample(
+  path: str | pathlib.Path, size: int, max_words: int = 0, lowercase: bool = False, order: str = "first", seed: int = 0
+) -> list[str]:
   """`size` non-empty lines of a text file: the first ones (order "first"), as kongds/Prompt-BERT's code samples
   wiki1m for anisotropy (it lowercases them and keeps the first 32 words), or `size` drawn uniformly without
   replacement with `seed`, kept in file order (order "random": the papers' "randomly sampled" sentences).
@@ -195,7 +220,7 @@ def read_sample(path: str | pathlib.Path, size: int, max_words: int = 0, lowerca
     for line in lines:
       words = (line.lower() if lowercase else line).split()
       if words:
-        sample.append(" ".join(words[:max_words or None]))
+        sample.append(" ".join(words[: max_words or None]))
         if order == "first" and len(sample) == size:
           break
   if order == "random" and len(sample) > size:
@@ -211,24 +236,26 @@ def run_analysis(config: Any) -> dict[str, Any]:
   them as a dict."""
   a = config.analysis
   # Data errors surface before the model is loaded.
-  sample = read_sample(a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase, a.sample_order,
-                       a.sample_seed)
+  sample = read_sample(
+    a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase, a.sample_order, a.sample_seed
+  )
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
   preprocess = common.preprocess_from_config(config)
   first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess)
   predicted = sts.cosine(first, second)
   summary = {
-      "model": config.model.path,
-      "method": config.method.to_dict(),
-      "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample])),
-      "anisotropy_sentences": len(sample),
-      "token_embedding_average_cosine": token_embedding_average_cosine(
-          encoder.params["embeddings"]["word"]["embedding"]),
-      "stsb_test": {**pair_alignment_uniformity(first, second, gold, a.positive_threshold, a.positive_inclusive),
-                    "spearman": 100 * float(stats.spearmanr(predicted, gold).statistic)},
-      "mask_top_tokens": _top_tokens_if_possible(encoder, [preprocess(s) for s in a.top_k_sentences], a.top_k),
-      "scatter_png": "",
+    "model": config.model.path,
+    "method": config.method.to_dict(),
+    "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample])),
+    "anisotropy_sentences": len(sample),
+    "token_embedding_average_cosine": token_embedding_average_cosine(encoder.params["embeddings"]["word"]["embedding"]),
+    "stsb_test": {
+      **pair_alignment_uniformity(first, second, gold, a.positive_threshold, a.positive_inclusive),
+      "spearman": 100 * float(stats.spearmanr(predicted, gold).statistic),
+    },
+    "mask_top_tokens": _top_tokens_if_possible(encoder, [preprocess(s) for s in a.top_k_sentences], a.top_k),
+    "scatter_png": "",
   }
   if a.scatter_png:
     title = f"{pathlib.Path(config.model.path).name} {config.method.name} (STS-B test)"
@@ -254,16 +281,18 @@ def _report(summary: dict[str, Any]) -> str:
   """The summary as a few readable lines."""
   stsb = summary["stsb_test"]
   lines = [
-      f"{summary['method']['name']} on {summary['model']} ({summary['seconds']:.1f} s)",
-      f"  sentence anisotropy ({summary['anisotropy_sentences']} sentences): {summary['anisotropy']:.4f}",
-      f"  static token-embedding average cosine: {summary['token_embedding_average_cosine']:.4f}",
-      f"  STS-B test: alignment {stsb['alignment']:.4f} ({stsb['positive_pairs']} pairs with "
-      f"{stsb['positive_rule']}), uniformity {stsb['uniformity']:.4f} "
-      f"({2 * stsb['pairs']} sentences), Spearman {stsb['spearman']:.2f}",
+    f"{summary['method']['name']} on {summary['model']} ({summary['seconds']:.1f} s)",
+    f"  sentence anisotropy ({summary['anisotropy_sentences']} sentences): {summary['anisotropy']:.4f}",
+    f"  static token-embedding average cosine: {summary['token_embedding_average_cosine']:.4f}",
+    f"  STS-B test: alignment {stsb['alignment']:.4f} ({stsb['positive_pairs']} pairs with "
+    f"{stsb['positive_rule']}), uniformity {stsb['uniformity']:.4f} "
+    f"({2 * stsb['pairs']} sentences), Spearman {stsb['spearman']:.2f}",
   ]
   for row in summary["mask_top_tokens"] or ():
-    lines.append(f"  [MASK] top tokens for {row['sentence']!r}: {', '.join(row['tokens'])} | "
-                 f"denoised: {', '.join(row['denoised'])}")
+    lines.append(
+      f"  [MASK] top tokens for {row['sentence']!r}: {', '.join(row['tokens'])} | "
+      f"denoised: {', '.join(row['denoised'])}"
+    )
   if summary["scatter_png"]:
     lines.append(f"  cosine vs gold scatter: {summary['scatter_png']}")
   return "\n".join(lines)

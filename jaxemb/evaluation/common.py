@@ -18,9 +18,11 @@ Preprocess = Callable[[str], str]
 
 def preprocess(join_tokens: bool, add_period: bool) -> Preprocess:
   """SentEval's whitespace re-join of its pre-tokenised files, and evaluation.py's "." for prompt methods."""
+
   def apply(sentence: str) -> str:
     sentence = sts_data.join_tokens(sentence) if join_tokens else sentence
     return sts_data.add_period(sentence) if add_period else sentence
+
   return apply
 
 
@@ -32,12 +34,17 @@ def preprocess_from_config(config: Any) -> Preprocess:
 def encoder_options(config: Any) -> dict[str, Any]:
   """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple, batch
   size."""
-  return {"dtype": compute_dtype(config.model.dtype), "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-          "length_multiple": config.eval.length_multiple, "batch_size": config.eval.batch_size}
+  return {
+    "dtype": compute_dtype(config.model.dtype),
+    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
+    "length_multiple": config.eval.length_multiple,
+    "batch_size": config.eval.batch_size,
+  }
 
 
-def embed_distinct(embed: Embed, columns: Sequence[Sequence[str]],
-                   preprocess: Preprocess | None) -> tuple[np.ndarray, list[np.ndarray]]:
+def embed_distinct(
+  embed: Embed, columns: Sequence[Sequence[str]], preprocess: Preprocess | None
+) -> tuple[np.ndarray, list[np.ndarray]]:
   """Calls `embed` once with every distinct preprocessed sentence of `columns`, in first-seen order.
 
   Returns ([distinct, dim] vectors, each column's rows into them). `preprocess` None embeds the text as stored.
@@ -47,8 +54,7 @@ def embed_distinct(embed: Embed, columns: Sequence[Sequence[str]],
   rows = [np.array([index.setdefault(prepare(s), len(index)) for s in column], dtype=np.int64) for column in columns]
   vectors = np.asarray(embed(list(index)))
   if vectors.ndim != 2 or len(vectors) != len(index):
-    raise ValueError(f"embed returned shape {vectors.shape} for {len(index)} sentences; expected "
-                     f"[{len(index)}, dim]")
+    raise ValueError(f"embed returned shape {vectors.shape} for {len(index)} sentences; expected [{len(index)}, dim]")
   return vectors, rows
 
 
@@ -57,8 +63,11 @@ def boxed(header: list[str], rows: list[list[str]], left: int) -> str:
   the numbers right-aligned."""
   widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
   rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-  line = lambda row: "| " + " | ".join(
-      cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))) + " |"
+  line = lambda row: (
+    "| "
+    + " | ".join(cell.ljust(w) if i < left else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+    + " |"
+  )
   return "\n".join([rule, line(header), rule, *map(line, rows), rule])
 
 

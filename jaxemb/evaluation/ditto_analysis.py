@@ -45,8 +45,9 @@ def perturbed_copies(input_ids: jax.Array, mask_id: int) -> jax.Array:
   return jnp.where(masked, mask_id, input_ids).reshape(num_tokens * num_tokens, -1)
 
 
-def impact_matrix(model: Transformer, params: Any, input_ids: jax.Array, mask_id: int,
-                  batch_size: int = 256) -> jax.Array:
+def impact_matrix(
+  model: Transformer, params: Any, input_ids: jax.Array, mask_id: int, batch_size: int = 256
+) -> jax.Array:
   r"""Ditto App. A.1: the [N, N] impact matrix of one row `[CLS] x_1 .. x_N [SEP]` (no padding).
 
   F_ij = |H(x\{x_i})_i - H(x\{x_i, x_j})_i|_2 with H the last hidden state, so F_ii = 0. The N^2 masked copies
@@ -107,16 +108,25 @@ def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
   return (x @ y) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y))
 
 
-def all_diagonal_attentions(model: Transformer, params: Any, input_ids: jax.Array,
-                            attention_mask: jax.Array) -> jax.Array:
+def all_diagonal_attentions(
+  model: Transformer, params: Any, input_ids: jax.Array, attention_mask: jax.Array
+) -> jax.Array:
   """Ditto Table 4: every head's diagonal attention A_ii, [batch, layers, heads, length]."""
   layers = range(model.config.num_hidden_layers)
   out = model.apply({"params": params}, input_ids, attention_mask, output_attentions=tuple(layers))
   return jnp.stack([pooling.diagonal_attention(out, layer) for layer in layers], axis=1)
 
 
-def _heatmap(matrix: np.ndarray, rows: Sequence[str], columns: Sequence[str], path: storage.PathLike,
-             title: str, xlabel: str, ylabel: str, marked: Sequence[int] = ()) -> storage.Path:
+def _heatmap(
+  matrix: np.ndarray,
+  rows: Sequence[str],
+  columns: Sequence[str],
+  path: storage.PathLike,
+  title: str,
+  xlabel: str,
+  ylabel: str,
+  marked: Sequence[int] = (),
+) -> storage.Path:
   """A PNG heatmap with a label per row and column, written whole to `path` (local or gs://); cells (k, k) for k
   in `marked` are outlined."""
   try:
@@ -144,15 +154,15 @@ def _heatmap(matrix: np.ndarray, rows: Sequence[str], columns: Sequence[str], pa
   return path
 
 
-def impact_heatmap(impact: np.ndarray, tokens: Sequence[str], path: storage.PathLike,
-                   title: str = "") -> storage.Path:
+def impact_heatmap(impact: np.ndarray, tokens: Sequence[str], path: storage.PathLike, title: str = "") -> storage.Path:
   """Ditto Fig. 1: the impact matrix of one sentence, x_i down the y-axis and the masked x_j along the x-axis
   (informative tokens show as bright columns)."""
   return _heatmap(impact, tokens, tokens, path, title, "masked token x_j", "token x_i")
 
 
-def attention_heatmap(attention: np.ndarray, tokens: Sequence[str], path: storage.PathLike, title: str = "",
-                      top_diagonal: int = 5) -> storage.Path:
+def attention_heatmap(
+  attention: np.ndarray, tokens: Sequence[str], path: storage.PathLike, title: str = "", top_diagonal: int = 5
+) -> storage.Path:
   """Ditto Fig. 2 as a heatmap: one head's attention matrix (query rows, key columns) over every token of
   `[CLS] x_1 .. x_N [SEP]`, with the `top_diagonal` largest diagonal values of the sentence tokens outlined (blue
   in the figure, which marks words only)."""
@@ -187,28 +197,39 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   start = time.perf_counter()
   layer_embed = search.ditto_layer_embed(config, (model_config, params, tokenizer))
   preprocess = common.preprocess_from_config(config)
-  dev_scores = search.ditto_head_scores(layer_embed, model_config.num_hidden_layers,
-                                        model_config.num_attention_heads, dev, preprocess)
-  grid = [(layer, head) for layer in range(model_config.num_hidden_layers)
-          for head in range(model_config.num_attention_heads)]
+  dev_scores = search.ditto_head_scores(
+    layer_embed, model_config.num_hidden_layers, model_config.num_attention_heads, dev, preprocess
+  )
+  grid = [
+    (layer, head) for layer in range(model_config.num_hidden_layers) for head in range(model_config.num_attention_heads)
+  ]
   ranked = sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)
-  top = [grid[k] for k in ranked[:a.top_heads]]
+  top = [grid[k] for k in ranked[: a.top_heads]]
   test = search.head_sts_results(layer_embed, top, tasks, preprocess)
   summary["seconds"]["head_search"] = time.perf_counter() - start
-  logging.info("heads scored on STS-B dev, top %d on the test tasks in %.1f s", len(top),
-               summary["seconds"]["head_search"])
+  logging.info(
+    "heads scored on STS-B dev, top %d on the test tasks in %.1f s", len(top), summary["seconds"]["head_search"]
+  )
   summary["heads"] = [
-      {"layer": layer, "head": head, "stsb_dev": dev_scores[k].stsb_dev,
-       "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
-       "pearson": float(head_pearson[layer, head]), "spearman": float(head_spearman[layer, head])}
-      for k, (layer, head) in ((k, grid[k]) for k in ranked)]
+    {
+      "layer": layer,
+      "head": head,
+      "stsb_dev": dev_scores[k].stsb_dev,
+      "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
+      "pearson": float(head_pearson[layer, head]),
+      "spearman": float(head_spearman[layer, head]),
+    }
+    for k, (layer, head) in ((k, grid[k]) for k in ranked)
+  ]
   summary["head_sentences"] = len(sample)
 
   start = time.perf_counter()
-  impact = xla.jit(functools.partial(impact_matrix, model, mask_id=tokenizer.mask_token_id,
-                                     batch_size=a.impact_batch_size))
-  summary["impact"] = _impact_correlation(impact, params, _sentence_rows(tokenizer, sample[:a.impact_size],
-                                                                         a.impact_max_tokens), idf, a)
+  impact = xla.jit(
+    functools.partial(impact_matrix, model, mask_id=tokenizer.mask_token_id, batch_size=a.impact_batch_size)
+  )
+  summary["impact"] = _impact_correlation(
+    impact, params, _sentence_rows(tokenizer, sample[: a.impact_size], a.impact_max_tokens), idf, a
+  )
   summary["seconds"]["impact"] = time.perf_counter() - start
 
   summary["figures"] = _figures(config, model, params, tokenizer, impact, top[0])
@@ -221,13 +242,15 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
 
 def _sentence_rows(tokenizer: templates.Tokenizer, sentences: Sequence[str], max_tokens: int = 0) -> list[np.ndarray]:
   """Each sentence's unpadded row `[CLS] x_1 .. x_N [SEP]`, at most `max_tokens` sentence tokens (0: all)."""
-  batch = templates.tokenize_sentences(templates.Template.parse(templates.SLOT, tokenizer), tokenizer, sentences,
-                                     max_sentence_tokens=max_tokens or None)
-  return [row[:n + 2] for row, n in zip(batch.input_ids, batch.sentence_lengths)]
+  batch = templates.tokenize_sentences(
+    templates.Template.parse(templates.SLOT, tokenizer), tokenizer, sentences, max_sentence_tokens=max_tokens or None
+  )
+  return [row[: n + 2] for row, n in zip(batch.input_ids, batch.sentence_lengths)]
 
 
-def _impact_correlation(impact: Any, params: Any, rows: Sequence[np.ndarray], idf: np.ndarray,
-                        options: Any) -> dict[str, Any]:
+def _impact_correlation(
+  impact: Any, params: Any, rows: Sequence[np.ndarray], idf: np.ndarray, options: Any
+) -> dict[str, Any]:
   """Table 3's row: the correlation of each token's mean impact (`impact(params, row)` jitted) with its TF-IDF;
   `options` is config.ditto_analysis."""
   impacts = []
@@ -237,8 +260,13 @@ def _impact_correlation(impact: Any, params: Any, rows: Sequence[np.ndarray], id
       logging.info("impact matrices: %d of %d sentences", k + 1, len(rows))
   weights = [sentence_tfidf(row[1:-1], idf, options.tfidf_normalize) for row in rows]
   pearson, spearman = tfidf_correlation(impacts, weights)
-  return {"sentences": len(rows), "max_tokens": options.impact_max_tokens, "tokens": int(sum(len(w) for w in weights)),
-          "pearson": float(pearson), "spearman": float(spearman)}
+  return {
+    "sentences": len(rows),
+    "max_tokens": options.impact_max_tokens,
+    "tokens": int(sum(len(w) for w in weights)),
+    "pearson": float(pearson),
+    "spearman": float(spearman),
+  }
 
 
 def _diagonals(model: Transformer, params: Any, rows: Sequence[np.ndarray], batch_size: int) -> list[np.ndarray]:
@@ -248,18 +276,19 @@ def _diagonals(model: Transformer, params: Any, rows: Sequence[np.ndarray], batc
   width = max(len(row) for row in rows)
   diagonals = []
   for start in range(0, len(rows), batch_size):
-    chunk = rows[start:start + batch_size]
+    chunk = rows[start : start + batch_size]
     input_ids = np.zeros((len(chunk), width), np.int32)
     for k, row in enumerate(chunk):
-      input_ids[k, :len(row)] = row
+      input_ids[k, : len(row)] = row
     attention_mask = (np.arange(width) < np.array([len(row) for row in chunk])[:, None]).astype(np.int32)
     values = np.asarray(diagonals_of(params, input_ids, attention_mask))
-    diagonals += [values[k, ..., 1:len(row) - 1] for k, row in enumerate(chunk)]
+    diagonals += [values[k, ..., 1 : len(row) - 1] for k, row in enumerate(chunk)]
   return diagonals
 
 
-def _figures(config: Any, model: Transformer, params: Any, tokenizer: Any, impact: Any,
-             head: tuple[int, int]) -> dict[str, str]:
+def _figures(
+  config: Any, model: Transformer, params: Any, tokenizer: Any, impact: Any, head: tuple[int, int]
+) -> dict[str, str]:
   """The configured PNGs for ditto_analysis.figure_sentence: its impact matrix, and the attention matrix of
   `head` (layer, head), the best on STS-B dev."""
   a = config.ditto_analysis
@@ -274,35 +303,53 @@ def _figures(config: Any, model: Transformer, params: Any, tokenizer: Any, impac
     layer, index = head
     out = model.apply({"params": params}, row[None], np.ones((1, len(row)), np.int32), output_attentions=(layer,))
     title = f"{name}: attention of head {layer + 1}-{index + 1} (top-5 diagonal outlined)"
-    figures["attention_png"] = str(attention_heatmap(np.asarray(out.attentions[layer][0, index]), tokens,
-                                                     a.attention_png, title))
+    figures["attention_png"] = str(
+      attention_heatmap(np.asarray(out.attentions[layer][0, index]), tokens, a.attention_png, title)
+    )
   return figures
 
 
 def _markdown(summary: dict[str, Any]) -> str:
   """Ditto Tables 3 and 4 for one model, and every head's correlations as a layer x head grid."""
   impact, heads, seconds = summary["impact"], summary["heads"], summary["seconds"]
-  lines = [f"## Ditto analyses: {summary['model']}", "",
-           f"Table 3 (impact matrix vs TF-IDF; {impact['sentences']} sentences, at most {impact['max_tokens']} "
-           f"tokens each, {impact['tokens']} tokens pooled):", "",
-           "| Model | Pear. | Spear. |", "|---|---:|---:|",
-           f"| {pathlib.Path(summary['model']).name} | {impact['pearson']:.2f} | {impact['spearman']:.2f} |", "",
-           f"Table 4 (heads ranked by Ditto STS-B dev; diagonal attention vs TF-IDF on {summary['head_sentences']} "
-           "sentences; heads are layer-head, 1-based as in the paper):", "",
-           "| Head | Dev | Test | Pear. | Spear. |", "|---|---:|---:|---:|---:|"]
+  lines = [
+    f"## Ditto analyses: {summary['model']}",
+    "",
+    f"Table 3 (impact matrix vs TF-IDF; {impact['sentences']} sentences, at most {impact['max_tokens']} "
+    f"tokens each, {impact['tokens']} tokens pooled):",
+    "",
+    "| Model | Pear. | Spear. |",
+    "|---|---:|---:|",
+    f"| {pathlib.Path(summary['model']).name} | {impact['pearson']:.2f} | {impact['spearman']:.2f} |",
+    "",
+    f"Table 4 (heads ranked by Ditto STS-B dev; diagonal attention vs TF-IDF on {summary['head_sentences']} "
+    "sentences; heads are layer-head, 1-based as in the paper):",
+    "",
+    "| Head | Dev | Test | Pear. | Spear. |",
+    "|---|---:|---:|---:|---:|",
+  ]
   for h in heads:
     if h["sts_test_avg"] is not None:
-      lines.append(f"| {h['layer'] + 1}-{h['head'] + 1} | {h['stsb_dev']:.2f} | {h['sts_test_avg']:.2f} | "
-                   f"{h['pearson']:.2f} | {h['spearman']:.2f} |")
+      lines.append(
+        f"| {h['layer'] + 1}-{h['head'] + 1} | {h['stsb_dev']:.2f} | {h['sts_test_avg']:.2f} | "
+        f"{h['pearson']:.2f} | {h['spearman']:.2f} |"
+      )
   num_heads = 1 + max(h["head"] for h in heads)
   by_position = {(h["layer"], h["head"]): h for h in heads}
-  lines += ["", "Every head: Pearson / Spearman x100 of diagonal attention vs TF-IDF (STS-B dev in brackets):", "",
-            "| Layer | " + " | ".join(f"h{k + 1}" for k in range(num_heads)) + " |",
-            "|---|" + "---:|" * num_heads]
+  lines += [
+    "",
+    "Every head: Pearson / Spearman x100 of diagonal attention vs TF-IDF (STS-B dev in brackets):",
+    "",
+    "| Layer | " + " | ".join(f"h{k + 1}" for k in range(num_heads)) + " |",
+    "|---|" + "---:|" * num_heads,
+  ]
   for layer in range(1 + max(h["layer"] for h in heads)):
     cells = [by_position[layer, k] for k in range(num_heads)]
-    lines.append(f"| {layer + 1} | " + " | ".join(
-        f"{c['pearson']:.1f} / {c['spearman']:.1f} ({c['stsb_dev']:.1f})" for c in cells) + " |")
+    lines.append(
+      f"| {layer + 1} | "
+      + " | ".join(f"{c['pearson']:.1f} / {c['spearman']:.1f} ({c['stsb_dev']:.1f})" for c in cells)
+      + " |"
+    )
   lines += ["", "Wall times: " + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())]
   lines += [f"{k}: {v}" for k, v in summary["figures"].items()]
   return "\n".join(lines)

@@ -29,9 +29,11 @@ from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import analysis, common, logreg, sts, transfer
 
 # Each type's fields beyond `type` and `every`, at their defaults.
-FIELDS = {"sts": {"tasks": "STSBenchmark", "split": "dev"},
-          "transfer": {"tasks": ",".join(transfer_data.TASKS), "mode": "fasttest"},
-          "align_uniform": {"threshold": 4.0}}
+FIELDS = {
+  "sts": {"tasks": "STSBenchmark", "split": "dev"},
+  "transfer": {"tasks": ",".join(transfer_data.TASKS), "mode": "fasttest"},
+  "align_uniform": {"threshold": 4.0},
+}
 
 
 class Evaluator(Protocol):
@@ -40,8 +42,7 @@ class Evaluator(Protocol):
   name: str
   every: int
 
-  def run(self, encoder: Encoder) -> dict[str, float]:
-    ...
+  def run(self, encoder: Encoder) -> dict[str, float]: ...
 
 
 def evaluator_config(kind: str, every: int, **fields: Any) -> ml_collections.ConfigDict:
@@ -94,7 +95,7 @@ class AlignUniformEvaluator:
   def run(self, encoder: Encoder) -> dict[str, float]:
     (pairs,) = self.dev.subsets.values()
     vectors = encoder.encode([self.preprocess(s) for s in pairs.sentences1 + pairs.sentences2])
-    first, second = vectors[:len(pairs)], vectors[len(pairs):]
+    first, second = vectors[: len(pairs)], vectors[len(pairs) :]
     scores = analysis.pair_alignment_uniformity(first, second, pairs.scores, self.threshold)
     return {"alignment": scores["alignment"], "uniformity": scores["uniformity"]}
 
@@ -107,15 +108,18 @@ def from_config(name: str, block: Any, data: Any, preprocess: common.Preprocess)
     raise ConfigError(f"{field}.type={block.get('type')!r}: must be one of {sorted(FIELDS)}")
   unknown = set(block) - {"type", "every", *FIELDS[block.type]}
   if unknown:
-    raise ConfigError(f"{field}: unknown fields {sorted(unknown)}; a {block.type!r} evaluator has "
-                      f"{['every', *FIELDS[block.type]]}")
+    raise ConfigError(
+      f"{field}: unknown fields {sorted(unknown)}; a {block.type!r} evaluator has {['every', *FIELDS[block.type]]}"
+    )
   every = block.get("every")
   if isinstance(every, bool) or not isinstance(every, int) or every < 1:
     raise ConfigError(f"{field}.every={every!r}: must be a positive int (steps)")
   fields = {**FIELDS[block.type], **{k: v for k, v in block.items() if k in FIELDS[block.type]}}
   if block.type == "sts":
-    tasks = [sts_data.load_sts_task(data.senteval_dir, task, fields["split"], data.source)
-             for task in common.task_names(fields["tasks"], f"{field}.tasks")]
+    tasks = [
+      sts_data.load_sts_task(data.senteval_dir, task, fields["split"], data.source)
+      for task in common.task_names(fields["tasks"], f"{field}.tasks")
+    ]
     return StsEvaluator(name, every, tasks, preprocess)
   if block.type == "transfer":
     if fields["mode"] not in logreg.MODES:
@@ -135,8 +139,9 @@ def from_configs(evals: Any, data: Any, preprocess: common.Preprocess) -> list[E
     try:
       built.append(from_config(name, block, data, preprocess))
     except DataError as e:
-      raise DataError(f"config.evals.{name}: config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval "
-                      "with prepare.py") from None
+      raise DataError(
+        f"config.evals.{name}: config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval with prepare.py"
+      ) from None
   return built
 
 

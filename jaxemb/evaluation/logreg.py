@@ -44,8 +44,10 @@ from jaxemb.errors import ConfigError
 
 _INNER_KFOLD_SEED = 1111  # InnerKFoldClassifier's folds: SentEval passes random_state=1111, not the seed.
 # SentEval's optimiser names, with torch's defaults: Adam(lr=1e-3), RMSprop(lr=1e-2, alpha=0.99, eps outside sqrt).
-_OPTIMIZERS = {"adam": lambda: optax.adam(1e-3),
-               "rmsprop": lambda: optax.rmsprop(1e-2, decay=0.99, eps=1e-8, eps_in_sqrt=False)}
+_OPTIMIZERS = {
+  "adam": lambda: optax.adam(1e-3),
+  "rmsprop": lambda: optax.rmsprop(1e-2, decay=0.99, eps=1e-8, eps_in_sqrt=False),
+}
 _DEV_CHUNK = 256  # Dev rows scored per gather: bounds the [folds, rows, dim] temporary.
 
 
@@ -76,8 +78,10 @@ class LogRegConfig:
 
 
 # SimCSE's and Prompt-BERT's evaluation.py modes: "test" gives the papers' numbers, "fasttest" is quicker.
-MODES = {"test": LogRegConfig(),
-         "fasttest": LogRegConfig(kfold=5, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2)}
+MODES = {
+  "test": LogRegConfig(),
+  "fasttest": LogRegConfig(kfold=5, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +142,14 @@ def stratified_kfold(labels: np.ndarray, n_splits: int, seed: int) -> list[tuple
   return [(rows[test_fold != i], rows[test_fold == i]) for i in range(n_splits)]
 
 
-def fit_logreg(features: np.ndarray, labels: np.ndarray, num_classes: int, folds: Sequence[Fold],
-               regs: np.ndarray, config: LogRegConfig) -> Fits:
+def fit_logreg(
+  features: np.ndarray,
+  labels: np.ndarray,
+  num_classes: int,
+  folds: Sequence[Fold],
+  regs: np.ndarray,
+  config: LogRegConfig,
+) -> Fits:
   """Trains one classifier per fold and per L2 weight in `regs[fold]` ([folds, candidates]), all at once."""
   regs = np.asarray(regs, np.float32)
   if regs.ndim != 2 or len(regs) != len(folds):
@@ -151,52 +161,79 @@ def fit_logreg(features: np.ndarray, labels: np.ndarray, num_classes: int, folds
   train_rows, train_len = _pad([f.train for f in folds], config.batch_size * steps)
   dev_rows, dev_len = _pad([f.dev for f in folds], _DEV_CHUNK * math.ceil(max(len(f.dev) for f in folds) / _DEV_CHUNK))
   orders = _BatchOrders(folds, config, train_rows.shape[1])
-  data = (jnp.asarray(features, jnp.float32), jnp.asarray(labels, jnp.int32), jnp.asarray(train_rows),
-          jnp.asarray(train_len), jnp.asarray(dev_rows), jnp.asarray(dev_len), jnp.asarray(orders.group),
-          jnp.asarray(regs))
+  data = (
+    jnp.asarray(features, jnp.float32),
+    jnp.asarray(labels, jnp.int32),
+    jnp.asarray(train_rows),
+    jnp.asarray(train_len),
+    jnp.asarray(dev_rows),
+    jnp.asarray(dev_len),
+    jnp.asarray(orders.group),
+    jnp.asarray(regs),
+  )
   state = _init_state(features.shape[1], num_classes, regs.shape, config)
   for _ in range(config.max_evaluations):
     state = _train_epoch(state, *data, jnp.asarray(orders.next_epoch()), config=config)
     if bool(state["stopped"].all()):
       break
   correct, sizes = np.asarray(state["best_correct"], np.float64), np.array([len(f.dev) for f in folds], np.float64)
-  return Fits(np.asarray(state["best"]["w"]), np.asarray(state["best"]["b"]), correct / sizes[:, None],
-              np.asarray(state["evaluations"]))
+  return Fits(
+    np.asarray(state["best"]["w"]),
+    np.asarray(state["best"]["b"]),
+    correct / sizes[:, None],
+    np.asarray(state["evaluations"]),
+  )
 
 
-def inner_kfold_classifier(features: np.ndarray, labels: np.ndarray, num_classes: int,
-                           config: LogRegConfig) -> tuple[float, float]:
+def inner_kfold_classifier(
+  features: np.ndarray, labels: np.ndarray, num_classes: int, config: LogRegConfig
+) -> tuple[float, float]:
   """SentEval's InnerKFoldClassifier: (dev accuracy, test accuracy), both averaged over the outer folds."""
   regs = np.asarray(config.regs)
   outer = stratified_kfold(labels, config.kfold, _INNER_KFOLD_SEED)
-  inner = [Fold(train[fit], train[held_out]) for train, _ in outer
-           for fit, held_out in stratified_kfold(labels[train], config.kfold, _INNER_KFOLD_SEED)]
+  inner = [
+    Fold(train[fit], train[held_out])
+    for train, _ in outer
+    for fit, held_out in stratified_kfold(labels[train], config.kfold, _INNER_KFOLD_SEED)
+  ]
   search = fit_logreg(features, labels, num_classes, inner, np.tile(regs, (len(inner), 1)), config)
   # [outer, candidates, inner] so each mean runs over a contiguous row, as SentEval's np.mean of a list.
   scores = _mean_percent(search.dev_accuracy.reshape(len(outer), config.kfold, len(regs)).transpose(0, 2, 1))
   best = scores.argmax(1)
-  final = fit_logreg(features, labels, num_classes, [Fold.validation_split(train, config) for train, _ in outer],
-                     regs[best][:, None], config)
+  final = fit_logreg(
+    features,
+    labels,
+    num_classes,
+    [Fold.validation_split(train, config) for train, _ in outer],
+    regs[best][:, None],
+    config,
+  )
   tests = [_percent(final.predict(features[test], i) == labels[test]) for i, (_, test) in enumerate(outer)]
   return round(np.mean(scores.max(1)), 2), round(np.mean(tests), 2)
 
 
-def kfold_classifier(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], num_classes: int,
-                     config: LogRegConfig) -> tuple[float, float, np.ndarray]:
+def kfold_classifier(
+  train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray], num_classes: int, config: LogRegConfig
+) -> tuple[float, float, np.ndarray]:
   """SentEval's KFoldClassifier on (features, labels) pairs: (dev accuracy, test accuracy, test predictions)."""
   (x, y), regs = train, np.asarray(config.regs)
   folds = [Fold(fit, held_out) for fit, held_out in stratified_kfold(y, config.kfold, config.seed)]
   search = fit_logreg(x, y, num_classes, folds, np.tile(regs, (len(folds), 1)), config)
   scores = _mean_percent(search.dev_accuracy.T)
-  final = fit_logreg(x, y, num_classes, [Fold.validation_split(np.arange(len(y)), config)],
-                     np.array([[regs[scores.argmax()]]]), config)
+  final = fit_logreg(
+    x, y, num_classes, [Fold.validation_split(np.arange(len(y)), config)], np.array([[regs[scores.argmax()]]]), config
+  )
   predictions = final.predict(test[0])
   return scores.max(), _percent(predictions == test[1]), predictions
 
 
-def split_classifier(train: tuple[np.ndarray, np.ndarray], dev: tuple[np.ndarray, np.ndarray],
-                     test: tuple[np.ndarray, np.ndarray], num_classes: int,
-                     config: LogRegConfig) -> tuple[float, float]:
+def split_classifier(
+  train: tuple[np.ndarray, np.ndarray],
+  dev: tuple[np.ndarray, np.ndarray],
+  test: tuple[np.ndarray, np.ndarray],
+  num_classes: int,
+  config: LogRegConfig,
+) -> tuple[float, float]:
   """SentEval's SplitClassifier: (dev accuracy, test accuracy) of the L2 weight best on dev.
 
   SentEval refits that weight with the same seed and data, which gives the same classifier: it is reused.
@@ -237,9 +274,15 @@ def _init_state(dim: int, num_classes: int, shape: tuple[int, int], config: LogR
   """The training state of [folds, candidates] fits, all starting where SentEval's classifier starts."""
   start = torch_linear_init(dim, num_classes, config.seed)
   params = jax.tree.map(lambda a: jnp.broadcast_to(a, shape + a.shape), start)
-  return {"params": params, "opt": jax.vmap(jax.vmap(_OPTIMIZERS[config.optim]().init))(params), "best": params,
-          "best_correct": jnp.full(shape, -1, jnp.int32), "misses": jnp.zeros(shape, jnp.int32),
-          "stopped": jnp.zeros(shape, bool), "evaluations": jnp.zeros(shape, jnp.int32)}
+  return {
+    "params": params,
+    "opt": jax.vmap(jax.vmap(_OPTIMIZERS[config.optim]().init))(params),
+    "best": params,
+    "best_correct": jnp.full(shape, -1, jnp.int32),
+    "misses": jnp.zeros(shape, jnp.int32),
+    "stopped": jnp.zeros(shape, bool),
+    "evaluations": jnp.zeros(shape, jnp.int32),
+  }
 
 
 def torch_linear_init(dim: int, num_classes: int, seed: int) -> dict[str, np.ndarray]:
@@ -258,14 +301,25 @@ def torch_linear_init(dim: int, num_classes: int, seed: int) -> dict[str, np.nda
 
   a = math.sqrt(5)  # nn.Linear.reset_parameters, with torch.nn.init's gain and bound arithmetic.
   weight_bound = math.sqrt(3.0) * (math.sqrt(2.0 / (1 + a**2)) / math.sqrt(dim))
-  weight = uniform(units[:dim * num_classes], weight_bound).reshape(num_classes, dim).T
-  return {"w": np.ascontiguousarray(weight), "b": uniform(units[dim * num_classes:], 1 / math.sqrt(dim))}
+  weight = uniform(units[: dim * num_classes], weight_bound).reshape(num_classes, dim).T
+  return {"w": np.ascontiguousarray(weight), "b": uniform(units[dim * num_classes :], 1 / math.sqrt(dim))}
 
 
 @functools.partial(jax.jit, static_argnames="config")
-def _train_epoch(state: dict[str, Any], x: jax.Array, y: jax.Array, train_rows: jax.Array, train_len: jax.Array,
-                 dev_rows: jax.Array, dev_len: jax.Array, group: jax.Array, regs: jax.Array, orders: jax.Array, *,
-                 config: LogRegConfig) -> dict[str, Any]:
+def _train_epoch(
+  state: dict[str, Any],
+  x: jax.Array,
+  y: jax.Array,
+  train_rows: jax.Array,
+  train_len: jax.Array,
+  dev_rows: jax.Array,
+  dev_len: jax.Array,
+  group: jax.Array,
+  regs: jax.Array,
+  orders: jax.Array,
+  *,
+  config: LogRegConfig,
+) -> dict[str, Any]:
   """`epoch_size` passes of every running fit, then one dev evaluation and SentEval's early-stopping step.
 
   orders: [streams, epoch_size, padded rows] positions into each fold's training rows, per pass.
@@ -301,9 +355,15 @@ def _train_epoch(state: dict[str, Any], x: jax.Array, y: jax.Array, train_rows: 
   failed = running & ~improved
   # SentEval's counter of failed evaluations is never reset: the failure after `tenacity` earlier ones stops.
   stops = failed & (state["misses"] >= config.tenacity)
-  return {"params": params, "opt": opt, "best": _where(improved, params, state["best"]),
-          "best_correct": jnp.where(improved, correct, state["best_correct"]), "misses": state["misses"] + failed,
-          "stopped": state["stopped"] | stops, "evaluations": state["evaluations"] + running}
+  return {
+    "params": params,
+    "opt": opt,
+    "best": _where(improved, params, state["best"]),
+    "best_correct": jnp.where(improved, correct, state["best_correct"]),
+    "misses": state["misses"] + failed,
+    "stopped": state["stopped"] | stops,
+    "evaluations": state["evaluations"] + running,
+  }
 
 
 def _loss(params: dict[str, jax.Array], x: jax.Array, y: jax.Array, weight: jax.Array) -> jax.Array:
@@ -311,15 +371,18 @@ def _loss(params: dict[str, jax.Array], x: jax.Array, y: jax.Array, weight: jax.
   return jnp.sum(weight * optax.softmax_cross_entropy_with_integer_labels(logits, y))
 
 
-def _dev_correct(params: dict[str, jax.Array], x: jax.Array, y: jax.Array, dev_rows: jax.Array,
-                 dev_len: jax.Array) -> jax.Array:
+def _dev_correct(
+  params: dict[str, jax.Array], x: jax.Array, y: jax.Array, dev_rows: jax.Array, dev_len: jax.Array
+) -> jax.Array:
   """[folds, candidates] dev rows classified right, gathering `_DEV_CHUNK` rows per fold at a time."""
+
   def chunk(c, correct):
     rows = jax.lax.dynamic_slice_in_dim(dev_rows, c * _DEV_CHUNK, _DEV_CHUNK, axis=1)
     valid = c * _DEV_CHUNK + jnp.arange(_DEV_CHUNK) < dev_len[:, None]
     logits = jnp.einsum("fnd,fkdc->fknc", x[rows], params["w"]) + params["b"][:, :, None]
     hits = (logits.argmax(-1) == y[rows][:, None]) & valid[:, None]
     return correct + hits.sum(-1, dtype=jnp.int32)
+
   return jax.lax.fori_loop(0, dev_rows.shape[1] // _DEV_CHUNK, chunk, jnp.zeros(params["b"].shape[:2], jnp.int32))
 
 
@@ -332,7 +395,7 @@ def _pad(rows: list[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
   """([len(rows), width] int32 rows padded with 0, [len(rows)] lengths)."""
   padded = np.zeros((len(rows), width), np.int32)
   for out, r in zip(padded, rows):
-    out[:len(r)] = r
+    out[: len(r)] = r
   return padded, np.array([len(r) for r in rows], np.int32)
 
 

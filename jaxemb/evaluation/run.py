@@ -62,8 +62,9 @@ def sts_names(tasks: list[sts_data.StsTask], dev: sts_data.StsTask) -> list[str]
   return [*(task.name for task in tasks), f"{dev.name} {dev.split}"]
 
 
-def score_sts(embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask,
-              preprocess: common.Preprocess) -> dict[str, Any]:
+def score_sts(
+  embed: common.Embed, tasks: list[sts_data.StsTask], dev: sts_data.StsTask, preprocess: common.Preprocess
+) -> dict[str, Any]:
   """Scores the test tasks and STS-B dev in one `evaluate_sts` call (one `embed` call), prints the test tasks'
   table and the dev score; returns the test tasks' `StsResult.to_dict()` plus "stsb_dev"."""
   result = sts.evaluate_sts(embed, [*tasks, dev], preprocess)
@@ -84,8 +85,14 @@ def run_sts(config: Any) -> dict[str, Any]:
   embed = shown_encode(config, encoder, sts_names(tasks, dev))
   scores = score_sts(embed, tasks, dev, common.preprocess_from_config(config))
   seconds = time.perf_counter() - start
-  summary = {**scores, "method": encoder.method.config_fields(), "model": config.model.path, "seconds": seconds,
-             "compilations": encoder.compilations, **fitted_on}
+  summary = {
+    **scores,
+    "method": encoder.method.config_fields(),
+    "model": config.model.path,
+    "seconds": seconds,
+    "compilations": encoder.compilations,
+    **fitted_on,
+  }
   print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s, {encoder.compilations} compiled shapes")
   write_summary(config, summary)
   return summary
@@ -102,8 +109,10 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
     return {}
   if source == methods_base.TASK_SENTENCES:
     if not tasks:
-      raise ConfigError(f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
-                        "none: name a corpus to fit on")
+      raise ConfigError(
+        f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
+        "none: name a corpus to fit on"
+      )
     sentences = sts.distinct_sentences(tasks, common.preprocess_from_config(config))
     fitted_on = f"the {len(sentences)} distinct sentences of the test tasks {', '.join(t.name for t in tasks)}"
   else:
@@ -144,11 +153,20 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   result = transfer.evaluate_transfer(embed, tasks, prepare, classifier)
   seconds = time.perf_counter() - start
   print(result.table())
-  print(f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
-        f"the transfer sentences), {encoder.compilations} compiled shapes")
+  print(
+    f"{encoder.method.name} on {config.model.path}: {seconds:.1f} s ({result.encode_seconds:.1f} s encoding "
+    f"the transfer sentences), {encoder.compilations} compiled shapes"
+  )
   scores = {**scores, "transfer": result.to_dict()} if with_sts else result.to_dict()
-  summary = {**scores, "classifier": dataclasses.asdict(classifier), "method": encoder.method.config_fields(),
-             "model": config.model.path, "seconds": seconds, "compilations": encoder.compilations, **fitted_on}
+  summary = {
+    **scores,
+    "classifier": dataclasses.asdict(classifier),
+    "method": encoder.method.config_fields(),
+    "model": config.model.path,
+    "seconds": seconds,
+    "compilations": encoder.compilations,
+    **fitted_on,
+  }
   write_summary(config, summary)
   return summary
 
@@ -162,8 +180,13 @@ def run_fit_idf(config: Any) -> dict[str, Any]:
   start = time.perf_counter()
   idf = tfidf.fit_idf(sentences, load_tokenizer(config.model.path), config.idf.chunk_size)
   tfidf.save_idf(config.idf.output, idf)
-  summary = {"corpus": config.idf.corpus, "output": config.idf.output, "model": config.model.path,
-             "token_ids": len(idf), "seconds": time.perf_counter() - start}
+  summary = {
+    "corpus": config.idf.corpus,
+    "output": config.idf.output,
+    "model": config.model.path,
+    "token_ids": len(idf),
+    "seconds": time.perf_counter() - start,
+  }
   print(f"{len(idf)} token ids from {config.idf.corpus} -> {config.idf.output} ({summary['seconds']:.1f} s)")
   write_summary(config, summary)
   return summary
@@ -174,5 +197,3 @@ def write_summary(config: Any, summary: dict[str, Any]):
   if config.eval.output_json:
     atomic.write_json(config.eval.output_json, summary)  # A half file would pass for a finished run in sweep.py.
     logging.info("wrote %s", config.eval.output_json)
-
-

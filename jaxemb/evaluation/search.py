@@ -41,8 +41,9 @@ def wrapped_template(wrapper: str, relation: str) -> str:
   return relation_template(relation).replace("[X]", wrapper, 1)
 
 
-def greedy_template_search(score: Callable[[str], float], relations: Sequence[str],
-                           wrappers: Sequence[str]) -> list[Candidate]:
+def greedy_template_search(
+  score: Callable[[str], float], relations: Sequence[str], wrappers: Sequence[str]
+) -> list[Candidate]:
   """PromptBERT Table 4: the best relation tokens first, then the best prefix around [X] with that relation.
 
   Returns every candidate scored, in search order; the best is the max of the list.
@@ -53,8 +54,13 @@ def greedy_template_search(score: Callable[[str], float], relations: Sequence[st
   return scored
 
 
-def ditto_head_scores(layer_embed: Callable[[int], common.Embed], num_layers: int, num_heads: int,
-                      dev: sts_data.StsTask, preprocess: common.Preprocess) -> list[Candidate]:
+def ditto_head_scores(
+  layer_embed: Callable[[int], common.Embed],
+  num_layers: int,
+  num_heads: int,
+  dev: sts_data.StsTask,
+  preprocess: common.Preprocess,
+) -> list[Candidate]:
   """STS-B dev Spearman of every (layer, head), in grid order.
 
   `layer_embed(layer)` embeds sentences as [n, heads, hidden] (one encoder pass per layer); every head is then
@@ -62,13 +68,15 @@ def ditto_head_scores(layer_embed: Callable[[int], common.Embed], num_layers: in
   """
   heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
   results = head_sts_results(layer_embed, heads, [dev], preprocess)
-  return [Candidate("grid", f"layer {layer} head {head}", results[layer, head][dev.name].all)
-          for layer, head in heads]
+  return [Candidate("grid", f"layer {layer} head {head}", results[layer, head][dev.name].all) for layer, head in heads]
 
 
-def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence[tuple[int, int]],
-                     tasks: Sequence[sts_data.StsTask], preprocess: common.Preprocess
-                     ) -> dict[tuple[int, int], sts.StsResult]:
+def head_sts_results(
+  layer_embed: Callable[[int], common.Embed],
+  heads: Sequence[tuple[int, int]],
+  tasks: Sequence[sts_data.StsTask],
+  preprocess: common.Preprocess,
+) -> dict[tuple[int, int], sts.StsResult]:
   """The STS result of each (layer, head) of `heads` on `tasks`: one `layer_embed(layer)` pass per distinct layer
   over the tasks' distinct sentences, each head scored on its slice."""
   sentences = sts.distinct_sentences(tasks, preprocess)
@@ -85,14 +93,18 @@ def head_sts_results(layer_embed: Callable[[int], common.Embed], heads: Sequence
 def run_template_search(config: Any) -> dict[str, Any]:
   """evaluate.py's `template_search` job: greedy search with the prompt method over config.search's candidates,
   or each template of config.search.templates_file when it is set."""
+
   def search(model, dev, preprocess):
     base = Method.from_config(config.method)
+
     def score(template: str) -> float:
       encoder = Encoder(*model, dataclasses.replace(base, template=template), **common.encoder_options(config))
       return _dev_spearman(encoder, dev, preprocess)
+
     if config.search.templates_file:
       return [Candidate("listed", t, score(t)) for t in read_templates(config.search.templates_file)]
     return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
+
   return _run_search(config, search)
 
 
@@ -102,28 +114,38 @@ def read_templates(path: str) -> list[str]:
   try:
     templates = [entry["template"] for entry in json.loads(storage.path(path).read_text())["templates"]]
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise DataError(f"{path}: not a templates JSON ({{\"templates\": [{{\"template\": ...}}]}}): {e}") from None
+    raise DataError(f'{path}: not a templates JSON ({{"templates": [{{"template": ...}}]}}): {e}') from None
   if not templates or not all(isinstance(t, str) for t in templates):
-    raise DataError(f"{path}: its \"templates\" must be a non-empty list of {{\"template\": str}}")
+    raise DataError(f'{path}: its "templates" must be a non-empty list of {{"template": str}}')
   return templates
 
 
 def run_ditto_search(config: Any) -> dict[str, Any]:
   """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.ditto_variant`."""
+
   def search(model, dev, preprocess):
     model_config = model[0]
-    return ditto_head_scores(ditto_layer_embed(config, model), model_config.num_hidden_layers,
-                             model_config.num_attention_heads, dev, preprocess)
+    return ditto_head_scores(
+      ditto_layer_embed(config, model),
+      model_config.num_hidden_layers,
+      model_config.num_attention_heads,
+      dev,
+      preprocess,
+    )
+
   return _run_search(config, search)
 
 
 def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
   """`layer -> embed`, embed giving Ditto's `method.ditto_variant` vectors of every head of `layer`
   ([n, heads, hidden]); `model` is (config, params, tokenizer)."""
+
   def layer_embed(layer: int) -> common.Embed:
-    method = dataclasses.replace(Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer,
-                                 ditto_head=0)
+    method = dataclasses.replace(
+      Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer, ditto_head=0
+    )
     return Encoder(*model, method, **common.encoder_options(config)).encode
+
   return layer_embed
 
 
@@ -142,10 +164,15 @@ def _run_search(config: Any, search: Callable[..., list[Candidate]]) -> dict[str
   seconds = time.perf_counter() - start
   ranked = sorted(scored, key=lambda c: -c.stsb_dev)
   print(f"{'rank':>4}  {'STS-B dev':>9}  {'stage':<8}  candidate")
-  for rank, candidate in enumerate(ranked[:config.search.show], 1):
+  for rank, candidate in enumerate(ranked[: config.search.show], 1):
     print(f"{rank:>4}  {candidate.stsb_dev:9.2f}  {candidate.stage:<8}  {candidate.name}")
   print(f"best: {ranked[0].name} (STS-B dev {ranked[0].stsb_dev:.2f}); {len(scored)} candidates in {seconds:.1f} s")
-  summary = {"model": config.model.path, "job": config.job, "best": dataclasses.asdict(ranked[0]),
-             "candidates": [dataclasses.asdict(c) for c in scored], "seconds": seconds}
+  summary = {
+    "model": config.model.path,
+    "job": config.job,
+    "best": dataclasses.asdict(ranked[0]),
+    "candidates": [dataclasses.asdict(c) for c in scored],
+    "seconds": seconds,
+  }
   run.write_summary(config, summary)
   return summary

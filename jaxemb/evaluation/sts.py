@@ -92,11 +92,17 @@ class StsResult:
     names = [name for name, _ in self.tasks]
     if len(set(names)) != len(names):
       raise ValueError(f"tasks {list(self.tasks)} repeat a name; select one split to key them by name")
-    tasks = {task.name: {"split": task.split, "all": task.all, "wmean": task.wmean, "mean": task.mean,
-                         "pairs": task.pairs,
-                         "subsets": {s.name: {"spearman": s.spearman, "pearson": s.pearson, "pairs": s.pairs}
-                                     for s in task.subsets}}
-             for task in self.tasks.values()}
+    tasks = {
+      task.name: {
+        "split": task.split,
+        "all": task.all,
+        "wmean": task.wmean,
+        "mean": task.mean,
+        "pairs": task.pairs,
+        "subsets": {s.name: {"spearman": s.spearman, "pearson": s.pearson, "pairs": s.pairs} for s in task.subsets},
+      }
+      for task in self.tasks.values()
+    }
     return {"average": self.average, "average_wmean": self.average_wmean, "tasks": tasks}
 
   def to_json(self, indent: int | None = 2) -> str:
@@ -104,8 +110,9 @@ class StsResult:
 
   def table(self) -> str:
     """One row per task (all, wmean, pairs), then the test tasks' average, boxed like SimCSE's PrettyTable output."""
-    rows = [[task.name, task.split, f"{task.all:.2f}", f"{task.wmean:.2f}", str(task.pairs)]
-            for task in self.tasks.values()]
+    rows = [
+      [task.name, task.split, f"{task.all:.2f}", f"{task.wmean:.2f}", str(task.pairs)] for task in self.tasks.values()
+    ]
     if self._tests:
       rows.append(["Avg.", "", f"{self.average:.2f}", f"{self.average_wmean:.2f}", ""])
     return boxed(["Task", "Split", "all", "wmean", "pairs"], rows, left=2)
@@ -117,8 +124,11 @@ class StsResult:
 def distinct_sentences(tasks: Sequence[StsTask], preprocess: Preprocess | None = None) -> list[str]:
   """The tasks' sentences after `preprocess`, each once, in the order they first appear."""
   prepare = preprocess or (lambda sentence: sentence)
-  return list(dict.fromkeys(prepare(s) for task in tasks for subset in task.subsets.values()
-                            for s in (*subset.sentences1, *subset.sentences2)))
+  return list(
+    dict.fromkeys(
+      prepare(s) for task in tasks for subset in task.subsets.values() for s in (*subset.sentences1, *subset.sentences2)
+    )
+  )
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -130,8 +140,7 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return np.nan_to_num(similarity, nan=0.0)
 
 
-def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
-                 preprocess: Preprocess | None = join_tokens) -> StsResult:
+def evaluate_sts(embed: Embed, tasks: Sequence[StsTask], preprocess: Preprocess | None = join_tokens) -> StsResult:
   """Scores `tasks`, calling `embed` once with every distinct (preprocessed) sentence among them.
 
   `preprocess` maps each stored sentence to the text that is embedded: by default SentEval's
@@ -142,8 +151,11 @@ def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
   keys = [(task.name, task.split) for task in tasks]
   if len(set(keys)) != len(keys):
     raise ValueError(f"tasks {keys} repeat a name and split")
-  vectors, rows = embed_distinct(embed, [column for task in tasks for subset in task.subsets.values()
-                                         for column in (subset.sentences1, subset.sentences2)], preprocess)
+  vectors, rows = embed_distinct(
+    embed,
+    [column for task in tasks for subset in task.subsets.values() for column in (subset.sentences1, subset.sentences2)],
+    preprocess,
+  )
   rows = iter(rows)
   scores = {}
   for task in tasks:
@@ -154,14 +166,22 @@ def evaluate_sts(embed: Embed, tasks: Sequence[StsTask],
 
 def _score_task(task: StsTask, predictions: list[tuple[StsSubset, np.ndarray]]) -> TaskScore:
   """SentEval's per-task numbers from each subset's system scores."""
-  subsets = tuple(SubsetScore(subset.name, len(subset), _spearman(predicted, subset.scores),
-                              _pearson(predicted, subset.scores)) for subset, predicted in predictions)
+  subsets = tuple(
+    SubsetScore(subset.name, len(subset), _spearman(predicted, subset.scores), _pearson(predicted, subset.scores))
+    for subset, predicted in predictions
+  )
   spearmans = [s.spearman for s in subsets]
-  everything = _spearman(np.concatenate([p for _, p in predictions]),
-                         np.concatenate([subset.scores for subset, _ in predictions]))
-  return TaskScore(task.name, task.split, all=everything,
-                   wmean=float(np.average(spearmans, weights=[s.pairs for s in subsets])),
-                   mean=float(np.mean(spearmans)), subsets=subsets)
+  everything = _spearman(
+    np.concatenate([p for _, p in predictions]), np.concatenate([subset.scores for subset, _ in predictions])
+  )
+  return TaskScore(
+    task.name,
+    task.split,
+    all=everything,
+    wmean=float(np.average(spearmans, weights=[s.pairs for s in subsets])),
+    mean=float(np.mean(spearmans)),
+    subsets=subsets,
+  )
 
 
 def _mean(values: list[float]) -> float:
@@ -174,4 +194,3 @@ def _spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
 
 def _pearson(predicted: np.ndarray, gold: np.ndarray) -> float:
   return 100 * float(stats.pearsonr(predicted, gold).statistic)
-

@@ -65,10 +65,12 @@ def template_from_tokens(tokens: Sequence[int], parts: Sequence[str], tokenizer:
   """LM-BFF's reading of a beam: sentinel k becomes the format's part k and EOS its last part; the tokens between
   are span text (a sentinel past the format's stays as text: `keep_usable` drops it)."""
   pieces, span = [], []
+
   def flush():
     if span:
       pieces.append(tokenizer.convert_tokens_to_string(tokenizer.convert_ids_to_tokens(span)))
       span.clear()
+
   for token in map(int, tokens):
     name = tokenizer.convert_ids_to_tokens(token)
     sentinel = _SENTINEL.fullmatch(name or "")
@@ -90,8 +92,14 @@ def search_inputs(tokenizer: Any, vocab_size: int) -> tuple[np.ndarray, int]:
   return allowed, vocab.get(_REPEAT, -1)
 
 
-def generate(model: tuple[t5.T5Config, t5.Params, Any], pairs: Sequence[wordnet.WordDefinition],
-             formats: Sequence[str], num_beams: int, max_length: int, batch_size: int) -> list[GeneratedTemplate]:
+def generate(
+  model: tuple[t5.T5Config, t5.Params, Any],
+  pairs: Sequence[wordnet.WordDefinition],
+  formats: Sequence[str],
+  num_beams: int,
+  max_length: int,
+  batch_size: int,
+) -> list[GeneratedTemplate]:
   """The templates of each format's aggregated search over all `pairs`: its best num_beams // len(formats), as
   LM-BFF keeps beam // 2 of each of its two formats."""
   config, params, tokenizer = model
@@ -103,31 +111,54 @@ def generate(model: tuple[t5.T5Config, t5.Params, Any], pairs: Sequence[wordnet.
     if tokenizer.unk_token_id in part_ends or None in part_ends:
       raise ConfigError(f"generation format {text!r}: the T5 tokenizer has no sentinel <extra_id_{len(parts) - 1}>")
     # Rows padded to a multiple of 32 tokens: the formats share one compiled search (padding changes no logit).
-    batch = tokenizer([t5_input(text, pair) for pair in pairs], padding=True, pad_to_multiple_of=32,
-                      return_tensors="np")
+    batch = tokenizer(
+      [t5_input(text, pair) for pair in pairs], padding=True, pad_to_multiple_of=32, return_tensors="np"
+    )
     out = beam_search.t5_aggregated_search(
-        params, config, batch["input_ids"], batch["attention_mask"], jnp.asarray(part_ends), jnp.asarray(allowed),
-        num_beams=num_beams, max_length=max_length, eos_id=tokenizer.eos_token_id, repeat_id=repeat_id,
-        batch_size=min(batch_size, len(pairs)))
+      params,
+      config,
+      batch["input_ids"],
+      batch["attention_mask"],
+      jnp.asarray(part_ends),
+      jnp.asarray(allowed),
+      num_beams=num_beams,
+      max_length=max_length,
+      eos_id=tokenizer.eos_token_id,
+      repeat_id=repeat_id,
+      batch_size=min(batch_size, len(pairs)),
+    )
     tokens, lengths, scores = (np.asarray(a) for a in (out.tokens, out.lengths, out.scores))
-    for row, length, score in list(zip(tokens, lengths, scores))[:num_beams // len(formats)]:
+    for row, length, score in list(zip(tokens, lengths, scores))[: num_beams // len(formats)]:
       if np.isfinite(score):
-        generated.append(GeneratedTemplate(template_from_tokens(row[1:1 + length], parts, tokenizer),
-                                           float(score), text))
+        generated.append(
+          GeneratedTemplate(template_from_tokens(row[1 : 1 + length], parts, tokenizer), float(score), text)
+        )
   return generated
 
 
-def keep_usable(generated: Sequence[GeneratedTemplate], tokenizer: Any
-                ) -> tuple[list[GeneratedTemplate], collections.Counter]:
+def keep_usable(
+  generated: Sequence[GeneratedTemplate], tokenizer: Any
+) -> tuple[list[GeneratedTemplate], collections.Counter]:
   """(the templates the prompt method can use with the encoder's `tokenizer`: one [X] and one [MASK], no sentinel
   left, the slot apart from the text around it, each template once; reason -> count of those dropped)."""
   usable, seen, dropped = [], set(), collections.Counter()
   for candidate in generated:
     text = candidate.template
-    reason = (f"no {SLOT}" if SLOT not in text else f"{SLOT} more than once" if text.count(SLOT) > 1
-              else f"no {MASK}" if MASK not in text else f"{MASK} more than once" if text.count(MASK) > 1
-              else "a sentinel past the format's" if _SENTINEL.search(text)
-              else "a duplicate" if text in seen else None)
+    reason = (
+      f"no {SLOT}"
+      if SLOT not in text
+      else f"{SLOT} more than once"
+      if text.count(SLOT) > 1
+      else f"no {MASK}"
+      if MASK not in text
+      else f"{MASK} more than once"
+      if text.count(MASK) > 1
+      else "a sentinel past the format's"
+      if _SENTINEL.search(text)
+      else "a duplicate"
+      if text in seen
+      else None
+    )
     if reason is None:
       try:
         Template.parse(text, tokenizer)
@@ -148,8 +179,10 @@ def run_template_generation(config: Any) -> dict[str, Any]:
   for text in g.formats:
     format_parts(text)  # A malformed format fails before anything is read.
   if g.num_beams < len(g.formats) or not g.formats:
-    raise ConfigError(f"config.generation.num_beams ({g.num_beams}) must be at least the number of formats "
-                      f"({len(g.formats)}): each format keeps num_beams // {max(len(g.formats), 1)} templates")
+    raise ConfigError(
+      f"config.generation.num_beams ({g.num_beams}) must be at least the number of formats "
+      f"({len(g.formats)}): each format keeps num_beams // {max(len(g.formats), 1)} templates"
+    )
   pairs = wordnet.sample(wordnet.read_pairs(g.pairs, tuple(g.parts_of_speech)), g.num_pairs, g.seed)
   if not pairs:
     raise DataError(f"{g.pairs}: no word-definition pairs")
@@ -157,12 +190,26 @@ def run_template_generation(config: Any) -> dict[str, Any]:
   generated = generate(t5.load(g.t5_model), pairs, list(g.formats), g.num_beams, g.max_length, g.batch_size)
   usable, dropped = keep_usable(generated, encoder_tokenizer)
   if dropped:
-    logging.warning("dropped %d of %d generated templates: %s", sum(dropped.values()), len(generated),
-                    ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items())))
-  print(f"{len(usable)} templates from {g.t5_model} over {len(pairs)} word-definition pairs "
-        f"({sum(dropped.values())} dropped); written to {g.output_json}")
-  atomic.write_json(g.output_json, {"t5_model": g.t5_model, "pairs": len(pairs), "formats": list(g.formats),
-                                 "dropped": dict(dropped), "templates": [dataclasses.asdict(c) for c in usable]})
+    logging.warning(
+      "dropped %d of %d generated templates: %s",
+      sum(dropped.values()),
+      len(generated),
+      ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items())),
+    )
+  print(
+    f"{len(usable)} templates from {g.t5_model} over {len(pairs)} word-definition pairs "
+    f"({sum(dropped.values())} dropped); written to {g.output_json}"
+  )
+  atomic.write_json(
+    g.output_json,
+    {
+      "t5_model": g.t5_model,
+      "pairs": len(pairs),
+      "formats": list(g.formats),
+      "dropped": dict(dropped),
+      "templates": [dataclasses.asdict(c) for c in usable],
+    },
+  )
   if not usable:
     raise DataError(f"{g.output_json}: every generated template was dropped ({dict(dropped)})")
   config.search.templates_file = g.output_json

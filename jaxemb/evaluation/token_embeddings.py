@@ -28,8 +28,10 @@ def token_frequencies(corpus_file: str, tokenizer: Any, max_lines: int) -> np.nd
   without special tokens."""
   path = pathlib.Path(corpus_file)
   if not path.is_file():
-    raise DataError(f"token_embeddings.corpus_file={corpus_file}: no such file; point it at a text file, one "
-                    "sentence per line (e.g. the wiki1m sample)")
+    raise DataError(
+      f"token_embeddings.corpus_file={corpus_file}: no such file; point it at a text file, one "
+      "sentence per line (e.g. the wiki1m sample)"
+    )
   with path.open(encoding="utf-8") as f:
     lines = [line.strip() for i, line in enumerate(f) if not max_lines or i < max_lines]
   counts = np.zeros(len(tokenizer), np.int64)
@@ -58,7 +60,7 @@ def pca_2d(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   centred rows' SVD."""
   centred = rows - rows.mean(0)
   _, singular, axes = np.linalg.svd(centred, full_matrices=False)
-  return centred @ axes[:2].T, singular[:2] ** 2 / (singular ** 2).sum()
+  return centred @ axes[:2].T, singular[:2] ** 2 / (singular**2).sum()
 
 
 def mean_cosine(rows: np.ndarray) -> float:
@@ -72,8 +74,10 @@ def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: storage.P
   """One scatter of the 2-D points, a PNG written whole to `path` (local or gs://): `colour` is either {"values":
   [n] floats} (a dark-is-high colour scale) or {"groups": [(label, [n] bool, colour), ...]} drawn in that order."""
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, ax = plt.subplots(figsize=(6, 6), dpi=120)
   if "values" in colour:
     order = np.argsort(colour["values"])  # The frequent (dark) tokens on top.
@@ -81,8 +85,9 @@ def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: storage.P
     fig.colorbar(sc, ax=ax, shrink=0.8, label="log10(1 + count)")
   else:
     for label, members, c in colour["groups"]:
-      ax.scatter(points[members, 0], points[members, 1], c=c, s=2, linewidths=0,
-                 label=f"{label} ({int(members.sum())})")
+      ax.scatter(
+        points[members, 0], points[members, 1], c=c, s=2, linewidths=0, label=f"{label} ({int(members.sum())})"
+      )
     ax.legend(markerscale=6, loc="best", fontsize=8)
   ax.set_title(title, fontsize=9)
   ax.set_xlabel("PC 1")
@@ -113,18 +118,36 @@ def run_token_embeddings(config: Any) -> dict[str, Any]:
   out = storage.path(t.output_dir)
   name = f"{pathlib.Path(str(config.model.path)).name}, {t.rows}"
   pcs = f"PC 1-2: {explained[0]:.1%}, {explained[1]:.1%} of the variance"
-  draw(points, {"values": np.log10(1 + counts)},
-       f"{name}: frequency on {pathlib.Path(t.corpus_file).name} (dark: frequent)\n{pcs}",
-       out / f"{t.rows}_frequency.png")
-  draw(points, {"groups": [("begin-of-word", ~subword, "tab:blue"), ("subword", subword, "gold")]},
-       f"{name}: subword vs begin-of-word pieces\n{pcs}", out / f"{t.rows}_subword.png")
+  draw(
+    points,
+    {"values": np.log10(1 + counts)},
+    f"{name}: frequency on {pathlib.Path(t.corpus_file).name} (dark: frequent)\n{pcs}",
+    out / f"{t.rows}_frequency.png",
+  )
+  draw(
+    points,
+    {"groups": [("begin-of-word", ~subword, "tab:blue"), ("subword", subword, "gold")]},
+    f"{name}: subword vs begin-of-word pieces\n{pcs}",
+    out / f"{t.rows}_subword.png",
+  )
   case_note = "" if cased.any() else " (uncased vocabulary: no cased pieces)"
-  draw(points, {"groups": [("uncased", ~cased, "tab:blue"), ("cased", cased, "red")]},
-       f"{name}: cased vs uncased pieces{case_note}\n{pcs}", out / f"{t.rows}_case.png")
-  summary = {"model": str(config.model.path), "rows": t.rows, "tokens": int(keep.sum()),
-             "subword": int(subword.sum()), "cased": int(cased.sum()), "seen_in_corpus": int((counts > 0).sum()),
-             "explained_variance": explained.tolist(), "mean_cosine": mean_cosine(rows),
-             "pngs": [str(out / f"{t.rows}_{bias}.png") for bias in BIASES]}
+  draw(
+    points,
+    {"groups": [("uncased", ~cased, "tab:blue"), ("cased", cased, "red")]},
+    f"{name}: cased vs uncased pieces{case_note}\n{pcs}",
+    out / f"{t.rows}_case.png",
+  )
+  summary = {
+    "model": str(config.model.path),
+    "rows": t.rows,
+    "tokens": int(keep.sum()),
+    "subword": int(subword.sum()),
+    "cased": int(cased.sum()),
+    "seen_in_corpus": int((counts > 0).sum()),
+    "explained_variance": explained.tolist(),
+    "mean_cosine": mean_cosine(rows),
+    "pngs": [str(out / f"{t.rows}_{bias}.png") for bias in BIASES],
+  }
   atomic.write_json(out / f"{t.rows}_summary.json", summary)
   logging.getLogger(__name__).info("token embeddings: %s in %.1f s", summary, time.perf_counter() - start)
   print(json.dumps(summary, indent=2))

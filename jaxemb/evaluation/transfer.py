@@ -62,8 +62,10 @@ class TransferResult:
     return self.tasks[name]
 
   def to_dict(self) -> dict[str, Any]:
-    tasks = {name: {k: v for k, v in dataclasses.asdict(task).items() if k != "name" and v is not None}
-             for name, task in self.tasks.items()}
+    tasks = {
+      name: {k: v for k, v in dataclasses.asdict(task).items() if k != "name" and v is not None}
+      for name, task in self.tasks.items()
+    }
     return {"average": self.average, "encode_seconds": self.encode_seconds, "tasks": tasks}
 
   def to_json(self, indent: int | None = 2) -> str:
@@ -71,8 +73,10 @@ class TransferResult:
 
   def table(self) -> str:
     """One row per task (dev and test accuracy, F1, sizes), then the average test accuracy."""
-    rows = [[t.name, f"{t.devacc:.2f}", f"{t.acc:.2f}", "" if t.f1 is None else f"{t.f1:.2f}", str(t.ndev),
-             str(t.ntest)] for t in self.tasks.values()]
+    rows = [
+      [t.name, f"{t.devacc:.2f}", f"{t.acc:.2f}", "" if t.f1 is None else f"{t.f1:.2f}", str(t.ndev), str(t.ntest)]
+      for t in self.tasks.values()
+    ]
     rows.append(["Avg.", "", f"{self.average:.2f}", "", "", ""])
     header = ["Task", "dev acc", "test acc", "F1", "ndev", "ntest"]
     return boxed(header, rows, left=1)
@@ -81,9 +85,12 @@ class TransferResult:
     return self.table()
 
 
-def evaluate_transfer(embed: Embed, tasks: Sequence[transfer_data.TransferTask],
-                      preprocess: Preprocess | None = join_tokens, config: LogRegConfig = LogRegConfig()
-                      ) -> TransferResult:
+def evaluate_transfer(
+  embed: Embed,
+  tasks: Sequence[transfer_data.TransferTask],
+  preprocess: Preprocess | None = join_tokens,
+  config: LogRegConfig = LogRegConfig(),
+) -> TransferResult:
   """Scores `tasks`, calling `embed` once with every distinct (preprocessed) sentence among them.
 
   `preprocess` maps each stored sentence to the text that is embedded: by default SentEval's whitespace join
@@ -95,8 +102,9 @@ def evaluate_transfer(embed: Embed, tasks: Sequence[transfer_data.TransferTask],
   if len(set(names)) != len(names):
     raise ValueError(f"tasks {names} repeat a name")
   start = time.perf_counter()
-  vectors, rows = embed_distinct(embed, [column for task in tasks for split in task.splits.values()
-                                         for column in split.columns], preprocess)
+  vectors, rows = embed_distinct(
+    embed, [column for task in tasks for split in task.splits.values() for column in split.columns], preprocess
+  )
   encode_seconds = time.perf_counter() - start
   vectors, rows = vectors.astype(np.float32, copy=False), iter(rows)
   scores = {}
@@ -112,8 +120,9 @@ def senteval_order(split: transfer_data.TransferSplit) -> np.ndarray:
   return np.array(sorted(range(len(split)), key=lambda i: (*keys[i], split.labels[i])), dtype=np.int64)
 
 
-def _score_task(task: transfer_data.TransferTask, vectors: np.ndarray, rows: dict[str, list[np.ndarray]],
-                config: LogRegConfig) -> TaskScore:
+def _score_task(
+  task: transfer_data.TransferTask, vectors: np.ndarray, rows: dict[str, list[np.ndarray]], config: LogRegConfig
+) -> TaskScore:
   """Runs the protocol the task's splits call for."""
   start = time.perf_counter()
   data = {}
@@ -136,8 +145,9 @@ def _score_task(task: transfer_data.TransferTask, vectors: np.ndarray, rows: dic
     ndev, ntest = len(data["dev"][1]), len(data["test"][1])
   else:
     raise ValueError(f"task {task.name}: splits {sorted(data)} match no SentEval protocol")
-  return TaskScore(task.name, float(devacc), float(acc), ndev, ntest, time.perf_counter() - start,
-                   None if f1 is None else float(f1))
+  return TaskScore(
+    task.name, float(devacc), float(acc), ndev, ntest, time.perf_counter() - start, None if f1 is None else float(f1)
+  )
 
 
 def _f1(predictions: np.ndarray, labels: np.ndarray) -> float:

@@ -12,5 +12,17 @@ from jaxemb.methods import whitening
 from jaxemb.methods import flow
 from jaxemb.methods.base import Method, NotExportable, exportable_names, names
 
-__all__ = ["Method", "NotExportable", "base", "ditto", "exportable_names", "flow", "names", "pooled", "prompt",
-           "static", "tfidf", "whitening"]
+__all__ = [
+  "Method",
+  "NotExportable",
+  "base",
+  "ditto",
+  "exportable_names",
+  "flow",
+  "names",
+  "pooled",
+  "prompt",
+  "static",
+  "tfidf",
+  "whitening",
+]

@@ -91,8 +91,11 @@ def _current_value(field: str, value: Any, families: Any = None) -> Any:
 
 def _takers(field: str) -> tuple[str, ...]:
   """The methods that take `field` (a dataclass or flat field)."""
-  return tuple(name for name, found in _FAMILIES.items()
-               if field in found.field_names() and name in found.FIELD_OWNERS.get(field, found.NAMES))
+  return tuple(
+    name
+    for name, found in _FAMILIES.items()
+    if field in found.field_names() and name in found.FIELD_OWNERS.get(field, found.NAMES)
+  )
 
 
 def _misplaced(name: str, field: str, value: Any) -> ConfigError:
@@ -233,8 +236,14 @@ class Method:
     del state, embedded
     return None
 
-  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
-           max_length: int) -> templates.TemplateBatch:
+  def rows(
+    self,
+    template: templates.Template,
+    tokenizer: Any,
+    sentences: list[str],
+    max_sentence_tokens: int | None,
+    max_length: int,
+  ) -> templates.TemplateBatch:
     """The host-side rows of `sentences` for `vectors`."""
     raise NotImplementedError
 
@@ -247,8 +256,16 @@ class Method:
     """One encoder pass over `batch` with just the outputs `forward_outputs` names."""
     return model.apply({"params": params}, batch.input_ids, batch.attention_mask, **self.forward_outputs())
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
     """[batch, *vector_shape] sentence vectors (traced: the Encoder jits it). `state` is `load_state`'s; `prompt`
     (with its `template`) an OptiPrompt continuous template that replaces the template's word embeddings."""
     raise NotImplementedError
@@ -271,11 +288,13 @@ class Method:
   def check_exportable(self):
     """NotExportable, naming the exportable methods, for a method without a sentence-transformers form."""
     if not self.exportable:
-      raise NotExportable(f"method {self.name!r} has no sentence-transformers form here; exportable methods: "
-                          f"{exportable_names()}")
+      raise NotExportable(
+        f"method {self.name!r} has no sentence-transformers form here; exportable methods: {exportable_names()}"
+      )
 
-  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any,
-             fitted: dict[str, np.ndarray] | None = None):
+  def export(
+    self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: dict[str, np.ndarray] | None = None
+  ):
     """Writes this method's sentence-transformers modules (modules.json and theirs) beside the Hugging Face
     checkpoint already in the folder `out` (a storage.Path), with `fit`'s arrays for a method that fits state;
     NotExportable for a method without them."""
@@ -318,10 +337,22 @@ class Tokenized(Method):
     if self.tokenization not in templates.TOKENIZATIONS:
       raise ConfigError(f"tokenization {self.tokenization!r} is not one of {templates.TOKENIZATIONS}")
 
-  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
-           max_length: int) -> templates.TemplateBatch:
-    return templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=max_sentence_tokens,
-                                        max_length=max_length, tokenization=self.tokenization)
+  def rows(
+    self,
+    template: templates.Template,
+    tokenizer: Any,
+    sentences: list[str],
+    max_sentence_tokens: int | None,
+    max_length: int,
+  ) -> templates.TemplateBatch:
+    return templates.tokenize_sentences(
+      template,
+      tokenizer,
+      sentences,
+      max_sentence_tokens=max_sentence_tokens,
+      max_length=max_length,
+      tokenization=self.tokenization,
+    )
 
 
 def fitted_record(method: Method, config: EncoderConfig, params: Any) -> dict[str, np.ndarray]:
@@ -332,8 +363,9 @@ def fitted_record(method: Method, config: EncoderConfig, params: Any) -> dict[st
   return {FITTED_FOR: np.array(json.dumps(record, sort_keys=True))}
 
 
-def check_fitted(fitted: dict[str, np.ndarray], method: Method, config: EncoderConfig,
-                 params: Any) -> dict[str, np.ndarray]:
+def check_fitted(
+  fitted: dict[str, np.ndarray], method: Method, config: EncoderConfig, params: Any
+) -> dict[str, np.ndarray]:
   """`fitted` without its FITTED_FOR entry, after checking that entry against `method` and the model (`params`
   None: the method only); FittedForAnother naming what differs. Arrays saved before the entry existed pass
   unchecked."""
@@ -344,12 +376,16 @@ def check_fitted(fitted: dict[str, np.ndarray], method: Method, config: EncoderC
   if record["method"] != method.fitted_for():
     theirs, ours = record["method"], method.fitted_for()
     differ = {key: theirs.get(key) for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)}
-    raise FittedForAnother(f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for "
-                           f"this method {ours['name']!r}: fit it again (evaluate.py) for this method")
+    raise FittedForAnother(
+      f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for "
+      f"this method {ours['name']!r}: fit it again (evaluate.py) for this method"
+    )
   digest = None if params is None else model_digest(config, params)
   if digest is not None and record["model"] != digest:
-    raise FittedForAnother(f"the fitted state was fitted on another model (digest {record['model'][:12]}, this "
-                           f"one's {digest[:12]}): fit it again (evaluate.py) on this model")
+    raise FittedForAnother(
+      f"the fitted state was fitted on another model (digest {record['model'][:12]}, this "
+      f"one's {digest[:12]}): fit it again (evaluate.py) on this model"
+    )
   return arrays
 
 

@@ -39,17 +39,28 @@ class Ditto(base.Tokenized):
 
   def validate(self, config: EncoderConfig, num_masks: int):
     if not (0 <= self.ditto_layer < config.num_hidden_layers and 0 <= self.ditto_head < config.num_attention_heads):
-      raise ConfigError(f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
-                        f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads")
+      raise ConfigError(
+        f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
+        f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads"
+      )
 
   def forward_outputs(self) -> dict[str, Any]:
     return {"output_hidden_states": True, "output_attentions": (self.ditto_layer,)}
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
     words = params["embeddings"]["word"]["embedding"][batch.input_ids]
-    heads = pooling.ditto_all_heads(self.encoder_outputs(model, params, batch), batch.attention_mask,
-                                    self.ditto_layer, self.ditto_variant, words)
+    heads = pooling.ditto_all_heads(
+      self.encoder_outputs(model, params, batch), batch.attention_mask, self.ditto_layer, self.ditto_variant, words
+    )
     return heads if self.name == "ditto_all_heads" else heads[:, self.ditto_head]
 
   def width(self, config: EncoderConfig) -> int:

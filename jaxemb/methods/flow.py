@@ -68,8 +68,12 @@ class Flow(transform.Transform):
 
   def __post_init__(self):
     super().__post_init__()
-    sizes = {"flow_levels": self.flow_levels, "flow_depth": self.flow_depth, "flow_width": self.flow_width,
-             "flow_epochs": self.flow_epochs}
+    sizes = {
+      "flow_levels": self.flow_levels,
+      "flow_depth": self.flow_depth,
+      "flow_width": self.flow_width,
+      "flow_epochs": self.flow_epochs,
+    }
     for field, value in sizes.items():
       if value < 1:
         raise ConfigError(f"{field} must be >= 1; got {value}")
@@ -95,30 +99,42 @@ class Flow(transform.Transform):
     x = np.asarray(embed(self.flowed, sentences), np.float32)
     if len(x) < self.flow_batch_size:
       raise ConfigError(f"flow fits on batches of {self.flow_batch_size} sentences; got {len(x)} distinct sentences")
-    params, history = fit_flow(x, self.flow_config, epochs=self.flow_epochs, batch_size=self.flow_batch_size,
-                               learning_rate=self.flow_learning_rate, seed=self.flow_seed)
+    params, history = fit_flow(
+      x,
+      self.flow_config,
+      epochs=self.flow_epochs,
+      batch_size=self.flow_batch_size,
+      learning_rate=self.flow_learning_rate,
+      seed=self.flow_seed,
+    )
     flat = flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
     return {**{_PARAMS + key: np.asarray(value) for key, value in flat.items()}, _HISTORY: np.asarray(history)}
 
   def load_transform(self, config: EncoderConfig, fitted: dict[str, np.ndarray]) -> Any:
     params = flax.traverse_util.unflatten_dict(
-        {key[len(_PARAMS):]: jnp.asarray(value) for key, value in fitted.items() if key.startswith(_PARAMS)}, sep="/")
+      {key[len(_PARAMS) :]: jnp.asarray(value) for key, value in fitted.items() if key.startswith(_PARAMS)}, sep="/"
+    )
     fitted_width = np.asarray(params["level_0"]["step_0"]["actnorm"]["b"]).shape[0]
     if fitted_width != self.flowed.width(config):
-      raise ConfigError(f"the fitted flow is {fitted_width}-dimensional; method {self.flowed.name!r} gives "
-                        f"{self.flowed.width(config)} dimensions on this model")
+      raise ConfigError(
+        f"the fitted flow is {fitted_width}-dimensional; method {self.flowed.name!r} gives "
+        f"{self.flowed.width(config)} dimensions on this model"
+      )
     return params
 
   def transform(self, state: Any, x: jax.Array) -> jax.Array:
     return glow.forward(state, x, self.flow_config)[0]
 
   def card_text(self) -> str:
-    return (self.flowed.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
-            "of a Glow fitted on a set of sentences' vectors.\n")
+    return (
+      self.flowed.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
+      "of a Glow fitted on a set of sentences' vectors.\n"
+    )
 
 
 def _bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6) -> optax.GradientTransformation:
   """The update m / (sqrt(v) + eps) of BERT's AdamWeightDecayOptimizer: Adam's moments without bias correction."""
+
   def init(params):
     return jax.tree.map(jnp.zeros_like, (params, params))
 
@@ -131,17 +147,19 @@ def _bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6) -> optax.G
   return optax.GradientTransformation(init, update)
 
 
-def fit_flow(x: np.ndarray, config: glow.FlowConfig, *, epochs: int, batch_size: int, learning_rate: float,
-             seed: int) -> tuple[Any, np.ndarray]:
+def fit_flow(
+  x: np.ndarray, config: glow.FlowConfig, *, epochs: int, batch_size: int, learning_rate: float, seed: int
+) -> tuple[Any, np.ndarray]:
   """The flow's params fitted on the vectors `x` [n, C] by maximum likelihood (the module docstring's recipe), and
   each step's mean log-likelihood (nats per vector, before that step's update)."""
   rng = np.random.default_rng(seed)
   steps = len(x) // batch_size
-  order = np.concatenate([rng.permutation(len(x))[:steps * batch_size] for _ in range(epochs)])
+  order = np.concatenate([rng.permutation(len(x))[: steps * batch_size] for _ in range(epochs)])
   batches = jnp.asarray(x[order.reshape(-1, batch_size)])
   params = glow.init(jax.random.key(seed), batches[0], config)
-  optimizer = optax.chain(optax.clip_by_global_norm(1.0), _bert_adam(), optax.add_decayed_weights(0.01),
-                          optax.scale(-learning_rate))
+  optimizer = optax.chain(
+    optax.clip_by_global_norm(1.0), _bert_adam(), optax.add_decayed_weights(0.01), optax.scale(-learning_rate)
+  )
   bits = PAIRS / (np.log(2) * x.shape[1])  # Mean log-likelihood -> their loss, two halves' bits per dimension.
 
   def step(carry, batch):

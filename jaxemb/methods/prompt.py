@@ -68,14 +68,17 @@ class Prompt(base.Tokenized):
   def validate(self, config: EncoderConfig, num_masks: int):
     if not config.is_masked_lm:
       raise ConfigError(
-          f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
-          "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
-          "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg")
+        f"method {self.name!r} reads the state at [MASK], which an ELECTRA discriminator was not trained to "
+        "represent ('the ELECTRA discriminator is trained without [MASK] tokens', Ditto §4), and it has no MLM "
+        "head; use a method without [MASK], e.g. ditto (Ditto Table 2) or first_last_avg"
+      )
     if num_masks == 0:
       given = "none was given" if self.template == templates.SLOT else f"got {self.template!r}"
-      raise ConfigError(f"method {self.name!r} needs a template with [MASK] (Method's template, "
-                        f"--config.method.template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
-                        f"{given}")
+      raise ConfigError(
+        f"method {self.name!r} needs a template with [MASK] (Method's template, "
+        f"--config.method.template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
+        f"{given}"
+      )
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
       raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
@@ -84,17 +87,32 @@ class Prompt(base.Tokenized):
 
   def view(self, template: templates.Template) -> views.View:
     """The views.View of this method: `template`'s last [MASK], denoised or not, through its head."""
-    return views.View(template, pooling="mask", denoise=self.denoise,
-                      head=self.head, bias_positions=self.bias_positions, prompt_placement=self.prompt_placement)
+    return views.View(
+      template,
+      pooling="mask",
+      denoise=self.denoise,
+      head=self.head,
+      bias_positions=self.bias_positions,
+      prompt_placement=self.prompt_placement,
+    )
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
     forward = functools.partial(model.apply, {"params": params})
     h = views.vector(self.view(template), model, {"encoder": params}, forward, batch, prompt)
     if self.name == "prompt":
       return h
-    return pooling.mlm_top_k(forward(h, method=Transformer.mlm_logits), params["embeddings"]["word"]["embedding"],
-                             self.top_k)
+    return pooling.mlm_top_k(
+      forward(h, method=Transformer.mlm_logits), params["embeddings"]["word"]["embedding"], self.top_k
+    )
 
   @property
   def exportable(self) -> bool:
@@ -103,8 +121,10 @@ class Prompt(base.Tokenized):
   def check_exportable(self):
     super().check_exportable()
     if self.denoise == "pad":
-      raise base.NotExportable("denoise 'pad' has no sentence-transformers form here: the exported module "
-                               "(jaxemb/st_prompt_module.py) subtracts position-offset biases only")
+      raise base.NotExportable(
+        "denoise 'pad' has no sentence-transformers form here: the exported module "
+        "(jaxemb/st_prompt_module.py) subtracts position-offset biases only"
+      )
 
   def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: Any = None):
     """modules.json naming the custom module `jaxemb_prompt.PromptEncoder` (a copy of jaxemb/st_prompt_module.py,
@@ -115,18 +135,29 @@ class Prompt(base.Tokenized):
     template = templates.Template.parse(self.template, tokenizer)
     module = pathlib.Path(__file__).parents[1] / "st_prompt_module.py"
     atomic.write_text(out / f"{PROMPT_MODULE}.py", module.read_text())
-    atomic.write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "",
-                                              "type": f"{PROMPT_MODULE}.PromptEncoder"}])
-    atomic.write_json(out / f"{PROMPT_MODULE}.json", {
-        "template": self.template, "prefix_text": template.prefix_text, "suffix_text": template.suffix_text,
-        "prefix_ids": list(template.prefix_ids), "suffix_ids": list(template.suffix_ids),
-        "cls_id": template.cls_id, "sep_id": template.sep_id, "pad_id": template.pad_id,
-        "mask_index": template.mask_indices[-1], "tokenization": self.tokenization,
+    atomic.write_json(
+      out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": f"{PROMPT_MODULE}.PromptEncoder"}]
+    )
+    atomic.write_json(
+      out / f"{PROMPT_MODULE}.json",
+      {
+        "template": self.template,
+        "prefix_text": template.prefix_text,
+        "suffix_text": template.suffix_text,
+        "prefix_ids": list(template.prefix_ids),
+        "suffix_ids": list(template.suffix_ids),
+        "cls_id": template.cls_id,
+        "sep_id": template.sep_id,
+        "pad_id": template.pad_id,
+        "mask_index": template.mask_indices[-1],
+        "tokenization": self.tokenization,
         "denoise": self.denoise == "position_offset",
         "head": self.head,
         # 0: positions from 0, as the authors count them (RoBERTa included); HF RoBERTa's numbering starts at 2.
         "bias_position_offset": views.bias_position_offset(self.bias_positions, config),
-        "max_length": config.max_length})
+        "max_length": config.max_length,
+      },
+    )
 
   @property
   def remote_code(self) -> bool:
@@ -137,21 +168,33 @@ class Prompt(base.Tokenized):
 
   def card_text(self) -> str:
     tokens = "tokenised in context" if self.tokenization == "in_context" else "its own tokens between the template ids"
-    steps = [f"the template `{self.template}` is filled with each sentence ({tokens})",
-             "the vector is the last hidden state at the template's last [MASK]"]
+    steps = [
+      f"the template `{self.template}` is filled with each sentence ({tokens})",
+      "the vector is the last hidden state at the template's last [MASK]",
+    ]
     if self.denoise == "position_offset":
-      steps.append("minus the same state of the template alone, its positions after the slot moved on by the "
-                   "sentence's length (PromptBERT's template denoising)")
+      steps.append(
+        "minus the same state of the template alone, its positions after the slot moved on by the "
+        "sentence's length (PromptBERT's template denoising)"
+      )
     if self.denoise == "pad":
-      steps.append("minus the same state of the template with as many [PAD]s as the sentence has tokens in its "
-                   "slot (CoT-BERT's denoising)")
+      steps.append(
+        "minus the same state of the template with as many [PAD]s as the sentence has tokens in its "
+        "slot (CoT-BERT's denoising)"
+      )
     if self.head != "none":
-      steps.append({"mlm_transform": "through the MLM head's transform (applied to both terms apart)",
-                    "pooler": "through the pretrained pooler (dense + tanh)"}[self.head])
-    return ("## Method\n\nPromptBERT's prompt-based sentence embedding (Jiang et al., 2022, "
-            "https://github.com/kongds/Prompt-BERT): " + "; ".join(steps) + ". The custom module `jaxemb_prompt.py` "
-            "in this folder computes it with torch and transformers, so sentence-transformers loads it with "
-            "`trust_remote_code=True`.\n")
+      steps.append(
+        {
+          "mlm_transform": "through the MLM head's transform (applied to both terms apart)",
+          "pooler": "through the pretrained pooler (dense + tanh)",
+        }[self.head]
+      )
+    return (
+      "## Method\n\nPromptBERT's prompt-based sentence embedding (Jiang et al., 2022, "
+      "https://github.com/kongds/Prompt-BERT): " + "; ".join(steps) + ". The custom module `jaxemb_prompt.py` "
+      "in this folder computes it with torch and transformers, so sentence-transformers loads it with "
+      "`trust_remote_code=True`.\n"
+    )
 
   @property
   def add_period(self) -> bool:
@@ -164,6 +207,12 @@ def from_view(view: views.View, head: str, denoised: bool) -> base.Method:
   last [MASK] state, denoised as the view is if `denoised`, through `head`."""
   if view.pooling == "cls":
     return pooled.Pooled("cls" if head == "pooler" else "cls_before_pooler")
-  return Prompt("prompt", template=view.template.text, head=head, tokenization="alone",
-                denoise=view.denoise if denoised else "none", bias_positions=view.bias_positions,
-                prompt_placement=view.prompt_placement)
+  return Prompt(
+    "prompt",
+    template=view.template.text,
+    head=head,
+    tokenization="alone",
+    denoise=view.denoise if denoised else "none",
+    bias_positions=view.bias_positions,
+    prompt_placement=view.prompt_placement,
+  )

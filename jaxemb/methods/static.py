@@ -34,8 +34,10 @@ def check_static_rows(kind: str, config: EncoderConfig):
   """Rejects rows `kind` that this model does not have."""
   if kind == "mlm_decoder" and (not config.is_masked_lm or config.tie_word_embeddings):
     why = "has no MLM head" if not config.is_masked_lm else "ties its MLM decoder to the word embeddings"
-    raise ConfigError(f"static_rows 'mlm_decoder' reads an untied MLM decoder; this model {why} (its config.json's "
-                      "tie_word_embeddings); use static_rows 'word_embeddings'")
+    raise ConfigError(
+      f"static_rows 'mlm_decoder' reads an untied MLM decoder; this model {why} (its config.json's "
+      "tie_word_embeddings); use static_rows 'word_embeddings'"
+    )
 
 
 @base.register
@@ -52,8 +54,10 @@ class Static(base.Tokenized):
   """
 
   NAMES = ("static_avg", "static_remove_biases")
-  FIELD_OWNERS = {"tokenization": ("static_avg",),
-                  **dict.fromkeys(("bias_filter", *_BIAS_SWITCHES), ("static_remove_biases",))}
+  FIELD_OWNERS = {
+    "tokenization": ("static_avg",),
+    **dict.fromkeys(("bias_filter", *_BIAS_SWITCHES), ("static_remove_biases",)),
+  }
 
   static_rows: str = "word_embeddings"
   bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
@@ -77,14 +81,28 @@ class Static(base.Tokenized):
   def validate(self, config: EncoderConfig, num_masks: int):
     check_static_rows(self.static_rows, config)
 
-  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
-           max_length: int) -> templates.TemplateBatch:
+  def rows(
+    self,
+    template: templates.Template,
+    tokenizer: Any,
+    sentences: list[str],
+    max_sentence_tokens: int | None,
+    max_length: int,
+  ) -> templates.TemplateBatch:
     if self.name == "static_remove_biases":
       return bias_removal.tokenize_filtered(tokenizer, sentences, self.bias_filter, max_sentence_tokens)
     return super().rows(template, tokenizer, sentences, max_sentence_tokens, max_length)
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
     rows = static_rows(params, self.static_rows)
     if self.name == "static_avg":
       return pooling.static_avg(rows, batch.input_ids, batch.attention_mask)

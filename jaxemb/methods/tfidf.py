@@ -37,7 +37,16 @@ class Tfidf(base.Tokenized):
   def forward_outputs(self) -> dict[str, Any]:
     return {"output_hidden_states": True}
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
-    return pooling.tfidf_first_last(self.encoder_outputs(model, params, batch), batch.attention_mask,
-                                    state[batch.input_ids])
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
+    return pooling.tfidf_first_last(
+      self.encoder_outputs(model, params, batch), batch.attention_mask, state[batch.input_ids]
+    )

@@ -65,14 +65,22 @@ class Transform(base.Method):
   def validate(self, config: EncoderConfig, num_masks: int):
     self.source.validate(config, num_masks)
     if len(self.source.vector_shape(config)) != 1:
-      raise ConfigError(f"{self.name} maps one vector per sentence; method {self.source.name!r} gives "
-                        f"{self.source.vector_shape(config)} per sentence")
+      raise ConfigError(
+        f"{self.name} maps one vector per sentence; method {self.source.name!r} gives "
+        f"{self.source.vector_shape(config)} per sentence"
+      )
 
   def required_weights(self) -> dict[str, str]:
     return self.source.required_weights()
 
-  def rows(self, template: templates.Template, tokenizer: Any, sentences: list[str], max_sentence_tokens: int | None,
-           max_length: int) -> templates.TemplateBatch:
+  def rows(
+    self,
+    template: templates.Template,
+    tokenizer: Any,
+    sentences: list[str],
+    max_sentence_tokens: int | None,
+    max_length: int,
+  ) -> templates.TemplateBatch:
     return self.source.rows(template, tokenizer, sentences, max_sentence_tokens, max_length)
 
   def fit_source(self) -> str:
@@ -96,8 +104,16 @@ class Transform(base.Method):
     """The fit sentences' vectors: the source's, which the fit embedded, transformed."""
     return np.asarray(jax.jit(self.transform)(state["transform"], jnp.asarray(embedded, jnp.float32)))
 
-  def vectors(self, model: Transformer, params: Any, batch: templates.TemplateBatch, *, state: Any = None,
-              prompt: jax.Array | None = None, template: templates.Template | None = None) -> jax.Array:
+  def vectors(
+    self,
+    model: Transformer,
+    params: Any,
+    batch: templates.TemplateBatch,
+    *,
+    state: Any = None,
+    prompt: jax.Array | None = None,
+    template: templates.Template | None = None,
+  ) -> jax.Array:
     x = self.source.vectors(model, params, batch, state=state["source"], prompt=prompt, template=template)
     return self.transform(state["transform"], x.astype(jnp.float32))
 

@@ -59,8 +59,10 @@ class Whitening(transform.Transform):
   def validate(self, config: EncoderConfig, num_masks: int):
     super().validate(config, num_masks)
     if self.whitening_dims > self.whitened.width(config):
-      raise ConfigError(f"whitening_dims {self.whitening_dims} exceeds the {self.whitened.width(config)} "
-                        f"dimensions of method {self.whitened.name!r}")
+      raise ConfigError(
+        f"whitening_dims {self.whitening_dims} exceeds the {self.whitened.width(config)} "
+        f"dimensions of method {self.whitened.name!r}"
+      )
 
   def fitted_for(self) -> dict[str, Any]:
     fields = super().fitted_for()
@@ -72,8 +74,10 @@ class Whitening(transform.Transform):
     vectors of `sentences`, in float64 as Su et al.'s `compute_kernel_bias` (np.cov, so 1/(n - 1))."""
     x = np.asarray(embed(self.whitened, sentences), np.float64)
     if len(x) <= x.shape[1]:  # Fewer sentences than dimensions leave zero variances, which 1/sqrt(s) cannot take.
-      raise ConfigError(f"whitening {x.shape[1]}-dimensional vectors needs more than {x.shape[1]} distinct "
-                        f"sentences to fit on; got {len(x)}")
+      raise ConfigError(
+        f"whitening {x.shape[1]}-dimensional vectors needs more than {x.shape[1]} distinct "
+        f"sentences to fit on; got {len(x)}"
+      )
     u, s, _ = np.linalg.svd(np.cov(x.T))
     return {"mean": x.mean(0), "kernel": u / np.sqrt(s)}
 
@@ -81,9 +85,11 @@ class Whitening(transform.Transform):
     """The fitted mean and kernel, cut to `whitening_dims` columns, in float32."""
     width = self.whitened.width(config)
     if fitted["kernel"].shape != (width, width):
-      raise ConfigError(f"the fitted whitening is {fitted['kernel'].shape[0]}-dimensional; method "
-                        f"{self.whitened.name!r} gives {width} dimensions on this model")
-    kernel = fitted["kernel"][:, :self.whitening_dims or width]
+      raise ConfigError(
+        f"the fitted whitening is {fitted['kernel'].shape[0]}-dimensional; method "
+        f"{self.whitened.name!r} gives {width} dimensions on this model"
+      )
+    kernel = fitted["kernel"][:, : self.whitening_dims or width]
     return {"mean": jnp.asarray(fitted["mean"], jnp.float32), "kernel": jnp.asarray(kernel, jnp.float32)}
 
   def transform(self, state: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -99,11 +105,13 @@ class Whitening(transform.Transform):
   def exportable(self) -> bool:
     return self.whitened.exportable
 
-  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any,
-             fitted: dict[str, np.ndarray] | None = None):
+  def export(
+    self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: dict[str, np.ndarray] | None = None
+  ):
     """The whitened method's modules, then a Dense module (identity activation) computing x W + b with
     b = -mu W, which is (x - mu) W."""
     from safetensors.numpy import save  # pylint: disable=g-import-not-at-top
+
     self.check_exportable()
     if fitted is None:
       raise ConfigError("whitening exports with its fitted state; none was given")
@@ -111,18 +119,29 @@ class Whitening(transform.Transform):
     state = self.load_transform(config, fitted)
     kernel, mean = np.asarray(state["kernel"], np.float64), np.asarray(state["mean"], np.float64)
     modules = json.loads((out / "modules.json").read_text())
-    modules.append({"idx": len(modules), "name": str(len(modules)), "path": _MODULE,
-                    "type": "sentence_transformers.models.Dense"})
+    modules.append(
+      {"idx": len(modules), "name": str(len(modules)), "path": _MODULE, "type": "sentence_transformers.models.Dense"}
+    )
     atomic.write_json(out / "modules.json", modules)
-    atomic.write_json(out / _MODULE / "config.json", {
-        "in_features": kernel.shape[0], "out_features": kernel.shape[1], "bias": True,
-        "activation_function": "torch.nn.modules.linear.Identity"})
-    weights = save({"linear.weight": np.ascontiguousarray(kernel.T, np.float32),
-                    "linear.bias": (-mean @ kernel).astype(np.float32)}, metadata={"format": "pt"})
+    atomic.write_json(
+      out / _MODULE / "config.json",
+      {
+        "in_features": kernel.shape[0],
+        "out_features": kernel.shape[1],
+        "bias": True,
+        "activation_function": "torch.nn.modules.linear.Identity",
+      },
+    )
+    weights = save(
+      {"linear.weight": np.ascontiguousarray(kernel.T, np.float32), "linear.bias": (-mean @ kernel).astype(np.float32)},
+      metadata={"format": "pt"},
+    )
     atomic.write(out / _MODULE / "model.safetensors", lambda f: f.write(weights))
 
   def card_text(self) -> str:
     kept = f"its top {self.whitening_dims} dimensions kept" if self.whitening_dims else "all dimensions kept"
-    return (self.whitened.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
-            f"SVD-based whitening matrix fitted on a set of sentences' vectors, {kept}; the last module (a Dense "
-            "layer) holds them.\n")
+    return (
+      self.whitened.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
+      f"SVD-based whitening matrix fitted on a set of sentences' vectors, {kept}; the last module (a Dense "
+      "layer) holds them.\n"
+    )

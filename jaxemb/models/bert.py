@@ -45,8 +45,11 @@ def _is_policy(f: Any) -> bool:
 # layer whole (nn.remat's default, nothing saved); the others name jax.checkpoint_policies, as maxtext's
 # `remat_policy` does (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.set_remat_policy`; e.g.
 # "dots_saveable": keep the matmul outputs, recompute the rest).
-REMAT_POLICIES = ("none", "full", *sorted(n for n, f in vars(jax.checkpoint_policies).items()
-                                          if not n.startswith("_") and _is_policy(f)))
+REMAT_POLICIES = (
+  "none",
+  "full",
+  *sorted(n for n, f in vars(jax.checkpoint_policies).items() if not n.startswith("_") and _is_policy(f)),
+)
 
 
 def checkpoint_policy(name: str) -> Callable[..., bool] | None:
@@ -107,7 +110,7 @@ class Dropout(nn.Module):
       return x
     threshold = round(65536 * (1 - self.rate))
     words = jax.random.bits(self.make_rng("dropout"), ((x.size + 1) // 2,), jnp.uint32)
-    bits = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)[:x.size].reshape(x.shape)
+    bits = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)[: x.size].reshape(x.shape)
     return jnp.where(bits < threshold, x * (65536 / threshold), 0).astype(x.dtype)
 
 
@@ -133,16 +136,23 @@ class Embeddings(nn.Module):
 
   def setup(self):
     c = self.config
-    embed = lambda n, name: linears.Embed(n, c.embedding_width, dtype=self.dtype, param_dtype=self.param_dtype,
-                                          embedding_init=nn.initializers.normal(0.02), name=name)
+    embed = lambda n, name: linears.Embed(
+      n,
+      c.embedding_width,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+      embedding_init=nn.initializers.normal(0.02),
+      name=name,
+    )
     self.word = embed(c.vocab_size, "word")
     self.position = embed(c.max_position_embeddings, "position")
     self.token_type = embed(c.type_vocab_size, "token_type")
     self.layer_norm = nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype)
     self.dropout = Dropout(c.hidden_dropout_prob)
     if c.projects_embeddings:
-      self.project = linears.Dense(c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype,
-                                   kernel_init=nn.initializers.normal(0.02))
+      self.project = linears.Dense(
+        c.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=nn.initializers.normal(0.02)
+      )
 
   def __call__(self, input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic):
     words = self.word(input_ids)
@@ -161,8 +171,9 @@ def rounded_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_e
   """`lax.dot_general` returning `output_dtype`, rounded to the operands' dtype: a Dense's dot through the kernels
   that return `output_dtype` (`Transformer.dot_output_dtype`)."""
   del preferred_element_type  # Flax's Dense passes none.
-  return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                             preferred_element_type=output_dtype).astype(lhs.dtype)
+  return jax.lax.dot_general(
+    lhs, rhs, dimension_numbers, precision=precision, preferred_element_type=output_dtype
+  ).astype(lhs.dtype)
 
 
 class Layer(nn.Module):
@@ -176,10 +187,19 @@ class Layer(nn.Module):
   @nn.compact
   def __call__(self, x, attention_mask, deterministic: bool, return_attention: bool):
     c = self.config
-    dot_general = jax.lax.dot_general if self.dot_output_dtype is None else functools.partial(
-        rounded_dot_general, output_dtype=self.dot_output_dtype)
-    dense = lambda n, name: linears.Dense(n, dtype=self.dtype, param_dtype=self.param_dtype,
-                                          dot_general=dot_general, kernel_init=nn.initializers.normal(0.02), name=name)
+    dot_general = (
+      jax.lax.dot_general
+      if self.dot_output_dtype is None
+      else functools.partial(rounded_dot_general, output_dtype=self.dot_output_dtype)
+    )
+    dense = lambda n, name: linears.Dense(
+      n,
+      dtype=self.dtype,
+      param_dtype=self.param_dtype,
+      dot_general=dot_general,
+      kernel_init=nn.initializers.normal(0.02),
+      name=name,
+    )
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)
     heads_shape = (*x.shape[:-1], c.num_attention_heads, c.head_dim)
@@ -196,8 +216,10 @@ class Layer(nn.Module):
     backward copies x transposed once instead of three times (7% of a MiniLM PromptBERT step on an Intel Xeon); a
     forward pass alone takes three dots, as concatenating the kernels cost it more than one dot gains (MiniLM,
     1 x 16 tokens: 4.5 ms against 3.5 ms; 64 x 32: 6%)."""
-    weights = [linears.Weights(x.shape[-1], self.config.hidden_size, self.param_dtype, nn.initializers.normal(0.02),
-                               name=name)() for name in ("query", "key", "value")]
+    weights = [
+      linears.Weights(x.shape[-1], self.config.hidden_size, self.param_dtype, nn.initializers.normal(0.02), name=name)()
+      for name in ("query", "key", "value")
+    ]
     if deterministic:
       return [linears.dense_split(x, [w], self.dtype, dot_general)[0] for w in weights]
     return linears.dense_split(x, weights, self.dtype, dot_general)
@@ -260,10 +282,14 @@ class Transformer(nn.Module):
     policy = checkpoint_policy(self.remat_policy)
     # Layer(x, mask, deterministic, return_attention): the two flags are static (argument 0 is the module). A scan
     # body is not merged with its neighbours by CSE, so only unrolled layers need remat's CSE barrier (maxtext).
-    layer = Layer if self.remat_policy == "none" else nn.remat(
-        Layer, policy=policy, prevent_cse=not self.scan_layers, static_argnums=(3, 4))
-    dot_output_dtype = (xla.dot_output_dtype(self.dtype) if isinstance(self.dot_output_dtype, str) else
-                        self.dot_output_dtype)
+    layer = (
+      Layer
+      if self.remat_policy == "none"
+      else nn.remat(Layer, policy=policy, prevent_cse=not self.scan_layers, static_argnums=(3, 4))
+    )
+    dot_output_dtype = (
+      xla.dot_output_dtype(self.dtype) if isinstance(self.dot_output_dtype, str) else self.dot_output_dtype
+    )
     layer_kwargs = dict(kwargs, dot_output_dtype=dot_output_dtype)
     if self.scan_layers:
       self.layers = layer(**layer_kwargs, name=STACKED)
@@ -273,18 +299,18 @@ class Transformer(nn.Module):
     self.mlm_head = heads.MLMHead(**kwargs)
 
   def __call__(
-      self,
-      input_ids: jax.Array,
-      attention_mask: jax.Array,
-      *,
-      token_type_ids: jax.Array | None = None,
-      position_ids: jax.Array | None = None,
-      inputs_embeds: jax.Array | None = None,
-      inputs_embeds_mask: jax.Array | None = None,
-      deterministic: bool = True,
-      output_hidden_states: bool = False,
-      output_attentions: Sequence[int] = (),
-      output_mlm_logits: bool = False,
+    self,
+    input_ids: jax.Array,
+    attention_mask: jax.Array,
+    *,
+    token_type_ids: jax.Array | None = None,
+    position_ids: jax.Array | None = None,
+    inputs_embeds: jax.Array | None = None,
+    inputs_embeds_mask: jax.Array | None = None,
+    deterministic: bool = True,
+    output_hidden_states: bool = False,
+    output_attentions: Sequence[int] = (),
+    output_mlm_logits: bool = False,
   ) -> EncoderOutput:
     """Encodes a batch.
 
@@ -317,10 +343,10 @@ class Transformer(nn.Module):
     layer_outputs, attentions = run(x, attention_mask, deterministic, attention_layers, output_hidden_states)
     last = layer_outputs[-1]
     return EncoderOutput(
-        last_hidden_state=last,
-        hidden_states=(x, *layer_outputs) if output_hidden_states else None,
-        attentions=attentions or None,
-        mlm_logits=self.mlm_logits(last) if output_mlm_logits else None,
+      last_hidden_state=last,
+      hidden_states=(x, *layer_outputs) if output_hidden_states else None,
+      attentions=attentions or None,
+      mlm_logits=self.mlm_logits(last) if output_mlm_logits else None,
     )
 
   def _unrolled(self, x, attention_mask, deterministic, attention_layers, _):
@@ -340,8 +366,9 @@ class Transformer(nn.Module):
     `output_hidden_states`; the requested layers' probs go to slots of a buffer carried through the scan (a last
     slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are."""
     num_layers = self.config.num_hidden_layers
-    slots = jnp.asarray([attention_layers.index(i) if i in attention_layers else len(attention_layers)
-                         for i in range(num_layers)])
+    slots = jnp.asarray(
+      [attention_layers.index(i) if i in attention_layers else len(attention_layers) for i in range(num_layers)]
+    )
     heads_shape = (x.shape[0], self.config.num_attention_heads, x.shape[1], x.shape[1])
     buffer = jnp.zeros((len(attention_layers) + 1, *heads_shape), self.dtype) if attention_layers else None
 
@@ -352,8 +379,13 @@ class Transformer(nn.Module):
         buffer = jax.lax.dynamic_update_index_in_dim(buffer, probs, slot, 0)
       return (x, buffer), (x if output_hidden_states else None)
 
-    scan = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True}, length=num_layers,
-                   unroll=self.scan_unroll)
+    scan = nn.scan(
+      body,
+      variable_axes={"params": 0},
+      split_rngs={"params": True, "dropout": True},
+      length=num_layers,
+      unroll=self.scan_unroll,
+    )
     (x, buffer), outputs = scan(self.layers, (x, buffer), slots)
     attentions = {layer: buffer[slot] for slot, layer in enumerate(attention_layers)}
     return (list(outputs) if output_hidden_states else [x]), attentions

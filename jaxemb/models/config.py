@@ -55,11 +55,14 @@ class EncoderConfig:
     if self.hidden_act not in ACTIVATIONS:
       raise ValueError(f"hidden_act {self.hidden_act!r} is not supported; expected one of {ACTIVATIONS}")
     if self.embedding_size is not None and self.model_type != "electra":
-      raise ValueError(f"embedding_size applies to ELECTRA only; a {self.model_type} model's embeddings are "
-                       f"hidden_size wide (got embedding_size {self.embedding_size})")
+      raise ValueError(
+        f"embedding_size applies to ELECTRA only; a {self.model_type} model's embeddings are "
+        f"hidden_size wide (got embedding_size {self.embedding_size})"
+      )
     if self.hidden_size % self.num_attention_heads:
       raise ValueError(
-          f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}")
+        f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {self.num_attention_heads}"
+      )
 
   @property
   def head_dim(self) -> int:

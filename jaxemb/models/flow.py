@@ -54,13 +54,19 @@ def _shift(params: Params | None, x1: jax.Array, width: int, key: jax.Array | No
   h, new = x1, {}
   for i in range(2):
     name = f"hidden_{i}"
-    kernel = (INIT_STD * jax.random.normal(jax.random.fold_in(key, i), (h.shape[-1], width)) if params is None
-              else params[name]["kernel"])
+    kernel = (
+      INIT_STD * jax.random.normal(jax.random.fold_in(key, i), (h.shape[-1], width))
+      if params is None
+      else params[name]["kernel"]
+    )
     h, _, norm = _actnorm(None if params is None else params[name]["actnorm"], h @ kernel)
     h, new[name] = jax.nn.relu(h), {"kernel": kernel, "actnorm": norm}
   out = x1.shape[-1]
-  zero = params["out"] if params is not None else {
-      "kernel": jnp.zeros((width, out)), "b": jnp.zeros(out), "logs": jnp.zeros(out)}
+  zero = (
+    params["out"]
+    if params is not None
+    else {"kernel": jnp.zeros((width, out)), "b": jnp.zeros(out), "logs": jnp.zeros(out)}
+  )
   return (h @ zero["kernel"] + zero["b"]) * jnp.exp(LOGSCALE * zero["logs"]), {**new, "out": zero}
 
 
@@ -91,7 +97,8 @@ def _run(params: Params | None, x: jax.Array, config: FlowConfig, key: jax.Array
     for step in range(config.depth):
       old = None if params is None else params[f"level_{level}"][f"step_{step}"]
       x, logdet, steps[f"step_{step}"] = _step(
-          old, x, config.width, None if key is None else jax.random.fold_in(key, level * config.depth + step))
+        old, x, config.width, None if key is None else jax.random.fold_in(key, level * config.depth + step)
+      )
       log_likelihood += logdet
     if level < config.levels - 1:
       x, leaving = jnp.split(x, 2, axis=-1)
@@ -128,5 +135,7 @@ def inverse(params: Params, z: jax.Array, config: FlowConfig) -> jax.Array:
 def check_width(channels: int, config: FlowConfig):
   """ValueError unless every level's coupling can halve its channels."""
   if channels % 2**config.levels:
-    raise ValueError(f"a {config.levels}-level flow halves the channels {config.levels} times; {channels} vector "
-                     f"dimensions are not a multiple of {2**config.levels}")
+    raise ValueError(
+      f"a {config.levels}-level flow halves the channels {config.levels} times; {channels} vector "
+      f"dimensions are not a multiple of {2**config.levels}"
+    )

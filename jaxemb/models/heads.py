@@ -39,19 +39,22 @@ class MLMHead(nn.Module):
   @nn.compact
   def __call__(self, hidden: jax.Array, word_embeddings: jax.Array, transform_only: bool = False) -> jax.Array:
     dense = linears.Dense(self.config.hidden_size, dtype=self.dtype, param_dtype=self.param_dtype, name="dense")
-    norm = nn.LayerNorm(self.config.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype,
-                        name="layer_norm")
+    norm = nn.LayerNorm(self.config.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name="layer_norm")
     # RoBERTa's lm_head hard-codes exact gelu; BERT's transform uses hidden_act.
-    act = (lambda x: jax.nn.gelu(x, approximate=False)) if self.config.model_type == "roberta" else (
-        lambda x: activation(self.config, x))
+    act = (
+      (lambda x: jax.nn.gelu(x, approximate=False))
+      if self.config.model_type == "roberta"
+      else (lambda x: activation(self.config, x))
+    )
     hidden = norm(act(dense(hidden)))
     if transform_only:
       return hidden
     if self.config.tie_word_embeddings:
       decoder = word_embeddings.T
     else:
-      decoder = self.param("decoder", nn.initializers.normal(0.02),
-                           (self.config.hidden_size, self.config.vocab_size), self.param_dtype)
+      decoder = self.param(
+        "decoder", nn.initializers.normal(0.02), (self.config.hidden_size, self.config.vocab_size), self.param_dtype
+      )
     bias = self.param("bias", nn.initializers.zeros, (self.config.vocab_size,), self.param_dtype)
     return hidden @ decoder.astype(self.dtype) + bias.astype(self.dtype)
 

@@ -21,8 +21,14 @@ from jaxemb import storage
 from jaxemb.errors import ConfigError
 from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
-from jaxemb.models.hf_keys import (CheckpointError, Params, architecture, flax_to_plain, params_to_state_dict,
-                                   state_dict_to_params)
+from jaxemb.models.hf_keys import (
+  CheckpointError,
+  Params,
+  architecture,
+  flax_to_plain,
+  params_to_state_dict,
+  state_dict_to_params,
+)
 
 SAFETENSORS = "model.safetensors"
 # The default key of the params that `load_pretrained` initialises for an architecture without weights; a training
@@ -61,6 +67,7 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> pathlib.Path:
       return candidate
   try:
     import huggingface_hub  # pylint: disable=g-import-not-at-top
+
     local = pathlib.Path(huggingface_hub.snapshot_download(str(name_or_path), allow_patterns=_HUB_PATTERNS))
     if not any(local.glob("*.safetensors")):  # Older repos have only pytorch_model.bin.
       huggingface_hub.hf_hub_download(str(name_or_path), TORCH_BIN)
@@ -68,10 +75,11 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> pathlib.Path:
   except Exception as e:  # pylint: disable=broad-except  (hub errors have many types; all mean "not there")
     searched = f", nor under ${MODELS_ENV} ({', '.join(map(str, candidates))})" if candidates else ""
     raise FileNotFoundError(
-        f"Model {str(name_or_path)!r} not found: {path.resolve()} is not a local directory{searched}, and the "
-        f"Hugging Face hub gave {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, download "
-        f"it where the hub is reachable (`huggingface-cli download {name_or_path} --local-dir DIR`) and pass DIR "
-        f"as the model path (e.g. --config.model.path=DIR), or put it under ${MODELS_ENV}.") from None
+      f"Model {str(name_or_path)!r} not found: {path.resolve()} is not a local directory{searched}, and the "
+      f"Hugging Face hub gave {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, download "
+      f"it where the hub is reachable (`huggingface-cli download {name_or_path} --local-dir DIR`) and pass DIR "
+      f"as the model path (e.g. --config.model.path=DIR), or put it under ${MODELS_ENV}."
+    ) from None
 
 
 def _local_candidates(path: pathlib.Path) -> list[pathlib.Path]:
@@ -101,6 +109,7 @@ def read_config_json(model_dir: pathlib.Path) -> dict[str, Any]:
 def read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], str]:
   """(state dict, the file it came from) from model.safetensors, its sharded index, or pytorch_model.bin."""
   from safetensors.flax import load_file  # pylint: disable=g-import-not-at-top  (numpy lacks bfloat16)
+
   if (model_dir / SAFETENSORS).is_file():
     files = [model_dir / SAFETENSORS]
   elif (model_dir / SAFETENSORS_INDEX).is_file():
@@ -109,8 +118,7 @@ def read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], str
   elif (model_dir / TORCH_BIN).is_file():
     return _read_torch_bin(model_dir / TORCH_BIN), str(model_dir / TORCH_BIN)
   else:
-    raise CheckpointError(f"{model_dir}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, "
-                          f"{TORCH_BIN})")
+    raise CheckpointError(f"{model_dir}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN})")
   state = {}
   for file in files:
     try:
@@ -124,15 +132,21 @@ def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:
   try:
     import torch  # pylint: disable=g-import-not-at-top
   except ImportError:
-    raise CheckpointError(f"{path}: reading pytorch_model.bin needs torch (`pip install torch`), or convert the "
-                          "checkpoint to model.safetensors") from None
+    raise CheckpointError(
+      f"{path}: reading pytorch_model.bin needs torch (`pip install torch`), or convert the "
+      "checkpoint to model.safetensors"
+    ) from None
   state = torch.load(path, map_location="cpu", weights_only=True)
   return {k: v.float().numpy() if v.is_floating_point() else v.numpy() for k, v in state.items()}
 
 
-def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32, scan_layers: bool = False,
-                    seed: int = SCRATCH_SEED,
-                    tie_word_embeddings: bool | None = None) -> tuple[EncoderConfig, Params]:
+def load_pretrained(
+  name_or_path: str | pathlib.Path,
+  param_dtype=jnp.float32,
+  scan_layers: bool = False,
+  seed: int = SCRATCH_SEED,
+  tie_word_embeddings: bool | None = None,
+) -> tuple[EncoderConfig, Params]:
   """(config, params) of a Hugging Face BERT/RoBERTa/ELECTRA checkpoint, a local directory or a hub id; the layers
   stacked for `Transformer(config, scan_layers=True)` when `scan_layers`.
 
@@ -147,15 +161,17 @@ def load_pretrained(name_or_path: str | pathlib.Path, param_dtype=jnp.float32, s
   architecture = is_architecture(model_dir, config_json)
   config = retied_config(model_dir, checkpoint_config, tie_word_embeddings, architecture)
   if architecture:
-    logging.getLogger(__name__).info("%s has config.json and no weights: initialised from scratch (seed %d)",
-                                     model_dir, seed)
+    logging.getLogger(__name__).info(
+      "%s has config.json and no weights: initialised from scratch (seed %d)", model_dir, seed
+    )
     initializer_range = float(config_json.get("initializer_range", 0.02))  # HF's default.
     params = jax.tree.map(lambda a: a.astype(param_dtype), init_params(config, initializer_range, seed))
   else:
     params = _read_weights(model_dir, checkpoint_config, param_dtype)
     if checkpoint_config.tie_word_embeddings and not config.tie_word_embeddings and "mlm_head" in params:
-      logging.getLogger(__name__).info("%s: MLM decoder untied (tie_word_embeddings False), initialised as a copy of "
-                                       "the word embeddings", model_dir)
+      logging.getLogger(__name__).info(
+        "%s: MLM decoder untied (tie_word_embeddings False), initialised as a copy of the word embeddings", model_dir
+      )
       params = untie_decoder(params)
   return config, bert.stack_layers(params, config.num_hidden_layers) if scan_layers else params
 
@@ -167,8 +183,9 @@ def is_architecture(model_dir: pathlib.Path, config_json: dict[str, Any] | None 
   return bool(marked) and not has_weights(model_dir)
 
 
-def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embeddings: bool | None,
-                  architecture: bool | None = None) -> EncoderConfig:
+def retied_config(
+  model_dir: pathlib.Path, config: EncoderConfig, tie_word_embeddings: bool | None, architecture: bool | None = None
+) -> EncoderConfig:
   """The config of the checkpoint in `model_dir` (its config.json's, `config`) with its MLM decoder tied as
   `tie_word_embeddings` asks; None keeps it. An architecture (`is_architecture`, or `architecture` if known) takes
   either value.
@@ -179,10 +196,15 @@ def retied_config(model_dir: pathlib.Path, config: EncoderConfig, tie_word_embed
   """
   if tie_word_embeddings is None or tie_word_embeddings == config.tie_word_embeddings:
     return config
-  if tie_word_embeddings and config.is_masked_lm and not (
-      architecture if architecture is not None else is_architecture(model_dir)):
-    raise ConfigError(f"model.tie_word_embeddings=True: {model_dir} has an untied MLM decoder (its config.json's "
-                      "tie_word_embeddings is false), which tying would drop; leave the field unset (None) to keep it")
+  if (
+    tie_word_embeddings
+    and config.is_masked_lm
+    and not (architecture if architecture is not None else is_architecture(model_dir))
+  ):
+    raise ConfigError(
+      f"model.tie_word_embeddings=True: {model_dir} has an untied MLM decoder (its config.json's "
+      "tie_word_embeddings is false), which tying would drop; leave the field unset (None) to keep it"
+    )
   return dataclasses.replace(config, tie_word_embeddings=tie_word_embeddings)
 
 
@@ -214,8 +236,9 @@ def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: in
 @functools.partial(jax.jit, static_argnums=(0, 1))  # The seed is traced: one program for every seed.
 def _init_params(config: EncoderConfig, initializer_range: float, seed: int) -> Params:
   ids = jnp.zeros((1, 1), jnp.int32)
-  shapes = flax_to_plain(jax.eval_shape(
-      lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))["params"])
+  shapes = flax_to_plain(
+    jax.eval_shape(lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))["params"]
+  )
   leaves, treedef = jax.tree_util.tree_flatten_with_path(shapes)
   keys = jax.random.split(jax.random.key(seed), len(leaves))
 
@@ -239,8 +262,10 @@ def load_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype=jnp
   """The params of the checkpoint in `model_dir` (a resolved directory, whose config.json gave `config`), per layer.
   An architecture is refused: only a training run initialises one (with its seed), so evaluating it is an error."""
   if is_architecture(model_dir):
-    raise CheckpointError(f"{model_dir} is an architecture without weights (prepare.py wrote it for a run from "
-                          "scratch): train it with train.py and use the run directory")
+    raise CheckpointError(
+      f"{model_dir} is an architecture without weights (prepare.py wrote it for a run from "
+      "scratch): train it with train.py and use the run directory"
+    )
   return _read_weights(model_dir, config, param_dtype)
 
 
@@ -252,6 +277,7 @@ def _read_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype: A
 def load_tokenizer(name_or_path: str | pathlib.Path):
   """The Hugging Face tokenizer saved with a model (local directory or hub id)."""
   import transformers  # pylint: disable=g-import-not-at-top
+
   return transformers.AutoTokenizer.from_pretrained(str(resolve_model_dir(name_or_path)))
 
 
@@ -274,6 +300,7 @@ def save_pretrained(out_dir: str | os.PathLike, config: EncoderConfig, params: P
   """Writes config.json, model.safetensors (float32) and, when given, the tokenizer files, in Hugging Face
   format, to a local or gs:// folder: `transformers.AutoModel(ForMaskedLM).from_pretrained(out_dir)` loads them."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+
   state, architecture = params_to_state_dict(jax.device_get(flax_to_plain(params)), config)
   with storage.local_folder(out_dir) as out:
     save_file(state, str(out / SAFETENSORS), metadata={"format": "pt"})

@@ -25,41 +25,49 @@ Params = dict[str, Any]
 
 # Keys of pretraining-only parts that no method here uses: BERT's next-sentence head, the decoder bias HF ties to
 # the MLM head's, ELECTRA's replaced-token-detection head (ElectraForPreTraining).
-_IGNORED = re.compile(r"(embeddings\.position_ids|cls\.seq_relationship\..*|.*\.decoder\.(weight|bias)"
-                      r"|discriminator_predictions\..*)$")
+_IGNORED = re.compile(
+  r"(embeddings\.position_ids|cls\.seq_relationship\..*|.*\.decoder\.(weight|bias)"
+  r"|discriminator_predictions\..*)$"
+)
 # model_type -> the HF class-name prefix of its family (`BertModel`, `ElectraModel`, ...).
 _FAMILY_NAMES = {"bert": "Bert", "roberta": "Roberta", "electra": "Electra"}
 
 # HF key (after the "bert."/"roberta."/"electra." prefix is removed) -> jaxemb param path. `{i}` is a layer index.
 _MODULES = {
-    "embeddings.word_embeddings": "embeddings/word",
-    "embeddings.position_embeddings": "embeddings/position",
-    "embeddings.token_type_embeddings": "embeddings/token_type",
-    "embeddings.LayerNorm": "embeddings/layer_norm",
-    "embeddings_project": "embeddings/project",
-    "encoder.layer.{i}.attention.self.query": "layer_{i}/query",
-    "encoder.layer.{i}.attention.self.key": "layer_{i}/key",
-    "encoder.layer.{i}.attention.self.value": "layer_{i}/value",
-    "encoder.layer.{i}.attention.output.dense": "layer_{i}/attention_out",
-    "encoder.layer.{i}.attention.output.LayerNorm": "layer_{i}/attention_norm",
-    "encoder.layer.{i}.intermediate.dense": "layer_{i}/ffn_in",
-    "encoder.layer.{i}.output.dense": "layer_{i}/ffn_out",
-    "encoder.layer.{i}.output.LayerNorm": "layer_{i}/ffn_norm",
-    "pooler.dense": "pooler/dense",
+  "embeddings.word_embeddings": "embeddings/word",
+  "embeddings.position_embeddings": "embeddings/position",
+  "embeddings.token_type_embeddings": "embeddings/token_type",
+  "embeddings.LayerNorm": "embeddings/layer_norm",
+  "embeddings_project": "embeddings/project",
+  "encoder.layer.{i}.attention.self.query": "layer_{i}/query",
+  "encoder.layer.{i}.attention.self.key": "layer_{i}/key",
+  "encoder.layer.{i}.attention.self.value": "layer_{i}/value",
+  "encoder.layer.{i}.attention.output.dense": "layer_{i}/attention_out",
+  "encoder.layer.{i}.attention.output.LayerNorm": "layer_{i}/attention_norm",
+  "encoder.layer.{i}.intermediate.dense": "layer_{i}/ffn_in",
+  "encoder.layer.{i}.output.dense": "layer_{i}/ffn_out",
+  "encoder.layer.{i}.output.LayerNorm": "layer_{i}/ffn_norm",
+  "pooler.dense": "pooler/dense",
 }
 # The modules of _MODULES that only some architectures have: ELECTRA's projection (when embedding_size differs from
 # hidden_size), and the pooler, which ElectraModel lacks.
-_ARCHITECTURE_HAS = {"embeddings/project": lambda config: config.projects_embeddings,
-                     "pooler/dense": lambda config: config.has_pooler}
+_ARCHITECTURE_HAS = {
+  "embeddings/project": lambda config: config.projects_embeddings,
+  "pooler/dense": lambda config: config.has_pooler,
+}
 # The MLM head's modules are named differently in the two families (and sit outside the encoder prefix); ELECTRA's
 # discriminator has no MLM head.
 _MLM_MODULES = {
-    "bert": {"cls.predictions.transform.dense": "mlm_head/dense",
-             "cls.predictions.transform.LayerNorm": "mlm_head/layer_norm",
-             "cls.predictions.decoder": "mlm_head/decoder"},
-    "roberta": {"lm_head.dense": "mlm_head/dense",
-                "lm_head.layer_norm": "mlm_head/layer_norm",
-                "lm_head.decoder": "mlm_head/decoder"},
+  "bert": {
+    "cls.predictions.transform.dense": "mlm_head/dense",
+    "cls.predictions.transform.LayerNorm": "mlm_head/layer_norm",
+    "cls.predictions.decoder": "mlm_head/decoder",
+  },
+  "roberta": {
+    "lm_head.dense": "mlm_head/dense",
+    "lm_head.layer_norm": "mlm_head/layer_norm",
+    "lm_head.decoder": "mlm_head/decoder",
+  },
 }
 _MLM_BIAS = {"bert": "cls.predictions.bias", "roberta": "lm_head.bias"}
 # Old TensorFlow-converted checkpoints (the original bert-base-uncased) name LayerNorm weights gamma/beta.
@@ -73,6 +81,7 @@ class CheckpointError(DataError):
 @dataclasses.dataclass(frozen=True)
 class _Rule:
   """One HF tensor <-> one jaxemb leaf."""
+
   hf_key: str
   path: tuple[str, ...]
   to_jax: Callable[[np.ndarray], np.ndarray]
@@ -85,12 +94,16 @@ def _module_rules(hf_module: str, path: str, kind: str) -> list[_Rule]:
   if kind == "embedding":
     return [_Rule(f"{hf_module}.weight", (*path_, "embedding"), keep, keep)]
   if kind == "layer_norm":
-    return [_Rule(f"{hf_module}.weight", (*path_, "scale"), keep, keep),
-            _Rule(f"{hf_module}.bias", (*path_, "bias"), keep, keep)]
+    return [
+      _Rule(f"{hf_module}.weight", (*path_, "scale"), keep, keep),
+      _Rule(f"{hf_module}.bias", (*path_, "bias"), keep, keep),
+    ]
   if kind == "decoder":  # Untied decoder: a bare [hidden, vocab] param.
     return [_Rule(f"{hf_module}.weight", path_, np.transpose, np.transpose)]
-  return [_Rule(f"{hf_module}.weight", (*path_, "kernel"), np.transpose, np.transpose),
-          _Rule(f"{hf_module}.bias", (*path_, "bias"), keep, keep)]
+  return [
+    _Rule(f"{hf_module}.weight", (*path_, "kernel"), np.transpose, np.transpose),
+    _Rule(f"{hf_module}.bias", (*path_, "bias"), keep, keep),
+  ]
 
 
 def _kind(path: str) -> str:

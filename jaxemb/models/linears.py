@@ -79,8 +79,12 @@ def _weights(module: Dense | Weights, in_features: int) -> tuple[jax.Array, jax.
   return kernel, module.param("bias", module.bias_init, (module.features,), module.param_dtype)
 
 
-def dense_split(x: jax.Array, weights: Sequence[tuple[jax.Array, jax.Array]], dtype: Dtype | None = None,
-                dot_general: DotGeneral = jax.lax.dot_general) -> list[jax.Array]:
+def dense_split(
+  x: jax.Array,
+  weights: Sequence[tuple[jax.Array, jax.Array]],
+  dtype: Dtype | None = None,
+  dot_general: DotGeneral = jax.lax.dot_general,
+) -> list[jax.Array]:
   """[x kernel + bias for each (kernel, bias) of `weights`] computed as one `dense` over the concatenated kernels
   (in `dtype`, as Dense's), then split."""
   kernels, biases = zip(*weights)
@@ -108,8 +112,9 @@ def _dense_backward(dot_general, residuals, g):
 dense.defvjp(_dense_forward, _dense_backward)
 
 
-def parameter_gradients(x: jax.Array, g: jax.Array,
-                        dot_general: DotGeneral = jax.lax.dot_general) -> tuple[jax.Array, jax.Array]:
+def parameter_gradients(
+  x: jax.Array, g: jax.Array, dot_general: DotGeneral = jax.lax.dot_general
+) -> tuple[jax.Array, jax.Array]:
   """The kernel's gradient x^T g [in, out] and the bias's, g summed over every axis but the last [out], from the
   input x and the output's gradient g (see the module docstring for the order of the dots)."""
   rows = tuple(range(x.ndim - 1))

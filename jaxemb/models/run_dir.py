@@ -48,8 +48,10 @@ class RunDir:
 
   def has_step(self) -> bool:
     """Whether a step was saved (a periodic checkpoint or a best step): a directory without one holds no run yet."""
-    return any(directory.is_dir() and any(child.name.isdigit() for child in directory.iterdir())
-               for directory in (self.checkpoints_dir, self.best_dir))
+    return any(
+      directory.is_dir() and any(child.name.isdigit() for child in directory.iterdir())
+      for directory in (self.checkpoints_dir, self.best_dir)
+    )
 
 
 def is_run_dir(path: storage.PathLike) -> bool:
@@ -106,8 +108,9 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
   try:
     target = abstract_on_one_device(step_dir / "params")
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
-      return checkpointer.restore(step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target),
-                                                                    meta=ocp.args.JsonRestore())), None
+      return checkpointer.restore(
+        step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+      ), None
   except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
     cause = checkpoint_files.read_failure(e, step_dir)
     if cause is None:
@@ -119,6 +122,8 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
 # each with its JSON meta.
 PERIODIC_ITEMS = ("state", "meta")
 BEST_ITEMS = ("params", "meta")
+
+
 def saved_layers_stacked(run: RunDir) -> bool | None:
   """Whether the train state of the run's newest periodic checkpoint holds the encoder's layers stacked (`layers/...`,
   a run with config.model.scan_layers) rather than per layer, read from its metadata; None without a checkpoint

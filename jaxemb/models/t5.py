@@ -32,8 +32,11 @@ from jaxemb.models.hf_keys import CheckpointError
 Params = dict[str, Any]
 
 # Feed-forward activations by HF's `dense_act_fn` name: `gelu_new` is the tanh approximation (v1.1's gated-gelu).
-_ACTIVATIONS = {"relu": jax.nn.relu, "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-                "gelu": lambda x: jax.nn.gelu(x, approximate=False)}
+_ACTIVATIONS = {
+  "relu": jax.nn.relu,
+  "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+  "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,24 +66,37 @@ class T5Config:
     """From a `transformers.T5Config`; transformers 5 names the head's scaling `scale_decoder_outputs` (earlier
     versions read `tie_word_embeddings`)."""
     if hf_config.dense_act_fn not in _ACTIVATIONS:
-      raise CheckpointError(f"T5 feed_forward_proj {hf_config.feed_forward_proj!r}: activation "
-                            f"{hf_config.dense_act_fn!r} is not one of {sorted(_ACTIVATIONS)}")
-    return cls(vocab_size=hf_config.vocab_size, d_model=hf_config.d_model, d_kv=hf_config.d_kv,
-               d_ff=hf_config.d_ff, num_layers=hf_config.num_layers,
-               num_decoder_layers=hf_config.num_decoder_layers, num_heads=hf_config.num_heads,
-               relative_attention_num_buckets=hf_config.relative_attention_num_buckets,
-               relative_attention_max_distance=hf_config.relative_attention_max_distance,
-               layer_norm_epsilon=hf_config.layer_norm_epsilon, activation=hf_config.dense_act_fn,
-               is_gated=hf_config.is_gated_act,
-               scale_decoder_outputs=getattr(hf_config, "scale_decoder_outputs", hf_config.tie_word_embeddings),
-               decoder_start_token_id=hf_config.decoder_start_token_id, eos_token_id=hf_config.eos_token_id,
-               pad_token_id=hf_config.pad_token_id)
+      raise CheckpointError(
+        f"T5 feed_forward_proj {hf_config.feed_forward_proj!r}: activation "
+        f"{hf_config.dense_act_fn!r} is not one of {sorted(_ACTIVATIONS)}"
+      )
+    return cls(
+      vocab_size=hf_config.vocab_size,
+      d_model=hf_config.d_model,
+      d_kv=hf_config.d_kv,
+      d_ff=hf_config.d_ff,
+      num_layers=hf_config.num_layers,
+      num_decoder_layers=hf_config.num_decoder_layers,
+      num_heads=hf_config.num_heads,
+      relative_attention_num_buckets=hf_config.relative_attention_num_buckets,
+      relative_attention_max_distance=hf_config.relative_attention_max_distance,
+      layer_norm_epsilon=hf_config.layer_norm_epsilon,
+      activation=hf_config.dense_act_fn,
+      is_gated=hf_config.is_gated_act,
+      scale_decoder_outputs=getattr(hf_config, "scale_decoder_outputs", hf_config.tie_word_embeddings),
+      decoder_start_token_id=hf_config.decoder_start_token_id,
+      eos_token_id=hf_config.eos_token_id,
+      pad_token_id=hf_config.pad_token_id,
+    )
 
 
 def hf_keys(config: T5Config) -> dict[str, str]:
   """HF key -> '/'-joined params path, for every weight but `lm_head` (optional, see `state_dict_to_params`)."""
-  keys = {"shared.weight": "shared", "encoder.final_layer_norm.weight": "encoder/final_norm",
-          "decoder.final_layer_norm.weight": "decoder/final_norm"}
+  keys = {
+    "shared.weight": "shared",
+    "encoder.final_layer_norm.weight": "encoder/final_norm",
+    "decoder.final_layer_norm.weight": "decoder/final_norm",
+  }
   ffn = ("wi_0", "wi_1", "wo") if config.is_gated else ("wi", "wo")
   for stack, count in (("encoder", config.num_layers), ("decoder", config.num_decoder_layers)):
     keys[f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = f"{stack}/relative_bias"
@@ -106,8 +122,7 @@ def state_dict_to_params(state: dict[str, np.ndarray], config: T5Config, source:
   missing = [k for k in keys if k not in state]
   if missing:
     raise CheckpointError(f"{source}: missing T5 weights {missing[:8]}{' ...' if len(missing) > 8 else ''}")
-  flat = {path: np.asarray(state[key]).T if _is_kernel(path) else np.asarray(state[key])
-          for key, path in keys.items()}
+  flat = {path: np.asarray(state[key]).T if _is_kernel(path) else np.asarray(state[key]) for key, path in keys.items()}
   head = state.get("lm_head.weight")
   if head is not None and not np.array_equal(head, state["shared.weight"]):
     flat["lm_head"] = np.asarray(head).T
@@ -129,6 +144,7 @@ def load(name_or_path: str | pathlib.Path, param_dtype=jnp.float32) -> tuple[T5C
   """(config, params, tokenizer) of a Hugging Face T5 checkpoint: a local directory, under $JAXEMB_MODELS, or a hub
   id (`jaxemb.models.hf` finds and reads it)."""
   import transformers  # pylint: disable=g-import-not-at-top
+
   model_dir = hf.resolve_model_dir(name_or_path)
   try:
     hf_config = transformers.T5Config.from_pretrained(str(model_dir))
@@ -140,8 +156,9 @@ def load(name_or_path: str | pathlib.Path, param_dtype=jnp.float32) -> tuple[T5C
   return config, params, hf.load_tokenizer(model_dir)
 
 
-def relative_position_bucket(relative_position: jax.Array, bidirectional: bool, num_buckets: int,
-                             max_distance: int) -> jax.Array:
+def relative_position_bucket(
+  relative_position: jax.Array, bidirectional: bool, num_buckets: int, max_distance: int
+) -> jax.Array:
   """Mesh TensorFlow's bucket of each relative position (key - query): exact below num_buckets / 2 (of each sign
   when bidirectional), then logarithmic up to max_distance, as HF's `T5Attention._relative_position_bucket`."""
   buckets = jnp.zeros_like(relative_position)
@@ -158,12 +175,14 @@ def relative_position_bucket(relative_position: jax.Array, bidirectional: bool, 
   return buckets + jnp.where(distance < max_exact, distance, large)
 
 
-def position_bias(table: jax.Array, query_length: int, key_length: int, bidirectional: bool,
-                  config: T5Config) -> jax.Array:
+def position_bias(
+  table: jax.Array, query_length: int, key_length: int, bidirectional: bool, config: T5Config
+) -> jax.Array:
   """[1, heads, query, key]: the learned bias of each query/key distance."""
   relative = jnp.arange(key_length)[None, :] - jnp.arange(query_length)[:, None]
-  bucket = relative_position_bucket(relative, bidirectional, config.relative_attention_num_buckets,
-                                    config.relative_attention_max_distance)
+  bucket = relative_position_bucket(
+    relative, bidirectional, config.relative_attention_num_buckets, config.relative_attention_max_distance
+  )
   return jnp.transpose(table[bucket], (2, 0, 1))[None]
 
 
@@ -198,8 +217,9 @@ def encode(params: Params, config: T5Config, input_ids: jax.Array, attention_mas
   """The encoder's last hidden state [batch, length, d_model] (after its final norm)."""
   x = params["shared"][input_ids]
   length = input_ids.shape[1]
-  bias = (position_bias(params["encoder"]["relative_bias"], length, length, True, config)
-          + _mask_bias(attention_mask[:, None, None, :] > 0, x.dtype))
+  bias = position_bias(params["encoder"]["relative_bias"], length, length, True, config) + _mask_bias(
+    attention_mask[:, None, None, :] > 0, x.dtype
+  )
   eps = config.layer_norm_epsilon
   for i in range(config.num_layers):
     p = params["encoder"][f"layer_{i}"]
@@ -209,14 +229,17 @@ def encode(params: Params, config: T5Config, input_ids: jax.Array, attention_mas
   return rms_norm(x, params["encoder"]["final_norm"], eps)
 
 
-def decode(params: Params, config: T5Config, decoder_ids: jax.Array, encoder_hidden: jax.Array,
-           attention_mask: jax.Array) -> jax.Array:
+def decode(
+  params: Params, config: T5Config, decoder_ids: jax.Array, encoder_hidden: jax.Array, attention_mask: jax.Array
+) -> jax.Array:
   """The decoder's last hidden state [batch, decoder length, d_model] (causal: a position sees those before)."""
   x = params["shared"][decoder_ids]
   length = decoder_ids.shape[1]
   causal = jnp.tril(jnp.ones((length, length), bool))
-  self_bias = (position_bias(params["decoder"]["relative_bias"], length, length, False, config)
-               + _mask_bias(causal, x.dtype)[None, None])
+  self_bias = (
+    position_bias(params["decoder"]["relative_bias"], length, length, False, config)
+    + _mask_bias(causal, x.dtype)[None, None]
+  )
   cross_bias = _mask_bias(attention_mask[:, None, None, :] > 0, x.dtype)
   eps = config.layer_norm_epsilon
   for i in range(config.num_decoder_layers):
@@ -232,12 +255,13 @@ def decode(params: Params, config: T5Config, decoder_ids: jax.Array, encoder_hid
 def lm_head(params: Params, config: T5Config, decoder_hidden: jax.Array) -> jax.Array:
   """Vocabulary logits of decoder states: the untied head, or else the embedding transposed."""
   if config.scale_decoder_outputs:
-    decoder_hidden = decoder_hidden * config.d_model ** -0.5
+    decoder_hidden = decoder_hidden * config.d_model**-0.5
   return decoder_hidden @ (params["lm_head"] if "lm_head" in params else params["shared"].T)
 
 
-def logits(params: Params, config: T5Config, input_ids: jax.Array, attention_mask: jax.Array,
-           decoder_ids: jax.Array) -> jax.Array:
+def logits(
+  params: Params, config: T5Config, input_ids: jax.Array, attention_mask: jax.Array, decoder_ids: jax.Array
+) -> jax.Array:
   """`T5ForConditionalGeneration(input_ids, attention_mask, decoder_input_ids).logits`."""
   hidden = decode(params, config, decoder_ids, encode(params, config, input_ids, attention_mask), attention_mask)
   return lm_head(params, config, hidden)

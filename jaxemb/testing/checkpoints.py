@@ -5,22 +5,32 @@ from jaxemb.testing.shared import SHARED
 
 _TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
 FAMILIES = {
-    "bert": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128),
-    "roberta": dict(tokenizer="roberta-base", vocab_size=50265, max_position_embeddings=130, pad_token_id=1,
-                    type_vocab_size=1, layer_norm_eps=1e-5),
-    # google/electra-*-discriminator use bert-base-uncased's vocabulary. ElectraConfig's default embedding_size
-    # is 128; the same width as hidden_size unless a test overrides it (no projection).
-    "electra": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128,
-                    embedding_size=_TINY["hidden_size"]),
+  "bert": dict(tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128),
+  "roberta": dict(
+    tokenizer="roberta-base",
+    vocab_size=50265,
+    max_position_embeddings=130,
+    pad_token_id=1,
+    type_vocab_size=1,
+    layer_norm_eps=1e-5,
+  ),
+  # google/electra-*-discriminator use bert-base-uncased's vocabulary. ElectraConfig's default embedding_size
+  # is 128; the same width as hidden_size unless a test overrides it (no projection).
+  "electra": dict(
+    tokenizer="bert-base-uncased", vocab_size=30522, max_position_embeddings=128, embedding_size=_TINY["hidden_size"]
+  ),
 }
 # family -> (HF config class, model with its pretraining head, base model). ELECTRA's head is the discriminator's.
-_HF_CLASSES = {"bert": ("BertConfig", "BertForMaskedLM", "BertModel"),
-               "roberta": ("RobertaConfig", "RobertaForMaskedLM", "RobertaModel"),
-               "electra": ("ElectraConfig", "ElectraForPreTraining", "ElectraModel")}
+_HF_CLASSES = {
+  "bert": ("BertConfig", "BertForMaskedLM", "BertModel"),
+  "roberta": ("RobertaConfig", "RobertaForMaskedLM", "RobertaModel"),
+  "electra": ("ElectraConfig", "ElectraForPreTraining", "ElectraModel"),
+}
 
 
-def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int = 0, init_std: float | None = 0.1,
-                            **overrides):
+def write_random_checkpoint(
+  out_dir, family: str, head: bool = True, seed: int = 0, init_std: float | None = 0.1, **overrides
+):
   """Writes a randomly initialised HF model with its pretraining head (`*ForMaskedLM`, ELECTRA's
   `ElectraForPreTraining`), or `*Model` without it, and its tokenizer.
 
@@ -30,6 +40,7 @@ def write_random_checkpoint(out_dir, family: str, head: bool = True, seed: int =
   """
   import torch  # pylint: disable=import-outside-toplevel  # Here: a test process that writes none loads no torch.
   import transformers  # pylint: disable=import-outside-toplevel
+
   spec = dict(FAMILIES[family])
   tokenizer_name = spec.pop("tokenizer")
   config_name, head_model_name, base_model_name = _HF_CLASSES[family]

@@ -21,9 +21,24 @@ class GcsEmulator:
       port = s.getsockname()[1]
     self.url = f"http://127.0.0.1:{port}"
     self._process = subprocess.Popen(
-        [str(_server._get_binary_path()), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),  # pylint: disable=protected-access
-         "-backend", "memory", "-public-host", f"127.0.0.1:{port}", "-log-level", "error"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      [
+        str(_server._get_binary_path()),
+        "-scheme",
+        "http",
+        "-host",
+        "127.0.0.1",
+        "-port",
+        str(port),  # pylint: disable=protected-access
+        "-backend",
+        "memory",
+        "-public-host",
+        f"127.0.0.1:{port}",
+        "-log-level",
+        "error",
+      ],
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 20
     while True:
       try:
@@ -34,8 +49,11 @@ class GcsEmulator:
           self.stop()
           raise
         time.sleep(0.05)
-    self.env = {"STORAGE_EMULATOR_HOST": self.url, "TENSORSTORE_GCS_HTTP_URL": self.url,
-                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    self.env = {
+      "STORAGE_EMULATOR_HOST": self.url,
+      "TENSORSTORE_GCS_HTTP_URL": self.url,
+      "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    }
     os.environ.update(self.env)
     self._buckets = 0
 
@@ -43,8 +61,12 @@ class GcsEmulator:
     """Creates a bucket; its name (a fresh one unless given)."""
     self._buckets += 1
     name = name or f"b{os.getpid()}-{self._buckets}"
-    request = urllib.request.Request(f"{self.url}/storage/v1/b", data=json.dumps({"name": name}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
+    request = urllib.request.Request(
+      f"{self.url}/storage/v1/b",
+      data=json.dumps({"name": name}).encode(),
+      headers={"Content-Type": "application/json"},
+      method="POST",
+    )
     urllib.request.urlopen(request, timeout=10).read()
     return name
 

@@ -50,13 +50,11 @@ PBR_THE = "*cls*_The_sentence_:_'_*sent_0*_'_means*mask*.*sep+*"
 # ZBWpro/CoT-BERT code-for-BERT/train.py main() args_list (lines 507-509).
 COT_ANCHOR = '*cls*_The_sentence_of_"*sent_0*"_means_*mask*_,_so_it_can_be_summarized_as_*mask*_._*sep+*'
 COT_POSITIVE = '*cls*_The_sentence_:_"*sent_0*"_means_*mask*_,_so_it_can_be_summarized_as_*mask*_._*sep+*'
-COT_NEGATIVE = ('*cls*_The_sentence_:_"*sent_0*"_does_not_mean_*mask*_,_so_it_cannot_be_summarized_as_*mask*'
-                '_._*sep+*')
+COT_NEGATIVE = '*cls*_The_sentence_:_"*sent_0*"_does_not_mean_*mask*_,_so_it_cannot_be_summarized_as_*mask*_._*sep+*'
 # ZBWpro/CoT-BERT code-for-RoBERTa/train.py main() args_list (lines 503-505): single quotes, spaced.
 COTR_ANCHOR = "*cls*_The_sentence_of_'_*sent_0*_'_means_*mask*_,_so_it_can_be_summarized_as_*mask*_._*sep+*"
 COTR_POSITIVE = "*cls*_The_sentence_:_'_*sent_0*_'_means_*mask*_,_so_it_can_be_summarized_as_*mask*_._*sep+*"
-COTR_NEGATIVE = ("*cls*_The_sentence_:_'_*sent_0*_'_does_not_mean_*mask*_,_so_it_cannot_be_summarized_as_*mask*"
-                 "_._*sep+*")
+COTR_NEGATIVE = "*cls*_The_sentence_:_'_*sent_0*_'_does_not_mean_*mask*_,_so_it_cannot_be_summarized_as_*mask*_._*sep+*"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +66,7 @@ class Setting:
   simcse/models.py, `--pooler_type cls`). `templates` are the command-line strings: view 1 (`--..._template`),
   view 2 (`--..._different_template`), negative (CoT `--..._negative_template`).
   """
+
   name: str
   family: str  # "bert" or "roberta"
   codebase: str
@@ -88,7 +87,9 @@ class Setting:
   total_length: int = 80  # CoT BertForCL/RobertaForCL self.total_length = 80
 
 
-SETTINGS: dict[str, Setting] = {s.name: s for s in [
+SETTINGS: dict[str, Setting] = {
+  s.name: s
+  for s in [
     # kongds/Prompt-BERT run.sh "unsup-bert": --mlp_only_train, two templates, --mask_embedding_sentence_delta.
     Setting("unsup-bert", "bert", "prompt_bert", (PB_OF, PB_COLON), delta=True, mlp_only_train=True),
     # run.sh "unsup-roberta".
@@ -98,20 +99,38 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     # run.sh "sup-roberta": NLI, one template, delta, and neither --mlp_only_train nor org_mlp.
     Setting("sup-roberta", "roberta", "prompt_bert", (PBR_THIS,), supervised=True, delta=True),
     # ZBWpro/CoT-BERT code-for-BERT/train.py args_list; CUDA_VISIBLE_DEVICES='0, 1' -> DataParallel over 2.
-    Setting("cot-bert", "bert", "cot_bert", (COT_ANCHOR, COT_POSITIVE, COT_NEGATIVE), delta=True,
-            no_delta_eval=True, mlp_only_train=True, mask_num=2, num_groups=2),
+    Setting(
+      "cot-bert",
+      "bert",
+      "cot_bert",
+      (COT_ANCHOR, COT_POSITIVE, COT_NEGATIVE),
+      delta=True,
+      no_delta_eval=True,
+      mlp_only_train=True,
+      mask_num=2,
+      num_groups=2,
+    ),
     # code-for-RoBERTa/train.py args_list; CUDA_VISIBLE_DEVICES='2, 3'.
-    Setting("cot-roberta", "roberta", "cot_bert", (COTR_ANCHOR, COTR_POSITIVE, COTR_NEGATIVE), delta=True,
-            no_delta_eval=True, mlp_only_train=True, mask_num=2, num_groups=2),
+    Setting(
+      "cot-roberta",
+      "roberta",
+      "cot_bert",
+      (COTR_ANCHOR, COTR_POSITIVE, COTR_NEGATIVE),
+      delta=True,
+      no_delta_eval=True,
+      mlp_only_train=True,
+      mask_num=2,
+      num_groups=2,
+    ),
     # princeton-nlp/SimCSE run_unsup_example.sh: --pooler_type cls --mlp_only_train.
     Setting("simcse-unsup", "bert", "simcse", mlp_only_train=True),
     # run_sup_example.sh: --pooler_type cls, NLI with hard negatives, MLP kept.
     Setting("simcse-sup", "bert", "simcse", supervised=True),
     # kongds/Prompt-BERT run.sh "bert-optiprompt": --mlp_only_train --mask_embedding_sentence_autoprompt
     # --mask_embedding_sentence_org_mlp, template ':' on both views, no delta.
-    Setting("bert-optiprompt", "bert", "prompt_bert", (PB_COLON,), mlp_only_train=True, org_mlp=True,
-            autoprompt=True),
-]}
+    Setting("bert-optiprompt", "bert", "prompt_bert", (PB_COLON,), mlp_only_train=True, org_mlp=True, autoprompt=True),
+  ]
+}
 
 
 def get_setting(setting: str | Setting, **overrides) -> Setting:
@@ -133,8 +152,7 @@ def split_template(template: str, mask_token: str, family: str) -> tuple[str, st
   es keeps its spaces, so CoT's trailing `_` survives as a trailing space (RoBERTa: a lone 'Ġ' token).
   """
   assert " " not in template
-  text = (template.replace("*mask*", mask_token).replace("*sep+*", "").replace("*cls*", "")
-          .replace("*sent_0*", " "))
+  text = template.replace("*mask*", mask_token).replace("*sep+*", "").replace("*cls*", "").replace("*sent_0*", " ")
   bs, es = text.split(" ")
   bs, es = bs.replace("_", " "), es.replace("_", " ")
   if family == "roberta":
@@ -145,6 +163,7 @@ def split_template(template: str, mask_token: str, family: str) -> tuple[str, st
 @dataclasses.dataclass(frozen=True)
 class TemplateIds:
   """The token lists the authors derive from one template."""
+
   bs_text: str
   es_text: str
   prefix: list[int]  # prepare_features `bs = tokenizer.encode(bs)[:-1]`: [CLS] + bs
@@ -159,10 +178,14 @@ def template_ids(template: str, tokenizer, family: str) -> TemplateIds:
   lines 758-767 and 886-903)."""
   bs_text, es_text = split_template(template, tokenizer.mask_token, family)
   return TemplateIds(
-      bs_text=bs_text, es_text=es_text,
-      prefix=tokenizer.encode(bs_text)[:-1], suffix=tokenizer.encode(es_text)[1:],
-      bs=tokenizer.encode(bs_text, add_special_tokens=False), es=tokenizer.encode(es_text, add_special_tokens=False),
-      template=tokenizer.encode(bs_text + es_text))
+    bs_text=bs_text,
+    es_text=es_text,
+    prefix=tokenizer.encode(bs_text)[:-1],
+    suffix=tokenizer.encode(es_text)[1:],
+    bs=tokenizer.encode(bs_text, add_special_tokens=False),
+    es=tokenizer.encode(es_text, add_special_tokens=False),
+    template=tokenizer.encode(bs_text + es_text),
+  )
 
 
 def setting_templates(setting: Setting, tokenizer) -> list[TemplateIds]:
@@ -219,8 +242,12 @@ def prepare_features(setting: Setting | str, tokenizer, examples: Sequence) -> d
     rows_by_col = []
     for k, col in enumerate(cols):
       view = views[min(k, len(views) - 1)]  # Prompt-BERT: the hard negative takes view 2 (bs2 + s + es2)
-      rows_by_col.append([view.prefix + tokenizer.encode(s, add_special_tokens=False)[:setting.max_seq_length]
-                          + view.suffix for s in col])
+      rows_by_col.append(
+        [
+          view.prefix + tokenizer.encode(s, add_special_tokens=False)[: setting.max_seq_length] + view.suffix
+          for s in col
+        ]
+      )
   flat = [rows_by_col[k][i] for i in range(n) for k in range(len(cols))]
   ids, mask = _pad(flat, tokenizer.pad_token_id)
   return {"input_ids": ids.view(n, len(cols), -1), "attention_mask": mask.view(n, len(cols), -1)}
@@ -237,12 +264,13 @@ def position_offset_rows(template: Sequence[int], bs_len: int, rows: int) -> tup
   length = len(template)
   input_ids = torch.tensor([list(template)] * rows, dtype=torch.long)
   position_ids = torch.arange(length).unsqueeze(0).repeat(rows, 1)
-  position_ids[:, bs_len + 1:] += torch.arange(rows).unsqueeze(-1)
+  position_ids[:, bs_len + 1 :] += torch.arange(rows).unsqueeze(-1)
   return input_ids, position_ids
 
 
-def pad_denoise_rows(template: Sequence[int], bs: Sequence[int], es: Sequence[int], pad_id: int,
-                     total_length: int = 80) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_denoise_rows(
+  template: Sequence[int], bs: Sequence[int], es: Sequence[int], pad_id: int, total_length: int = 80
+) -> tuple[torch.Tensor, torch.Tensor]:
   """Inputs of CoT-BERT's [PAD] template denoising: (input_ids, attention_mask), each (rows, total_length).
 
   ZBWpro/CoT-BERT models.py denoising (lines 53-65): row i is `template[0] + bs + [PAD]*i + es + template[-1]`
@@ -333,8 +361,15 @@ class ReferenceModel(nn.Module):
   trainer's dev batcher + `sentemb_forward`.
   """
 
-  def __init__(self, setting: Setting | str, model_dir, tokenizer=None, seed: int = 0, dropout: float | None = 0.0,
-               attn_implementation: str = "eager"):
+  def __init__(
+    self,
+    setting: Setting | str,
+    model_dir,
+    tokenizer=None,
+    seed: int = 0,
+    dropout: float | None = 0.0,
+    attn_implementation: str = "eager",
+  ):
     super().__init__()
     self.setting = setting = get_setting(setting)
     self.tokenizer = tokenizer or transformers.AutoTokenizer.from_pretrained(str(model_dir))
@@ -371,7 +406,7 @@ class ReferenceModel(nn.Module):
       # template token but [CLS], [MASK], [SEP], initialised from the word embeddings; encoder frozen.
       template = self.views[0].template
       mask_index = template.index(self.mask_token_id)
-      self.dict_mbv = template[1:mask_index] + template[mask_index + 1:-1]
+      self.dict_mbv = template[1:mask_index] + template[mask_index + 1 : -1]
       self.fl_mbv = [i <= 3 for i in range(len(self.dict_mbv))]  # train.py line 807
       weight = self.encoder.embeddings.word_embeddings.weight
       self.p_mbv = nn.Parameter(weight[self.dict_mbv].detach().clone())
@@ -398,11 +433,21 @@ class ReferenceModel(nn.Module):
   def _hidden(self, input_ids, attention_mask=None, position_ids=None, token_type_ids=None):
     """Last hidden states; with autoprompt the ids go in as inputs_embeds (models.py lines 144-154)."""
     if self.setting.autoprompt:
-      out = self.encoder(inputs_embeds=self._embed_with_prompt(input_ids), attention_mask=attention_mask,
-                         position_ids=position_ids, token_type_ids=token_type_ids, return_dict=True)
+      out = self.encoder(
+        inputs_embeds=self._embed_with_prompt(input_ids),
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        token_type_ids=token_type_ids,
+        return_dict=True,
+      )
     else:
-      out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         token_type_ids=token_type_ids, return_dict=True)
+      out = self.encoder(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        token_type_ids=token_type_ids,
+        return_dict=True,
+      )
     return out.last_hidden_state
 
   def position_bias(self, view: TemplateIds, rows: int) -> torch.Tensor:
@@ -443,7 +488,7 @@ class ReferenceModel(nn.Module):
         # prompt_bert/models.py lines 250-256: `hard_negative_weight` added on the z1.z3 diagonal (0 here).
         n = z1_z3.shape[-1]
         weights = torch.zeros_like(logits)
-        weights[:, logits.shape[-1] - n:] += torch.eye(n) * self.setting.hard_negative_weight
+        weights[:, logits.shape[-1] - n :] += torch.eye(n) * self.setting.hard_negative_weight
         logits = logits + weights
     labels = torch.arange(logits.shape[0])
     return nn.functional.cross_entropy(logits, labels)
@@ -547,8 +592,9 @@ class ReferenceModel(nn.Module):
   # -- dev scoring --
 
   @torch.no_grad()
-  def sentemb(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-              token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+  def sentemb(
+    self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+  ) -> torch.Tensor:
     """`sentemb_forward` on a tokenised batch (eval mode, no gradient), (N, H)."""
     s = self.setting
     if s.codebase == "simcse":
@@ -589,7 +635,7 @@ class ReferenceModel(nn.Module):
     self.eval()  # trainers.py line 128
     out = []
     for start in range(0, len(sentences), batch_size):
-      texts = [" ".join(s.split()) for s in sentences[start:start + batch_size]]
+      texts = [" ".join(s.split()) for s in sentences[start : start + batch_size]]
       # `batch_encode_plus(padding=True)` in the authors' transformers 4.2; `__call__` is the same in 5.x.
       enc = self.tokenizer(texts, return_tensors="pt", padding=True)
       out.append(self.sentemb(enc["input_ids"], enc["attention_mask"], enc.get("token_type_ids")))
@@ -605,8 +651,8 @@ def sts_spearman(model: ReferenceModel, pairs: Iterable[tuple[str, str, float]],
   s1, s2, gold = zip(*pairs)
   scores = []
   for start in range(0, len(gold), batch_size):
-    e1 = model.embed(list(s1[start:start + batch_size]), batch_size)
-    e2 = model.embed(list(s2[start:start + batch_size]), batch_size)
+    e1 = model.embed(list(s1[start : start + batch_size]), batch_size)
+    e2 = model.embed(list(s2[start : start + batch_size]), batch_size)
     for u, v in zip(np.nan_to_num(e1), np.nan_to_num(e2)):
       scores.append(np.nan_to_num(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v))))
   return float(scipy.stats.spearmanr(scores, gold)[0] * 100)
@@ -641,8 +687,13 @@ class AdamW42:
   eps 1e-8, weight_decay 0 (bias / LayerNorm.weight never decayed).
   """
 
-  def __init__(self, named_params: Iterable[tuple[str, nn.Parameter]], betas=(0.9, 0.999), eps: float = 1e-8,
-               weight_decay: float = 0.0):
+  def __init__(
+    self,
+    named_params: Iterable[tuple[str, nn.Parameter]],
+    betas=(0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+  ):
     self.params = [(n, p) for n, p in named_params if p.requires_grad]
     self.betas, self.eps, self.weight_decay = betas, eps, weight_decay
     self.state: dict[str, dict] = {}
@@ -698,9 +749,22 @@ class RunResult:
   model: ReferenceModel  # after the last step
 
 
-def run_steps(setting: Setting | str, model_dir, batches: Sequence, num_steps: int, total_steps: int, lr: float, *,
-              tokenizer=None, seed: int = 0, init: dict[str, np.ndarray] | None = None, weight_decay: float = 0.0,
-              max_grad_norm: float = 1.0, dropout: float | None = 0.0, ddp_world_size: int = 1) -> RunResult:
+def run_steps(
+  setting: Setting | str,
+  model_dir,
+  batches: Sequence,
+  num_steps: int,
+  total_steps: int,
+  lr: float,
+  *,
+  tokenizer=None,
+  seed: int = 0,
+  init: dict[str, np.ndarray] | None = None,
+  weight_decay: float = 0.0,
+  max_grad_norm: float = 1.0,
+  dropout: float | None = 0.0,
+  ddp_world_size: int = 1,
+) -> RunResult:
   """`num_steps` reference training steps (of a `total_steps` schedule) from the checkpoint in `model_dir`.
 
   Each step, as the 4.2 Trainer.train loop runs it (kongds/Prompt-BERT prompt_bert/trainers.py lines 451-502):
@@ -730,8 +794,12 @@ def run_steps(setting: Setting | str, model_dir, batches: Sequence, num_steps: i
     else:
       loss = model.loss(batch)
       loss.backward()
-    result.grads.append({n: (p.grad.detach().to(torch.float64).numpy().copy() if p.grad is not None
-                             else np.zeros(p.shape)) for n, p in trainable})
+    result.grads.append(
+      {
+        n: (p.grad.detach().to(torch.float64).numpy().copy() if p.grad is not None else np.zeros(p.shape))
+        for n, p in trainable
+      }
+    )
     result.grad_norms.append(clip_grad_norm(model.parameters(), max_grad_norm))
     before = {n: p.detach().to(torch.float64).clone() for n, p in trainable}
     step_lr = linear_lr(lr, t, total_steps)

@@ -18,15 +18,30 @@ from jaxemb.training.objectives import Objective
 from jaxemb.training.trainer import batch_field
 
 
-def tokenize_fields(config: Any, columns: dict[str, list[str]], objective: Objective, tokenizer: Any,
-                    cache_dir: pathlib.Path, hosts: corpus.Hosts) -> dict[str, templates.TemplateBatch]:
+def tokenize_fields(
+  config: Any,
+  columns: dict[str, list[str]],
+  objective: Objective,
+  tokenizer: Any,
+  cache_dir: pathlib.Path,
+  hosts: corpus.Hosts,
+) -> dict[str, templates.TemplateBatch]:
   """Every row of each batch field (`batch_field`: a view's column in its template), tokenised once and cached;
   views with the same column and template share one field."""
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
-    fields.setdefault(batch_field(column, template.text), corpus.tokenize_cached(
-        columns[column], template, tokenizer, config.data.max_sentence_tokens, cache_dir, config.data.tokenization,
-        hosts))
+    fields.setdefault(
+      batch_field(column, template.text),
+      corpus.tokenize_cached(
+        columns[column],
+        template,
+        tokenizer,
+        config.data.max_sentence_tokens,
+        cache_dir,
+        config.data.tokenization,
+        hosts,
+      ),
+    )
   return fields
 
 
@@ -43,8 +58,14 @@ class Batches:
 
   @classmethod
   def build(cls, config: Any, fields: dict[str, templates.TemplateBatch], sharding: jax.sharding.Sharding) -> Batches:
-    return cls(fields, config.train.batch_size, config.train.seed, config.data.length_multiple, sharding,
-               {name: rows.attention_mask.sum(1) for name, rows in fields.items()})
+    return cls(
+      fields,
+      config.train.batch_size,
+      config.train.seed,
+      config.data.length_multiple,
+      sharding,
+      {name: rows.attention_mask.sum(1) for name, rows in fields.items()},
+    )
 
   @property
   def num_examples(self) -> int:
@@ -53,8 +74,9 @@ class Batches:
   def place(self, step: int) -> dict[str, templates.TemplateBatch]:
     """The global batch of `step` on the mesh: this host's rows of each field, cut to the width of the field's
     longest row in the global batch (the same width on every host)."""
-    index = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step, jax.process_index(),
-                                 jax.process_count())
+    index = corpus.batch_indices(
+      self.num_examples, self.batch_size, self.seed, step, jax.process_index(), jax.process_count()
+    )
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(self.sharding, x), self._rows(step, index))
 
   def shapes(self, step: int) -> dict[str, templates.TemplateBatch]:
@@ -67,9 +89,12 @@ class Batches:
     of `step`."""
     everyone = corpus.batch_indices(self.num_examples, self.batch_size, self.seed, step)
     index = everyone if index is None else index
-    return {name: corpus.gather(rows, index, corpus.batch_width(self.row_lengths[name][everyone],
-                                                                self.length_multiple, rows.input_ids.shape[1]))
-            for name, rows in self.fields.items()}
+    return {
+      name: corpus.gather(
+        rows, index, corpus.batch_width(self.row_lengths[name][everyone], self.length_multiple, rows.input_ids.shape[1])
+      )
+      for name, rows in self.fields.items()
+    }
 
 
 T = TypeVar("T")

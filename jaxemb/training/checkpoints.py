@@ -57,8 +57,9 @@ class RunCheckpoints:
     """Saves the state at its step; refuses a state with a non-finite param so a NaN never replaces a good one."""
     _check_finite(state.params)
     self.wait()  # One save in flight at a time: see save_best.
-    self.periodic.save(int(state.step), ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                           meta=ocp.args.JsonSave(meta)))
+    self.periodic.save(
+      int(state.step), ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+    )
 
   def save_best(self, step: int, params: Any, meta: dict[str, Any]):
     """Saves the params of a new best step, unless best/ holds this step or a later one.
@@ -83,8 +84,9 @@ class RunCheckpoints:
     for step in reversed(self.periodic.all_steps()):
       step_dir = self.run.checkpoints_dir / str(step)
       try:
-        restored = self.periodic.manager.restore(step, args=ocp.args.Composite(
-            state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+        restored = self.periodic.manager.restore(
+          step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
+        )
         return restored["state"], restored["meta"]
       except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of this step is re-raised.
         cause = checkpoint_files.read_failure(e, step_dir)
@@ -127,8 +129,10 @@ class RunCheckpoints:
     if partial:
       self._say(f"removed the unfinished saves a stopped run left: {', '.join(map(str, partial))}")
     periodic_problem = functools.partial(checkpoint_files.checkpoint_problem, items=run_dir.PERIODIC_ITEMS)
-    for directory, problem in ((self.run.checkpoints_dir, periodic_problem),
-                               (self.run.best_dir, run_dir.best_step_problem)):
+    for directory, problem in (
+      (self.run.checkpoints_dir, periodic_problem),
+      (self.run.best_dir, run_dir.best_step_problem),
+    ):
       unreadable = [(p, problem(p)) for p in directory.glob("*") if p.name.isdigit()]
       for step_dir, cause in unreadable:
         if cause is not None:
@@ -141,8 +145,12 @@ class RunCheckpoints:
     a step in place and commits it with its marker, the step folders without one."""
     folders = [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob(PARTIAL_SAVE)]
     if storage.is_remote(self.run.path):
-      folders += [p for d in (self.run.checkpoints_dir, self.run.best_dir) for p in d.glob("*")
-                  if p.name.isdigit() and not (p / checkpoint_files.COMMIT_MARKER).exists()]
+      folders += [
+        p
+        for d in (self.run.checkpoints_dir, self.run.best_dir)
+        for p in d.glob("*")
+        if p.name.isdigit() and not (p / checkpoint_files.COMMIT_MARKER).exists()
+      ]
     return sorted(folders)
 
   def _say_starting_again(self):
@@ -162,8 +170,7 @@ class _Saves:
 
   def __init__(self, directory: storage.Path, keep: int, failed: threading.Event):
     self.directory = directory
-    self.manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep,
-                                                                                           create=True))
+    self.manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
     self._writing = directory  # The step folder of the save in flight.
     self._failed = failed
 
@@ -204,9 +211,10 @@ def _is_write_failure(error: BaseException) -> bool:
   """Whether `error` (or one it was raised from) is the file system refusing a write: an OSError, or TensorStore's
   error for one (a ValueError whose message carries the OS error code or a RESOURCE_EXHAUSTED / PERMISSION_DENIED
   status)."""
-  return any(isinstance(e, OSError) or any(s in str(e) for s in ("os_error_code=", "RESOURCE_EXHAUSTED",
-                                                                  "PERMISSION_DENIED"))
-             for e in checkpoint_files.error_chain(error))
+  return any(
+    isinstance(e, OSError) or any(s in str(e) for s in ("os_error_code=", "RESOURCE_EXHAUSTED", "PERMISSION_DENIED"))
+    for e in checkpoint_files.error_chain(error)
+  )
 
 
 @jax.jit
@@ -218,7 +226,8 @@ def _finite_leaves(tree: Any) -> jax.Array:
 
 def _check_finite(params: Any):
   finite = np.asarray(_finite_leaves(params))
-  bad = [jax.tree_util.keystr(path) for (path, _), ok in zip(jax.tree_util.tree_leaves_with_path(params), finite)
-         if not ok]
+  bad = [
+    jax.tree_util.keystr(path) for (path, _), ok in zip(jax.tree_util.tree_leaves_with_path(params), finite) if not ok
+  ]
   if bad:
     raise Diverged(f"not saving a checkpoint with non-finite params: {bad[:5]}")

@@ -31,8 +31,10 @@ RENEWALS_PER_LEASE = 4  # Renewals a lease gets before it expires: three may fai
 
 def busy(workdir: storage.Path, holder: str, lock: storage.Path, detail: str = "") -> WorkdirError:
   """The one line that refuses a run directory another process holds (a lock file or a lease)."""
-  return WorkdirError(f"{workdir} is in use by {holder or 'another process'} (lock {lock}{detail}): wait for it to end "
-                      "or stop it, or choose another --config.workdir")
+  return WorkdirError(
+    f"{workdir} is in use by {holder or 'another process'} (lock {lock}{detail}): wait for it to end "
+    "or stop it, or choose another --config.workdir"
+  )
 
 
 class Lease:
@@ -44,8 +46,9 @@ class Lease:
     self._stop = threading.Event()
     self._lost = threading.Event()
     self._heartbeat = threading.Thread(target=self._renew, name="jaxemb-lease", daemon=True)
-    self._record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                               "lease_seconds": LEASE_SECONDS}).encode()
+    self._record = json.dumps(
+      {"pid": os.getpid(), "host": socket.gethostname(), "lease_seconds": LEASE_SECONDS}
+    ).encode()
 
   def acquire(self, say: Callable[[str], None]):
     """Takes the lease: creates it, or replaces a released or expired one (said in one line), then renews it.
@@ -57,13 +60,18 @@ class Lease:
     if _live_holder(found):
       raise _refused(self.workdir, self.url, found)
     try:
-      self._generation = (storage.create(str(self.url), self._record) if found is None else
-                          storage.replace(str(self.url), self._record, found[1]))
+      self._generation = (
+        storage.create(str(self.url), self._record)
+        if found is None
+        else storage.replace(str(self.url), self._record, found[1])
+      )
     except storage.Conflict:  # Another process created or replaced it between our read and our write.
       raise _refused(self.workdir, self.url, storage.read_object(str(self.url))) from None
     if found is not None and _holder(found[0]):
-      say(f"took over {self.url} from {_name(_holder(found[0]))}, which ended without releasing it (its lease was "
-          f"last renewed {found[2]:.0f} s ago)")
+      say(
+        f"took over {self.url} from {_name(_holder(found[0]))}, which ended without releasing it (its lease was "
+        f"last renewed {found[2]:.0f} s ago)"
+      )
     self._heartbeat.start()
 
   def _renew(self):
@@ -79,9 +87,11 @@ class Lease:
   def check(self):
     """Raises WorkdirError when another process took the lease over: this one must not write to the run."""
     if self._lost.is_set():
-      raise WorkdirError(f"lost {self.workdir} to another process: {self.url} was not renewed for "
-                         f"{LEASE_SECONDS:.0f} s (a stalled VM or network) and was taken over; stopping without "
-                         "saving")
+      raise WorkdirError(
+        f"lost {self.workdir} to another process: {self.url} was not renewed for "
+        f"{LEASE_SECONDS:.0f} s (a stalled VM or network) and was taken over; stopping without "
+        "saving"
+      )
 
   def release(self):
     """Stops renewing and frees the lease (emptied, if it is still ours), so the next process takes it at once."""
@@ -127,8 +137,12 @@ def _refused(workdir: storage.Path, url: storage.Path, found: tuple[bytes, int, 
   data, _, age = found or (b"", 0, 0.0)
   holder = _holder(data) or {}
   left = holder.get("lease_seconds", LEASE_SECONDS) - age
-  return busy(workdir, _name(holder or None), url, f", a lease renewed {age:.0f} s ago: if its holder is gone, it "
-              f"can be taken over in {max(left, 0):.0f} s")
+  return busy(
+    workdir,
+    _name(holder or None),
+    url,
+    f", a lease renewed {age:.0f} s ago: if its holder is gone, it can be taken over in {max(left, 0):.0f} s",
+  )
 
 
 def _holder(data: bytes) -> dict | None:

@@ -25,12 +25,14 @@ from jaxemb.training.metrics import StepRecorder
 from jaxemb.training.trainer import Trainer, build_trainer, load_start
 from jaxemb.training.workdir import claim_workdir, refuse_if_busy
 
+
 def read_columns(config: Any) -> dict[str, list[str]]:
   """config.data's training corpus by column (corpus.read_columns); `datasets` caches its tables in data.cache_dir
   when that is a local folder."""
   cache_dir = config.data.cache_dir
-  return corpus.read_columns(config.data.train_file, config.data.format,
-                             cache_dir if cache_dir and not storage.is_remote(cache_dir) else None)
+  return corpus.read_columns(
+    config.data.train_file, config.data.format, cache_dir if cache_dir and not storage.is_remote(cache_dir) else None
+  )
 
 
 def join_multihost_job(config: Any):
@@ -65,6 +67,7 @@ def _detected_cluster() -> Any:
   machine and would start a coordinator for one process. A jax without the private module detects nothing."""
   try:
     from jax._src import clusters  # pylint: disable=import-outside-toplevel
+
     types = clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
   except (ImportError, AttributeError):
     return None
@@ -181,8 +184,10 @@ def build_evaluators(config: Any) -> list[evaluators.Evaluator]:
   built = evaluators.from_configs(config.evals, config.data, selection_preprocess(config))
   name, _, metric = config.eval.select_metric.partition("/")
   if not metric or name not in [e.name for e in built]:
-    raise ConfigError(f"config.eval.select_metric={config.eval.select_metric!r}: must be <evaluator>/<metric>, "
-                      f"<evaluator> one of config.evals {[e.name for e in built]}")
+    raise ConfigError(
+      f"config.eval.select_metric={config.eval.select_metric!r}: must be <evaluator>/<metric>, "
+      f"<evaluator> one of config.evals {[e.name for e in built]}"
+    )
   return built
 
 
@@ -215,25 +220,40 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
       return _train(config, stop, mesh, columns, (source, objective), evals, held, started)
 
 
-def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict[str, list[str]],
-           checked: tuple[run_dir.ModelSource, objectives.Objective], evals: list[evaluators.Evaluator],
-           held: Callable[[], None], started: float) -> dict[str, Any]:
+def _train(
+  config: Any,
+  stop: _CleanStop,
+  mesh: jax.sharding.Mesh,
+  columns: dict[str, list[str]],
+  checked: tuple[run_dir.ModelSource, objectives.Objective],
+  evals: list[evaluators.Evaluator],
+  held: Callable[[], None],
+  started: float,
+) -> dict[str, Any]:
   """The run from preflight's `checked` model source and objective: setup, then the steps, evaluations and saves;
   `held` (workdir.lock) raises once the lock is lost, before each write; `started`: train's perf_counter."""
   tokenizer = checked[0].tokenizer
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
-      len(next(iter(columns.values()))), config.train.batch_size)
+    len(next(iter(columns.values()))), config.train.batch_size
+  )
   trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
   plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
-  encoder = Encoder(model_config, None, tokenizer, selection_method(config, trainer.objective), mesh=mesh,
-                    **common.encoder_options(config))
+  encoder = Encoder(
+    model_config,
+    None,
+    tokenizer,
+    selection_method(config, trainer.objective),
+    mesh=mesh,
+    **common.encoder_options(config),
+  )
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
-  _score_before_while_compiling(evaluation, state, trainer,
-                                plan.shapes(start_step) if start_step < total_steps else None)
+  _score_before_while_compiling(
+    evaluation, state, trainer, plan.shapes(start_step) if start_step < total_steps else None
+  )
   recorder = StepRecorder(config, workdir, trainer.schedule, start_step, total_steps, started)
   pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   placed = batches.prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
@@ -279,18 +299,29 @@ def _train(config: Any, stop: _CleanStop, mesh: jax.sharding.Mesh, columns: dict
   return _summary(meta, recorder, total_steps, start_step, workdir)
 
 
-def _batches(config: Any, columns: dict[str, list[str]], objective: objectives.Objective, tokenizer: Any,
-             workdir: run_dir.RunDir, mesh: jax.sharding.Mesh) -> batches.Batches:
+def _batches(
+  config: Any,
+  columns: dict[str, list[str]],
+  objective: objectives.Objective,
+  tokenizer: Any,
+  workdir: run_dir.RunDir,
+  mesh: jax.sharding.Mesh,
+) -> batches.Batches:
   """The run's batches: the views' rows tokenised (or read from the cache), each host its own share."""
   hosts = corpus.Hosts(jax.process_index(), jax.process_count(), multihost_utils.sync_global_devices)
-  fields = batches.tokenize_fields(config, columns, objective, tokenizer,
-                                   storage.path(config.data.cache_dir or workdir.cache_dir), hosts)
+  fields = batches.tokenize_fields(
+    config, columns, objective, tokenizer, storage.path(config.data.cache_dir or workdir.cache_dir), hosts
+  )
   return batches.Batches.build(config, fields, sharding.batch_sharding(mesh))
 
 
-def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective], mesh: jax.sharding.Mesh,
-           ckpt: checkpoints.RunCheckpoints,
-           total_steps: int) -> tuple[Trainer, Any, train_state.TrainState, dict[str, Any]]:
+def _start(
+  config: Any,
+  checked: tuple[run_dir.ModelSource, objectives.Objective],
+  mesh: jax.sharding.Mesh,
+  ckpt: checkpoints.RunCheckpoints,
+  total_steps: int,
+) -> tuple[Trainer, Any, train_state.TrainState, dict[str, Any]]:
   """(the trainer, the model config, the state to train from, the selection record): the pretrained model's on a
   new run (its model files and evaluation method written to the run directory), the latest checkpoint's on a
   resumed one."""
@@ -308,8 +339,7 @@ def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective
   if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
     hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
     run_dir.save_eval_method(workdir.path, eval_method(config).config_fields())
-  meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None,
-          "value_before": None}
+  meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None, "value_before": None}
   restored = None if resume_step is None else ckpt.restore(trainer.abstract_sharded())
   if restored is not None:
     state, meta = restored[0], _selection_record(restored[1])
@@ -321,8 +351,9 @@ def _start(config: Any, checked: tuple[run_dir.ModelSource, objectives.Objective
   return trainer, model_config, state, meta
 
 
-def _score_before_while_compiling(evaluation: _Evaluation, state: train_state.TrainState, trainer: Trainer,
-                                  first_batch: dict[str, Any] | None):
+def _score_before_while_compiling(
+  evaluation: _Evaluation, state: train_state.TrainState, trainer: Trainer, first_batch: dict[str, Any] | None
+):
   """evaluation.score_before while the first step's program compiles for `first_batch`'s shapes (None: no step
   left to run) in a thread: the first step then starts at once."""
   compiling = trainer.compile_ahead(first_batch) if first_batch else None
@@ -335,21 +366,33 @@ def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
   """A checkpoint's selection record; one saved before evaluators (STS-B dev its one metric) in today's names."""
   if "best_stsb_dev" not in meta:
     return meta
-  return {"select_metric": "stsb_dev/STSBenchmark", "best_value": meta["best_stsb_dev"],
-          "best_step": meta["best_step"], "value_before": meta["stsb_dev_before"]}
+  return {
+    "select_metric": "stsb_dev/STSBenchmark",
+    "best_value": meta["best_stsb_dev"],
+    "best_step": meta["best_step"],
+    "value_before": meta["stsb_dev_before"],
+  }
 
 
-def _summary(meta: dict[str, Any], recorder: StepRecorder, total_steps: int, start_step: int,
-             workdir: run_dir.RunDir) -> dict[str, Any]:
+def _summary(
+  meta: dict[str, Any], recorder: StepRecorder, total_steps: int, start_step: int, workdir: run_dir.RunDir
+) -> dict[str, Any]:
   """The run's summary (train's value), said in one line."""
   steps_run = total_steps - start_step
   seconds = time.perf_counter() - recorder.start_time
-  summary = {**meta, "steps": total_steps, "steps_run": steps_run,
-             "steps_per_second": steps_run / seconds if steps_run else None,
-             "first_step_seconds": recorder.first_step_seconds, "workdir": str(workdir.path)}
+  summary = {
+    **meta,
+    "steps": total_steps,
+    "steps_run": steps_run,
+    "steps_per_second": steps_run / seconds if steps_run else None,
+    "first_step_seconds": recorder.first_step_seconds,
+    "workdir": str(workdir.path),
+  }
   first = f", the first {recorder.first_step_seconds:.1f} s after the start" if steps_run else ""
-  _say(f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
-       f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s{first}")
+  _say(
+    f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
+    f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s{first}"
+  )
   return summary
 
 
@@ -357,8 +400,14 @@ class _Evaluation:
   """The run's evaluators scoring its params with the selection method, and the choice of the step kept in best/:
   the highest config.eval.select_metric so far. `meta` (saved with each checkpoint) records that choice."""
 
-  def __init__(self, config: Any, evals: list[evaluators.Evaluator], encoder: Encoder,
-               ckpt: checkpoints.RunCheckpoints, meta: dict[str, Any]):
+  def __init__(
+    self,
+    config: Any,
+    evals: list[evaluators.Evaluator],
+    encoder: Encoder,
+    ckpt: checkpoints.RunCheckpoints,
+    meta: dict[str, Any],
+  ):
     self.config, self.evals, self.encoder, self.ckpt, self.meta = config, evals, encoder, ckpt, meta
     self.metric = config.eval.select_metric
     self.selecting = next(e for e in evals if e.name == self.metric.partition("/")[0])
@@ -380,8 +429,9 @@ class _Evaluation:
     for evaluator in due:
       result = evaluator.run(encoder)
       if evaluator is self.selecting and self.metric.partition("/")[2] not in result:
-        raise ConfigError(f"config.eval.select_metric={self.metric!r}: evaluator {evaluator.name!r} gives "
-                          f"{sorted(result)}")
+        raise ConfigError(
+          f"config.eval.select_metric={self.metric!r}: evaluator {evaluator.name!r} gives {sorted(result)}"
+        )
       scores.update({f"{evaluator.name}/{metric}": value for metric, value in result.items()})
     return scores
 
@@ -413,17 +463,22 @@ class _Evaluation:
       return
     best_dir = self.ckpt.run.best_dir
     if best != at:
-      raise DataError(f"best step {best} of the run in {self.ckpt.run.path} is missing from {best_dir} (unreadable or "
-                      f"deleted) and its params are gone (the run is at step {at}): restore {best_dir / str(best)} "
-                      "from a copy, or train again in another --config.workdir")
+      raise DataError(
+        f"best step {best} of the run in {self.ckpt.run.path} is missing from {best_dir} (unreadable or "
+        f"deleted) and its params are gone (the run is at step {at}): restore {best_dir / str(best)} "
+        "from a copy, or train again in another --config.workdir"
+      )
     _say(f"best step {best} is missing from {best_dir}: saving it again from the train state of that step")
     self._save_best(state)
 
   def _save_best(self, state: train_state.TrainState):
     """Saves the params of `state`, the best step, in best/ (what evaluation reads: a kept MLP as the pooler)."""
     params, step = state.all_params, self.meta["best_step"]
-    self.ckpt.save_best(step, {**params, "encoder": eval_params(self.config, params)},
-                        {"step": step, self.metric: self.meta["best_value"]})
+    self.ckpt.save_best(
+      step,
+      {**params, "encoder": eval_params(self.config, params)},
+      {"step": step, self.metric: self.meta["best_value"]},
+    )
 
 
 def _say(message: str):

@@ -96,6 +96,7 @@ class MetricsWriter:
     tensorboard = self._open_tensorboard()
     from tensorboardX import summary  # pylint: disable=g-import-not-at-top  (2 s: at the first record only)
     from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
     for step, scalars in records:
       for name, value in scalars.items():
         tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary.scalar(name, value)))
@@ -109,6 +110,7 @@ class MetricsWriter:
     if self._tensorboard is None:
       from tensorboardX import event_file_writer  # pylint: disable=g-import-not-at-top
       from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
       folder = self._workdir.tensorboard_dir
       if storage.is_remote(folder):
         self._local_events = tempfile.TemporaryDirectory(prefix="jaxemb-tensorboard-")
@@ -116,8 +118,13 @@ class MetricsWriter:
       else:
         folder.mkdir(parents=True, exist_ok=True)
       self._tensorboard = event_file_writer.EventsWriter(os.path.join(str(folder), "events"))
-      self._tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=self._purge_step,
-                                                    session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START)))
+      self._tensorboard.write_event(
+        event_pb2.Event(
+          wall_time=time.time(),
+          step=self._purge_step,
+          session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
+        )
+      )
     return self._tensorboard
 
 
@@ -140,14 +147,16 @@ class StepRecorder:
   """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
   written with the learning rate and the training throughput (the evaluations' time left out)."""
 
-  def __init__(self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int,
-               started: float):
+  def __init__(
+    self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int, started: float
+  ):
     self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
     self.started = started  # train's call: the first record's time after it is the run's time to its first step.
     self.first_step_seconds = None
     self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
-    self.progress = tqdm.tqdm(total=total_steps, initial=start_step, disable=jax.process_index() != 0,
-                              dynamic_ncols=True)
+    self.progress = tqdm.tqdm(
+      total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True
+    )
     self.start_time = time.perf_counter()
     self.since = (start_step, self.start_time)  # The last record's step and time.
     self.paused = 0.0  # Seconds evaluating since the last record.
@@ -156,8 +165,10 @@ class StepRecorder:
     """Reads one step's metrics, stops on a non-finite loss, and reports them."""
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     if not np.isfinite(metrics["loss"]):
-      raise Diverged(f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
-                     f"in {self.workdir.checkpoints_dir} is kept")
+      raise Diverged(
+        f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
+        f"in {self.workdir.checkpoints_dir} is kept"
+      )
     if self.first_step_seconds is None:
       self.first_step_seconds = time.perf_counter() - self.started
     self.progress.update(1)

@@ -46,6 +46,7 @@ class WordStarts:
     """The table of a Hugging Face tokenizer's vocabulary, by its kind (its backend's model and pre-tokenizer: a
     RoBERTa vocabulary holds "##" pieces too); ConfigError for a kind whose pieces mark no word boundaries."""
     import tokenizers  # pylint: disable=g-import-not-at-top
+
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None and isinstance(backend.model, tokenizers.models.WordPiece):
       prefix = backend.model.continuing_subword_prefix
@@ -54,9 +55,11 @@ class WordStarts:
       begins = lambda token: token.startswith(BYTE_LEVEL_WORD_START)
     else:
       name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
-      raise ConfigError(f"objective.whole_word_mask: the vocabulary of {name} gives no word starts: it is neither "
-                        f"WordPiece ('##' continuation pieces) nor byte-level BPE ('{BYTE_LEVEL_WORD_START}' "
-                        "word-initial pieces); set objective.whole_word_mask=False (token-level masking)")
+      raise ConfigError(
+        f"objective.whole_word_mask: the vocabulary of {name} gives no word starts: it is neither "
+        f"WordPiece ('##' continuation pieces) nor byte-level BPE ('{BYTE_LEVEL_WORD_START}' "
+        "word-initial pieces); set objective.whole_word_mask=False (token-level masking)"
+      )
     table = np.zeros(len(tokenizer), bool)
     for token, index in tokenizer.get_vocab().items():
       if index < len(table):
@@ -76,8 +79,14 @@ def maskable(rows: templates.TemplateBatch, template: templates.Template) -> jax
   return (positions >= start) & (positions < start + rows.sentence_lengths[:, None])
 
 
-def mask_tokens(rng: jax.Array, input_ids: jax.Array, maskable_positions: jax.Array, mask_id: int,
-                vocab_size: int, word_starts: WordStarts | None = None) -> tuple[jax.Array, jax.Array]:
+def mask_tokens(
+  rng: jax.Array,
+  input_ids: jax.Array,
+  maskable_positions: jax.Array,
+  mask_id: int,
+  vocab_size: int,
+  word_starts: WordStarts | None = None,
+) -> tuple[jax.Array, jax.Array]:
   """(corrupted input ids, [B, L] bool of the selected positions, whose original ids the loss predicts): tokens
   selected one by one, or whole words (`select_words`) given `word_starts`; then each selected token is replaced
   80/10/10."""
@@ -93,8 +102,9 @@ def mask_tokens(rng: jax.Array, input_ids: jax.Array, maskable_positions: jax.Ar
   return ids, selected
 
 
-def select_words(rng: jax.Array, input_ids: jax.Array, maskable_positions: jax.Array,
-                 word_starts: WordStarts) -> jax.Array:
+def select_words(
+  rng: jax.Array, input_ids: jax.Array, maskable_positions: jax.Array, word_starts: WordStarts
+) -> jax.Array:
   """[B, L] bool: whole-word selection. Each word of the maskable positions (a word start and the pieces after it) is
   selected with probability SELECT_RATE, and its pieces inherit the selection.
 
@@ -122,8 +132,9 @@ def prediction_slots(num_tokens: int) -> int:
   return min(num_tokens, math.ceil(2 * SELECT_RATE * num_tokens) + 16)
 
 
-def masked_lm_loss(mlm_logits: Callable[[jax.Array], jax.Array], hidden: jax.Array, targets: jax.Array,
-                   selected: jax.Array) -> tuple[jax.Array, jax.Array]:
+def masked_lm_loss(
+  mlm_logits: Callable[[jax.Array], jax.Array], hidden: jax.Array, targets: jax.Array, selected: jax.Array
+) -> tuple[jax.Array, jax.Array]:
   """(mean cross-entropy, accuracy) of the MLM head's predictions of `targets` at the `selected` positions.
 
   Args:

@@ -88,16 +88,22 @@ class Objective:
       raise ConfigError(f"loss {self.loss!r} is not one of {tuple(LOSSES)}")
     loss = LOSSES[self.loss]
     if len(self.views) != loss.num_views or len(self.view_templates) != len(self.views):
-      raise ConfigError(f"loss {self.loss!r} needs {loss.num_views} views, each with a template; got "
-                       f"{self.views} and {len(self.view_templates)} templates")
-    for name, value, allowed in (("head", self.head, OBJECTIVE_HEADS),
-                                 ("trainable", self.trainable, ("all", "prompt"))):
+      raise ConfigError(
+        f"loss {self.loss!r} needs {loss.num_views} views, each with a template; got "
+        f"{self.views} and {len(self.view_templates)} templates"
+      )
+    for name, value, allowed in (
+      ("head", self.head, OBJECTIVE_HEADS),
+      ("trainable", self.trainable, ("all", "prompt")),
+    ):
       if value not in allowed:
         raise ConfigError(f"{name} {value!r} is not one of {allowed}")
     if self.hard_negative_weight and not loss.weighs_hard_negatives:
-      raise ConfigError(f"hard_negative_weight {self.hard_negative_weight} applies to "
-                        f"{', '.join(n for n, found in LOSSES.items() if found.weighs_hard_negatives)} only; loss is "
-                        f"{self.loss!r}")
+      raise ConfigError(
+        f"hard_negative_weight {self.hard_negative_weight} applies to "
+        f"{', '.join(n for n, found in LOSSES.items() if found.weighs_hard_negatives)} only; loss is "
+        f"{self.loss!r}"
+      )
     if self.ddp_world_size < 1:
       raise ConfigError(f"ddp_world_size must be at least 1; got {self.ddp_world_size}")
     if self.loss_group_size < 0:
@@ -105,15 +111,31 @@ class Objective:
     if self.trainable == "prompt" and any(t.num_masks == 0 for t in self.view_templates):
       raise ConfigError(f"OptiPrompt needs templates with [MASK]; got {[t.text for t in self.view_templates]}")
     if not loss.contrastive and (self.head, self.denoise, self.trainable) != ("none", "none", "all"):
-      raise ConfigError(f"loss {self.loss!r} trains the whole encoder with its MLM head: it needs head 'none', "
-                        f"denoise 'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}")
+      raise ConfigError(
+        f"loss {self.loss!r} trains the whole encoder with its MLM head: it needs head 'none', "
+        f"denoise 'none' and trainable 'all'; got {self.head!r}, {self.denoise!r}, {self.trainable!r}"
+      )
     if self.word_starts is not None and loss.contrastive:
-      raise ConfigError(f"whole-word masking applies to loss "
-                        f"{', '.join(repr(n) for n, found in LOSSES.items() if not found.contrastive)} only; loss is "
-                        f"{self.loss!r}")
-    object.__setattr__(self, "view_list", tuple(
-        views.View(t, pooling=self.pooling, denoise=self.denoise, head=self.head, bias_positions=self.bias_positions,
-                   prompt_placement=self.prompt_placement) for t in self.view_templates))
+      raise ConfigError(
+        f"whole-word masking applies to loss "
+        f"{', '.join(repr(n) for n, found in LOSSES.items() if not found.contrastive)} only; loss is "
+        f"{self.loss!r}"
+      )
+    object.__setattr__(
+      self,
+      "view_list",
+      tuple(
+        views.View(
+          t,
+          pooling=self.pooling,
+          denoise=self.denoise,
+          head=self.head,
+          bias_positions=self.bias_positions,
+          prompt_placement=self.prompt_placement,
+        )
+        for t in self.view_templates
+      ),
+    )
 
 
 def init_head_params(objective: Objective, hidden_size: int, rng: jax.Array) -> dict[str, Any]:
@@ -162,8 +184,14 @@ class _TrainingForward:
 
   def __call__(self, input_ids, attention_mask, **kwargs):
     self._calls += 1
-    return self.model.apply({"params": self.params["encoder"]}, input_ids, attention_mask, deterministic=False,
-                            rngs={"dropout": jax.random.fold_in(self._rng, self._calls)}, **kwargs)
+    return self.model.apply(
+      {"params": self.params["encoder"]},
+      input_ids,
+      attention_mask,
+      deterministic=False,
+      rngs={"dropout": jax.random.fold_in(self._rng, self._calls)},
+      **kwargs,
+    )
 
 
 def template_bias_table(model: Transformer, forward: _TrainingForward, view: views.View, max_len: int) -> jax.Array:
@@ -173,8 +201,13 @@ def template_bias_table(model: Transformer, forward: _TrainingForward, view: vie
   return views.template_bias(view, model, forward, jnp.arange(max_len + 1), max_len, forward.params.get("prompt"))
 
 
-def _group_loss(logits_of: Callable[..., jax.Array], objective: Objective, model: Transformer,
-                forward: _TrainingForward, batch: dict[str, templates.TemplateBatch]) -> tuple[jax.Array, jax.Array]:
+def _group_loss(
+  logits_of: Callable[..., jax.Array],
+  objective: Objective,
+  model: Transformer,
+  forward: _TrainingForward,
+  batch: dict[str, templates.TemplateBatch],
+) -> tuple[jax.Array, jax.Array]:
   """(loss, contrastive accuracy) over one group of rows, from the logits `logits_of` the views' vectors: each
   template's bias table computed once, shared by the views that use it."""
   biases = {}
@@ -188,23 +221,34 @@ def _group_loss(logits_of: Callable[..., jax.Array], objective: Objective, model
       bias = biases[view.template][batch[field].sentence_lengths]
     # By position: SimCSE's two views read the same field and must differ in dropout alone.
     view_forward = forward.named(f"view {i}")
-    vectors.append(views.vector(view, model, forward.params, view_forward, batch[field], forward.params.get("prompt"),
-                                bias))
+    vectors.append(
+      views.vector(view, model, forward.params, view_forward, batch[field], forward.params.get("prompt"), bias)
+    )
   weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
   logits = logits_of(*vectors, temperature=objective.temperature, **weight)
   return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
 
 
-def loss_and_metrics(objective: Objective, model: Transformer, params: dict[str, Any],
-                     batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+def loss_and_metrics(
+  objective: Objective,
+  model: Transformer,
+  params: dict[str, Any],
+  batch: dict[str, templates.TemplateBatch],
+  rng: jax.Array,
+) -> tuple[jax.Array, dict[str, Any]]:
   """The objective's loss on one global batch (a dict of views) and the step's metrics, with dropout (and MLM's
   masking) from `rng`."""
   return LOSSES[objective.loss].compute(objective, model, _TrainingForward(model, params, rng), batch, rng)
 
 
-def _contrastive_loss(logits_of: Callable[..., jax.Array], objective: Objective, model: Transformer,
-                      forward: _TrainingForward, batch: dict[str, templates.TemplateBatch],
-                      rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+def _contrastive_loss(
+  logits_of: Callable[..., jax.Array],
+  objective: Objective,
+  model: Transformer,
+  forward: _TrainingForward,
+  batch: dict[str, templates.TemplateBatch],
+  rng: jax.Array,
+) -> tuple[jax.Array, dict[str, Any]]:
   """The diagonal cross-entropy of the views' logits (`logits_of`, jaxemb.losses): the mean of the losses of the
   batch's groups of `loss_group_size` rows (one group: the global batch), and their contrastive accuracy."""
   del rng  # The forward's.
@@ -212,24 +256,40 @@ def _contrastive_loss(logits_of: Callable[..., jax.Array], objective: Objective,
   size = objective.loss_group_size or rows
   if rows % size:
     raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
-  groups = [_group_loss(logits_of, objective, model, forward.named(f"group {i // size}"),
-                        jax.tree.map(lambda x: x[i:i + size], batch)) for i in range(0, rows, size)]
+  groups = [
+    _group_loss(
+      logits_of, objective, model, forward.named(f"group {i // size}"), jax.tree.map(lambda x: x[i : i + size], batch)
+    )
+    for i in range(0, rows, size)
+  ]
   loss = sum(loss for loss, _ in groups) / len(groups)
   return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}
 
 
-def _mlm_loss(objective: Objective, model: Transformer, forward: _TrainingForward,
-              batch: dict[str, templates.TemplateBatch], rng: jax.Array) -> tuple[jax.Array, dict[str, Any]]:
+def _mlm_loss(
+  objective: Objective,
+  model: Transformer,
+  forward: _TrainingForward,
+  batch: dict[str, templates.TemplateBatch],
+  rng: jax.Array,
+) -> tuple[jax.Array, dict[str, Any]]:
   """MLM's loss on the view's rows, masked with a key of the step's `rng` (jaxemb.training.mlm): the mean over the
   global batch's masked tokens."""
   masking = jax.random.fold_in(rng, zlib.crc32(b"mlm masking"))
   if "mlm_head" not in forward.params["encoder"]:
-    raise ConfigError("loss 'mlm' needs a checkpoint with an MLM head (or an architecture, trained from scratch); "
-                      "this one has none")
+    raise ConfigError(
+      "loss 'mlm' needs a checkpoint with an MLM head (or an architecture, trained from scratch); this one has none"
+    )
   (field,), (template,) = objective.views, objective.view_templates
   rows = batch[field]
-  input_ids, selected = mlm.mask_tokens(masking, rows.input_ids, mlm.maskable(rows, template), template.mask_id,
-                                        model.config.vocab_size, objective.word_starts)
+  input_ids, selected = mlm.mask_tokens(
+    masking,
+    rows.input_ids,
+    mlm.maskable(rows, template),
+    template.mask_id,
+    model.config.vocab_size,
+    objective.word_starts,
+  )
   hidden = forward.named("view 0")(input_ids, rows.attention_mask).last_hidden_state
   logits = lambda h: model.apply({"params": forward.params["encoder"]}, h, method=Transformer.mlm_logits)
   loss, accuracy = mlm.masked_lm_loss(logits, hidden, rows.input_ids, selected)
@@ -259,9 +319,10 @@ class Loss:
 # The papers' losses (jaxemb.losses: SimCSE's and PromptBERT's InfoNCE, supervised SimCSE's with hard negatives,
 # CoT-BERT's extended InfoNCE) and masked language modelling on one view (PromptBERT App. A.2's pre-training).
 LOSSES = {
-    "info_nce": Loss(2, functools.partial(_contrastive_loss, losses.info_nce_logits), least_group_rows=2),
-    "info_nce_with_hard_negatives": Loss(3, functools.partial(_contrastive_loss, losses.hard_negative_logits),
-                                         weighs_hard_negatives=True),
-    "extended_info_nce": Loss(3, functools.partial(_contrastive_loss, losses.extended_info_nce_logits)),
-    "mlm": Loss(1, _mlm_loss, contrastive=False),
+  "info_nce": Loss(2, functools.partial(_contrastive_loss, losses.info_nce_logits), least_group_rows=2),
+  "info_nce_with_hard_negatives": Loss(
+    3, functools.partial(_contrastive_loss, losses.hard_negative_logits), weighs_hard_negatives=True
+  ),
+  "extended_info_nce": Loss(3, functools.partial(_contrastive_loss, losses.extended_info_nce_logits)),
+  "mlm": Loss(1, _mlm_loss, contrastive=False),
 }

@@ -17,9 +17,17 @@ from jaxemb.models import hf, run_dir
 from jaxemb.training import objectives, trainer
 
 # The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
-_POSITIVE = ("train.save_every", "train.log_every", "train.keep_checkpoints", "eval.batch_size",
-             "eval.length_multiple", "data.max_sentence_tokens")
+_POSITIVE = (
+  "train.save_every",
+  "train.log_every",
+  "train.keep_checkpoints",
+  "eval.batch_size",
+  "eval.length_multiple",
+  "data.max_sentence_tokens",
+)
 _NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
+
+
 def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Objective]:
   """(the model config.model.path names, opened: its config and tokenizer; the objective of config.objective), for
   the loop to train with; raises
@@ -49,16 +57,20 @@ def _check_negatives(config: Any, objective: Any):
   section, name = field.split(".")
   least = objectives.LOSSES[objective.loss].least_group_rows
   if config[section][name] < least:
-    raise ConfigError(f"config.{field}={config[section][name]}: loss {objective.loss!r} takes its negatives from the "
-                      f"other sentences of a batch, so with one its loss is 0 and nothing trains; use at least {least}")
+    raise ConfigError(
+      f"config.{field}={config[section][name]}: loss {objective.loss!r} takes its negatives from the "
+      f"other sentences of a batch, so with one its loss is 0 and nothing trains; use at least {least}"
+    )
 
 
 def check_corpus_size(config: Any, num_examples: int):
   """Raises ConfigError when the corpus read has no full global batch, so no step could run."""
   if num_examples < config.train.batch_size:
-    raise ConfigError(f"config.train.batch_size={config.train.batch_size}: larger than the {num_examples} examples "
-                      f"of {config.data.train_file} (no full step); use a batch of at most {num_examples} or a "
-                      "larger corpus")
+    raise ConfigError(
+      f"config.train.batch_size={config.train.batch_size}: larger than the {num_examples} examples "
+      f"of {config.data.train_file} (no full step); use a batch of at most {num_examples} or a "
+      "larger corpus"
+    )
 
 
 def _count(config: Any, field: str, least: int, hint: str = "") -> int:
@@ -87,15 +99,19 @@ def _check_columns(config: Any):
     raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(corpus.FORMATS)}")
   unknown = [c for c in config.objective.columns if c not in corpus.FORMATS[config.data.format]]
   if unknown:
-    raise ConfigError(f"config.objective.columns names {unknown[0]!r}; a {config.data.format!r} corpus "
-                      f"({config.data.train_file}) has {list(corpus.FORMATS[config.data.format])}")
+    raise ConfigError(
+      f"config.objective.columns names {unknown[0]!r}; a {config.data.format!r} corpus "
+      f"({config.data.train_file}) has {list(corpus.FORMATS[config.data.format])}"
+    )
 
 
 def _check_files(config: Any):
   """The corpus (loop.build_evaluators reads the evaluators' data next, each evaluator's own)."""
   if not storage.path(config.data.train_file).is_file():
-    raise DataError(f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
-                    "point the field at the corpus")
+    raise DataError(
+      f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "
+      "point the field at the corpus"
+    )
 
 
 def _check_kept_decoder(config: Any):
@@ -107,9 +123,11 @@ def _check_kept_decoder(config: Any):
     return
   started = hf.read_config(run.model_dir).tie_word_embeddings
   if tie != started:
-    raise ConfigError(f"config.model.tie_word_embeddings={tie}: the run in {run.path} started with {started} "
-                      f"({run.config_file}) and keeps its MLM decoder; set the field to {started}, or start a new run "
-                      "in another workdir")
+    raise ConfigError(
+      f"config.model.tie_word_embeddings={tie}: the run in {run.path} started with {started} "
+      f"({run.config_file}) and keeps its MLM decoder; set the field to {started}, or start a new run "
+      "in another workdir"
+    )
 
 
 def _check_kept_layout(config: Any):
@@ -121,9 +139,11 @@ def _check_kept_layout(config: Any):
   stacked = run_dir.saved_layers_stacked(run)
   if stacked is not None and stacked != config.model.scan_layers:
     layout = "stacked" if stacked else "per layer"
-    raise ConfigError(f"config.model.scan_layers={config.model.scan_layers}: the run in {run.path} started with "
-                      f"{stacked} (its checkpoints hold the layers {layout}) and resumes so; set the field to "
-                      f"{stacked}, or start a new run in another workdir")
+    raise ConfigError(
+      f"config.model.scan_layers={config.model.scan_layers}: the run in {run.path} started with "
+      f"{stacked} (its checkpoints hold the layers {layout}) and resumes so; set the field to "
+      f"{stacked}, or start a new run in another workdir"
+    )
 
 
 def _check_method(config: Any) -> run_dir.ModelSource:
@@ -138,7 +158,9 @@ def _check_method(config: Any) -> run_dir.ModelSource:
   except ValueError as e:
     raise ConfigError(f"config.method: {e}; set config.method to a method evaluate.py can run") from None
   if source.run is not None:  # Its model/ holds config.json and the tokenizer but no weights to start from.
-    raise ConfigError(f"config.model.path={config.model.path}: a jaxemb run directory; training starts from a "
-                      "Hugging Face checkpoint (write the run's best step as one with `python -m jaxemb.export` and "
-                      "train from that)")
+    raise ConfigError(
+      f"config.model.path={config.model.path}: a jaxemb run directory; training starts from a "
+      "Hugging Face checkpoint (write the run's best step as one with `python -m jaxemb.export` and "
+      "train from that)"
+    )
   return source

@@ -73,8 +73,9 @@ class HFAdamWState(NamedTuple):
   nu: optax.Updates  # Second moment.
 
 
-def hf_adamw(learning_rate: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float,
-             mask: Any) -> optax.GradientTransformation:
+def hf_adamw(
+  learning_rate: optax.Schedule, b1: float, b2: float, eps: float, weight_decay: float, mask: Any
+) -> optax.GradientTransformation:
   """transformers 4.2's `AdamW` (`optimization.py`), which every reference trainer ran (kongds/Prompt-BERT,
   ZBWpro/CoT-BERT and princeton-nlp/SimCSE pin transformers 4.2.1):
 
@@ -113,12 +114,19 @@ def make_optimizer(config: Any, total_steps: int) -> optax.GradientTransformatio
     raise ConfigError(f"train.optimizer {config.optimizer!r} is not one of {OPTIMIZERS}")
   schedule = learning_rate_schedule(config, total_steps)
   decay_mask = lambda params: jax.tree_util.tree_map_with_path(
-      lambda path, _: getattr(path[-1], "key", None) not in ("bias", "scale"), params)
+    lambda path, _: getattr(path[-1], "key", None) not in ("bias", "scale"), params
+  )
   if config.optimizer == "hf_adamw":
     tx = hf_adamw(schedule, config.adam_b1, config.adam_b2, config.adam_eps, config.weight_decay, decay_mask)
   else:
-    tx = optax.adamw(schedule, b1=config.adam_b1, b2=config.adam_b2, eps=config.adam_eps,
-                     weight_decay=config.weight_decay, mask=decay_mask)
+    tx = optax.adamw(
+      schedule,
+      b1=config.adam_b1,
+      b2=config.adam_b2,
+      eps=config.adam_eps,
+      weight_decay=config.weight_decay,
+      mask=decay_mask,
+    )
   if config.max_grad_norm > 0:
     tx = optax.chain(clip_by_global_norm(config.max_grad_norm), tx)
   return tx
@@ -136,14 +144,25 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
 
-def init_state(params: dict[str, Any], frozen: dict[str, Any], tx: optax.GradientTransformation,
-               seed: int) -> TrainState:
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, frozen=frozen, opt_state=tx.init(params),
-                    rng=jax.random.key_data(jax.random.key(seed)))
+def init_state(
+  params: dict[str, Any], frozen: dict[str, Any], tx: optax.GradientTransformation, seed: int
+) -> TrainState:
+  return TrainState(
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    frozen=frozen,
+    opt_state=tx.init(params),
+    rng=jax.random.key_data(jax.random.key(seed)),
+  )
 
 
-def train_step(objective: objectives.Objective, model: Transformer, tx: optax.GradientTransformation,
-               state: TrainState, batch: dict[str, Any]) -> tuple[TrainState, dict[str, jax.Array]]:
+def train_step(
+  objective: objectives.Objective,
+  model: Transformer,
+  tx: optax.GradientTransformation,
+  state: TrainState,
+  batch: dict[str, Any],
+) -> tuple[TrainState, dict[str, jax.Array]]:
   """One optimizer step on one global batch."""
   rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
 
@@ -161,12 +180,23 @@ def train_step(objective: objectives.Objective, model: Transformer, tx: optax.Gr
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def jit_train_step(objective: objectives.Objective, model: Transformer, tx: optax.GradientTransformation,
-                   mesh: jax.sharding.Mesh, state_shardings: Any, rows: int):
+def jit_train_step(
+  objective: objectives.Objective,
+  model: Transformer,
+  tx: optax.GradientTransformation,
+  mesh: jax.sharding.Mesh,
+  state_shardings: Any,
+  rows: int,
+):
   """The step compiled with explicit shardings: the state stays where it is (and is donated), the batch is
   split over every device, and the contrastive logits are computed on the global batch. `rows`: each device's
   token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library."""
-  return xla.jit(functools.partial(train_step, objective, model, tx), model.dtype, xla.is_few_rows(rows),
-                 cached=True, in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
-                 out_shardings=(state_shardings, sharding.replicated(mesh)),
-                 donate_argnums=(0,))
+  return xla.jit(
+    functools.partial(train_step, objective, model, tx),
+    model.dtype,
+    xla.is_few_rows(rows),
+    cached=True,
+    in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+    out_shardings=(state_shardings, sharding.replicated(mesh)),
+    donate_argnums=(0,),
+  )

@@ -31,8 +31,9 @@ def load_start(config: Any, model_dir: pathlib.Path) -> tuple[EncoderConfig, dic
   """(config, per-layer params) of the encoder a new run starts from: the checkpoint in `model_dir` with its MLM
   decoder tied as config.model.tie_word_embeddings asks (None: as the checkpoint has it), or an architecture
   initialised from scratch with config.train.seed's key."""
-  return hf.load_pretrained(model_dir, seed=config.train.seed + SCRATCH_INIT_SEED_OFFSET,
-                            tie_word_embeddings=config.model.tie_word_embeddings)
+  return hf.load_pretrained(
+    model_dir, seed=config.train.seed + SCRATCH_INIT_SEED_OFFSET, tie_word_embeddings=config.model.tie_word_embeddings
+  )
 
 
 def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
@@ -43,9 +44,11 @@ def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
     raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
   same = {field.name: o[field.name] for field in dataclasses.fields(objectives.Objective) if field.name in o}
   return objectives.Objective(
-      views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)),
-      view_templates=tuple(templates.Template.parse(t, tokenizer) for t in o.templates),
-      word_starts=mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None, **same)
+    views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)),
+    view_templates=tuple(templates.Template.parse(t, tokenizer) for t in o.templates),
+    word_starts=mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None,
+    **same,
+  )
 
 
 def batch_field(column: str, template: str) -> str:
@@ -93,17 +96,18 @@ class Trainer:
 
   def abstract_sharded(self) -> Any:
     """The state's shapes, dtypes and shardings: what a checkpoint restores into."""
-    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract,
-                        self.shardings)
+    return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract, self.shardings)
 
   def compile_ahead(self, batch: Any) -> threading.Thread:
     """Starts compiling the step for a batch of `batch`'s shapes (`Batches.shapes`) in a thread of its own and
     returns the thread: the run's first step, called once it has ended, finds the program compiled (jit keeps it)
     instead of waiting for it while the run did other work (the evaluation before training). A failure here is
     left to that call's own compile to raise."""
+
     def compile_step():
       with contextlib.suppress(Exception):
         self.step.lower(self.abstract_sharded(), batch).compile()
+
     thread = threading.Thread(target=compile_step, name="compile-step", daemon=True)
     thread.start()
     return thread
@@ -119,28 +123,46 @@ def check_model_options(config: Any):
   if config.model.scan_unroll is not None and config.model.scan_unroll < 1:
     raise ConfigError(f"config.model.scan_unroll={config.model.scan_unroll}: must be at least 1 (or None: per backend)")
   if config.model.remat_policy not in bert.REMAT_POLICIES:
-    raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of "
-                      f"{bert.REMAT_POLICIES}")
+    raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of {bert.REMAT_POLICIES}")
 
 
-def build_trainer(config: Any, model_config: EncoderConfig, pretrained: dict[str, Any],
-                  objective: objectives.Objective, mesh: jax.sharding.Mesh, total_steps: int) -> Trainer:
+def build_trainer(
+  config: Any,
+  model_config: EncoderConfig,
+  pretrained: dict[str, Any],
+  objective: objectives.Objective,
+  mesh: jax.sharding.Mesh,
+  total_steps: int,
+) -> Trainer:
   """The Trainer of `config` and its `objective` (`build_objective`'s); `pretrained` may be shapes only
   (jax.ShapeDtypeStruct), as when a run resumes, and per layer or stacked (the model's layout is
   config.model.scan_layers')."""
   check_model_options(config)
   dtype = compute_dtype(config.model.dtype)
-  model = Transformer(model_config, dtype=dtype, scan_layers=config.model.scan_layers,
-                      scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
-                      remat_policy=config.model.remat_policy)
+  model = Transformer(
+    model_config,
+    dtype=dtype,
+    scan_layers=config.model.scan_layers,
+    scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
+    remat_policy=config.model.remat_policy,
+  )
   tx = train_state.make_optimizer(config.train, total_steps)
   seed = config.train.seed
   init = lambda p: train_state.init_state(*_initial_params(objective, model, p, seed), tx, seed)
   abstract = jax.eval_shape(init, pretrained)
   widest = max((t.num_tokens for t in objective.view_templates), default=0) + config.data.max_sentence_tokens
   rows = math.ceil(config.train.batch_size / mesh.size) * widest
-  return Trainer(objective, model, tx, train_state.learning_rate_schedule(config.train, total_steps), mesh, seed,
-                 abstract, sharding.tree_shardings(mesh, abstract), rows)
+  return Trainer(
+    objective,
+    model,
+    tx,
+    train_state.learning_rate_schedule(config.train, total_steps),
+    mesh,
+    seed,
+    abstract,
+    sharding.tree_shardings(mesh, abstract),
+    rows,
+  )
 
 
 def _initial_params(objective: objectives.Objective, model: Transformer, pretrained: dict[str, Any], seed: int):

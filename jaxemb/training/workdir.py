@@ -31,11 +31,27 @@ from jaxemb.training import lease
 # many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching, padding of batches,
 # evaluation batches, recomputation in the backward pass, the scan's unrolling: the same numbers up to rounding). A
 # name covers the fields under it.
-NOT_FINGERPRINTED = ("workdir", "compilation_cache_dir", "data.cache_dir", "data.length_multiple",
-                     "model.remat_policy", "model.scan_unroll", "evals", "eval.tasks", "eval.output_json",
-                     "train.save_every", "train.log_every", "train.keep_checkpoints", "train.prefetch",
-                     "train.mesh_data", "train.mesh_fsdp", "train.distributed", "eval.batch_size",
-                     "eval.length_multiple", "eval.progress")
+NOT_FINGERPRINTED = (
+  "workdir",
+  "compilation_cache_dir",
+  "data.cache_dir",
+  "data.length_multiple",
+  "model.remat_policy",
+  "model.scan_unroll",
+  "evals",
+  "eval.tasks",
+  "eval.output_json",
+  "train.save_every",
+  "train.log_every",
+  "train.keep_checkpoints",
+  "train.prefetch",
+  "train.mesh_data",
+  "train.mesh_fsdp",
+  "train.distributed",
+  "eval.batch_size",
+  "eval.length_multiple",
+  "eval.progress",
+)
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
 # path that names no local file is a hub id, compared as given.
 PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")
@@ -47,8 +63,12 @@ def fingerprint(config: Any) -> dict[str, Any]:
   """The fields of a training config that define its run, by dotted name, as they read back from JSON."""
   fields = {key: value for key, value in config_fields.leaves(config) if not _excluded(key)}
   for key in PATH_FIELDS:
-    if key in fields and fields[key] and not storage.is_remote(fields[key]) and \
-        pathlib.Path(fields[key]).expanduser().exists():
+    if (
+      key in fields
+      and fields[key]
+      and not storage.is_remote(fields[key])
+      and pathlib.Path(fields[key]).expanduser().exists()
+    ):
       fields[key] = str(pathlib.Path(fields[key]).expanduser().resolve())
   return json.loads(json.dumps(fields))  # Tuples become lists, as they are read back.
 
@@ -84,9 +104,11 @@ def check_fingerprint(run: run_dir.RunDir, fields: dict[str, Any], resume_change
   if recorded is not None:
     changed = differences(recorded["fields"], fields)
     if changed and not resume_changed:
-      raise WorkdirError(f"{run.path} holds a run of another command ({run.fingerprint_file}): {_listing(changed)}. "
-                         "Rerun with its values, choose another --config.workdir, or pass train.py --resume_changed "
-                         "to continue it with the new ones")
+      raise WorkdirError(
+        f"{run.path} holds a run of another command ({run.fingerprint_file}): {_listing(changed)}. "
+        "Rerun with its values, choose another --config.workdir, or pass train.py --resume_changed "
+        "to continue it with the new ones"
+      )
     changes = recorded.get("changes", [])
     if changed:
       say(f"continuing {run.path} with changed fields: {_listing(changed)}; recorded in {run.fingerprint_file}")
@@ -182,7 +204,7 @@ def _flock(run: run_dir.RunDir, fd: int, say: Callable[[str], None]):
 
 
 def _holder(fd: int) -> str:
-  """"pid P on host H" of the process a lock file names; "" for an empty (free) one."""
+  """ "pid P on host H" of the process a lock file names; "" for an empty (free) one."""
   text = os.pread(fd, 4096, 0).decode(errors="replace")
   try:
     holder = json.loads(text)
@@ -192,8 +214,9 @@ def _holder(fd: int) -> str:
 
 
 @contextlib.contextmanager
-def claim_workdir(config: Any, resume_changed: bool = False,
-                  say: Callable[[str], None] = print) -> Iterator[tuple[run_dir.RunDir, Callable[[], None]]]:
+def claim_workdir(
+  config: Any, resume_changed: bool = False, say: Callable[[str], None] = print
+) -> Iterator[tuple[run_dir.RunDir, Callable[[], None]]]:
   """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`).
   Yields the run directory and the lock's check (`lock`), to call before each write to the run.
 

@@ -16,8 +16,12 @@ from jaxemb.models import load_pretrained, load_tokenizer
 from tests.support import shared_path
 
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
-SENTENCES = ["i am sad.", "i am not happy.", "the man is playing the guitar.",
-             "a considerably longer sentence , with commas and several more words than the others ."]
+SENTENCES = [
+  "i am sad.",
+  "i am not happy.",
+  "the man is playing the guitar.",
+  "a considerably longer sentence , with commas and several more words than the others .",
+]
 
 
 def _direct_mean_cosine(x):
@@ -35,8 +39,7 @@ def test_mean_cosines_match_a_double_loop(shift):
   rng = np.random.default_rng(0)
   sentences, tokens = rng.normal(size=(17, 6)) + shift, rng.normal(size=(40, 5)) + shift
   np.testing.assert_allclose(analysis.sentence_anisotropy(sentences), _direct_mean_cosine(sentences), atol=1e-12)
-  np.testing.assert_allclose(analysis.token_embedding_average_cosine(tokens), _direct_mean_cosine(tokens),
-                             atol=1e-12)
+  np.testing.assert_allclose(analysis.token_embedding_average_cosine(tokens), _direct_mean_cosine(tokens), atol=1e-12)
 
 
 def test_identical_vectors_have_mean_cosine_one():
@@ -50,8 +53,9 @@ def test_alignment_and_uniformity_match_their_formulas():
   x, y = rng.normal(size=(9, 4)), rng.normal(size=(9, 4))
   u, v = _unit(x), _unit(y)
   direct_alignment = np.mean([np.sum((u[i] - v[i]) ** 2) for i in range(len(u))])
-  direct_uniformity = np.log(np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2))
-                                      for i in range(len(u)) for j in range(i + 1, len(u))]))
+  direct_uniformity = np.log(
+    np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2)) for i in range(len(u)) for j in range(i + 1, len(u))])
+  )
   assert analysis.alignment(x, y) == pytest.approx(direct_alignment, abs=1e-12)
   assert analysis.uniformity(x) == pytest.approx(direct_uniformity, abs=1e-12)
 
@@ -90,7 +94,8 @@ def _torch_top_tokens(path, template, sentences, k):
       out = model(ids[None], output_hidden_states=True)
       hidden = out.hidden_states[-1][0, last_mask(ids)]
       bias = model.base_model(template_ids[None], position_ids=positions[~in_sentence][None]).last_hidden_state[
-          0, last_mask(template_ids)]
+        0, last_mask(template_ids)
+      ]
       denoised = head((hidden - bias)[None])[0]
     results.append((tokens(out.logits[0, last_mask(ids)]), tokens(denoised)))
   return results
@@ -120,8 +125,9 @@ def test_cosine_gold_scatter_writes_a_png(root, tmp_path, request, monkeypatch):
   gold = rng.uniform(0, 5, 200)
   folder = tmp_path if root == "local" else request.getfixturevalue("bucket")
   monkeypatch.chdir(tmp_path)
-  path = analysis.cosine_gold_scatter(gold / 5 + rng.normal(0, 0.1, 200), gold, f"{folder}/plots/stsb.png",
-                                      title="test", normalize=True)
+  path = analysis.cosine_gold_scatter(
+    gold / 5 + rng.normal(0, 0.1, 200), gold, f"{folder}/plots/stsb.png", title="test", normalize=True
+  )
   assert str(path) == f"{folder}/plots/stsb.png" and not list(tmp_path.glob("gs:*"))
   data = path.read_bytes()
   assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
@@ -168,8 +174,7 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
 
 def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path):
   path = tmp_path / "lines.txt"
-  path.write_text("".join(f"Line {i} word word\n" + ("\n" if i % 3 == 0 else "") for i in range(100)),
-                  encoding="utf-8")
+  path.write_text("".join(f"Line {i} word word\n" + ("\n" if i % 3 == 0 else "") for i in range(100)), encoding="utf-8")
   first = analysis.read_sample(path, 5, max_words=2, lowercase=True)
   assert first == [f"line {i}" for i in range(5)]  # Blank lines skipped, 2 words, lowercased.
   drawn = analysis.read_sample(path, 10, order="random", seed=1)

@@ -43,10 +43,12 @@ def test_impact_matrix_matches_a_torch_loop_over_pairs(tiny):
     with torch.no_grad():
       return torch_model(torch.tensor([row])).last_hidden_state[0, i].double().numpy()
 
-  expected = np.array([[np.linalg.norm(state_at(i, {i}) - state_at(i, {i, j})) for j in range(1, n + 1)]
-                       for i in range(1, n + 1)])
-  impact = jax.jit(functools.partial(ditto_analysis.impact_matrix, model, mask_id=tokenizer.mask_token_id,
-                                     batch_size=16))  # 49 copies: three full batches and a remainder.
+  expected = np.array(
+    [[np.linalg.norm(state_at(i, {i}) - state_at(i, {i, j})) for j in range(1, n + 1)] for i in range(1, n + 1)]
+  )
+  impact = jax.jit(
+    functools.partial(ditto_analysis.impact_matrix, model, mask_id=tokenizer.mask_token_id, batch_size=16)
+  )  # 49 copies: three full batches and a remainder.
   got = np.asarray(impact(params, np.array(ids)))
   assert got.shape == (n, n) and expected.max() > 0.1  # The masks move the states: the test can fail.
   np.testing.assert_allclose(got, expected, atol=1e-4)
@@ -56,8 +58,7 @@ def test_impact_matrix_matches_a_torch_loop_over_pairs(tiny):
 def test_diagonal_attentions_match_hf_at_every_layer_and_head(tiny):
   torch_model, model, params, tokenizer = tiny
   batch = tokenizer([SENTENCE, "a dog"], padding=True, return_tensors="np")
-  got = np.asarray(ditto_analysis.all_diagonal_attentions(model, params, batch["input_ids"],
-                                                          batch["attention_mask"]))
+  got = np.asarray(ditto_analysis.all_diagonal_attentions(model, params, batch["input_ids"], batch["attention_mask"]))
   with torch.no_grad():
     attentions = torch_model(**{k: torch.tensor(v) for k, v in batch.items()}, output_attentions=True).attentions
   expected = np.stack([np.einsum("bhtt->bht", a.numpy()) for a in attentions], axis=1)
@@ -72,14 +73,15 @@ def test_sentence_tfidf_is_count_times_idf_normalised():
   ids = np.array([1, 2, 1, 3, 4])  # Token 1 twice; token 3 in every corpus sentence (IDF 0).
   raw = np.array([2 * 1.0, 2.0, 2 * 1.0, 0.0, 0.5])  # Each position: count x IDF of its token.
   np.testing.assert_allclose(ditto_analysis.sentence_tfidf(ids, idf, normalize=False), raw)
-  norm = math.sqrt(2.0 ** 2 + 2.0 ** 2 + 0.5 ** 2)  # Over the distinct tokens, as gensim's vector.
+  norm = math.sqrt(2.0**2 + 2.0**2 + 0.5**2)  # Over the distinct tokens, as gensim's vector.
   np.testing.assert_allclose(ditto_analysis.sentence_tfidf(ids, idf), raw / norm)
 
 
 def test_tfidf_correlation_by_hand():
   # Two sentences, pooled: scores 1, 2, 10 | 3 against weights 1, 3, 2 | 4.
-  pearson, spearman = ditto_analysis.tfidf_correlation([np.array([1.0, 2.0, 10.0]), np.array([3.0])],
-                                                       [np.array([1.0, 3.0, 2.0]), np.array([4.0])])
+  pearson, spearman = ditto_analysis.tfidf_correlation(
+    [np.array([1.0, 2.0, 10.0]), np.array([3.0])], [np.array([1.0, 3.0, 2.0]), np.array([4.0])]
+  )
   # Deviations from the means 4 and 2.5: (-3, -2, 6, -1) and (-1.5, 0.5, -0.5, 1.5); products sum to -1.
   assert pearson == pytest.approx(100 * -1 / math.sqrt(50 * 5))
   # Ranks (1, 2, 4, 3) and (1, 3, 2, 4): squared differences 0 + 1 + 4 + 1 = 6; 1 - 6 * 6 / (4 * 15).
@@ -108,8 +110,10 @@ def test_heatmaps_write_pngs(root, tmp_path, request, monkeypatch):
   attention = np.random.default_rng(1).dirichlet(np.ones(4), size=4)
   folder = tmp_path if root == "local" else request.getfixturevalue("bucket")
   monkeypatch.chdir(tmp_path)
-  for path in (ditto_analysis.impact_heatmap(attention[1:-1, 1:-1], tokens[1:-1], f"{folder}/f/impact.png"),
-               ditto_analysis.attention_heatmap(attention, tokens, f"{folder}/attention.png", "head 1-1")):
+  for path in (
+    ditto_analysis.impact_heatmap(attention[1:-1, 1:-1], tokens[1:-1], f"{folder}/f/impact.png"),
+    ditto_analysis.attention_heatmap(attention, tokens, f"{folder}/attention.png", "head 1-1"),
+  ):
     assert str(path).startswith(f"{folder}/") and not list(tmp_path.glob("gs:*"))
     data = path.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
@@ -146,8 +150,7 @@ def test_run_ditto_analysis_on_a_tiny_model(tmp_path, tiny_bert, capsys):
     config.ditto_analysis.attention_png = str(tmp_path / "attention.png")
   summary = ditto_analysis.run_ditto_analysis(config)
   heads = summary["heads"]
-  assert len(heads) == 3 * 4 and [h["stsb_dev"] for h in heads] == sorted((h["stsb_dev"] for h in heads),
-                                                                         reverse=True)
+  assert len(heads) == 3 * 4 and [h["stsb_dev"] for h in heads] == sorted((h["stsb_dev"] for h in heads), reverse=True)
   assert [h["sts_test_avg"] is not None for h in heads] == [True] * 2 + [False] * 10
   assert summary["impact"]["sentences"] == 3 and summary["impact"]["tokens"] <= 3 * 4
   assert json.loads((tmp_path / "ditto.json").read_text())["impact"] == summary["impact"]

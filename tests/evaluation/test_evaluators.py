@@ -28,21 +28,26 @@ def test_sts_gives_each_tasks_spearman_and_their_average(encoder):
   scores = evaluator.run(encoder)
   tasks = [sts_data.load_sts_task(SENTEVAL.senteval_dir, name, "dev") for name in ("STSBenchmark", "SICKRelatedness")]
   expected = sts.evaluate_sts(encoder.encode, tasks, sts_data.join_tokens)
-  assert scores == {"STSBenchmark": expected["STSBenchmark", "dev"].all,
-                    "SICKRelatedness": expected["SICKRelatedness", "dev"].all,
-                    "average": pytest.approx(np.mean([t.all for t in expected.tasks.values()]))}
+  assert scores == {
+    "STSBenchmark": expected["STSBenchmark", "dev"].all,
+    "SICKRelatedness": expected["SICKRelatedness", "dev"].all,
+    "average": pytest.approx(np.mean([t.all for t in expected.tasks.values()])),
+  }
 
 
 def test_align_uniform_measures_the_dev_pairs(encoder):
-  evaluator = evaluators.from_config("geometry", evaluator_config("align_uniform", every=1), SENTEVAL,
-                                     sts_data.join_tokens)
+  evaluator = evaluators.from_config(
+    "geometry", evaluator_config("align_uniform", every=1), SENTEVAL, sts_data.join_tokens
+  )
   scores = evaluator.run(encoder)
   (pairs,) = sts_data.load_sts_task(SENTEVAL.senteval_dir, "STSBenchmark", "dev").subsets.values()
   first = encoder.encode([sts_data.join_tokens(s) for s in pairs.sentences1])
   second = encoder.encode([sts_data.join_tokens(s) for s in pairs.sentences2])
   expected = analysis.pair_alignment_uniformity(first, second, pairs.scores, 4.0)
-  assert scores == {"alignment": pytest.approx(expected["alignment"], rel=1e-4),
-                    "uniformity": pytest.approx(expected["uniformity"], rel=1e-4)}
+  assert scores == {
+    "alignment": pytest.approx(expected["alignment"], rel=1e-4),
+    "uniformity": pytest.approx(expected["uniformity"], rel=1e-4),
+  }
 
 
 def test_transfer_gives_the_tasks_dev_accuracy(encoder, tmp_path):
@@ -52,15 +57,19 @@ def test_transfer_gives_the_tasks_dev_accuracy(encoder, tmp_path):
     lines = (shared_path("data", "senteval", "MR") / file).read_bytes().splitlines()[:20]
     (tmp_path / "MR" / file).write_bytes(b"\n".join(lines) + b"\n")
   data = ml_collections.ConfigDict({"senteval_dir": str(tmp_path), "source": "senteval"})
-  evaluator = evaluators.from_config("transfer", evaluator_config("transfer", every=1, tasks="MR"), data,
-                                     sts_data.join_tokens)
+  evaluator = evaluators.from_config(
+    "transfer", evaluator_config("transfer", every=1, tasks="MR"), data, sts_data.join_tokens
+  )
   scores = evaluator.run(encoder)
-  result = transfer.evaluate_transfer(encoder.encode, transfer_data.load_transfer_tasks(tmp_path, ["MR"]),
-                                      sts_data.join_tokens, logreg.MODES["fasttest"])
+  result = transfer.evaluate_transfer(
+    encoder.encode, transfer_data.load_transfer_tasks(tmp_path, ["MR"]), sts_data.join_tokens, logreg.MODES["fasttest"]
+  )
   assert scores == {"MR": result["MR"].devacc}
 
 
-@pytest.mark.parametrize("block, error, message", [
+@pytest.mark.parametrize(
+  "block, error, message",
+  [
     ({"type": "bleu", "every": 1}, ConfigError, r"config\.evals\.x\.type='bleu': must be one of"),
     ({"type": "sts", "every": 0}, ConfigError, r"config\.evals\.x\.every=0: must be a positive int"),
     ({"type": "sts", "every": True}, ConfigError, r"config\.evals\.x\.every=True"),
@@ -69,7 +78,8 @@ def test_transfer_gives_the_tasks_dev_accuracy(encoder, tmp_path):
     ({"type": "sts", "every": 1, "tasks": " , "}, ConfigError, r"config\.evals\.x\.tasks: names no task"),
     ({"type": "transfer", "every": 1, "tasks": "MR,SST5"}, ConfigError, r"unknown tasks \['SST5'\]"),
     ({"type": "transfer", "every": 1, "mode": "quick"}, ConfigError, r"mode='quick'"),
-])
+  ],
+)
 def test_a_bad_block_is_refused_naming_its_field(block, error, message):
   with pytest.raises(error, match=message):
     evaluators.from_config("x", ml_collections.ConfigDict(block), SENTEVAL, sts_data.join_tokens)
@@ -78,8 +88,9 @@ def test_a_bad_block_is_refused_naming_its_field(block, error, message):
 def test_data_is_read_when_the_evaluator_is_built(tmp_path):
   nowhere = ml_collections.ConfigDict({"senteval_dir": str(tmp_path / "nowhere"), "source": "senteval"})
   with pytest.raises(DataError, match="nowhere"):
-    evaluators.from_configs(ml_collections.ConfigDict({"geometry": evaluator_config("align_uniform", every=1)}),
-                            nowhere, sts_data.join_tokens)
+    evaluators.from_configs(
+      ml_collections.ConfigDict({"geometry": evaluator_config("align_uniform", every=1)}), nowhere, sts_data.join_tokens
+    )
 
 
 def test_an_evaluator_is_due_every_period_and_at_the_last_step():

@@ -22,8 +22,10 @@ def _blobs(n: int, dim: int = 64, spread: float = 0.3, seed: int = 0):
 def test_stratified_kfold_matches_sklearn():
   # sklearn 1.9 StratifiedKFold(4, shuffle=True, random_state=seed): the test fold of each row.
   labels = np.array([2, 0, 1, 1, 0, 2, 2, 1, 0, 0, 1, 2, 0, 1, 1, 2, 0, 0, 1, 2, 1, 0, 1])
-  expected = {1111: [3, 0, 2, 2, 2, 1, 1, 3, 3, 1, 3, 0, 1, 1, 0, 0, 2, 3, 0, 2, 2, 0, 1],
-              7: [1, 1, 0, 2, 2, 3, 0, 1, 3, 2, 1, 1, 1, 3, 3, 0, 0, 0, 0, 2, 2, 3, 2]}
+  expected = {
+    1111: [3, 0, 2, 2, 2, 1, 1, 3, 3, 1, 3, 0, 1, 1, 0, 0, 2, 3, 0, 2, 2, 0, 1],
+    7: [1, 1, 0, 2, 2, 3, 0, 1, 3, 2, 1, 1, 1, 3, 3, 0, 0, 0, 0, 2, 2, 3, 2],
+  }
   for seed, folds in expected.items():
     test_fold = np.empty(len(labels), int)
     for i, (train, test) in enumerate(logreg.stratified_kfold(labels, 4, seed)):
@@ -73,8 +75,12 @@ class _FakeFits:
   def __call__(self, features, labels, num_classes, folds, regs, config):
     self.calls.append(np.asarray(regs))
     accuracy = self.dev_accuracy(len(folds)) if len(self.calls) == 1 else np.ones((len(folds), 1))
-    return logreg.Fits(np.zeros((len(folds), regs.shape[1], features.shape[1], num_classes)),
-                         np.zeros((len(folds), regs.shape[1], num_classes)), accuracy, np.ones(accuracy.shape))
+    return logreg.Fits(
+      np.zeros((len(folds), regs.shape[1], features.shape[1], num_classes)),
+      np.zeros((len(folds), regs.shape[1], num_classes)),
+      accuracy,
+      np.ones(accuracy.shape),
+    )
 
 
 def test_l2_search_picks_the_weight_best_on_dev_first_of_ties(monkeypatch):
@@ -90,11 +96,13 @@ def test_l2_search_picks_the_weight_best_on_dev_first_of_ties(monkeypatch):
   monkeypatch.setattr(logreg, "fit_logreg", fake)
   logreg.kfold_classifier((x, y), (x, y), 2, FAST)
   assert fake.calls[1].tolist() == [[regs[1]]]
+
   # InnerKFold: each outer fold picks by the mean over its own inner folds; outer fold o prefers candidate o.
   def by_outer(folds):
     accuracy = np.full((folds, 4), 0.5)
     accuracy[np.arange(folds), np.arange(folds) // FAST.kfold] = 0.9
     return accuracy
+
   fake = _FakeFits(by_outer)
   monkeypatch.setattr(logreg, "fit_logreg", fake)
   devacc, _ = logreg.inner_kfold_classifier(x, y, 2, FAST)

@@ -57,12 +57,15 @@ def test_score_sts_embeds_once_and_reports_dev_apart(capsys):
   assert out.count("STSBenchmark") == 1 and f"STS-B dev: {alone['STSBenchmark'].all:.2f}" in out
 
 
-@pytest.mark.parametrize("overrides, message", [
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
     ({"method.template": "no slot here [MASK] ."}, r"exactly one \[X\]"),
     ({"method.template": 'This sentence : "[X]" means nothing .'}, r"needs a template with \[MASK\]"),
     ({"eval.tasks": "STS12,STS99"}, r"unknown tasks \['STS99'\]"),
     ({"model.dtype": "float16"}, r"model.dtype 'float16'"),
-])
+  ],
+)
 def test_bad_configs_are_rejected(tiny_checkpoint, overrides, message):
   _, path = tiny_checkpoint
   with pytest.raises(ValueError, match=message):
@@ -86,10 +89,18 @@ def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
 def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
   """evaluate.py run as a user would: configs/<config_file> on the shared SentEval data, results to `out`, the
   compiled programs kept under tmp_path/xla; `env` the process's environment (None: this one's)."""
-  command = [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / config_file),
-             f"--config.model.path={model_path}", f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-             *flags, "--config.eval.length_multiple=32", f"--config.eval.output_json={out}",
-             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  command = [
+    sys.executable,
+    str(REPO / "evaluate.py"),
+    "--config",
+    str(REPO / "configs" / config_file),
+    f"--config.model.path={model_path}",
+    f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+    *flags,
+    "--config.eval.length_multiple=32",
+    f"--config.eval.output_json={out}",
+    f"--config.compilation_cache_dir={tmp_path / 'xla'}",
+  ]
   return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, check=False, env=env)
 
 
@@ -97,8 +108,9 @@ def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
 def test_evaluate_py_command_line(tmp_path, tiny_bert):
   path = tiny_bert
   out = tmp_path / "r.json"
-  result = _evaluate_py(tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16",
-                        "--config.method.name=last_avg")
+  result = _evaluate_py(
+    tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16", "--config.method.name=last_avg"
+  )
   assert result.returncode == 0, result.stderr[-2000:]
   assert "STS16" in result.stdout and "STS-B dev" in result.stdout
   # stderr is a pipe, no terminal: the one encoder call is one line there (no bar), and the table on stdout alone.
@@ -106,8 +118,15 @@ def test_evaluate_py_command_line(tmp_path, tiny_bert):
   assert not _ANY_PROGRESS.search(result.stdout) and result.stdout.startswith("+----")
   assert pathlib.Path(out).is_file()
   assert any(path.name.startswith("jit_") for path in (tmp_path / "xla").iterdir())  # Compiled programs kept.
-  again = _evaluate_py(tmp_path, "eval_baselines.py", path, out, "--config.eval.tasks=STS16",
-                       "--config.method.name=last_avg", env={**os.environ, "JAX_LOG_COMPILES": "1"})
+  again = _evaluate_py(
+    tmp_path,
+    "eval_baselines.py",
+    path,
+    out,
+    "--config.eval.tasks=STS16",
+    "--config.method.name=last_avg",
+    env={**os.environ, "JAX_LOG_COMPILES": "1"},
+  )
   assert again.returncode == 0, again.stderr[-2000:]
   assert _table(again.stdout) == _table(result.stdout) and "| STS16 " in "\n".join(_table(result.stdout))
   compiled = compiled_not_loaded(again.stderr)  # Only what compiles on every run by design; no cache warning.
@@ -124,11 +143,14 @@ def _transfer_config(model_path, **overrides):
   return _config(eval_transfer, model_path, **{"transfer.tasks": "TREC", "transfer.mode": "fasttest", **overrides})
 
 
-@pytest.mark.parametrize("overrides, message", [
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
     ({"transfer.tasks": "TREC,SST5"}, r"unknown tasks \['SST5'\]"),
     ({"transfer.mode": "quick"}, r"transfer.mode 'quick'"),
     ({"data.senteval_dir": "/nowhere"}, r"/nowhere/TREC: no such directory"),
-])
+  ],
+)
 def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, message):
   with pytest.raises(ValueError, match=message):
     run.run_transfer(_transfer_config("/no/model/here", **overrides))
@@ -149,8 +171,9 @@ def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert, capsys):
 @pytest.mark.slow
 def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   out = tmp_path / "r.json"
-  result = _evaluate_py(tmp_path, "eval_transfer.py", tiny_bert, out, "--config.transfer.tasks=MRPC",
-                        "--config.transfer.mode=fasttest")
+  result = _evaluate_py(
+    tmp_path, "eval_transfer.py", tiny_bert, out, "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest"
+  )
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout
   assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}

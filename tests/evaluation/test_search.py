@@ -14,10 +14,14 @@ from tests.support import short_senteval
 
 
 def test_greedy_template_search_uses_the_best_relation_for_the_prefixes():
-  scores = {"[X] [MASK] .": 1.0, "[X] is [MASK] .": 3.0, "[X] means [MASK] .": 2.0,
-            "This [X] is [MASK] .": 4.0, 'This sentence : "[X]" is [MASK] .': 5.0}
-  scored = search.greedy_template_search(scores.__getitem__, ["", "is", "means"],
-                                         ["This [X]", 'This sentence : "[X]"'])
+  scores = {
+    "[X] [MASK] .": 1.0,
+    "[X] is [MASK] .": 3.0,
+    "[X] means [MASK] .": 2.0,
+    "This [X] is [MASK] .": 4.0,
+    'This sentence : "[X]" is [MASK] .': 5.0,
+  }
+  scored = search.greedy_template_search(scores.__getitem__, ["", "is", "means"], ["This [X]", 'This sentence : "[X]"'])
   assert [c.name for c in scored] == list(scores)
   assert [c.stage for c in scored] == ["relation"] * 3 + ["prefix"] * 2
   assert max(scored, key=lambda c: c.stsb_dev).name == 'This sentence : "[X]" is [MASK] .'
@@ -29,8 +33,9 @@ def test_wrapper_without_slot_is_rejected():
 
 
 def _tiny_dev():
-  subset = sts_data.StsSubset("dev", ["a b", "c d", "e f", "g h"], ["a c", "c e", "e g", "g a"],
-                              np.array([1.0, 2.0, 3.0, 4.0]))
+  subset = sts_data.StsSubset(
+    "dev", ["a b", "c d", "e f", "g h"], ["a c", "c e", "e g", "g a"], np.array([1.0, 2.0, 3.0, 4.0])
+  )
   return sts_data.StsTask("STSBenchmark", "dev", {"dev": subset})
 
 
@@ -44,6 +49,7 @@ def test_ditto_head_scores_score_each_head_on_its_slice():
       for s in sentences:
         tables[layer].setdefault(s, rng.normal(size=(3, 4)))
       return np.stack([tables[layer][s] for s in sentences])
+
     return embed
 
   scored = search.ditto_head_scores(layer_embed, 2, 3, dev, None)

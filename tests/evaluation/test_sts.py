@@ -10,8 +10,7 @@ from jaxemb.data.sts import StsSubset, StsTask, add_period, join_tokens
 from jaxemb.evaluation import sts
 
 rng = np.random.default_rng(0)
-TEXTS = ["a cat", "a dog", "the sun", "a car", "two men", "rain", "snow", "a tree", "blue sky", "old boat",
-         "new boat"]
+TEXTS = ["a cat", "a dog", "the sun", "a car", "two men", "rain", "snow", "a tree", "blue sky", "old boat", "new boat"]
 VECTORS = {text: rng.normal(size=4) for text in TEXTS}
 VECTORS["zero"] = np.zeros(4)  # Pairs with these score 0 (plain numpy would give NaN).
 VECTORS["nan"] = np.full(4, np.nan)
@@ -22,15 +21,27 @@ def subset(name, pairs):
 
 
 # "a cat" and "a dog" recur across subsets and tasks; " a  cat " is "a cat" once whitespace is joined.
-STS_X = subset("x", [("a cat", "a dog", 4.0), ("the sun", "a car", 0.5), ("two men", "rain", 1.0),
-                     (" a  cat ", "snow", 2.5), ("a tree", "blue sky", 1.5)])
-STS_Y = subset("y", [("old boat", "new boat", 4.5), ("a dog", "rain", 0.0), ("snow", "a tree", 2.0),
-                     ("zero", "a cat", 3.0)])
+STS_X = subset(
+  "x",
+  [
+    ("a cat", "a dog", 4.0),
+    ("the sun", "a car", 0.5),
+    ("two men", "rain", 1.0),
+    (" a  cat ", "snow", 2.5),
+    ("a tree", "blue sky", 1.5),
+  ],
+)
+STS_Y = subset(
+  "y", [("old boat", "new boat", 4.5), ("a dog", "rain", 0.0), ("snow", "a tree", 2.0), ("zero", "a cat", 3.0)]
+)
 STS_Z = subset("z", [("blue sky", "the sun", 3.5), ("a car", "nan", 1.0), ("two men", "a dog", 0.5)])
-STSB = subset("test", [("a cat", "old boat", 1.0), ("a dog", "two men", 2.0), ("rain", "snow", 3.5),
-                       ("the sun", "blue sky", 3.0)])
-TASKS = [StsTask("STS12", "test", {"x": STS_X, "y": STS_Y, "z": STS_Z}),
-         StsTask("STSBenchmark", "test", {"test": STSB})]
+STSB = subset(
+  "test", [("a cat", "old boat", 1.0), ("a dog", "two men", 2.0), ("rain", "snow", 3.5), ("the sun", "blue sky", 3.0)]
+)
+TASKS = [
+  StsTask("STS12", "test", {"x": STS_X, "y": STS_Y, "z": STS_Z}),
+  StsTask("STSBenchmark", "test", {"test": STSB}),
+]
 
 
 class FakeEncoder:
@@ -138,8 +149,11 @@ def test_splits_of_one_task_are_scored_in_one_call():
   embed = FakeEncoder()
   result = sts.evaluate_sts(embed, [*TASKS, StsTask("STSBenchmark", "dev", {"dev": STSB})])
   alone = sts.evaluate_sts(FakeEncoder(), TASKS)
-  assert len(embed.calls) == 1 and list(result.tasks) == [("STS12", "test"), ("STSBenchmark", "test"),
-                                                           ("STSBenchmark", "dev")]
+  assert len(embed.calls) == 1 and list(result.tasks) == [
+    ("STS12", "test"),
+    ("STSBenchmark", "test"),
+    ("STSBenchmark", "dev"),
+  ]
   assert result["STS12"] == result["STS12", "test"] == alone["STS12"]
   assert result["STSBenchmark", "dev"].all == alone["STSBenchmark"].all  # The same pairs.
   with pytest.raises(KeyError, match=r"splits \['test', 'dev'\]; ask for \(name, split\)"):

@@ -1,5 +1,6 @@
 """T5 template generation (PromptBERT §4.2 after LM-BFF): formats, reading beams, dropping unusable templates, and
 the generate_templates job end to end on a tiny random T5 and MiniLM."""
+
 import json
 
 import pytest
@@ -20,7 +21,8 @@ def test_formats_become_t5_inputs_and_parts():
   assert tg.format_parts("<extra_id_0> [MASK] <extra_id_1> [X]") == ["", "[MASK]", "[X]"]
   assert tg.format_parts("[X] <extra_id_0> [MASK] <extra_id_1>") == ["[X]", "[MASK]", ""]
   assert tg.t5_input("<extra_id_0> [MASK] <extra_id_1> [X]", ORANGE) == (
-      "<extra_id_0> orange <extra_id_1> A large round juicy citrus fruit")  # LM-BFF's sentu_0: upper-cased.
+    "<extra_id_0> orange <extra_id_1> A large round juicy citrus fruit"
+  )  # LM-BFF's sentu_0: upper-cased.
   for bad in ("[X] <extra_id_1> [MASK]", "[X] [MASK]", "<extra_id_0> [MASK] <extra_id_1>"):
     with pytest.raises(ConfigError, match="generation format"):
       tg.format_parts(bad)
@@ -34,20 +36,39 @@ def test_beams_become_templates_as_lm_bff_reads_them():
   beam = [*ids("<extra_id_0> Also called"), *ids("<extra_id_1> ."), *ids("<extra_id_2>")]
   assert tg.template_from_tokens(beam, parts, tokenizer) == "Also called [MASK] . [X]"
   # EOS stands for the format's last part, as LM-BFF replaces </s>.
-  assert tg.template_from_tokens([*ids("<extra_id_0> This <extra_id_1> means"), tokenizer.eos_token_id], parts,
-                                 tokenizer) == "This [MASK] means [X]"
+  assert (
+    tg.template_from_tokens([*ids("<extra_id_0> This <extra_id_1> means"), tokenizer.eos_token_id], parts, tokenizer)
+    == "This [MASK] means [X]"
+  )
   # A beam that never opened the first span has no [X] for this format... or [MASK].
   assert tg.template_from_tokens(ids("called"), parts, tokenizer) == "called"
 
 
 def test_unusable_templates_are_dropped_and_counted(bert_tokenizer):
   made = lambda *texts: [tg.GeneratedTemplate(t, -1.0, "f") for t in texts]
-  usable, dropped = tg.keep_usable(made("Also called [MASK] . [X]", "called [MASK] .", "[X] [X] [MASK]",
-                                        "[X] is", "[X] [MASK] [MASK]", "Also called [MASK] . [X]",
-                                        "[X] <extra_id_3> [MASK]", "re[X] [MASK]"), bert_tokenizer)
+  usable, dropped = tg.keep_usable(
+    made(
+      "Also called [MASK] . [X]",
+      "called [MASK] .",
+      "[X] [X] [MASK]",
+      "[X] is",
+      "[X] [MASK] [MASK]",
+      "Also called [MASK] . [X]",
+      "[X] <extra_id_3> [MASK]",
+      "re[X] [MASK]",
+    ),
+    bert_tokenizer,
+  )
   assert [c.template for c in usable] == ["Also called [MASK] . [X]"]
-  assert dropped == {"no [X]": 1, "[X] more than once": 1, "no [MASK]": 1, "[MASK] more than once": 1,
-                     "a duplicate": 1, "a sentinel past the format's": 1, "unusable with the encoder's tokenizer": 1}
+  assert dropped == {
+    "no [X]": 1,
+    "[X] more than once": 1,
+    "no [MASK]": 1,
+    "[MASK] more than once": 1,
+    "a duplicate": 1,
+    "a sentinel past the format's": 1,
+    "unusable with the encoder's tokenizer": 1,
+  }
 
 
 @pytest.fixture(scope="module")
@@ -67,11 +88,20 @@ def test_generate_templates_job_end_to_end(tmp_path, tiny_senteval, capsys):
   # templates are usable, 5 dropped.
   t5_dir = write_tiny_t5(tmp_path / "t5", "t5_v1_1", seed=6, boost={f"<extra_id_{k}>": 3.0 for k in range(3)})
   pairs = tmp_path / "pairs.tsv"
-  pairs.write_text("orange\ta large round juicy citrus fruit\napple\tfruit with red or yellow skin\n"
-                   "river\ta large natural stream of water\n")
+  pairs.write_text(
+    "orange\ta large round juicy citrus fruit\napple\tfruit with red or yellow skin\n"
+    "river\ta large natural stream of water\n"
+  )
   config = generate_templates.get_config()
-  config.generation.update(t5_model=str(t5_dir), pairs=str(pairs), num_pairs=0, num_beams=8, max_length=8,
-                           batch_size=2, output_json=str(tmp_path / "templates.json"))
+  config.generation.update(
+    t5_model=str(t5_dir),
+    pairs=str(pairs),
+    num_pairs=0,
+    num_beams=8,
+    max_length=8,
+    batch_size=2,
+    output_json=str(tmp_path / "templates.json"),
+  )
   config.model.path = str(model)
   config.data.senteval_dir = str(tiny_senteval)
   config.eval.length_multiple = 64  # One shape: compiling dominates on 24 pairs.

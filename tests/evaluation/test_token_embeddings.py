@@ -14,8 +14,10 @@ from jaxemb.testing.checkpoints import write_random_checkpoint
 
 
 def test_piece_kinds_of_wordpiece_and_byte_level_bpe(bert_tokenizer, roberta_tokenizer):
-  kinds = ((bert_tokenizer, ["##ing", "##s"], ["the", "playing", "[unused0]"], []),
-           (roberta_tokenizer, ["ing", "s"], ["Ġthe", "Ġplaying"], ["ĠThe", "The"]))
+  kinds = (
+    (bert_tokenizer, ["##ing", "##s"], ["the", "playing", "[unused0]"], []),
+    (roberta_tokenizer, ["ing", "s"], ["Ġthe", "Ġplaying"], ["ĠThe", "The"]),
+  )
   for tokenizer, subwords, words, cased in kinds:
     subword, upper, special = token_embeddings.piece_kinds(tokenizer)
     ids = lambda pieces: tokenizer.convert_tokens_to_ids(pieces)
@@ -47,8 +49,9 @@ def untied(tmp_path_factory):
 def _config(model, out, corpus, rows="mlm_decoder"):
   config = eval_token_embeddings.get_config()
   config.model.path = str(model)
-  config.token_embeddings = ml_collections.ConfigDict(dict(rows=rows, corpus_file=str(corpus), max_lines=0,
-                                                           output_dir=str(out)))
+  config.token_embeddings = ml_collections.ConfigDict(
+    dict(rows=rows, corpus_file=str(corpus), max_lines=0, output_dir=str(out))
+  )
   return config
 
 

@@ -11,27 +11,62 @@ from jaxemb.models import run_dir
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 # The flat block as configs and eval_method.json files have held it: its keys must stay (a new family adds its own).
-FLAT_FIELDS = {"name", "template", "top_k", "ditto_layer", "ditto_head", "ditto_variant", "idf_path", "denoise",
-               "head", "tokenization", "bias_positions", "prompt_placement", "static_rows", "remove_frequent",
-               "remove_subwords", "lowercase", "remove_punctuation"}
+FLAT_FIELDS = {
+  "name",
+  "template",
+  "top_k",
+  "ditto_layer",
+  "ditto_head",
+  "ditto_variant",
+  "idf_path",
+  "denoise",
+  "head",
+  "tokenization",
+  "bias_positions",
+  "prompt_placement",
+  "static_rows",
+  "remove_frequent",
+  "remove_subwords",
+  "lowercase",
+  "remove_punctuation",
+}
 # Every registered method, and one of each family with fields away from their defaults.
 METHODS = [Method(name) for name in methods.names()] + [
-    Method("cls_before_pooler", tokenization="alone"),
-    Method("prompt", template=PROMPT, denoise=True, head="mlm_transform", bias_positions="model",
-           prompt_placement="template", tokenization="alone"),
-    Method("prompt_mlm_top_k", template=PROMPT, top_k=7, denoise=True),
-    Method("ditto_all_heads", ditto_layer=2, ditto_head=0, ditto_variant="static"),
-    Method("static_avg", static_rows="mlm_decoder"),
-    Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False, remove_frequent=False)),
-    Method("tfidf_first_last", idf_path="idf.json"),
+  Method("cls_before_pooler", tokenization="alone"),
+  Method(
+    "prompt",
+    template=PROMPT,
+    denoise=True,
+    head="mlm_transform",
+    bias_positions="model",
+    prompt_placement="template",
+    tokenization="alone",
+  ),
+  Method("prompt_mlm_top_k", template=PROMPT, top_k=7, denoise=True),
+  Method("ditto_all_heads", ditto_layer=2, ditto_head=0, ditto_variant="static"),
+  Method("static_avg", static_rows="mlm_decoder"),
+  Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False, remove_frequent=False)),
+  Method("tfidf_first_last", idf_path="idf.json"),
 ]
 
 
 def test_every_method_of_the_papers_is_registered_in_order():
   # The families a new module registers come after these.
-  assert methods.names()[:13] == ("cls", "cls_before_pooler", "last_avg", "first_last_avg", "first_layer_last_avg",
-                                 "top2_avg", "static_avg", "static_remove_biases", "ditto", "ditto_all_heads",
-                                 "tfidf_first_last", "prompt", "prompt_mlm_top_k")
+  assert methods.names()[:13] == (
+    "cls",
+    "cls_before_pooler",
+    "last_avg",
+    "first_last_avg",
+    "first_layer_last_avg",
+    "top2_avg",
+    "static_avg",
+    "static_remove_biases",
+    "ditto",
+    "ditto_all_heads",
+    "tfidf_first_last",
+    "prompt",
+    "prompt_mlm_top_k",
+  )
   assert methods.exportable_names() == ("cls", "cls_before_pooler", "last_avg", "prompt")
 
 
@@ -52,7 +87,8 @@ def test_a_family_builds_its_own_names_only():
     methods.pooled.Pooled("ditto")
   # dataclasses.replace stays within the family (the ditto head search's way to every head).
   assert dataclasses.replace(Method("ditto", ditto_head=3), name="ditto_all_heads") == Method(
-      "ditto_all_heads", ditto_head=3)
+    "ditto_all_heads", ditto_head=3
+  )
 
 
 def test_an_unknown_method_is_refused_naming_every_method():
@@ -61,18 +97,33 @@ def test_an_unknown_method_is_refused_naming_every_method():
       build()
 
 
-@pytest.mark.parametrize("name, fields, message", [
-    ("last_avg", {"template": PROMPT}, "method 'last_avg' takes no template (a field of prompt, prompt_mlm_top_k "
-     f"only); got template={PROMPT!r}"),
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    (
+      "last_avg",
+      {"template": PROMPT},
+      f"method 'last_avg' takes no template (a field of prompt, prompt_mlm_top_k only); got template={PROMPT!r}",
+    ),
     ("prompt", {"top_k": 7}, "method 'prompt' takes no top_k (a field of prompt_mlm_top_k only); got top_k=7"),
-    ("prompt_mlm_top_k", {"head": "pooler"}, "method 'prompt_mlm_top_k' takes no head (a field of prompt only); got "
-     "head='pooler'"),
-    ("static_avg", {"lowercase": False}, "method 'static_avg' takes no lowercase (a field of static_remove_biases "
-     "only); got lowercase=False"),
-    ("ditto", {"idf_path": "idf.json"}, "method 'ditto' takes no idf_path (a field of tfidf_first_last only); got "
-     "idf_path='idf.json'"),
+    (
+      "prompt_mlm_top_k",
+      {"head": "pooler"},
+      "method 'prompt_mlm_top_k' takes no head (a field of prompt only); got head='pooler'",
+    ),
+    (
+      "static_avg",
+      {"lowercase": False},
+      "method 'static_avg' takes no lowercase (a field of static_remove_biases only); got lowercase=False",
+    ),
+    (
+      "ditto",
+      {"idf_path": "idf.json"},
+      "method 'ditto' takes no idf_path (a field of tfidf_first_last only); got idf_path='idf.json'",
+    ),
     ("last_avg", {"pooling": "max"}, "method 'last_avg' takes no pooling (no method's field); got pooling='max'"),
-])
+  ],
+)
 def test_a_misplaced_field_is_refused_in_one_line(name, fields, message):
   """By its name, dataclass field or flat field (static_remove_biases's switches are flat forms of its bias_filter)."""
   with pytest.raises(ValueError) as raised:
@@ -93,22 +144,48 @@ def test_a_config_block_hands_the_family_only_the_fields_away_from_their_default
 def test_an_old_partial_eval_method_json_still_loads():
   """A run directory's eval_method.json written before it held every field has 7; an older static one none of the
   bias switches."""
-  seven = {"name": "prompt_mlm_top_k", "template": PROMPT, "denoise": True, "head": "none", "tokenization": "alone",
-           "bias_positions": "from_zero", "prompt_placement": "last_occurrence"}
-  assert Method.from_config(seven) == Method(**seven) == Method(
-      "prompt_mlm_top_k", template=PROMPT, denoise=True, tokenization="alone")
+  seven = {
+    "name": "prompt_mlm_top_k",
+    "template": PROMPT,
+    "denoise": True,
+    "head": "none",
+    "tokenization": "alone",
+    "bias_positions": "from_zero",
+    "prompt_placement": "last_occurrence",
+  }
+  assert (
+    Method.from_config(seven)
+    == Method(**seven)
+    == Method("prompt_mlm_top_k", template=PROMPT, denoise=True, tokenization="alone")
+  )
   assert Method.from_config({"name": "static_remove_biases", "lowercase": False}) == Method(
-      "static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False))
+    "static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False)
+  )
   assert Method.from_config({"name": "last_avg", "idf_path": ""}) == Method("last_avg")
 
 
 def test_eval_method_json_files_written_before_the_families_load(tmp_path):
   """Every field as `config_fields` wrote them (the static switches flat, no idf_path as ""), read back from a run
   directory."""
-  old = {"name": "static_remove_biases", "template": "[X]", "top_k": 200, "ditto_layer": 0, "ditto_head": 9,
-         "ditto_variant": "first_last", "idf_path": "", "denoise": False, "head": "none", "tokenization": "in_context",
-         "bias_positions": "from_zero", "prompt_placement": "last_occurrence", "static_rows": "word_embeddings",
-         "remove_frequent": True, "remove_subwords": False, "lowercase": True, "remove_punctuation": True}
+  old = {
+    "name": "static_remove_biases",
+    "template": "[X]",
+    "top_k": 200,
+    "ditto_layer": 0,
+    "ditto_head": 9,
+    "ditto_variant": "first_last",
+    "idf_path": "",
+    "denoise": False,
+    "head": "none",
+    "tokenization": "in_context",
+    "bias_positions": "from_zero",
+    "prompt_placement": "last_occurrence",
+    "static_rows": "word_embeddings",
+    "remove_frequent": True,
+    "remove_subwords": False,
+    "lowercase": True,
+    "remove_punctuation": True,
+  }
   run_dir.save_eval_method(tmp_path, old)
   method = Method.from_config(run_dir.load_eval_method(tmp_path))
   assert method == Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(remove_subwords=False))

@@ -9,8 +9,16 @@ from jaxemb.models import EncoderConfig
 from jaxemb.templates import Template
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
-ELECTRA = EncoderConfig(model_type="electra", vocab_size=100, hidden_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=128, max_position_embeddings=64, embedding_size=32)
+ELECTRA = EncoderConfig(
+  model_type="electra",
+  vocab_size=100,
+  hidden_size=64,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  intermediate_size=128,
+  max_position_embeddings=64,
+  embedding_size=32,
+)
 
 
 def test_forward_outputs_are_just_what_the_vectors_read():
@@ -20,10 +28,18 @@ def test_forward_outputs_are_just_what_the_vectors_read():
   assert Method("tfidf_first_last").forward_outputs() == {"output_hidden_states": True}
 
 
-@pytest.mark.parametrize("method, shape", [
-    (Method("last_avg"), (64,)), (Method("static_avg"), (32,)), (Method("static_remove_biases"), (32,)),
-    (Method("ditto", ditto_variant="static"), (32,)), (Method("ditto"), (64,)),
-    (Method("ditto_all_heads", ditto_variant="static"), (4, 32)), (Method("prompt", template=PROMPT), (64,))])
+@pytest.mark.parametrize(
+  "method, shape",
+  [
+    (Method("last_avg"), (64,)),
+    (Method("static_avg"), (32,)),
+    (Method("static_remove_biases"), (32,)),
+    (Method("ditto", ditto_variant="static"), (32,)),
+    (Method("ditto"), (64,)),
+    (Method("ditto_all_heads", ditto_variant="static"), (4, 32)),
+    (Method("prompt", template=PROMPT), (64,)),
+  ],
+)
 def test_vector_shapes(method, shape):
   """Raw word-embedding rows are as wide as ELECTRA's embeddings (no projection), the head search's are per head."""
   assert method.vector_shape(ELECTRA) == shape
@@ -39,8 +55,10 @@ def test_weights_each_method_reads_beyond_the_encoders():
 def test_methods_without_a_sentence_transformers_form_say_so():
   for method in (Method("first_last_avg"), Method("prompt_mlm_top_k"), Method("ditto"), Method("static_avg")):
     assert not method.exportable
-    message = (f"^method '{method.name}' has no sentence-transformers form here; "
-               r"exportable methods: \('cls', 'cls_before_pooler', 'last_avg', 'prompt'\)")
+    message = (
+      f"^method '{method.name}' has no sentence-transformers form here; "
+      r"exportable methods: \('cls', 'cls_before_pooler', 'last_avg', 'prompt'\)"
+    )
     with pytest.raises(NotExportable, match=message):
       method.export(None, ELECTRA, {}, None)
 
@@ -77,11 +95,14 @@ def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
   template = Template.parse(PROMPT, bert_tokenizer)
   view = views.View(template, denoise="position_offset", head="mlp", bias_positions="model")
   assert prompt.from_view(view, "pooler", denoised=True) == Method(
-      "prompt", template=PROMPT, head="pooler", denoise=True, bias_positions="model", tokenization="alone")
+    "prompt", template=PROMPT, head="pooler", denoise=True, bias_positions="model", tokenization="alone"
+  )
   assert prompt.from_view(view, "none", denoised=False) == Method(
-      "prompt", template=PROMPT, bias_positions="model", tokenization="alone")
+    "prompt", template=PROMPT, bias_positions="model", tokenization="alone"
+  )
   cls_view = views.View(Template.parse("[X]", bert_tokenizer), pooling="cls")
   assert prompt.from_view(cls_view, "pooler", denoised=True) == Method("cls")
   assert prompt.from_view(cls_view, "mlm_transform", denoised=True) == Method("cls_before_pooler")
-  assert Method("prompt", template=PROMPT, denoise=True).view(template) == views.View(template,
-                                                                                     denoise="position_offset")
+  assert Method("prompt", template=PROMPT, denoise=True).view(template) == views.View(
+    template, denoise="position_offset"
+  )

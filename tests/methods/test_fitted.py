@@ -89,8 +89,11 @@ def test_the_state_is_refused_for_another_method_or_model_in_one_line(tiny_bert,
   other = write_random_checkpoint(tmp_path / "other", "bert", seed=1)
   with pytest.raises(ConfigError, match=r"^\S+state.npz: the fitted state was fitted on another model \(digest "):
     Encoder.from_pretrained(other, centered, fitted=tmp_path / "state.npz")
-  with pytest.raises(ConfigError, match=r"fitted for method 'toy_centered' with \{'toy_corpus': ''\}, not for this "
-                                        r"method 'toy_centered': fit it again"):
+  with pytest.raises(
+    ConfigError,
+    match=r"fitted for method 'toy_centered' with \{'toy_corpus': ''\}, not for this "
+    r"method 'toy_centered': fit it again",
+  ):
     Encoder.from_pretrained(tiny_bert, Method("toy_centered", toy_corpus="wiki.txt"), fitted=tmp_path / "state.npz")
   base.save_fitted(tmp_path / "old.npz", {"mean": fitted["mean"]})
   old = Encoder.from_pretrained(other, centered, fitted=tmp_path / "old.npz")

@@ -37,8 +37,10 @@ def numpy_flow(params, x, config=CONFIG):
   revnet steps (actnorm (x + b) e^(3 logs); the reversal permutation; additive coupling x2 + NN(x1), NN = relu(actnorm(
   x W1)), relu(actnorm(. W2)), (. W3 + b3) e^(3 logs3)), then split off half as N(0, 1) latents."""
   f64 = lambda a: np.asarray(a, np.float64)
+
   def actnorm(p, h):
     return (h + f64(p["b"])) * np.exp(3 * f64(p["logs"])), 3 * f64(p["logs"]).sum()
+
   log_normal = lambda z: (-0.5 * z**2 - 0.5 * np.log(2 * np.pi)).sum(1)
   x, total, eps = f64(x), np.zeros(len(x)), []
   for level in range(config.levels):
@@ -47,14 +49,14 @@ def numpy_flow(params, x, config=CONFIG):
       x, logdet = actnorm(p["actnorm"], x)
       total += logdet
       x = x @ np.eye(x.shape[1])[::-1]  # Their permutation's w: w[i][C - 1 - i] = 1.
-      x1, x2 = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+      x1, x2 = x[:, : x.shape[1] // 2], x[:, x.shape[1] // 2 :]
       c = p["coupling"]
       h = np.maximum(actnorm(c["hidden_0"]["actnorm"], x1 @ f64(c["hidden_0"]["kernel"]))[0], 0)
       h = np.maximum(actnorm(c["hidden_1"]["actnorm"], h @ f64(c["hidden_1"]["kernel"]))[0], 0)
       shift = (h @ f64(c["out"]["kernel"]) + f64(c["out"]["b"])) * np.exp(3 * f64(c["out"]["logs"]))
       x = np.concatenate([x1, x2 + shift], 1)
     if level < config.levels - 1:
-      x, z = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+      x, z = x[:, : x.shape[1] // 2], x[:, x.shape[1] // 2 :]
       eps.append(z)
       total += log_normal(z)
   return np.concatenate(eps + [x], 1), total + log_normal(x)
@@ -115,13 +117,15 @@ def test_the_optimizer_steps_as_their_adam_weight_decay():
   rng = np.random.default_rng(0)
   params = [rng.standard_normal(5), rng.standard_normal((3, 2))]
   optimizer = optax.chain(  # fit_flow's.
-      optax.clip_by_global_norm(1.0), flow_method._bert_adam(), optax.add_decayed_weights(0.01), optax.scale(-1e-3))
+    optax.clip_by_global_norm(1.0), flow_method._bert_adam(), optax.add_decayed_weights(0.01), optax.scale(-1e-3)
+  )
   state = optimizer.init([jnp.asarray(p, jnp.float32) for p in params])
   m, v = [np.zeros_like(p) for p in params], [np.zeros_like(p) for p in params]
   for scale in (3.0, 0.1):  # Clipped, then not.
     grads = [scale * rng.standard_normal(p.shape) for p in params]
-    updates, state = optimizer.update([jnp.asarray(g, jnp.float32) for g in grads], state,
-                                      [jnp.asarray(p, jnp.float32) for p in params])
+    updates, state = optimizer.update(
+      [jnp.asarray(g, jnp.float32) for g in grads], state, [jnp.asarray(p, jnp.float32) for p in params]
+    )
     expected, m, v = numpy_bert_adam_step(params, grads, m, v, 1e-3)
     for ours, theirs in zip(updates, expected):
       np.testing.assert_allclose(-np.asarray(ours), theirs, rtol=1e-5, atol=1e-9)
@@ -137,10 +141,12 @@ def test_fitting_raises_the_likelihood(fitted):
   assert flow.forward(params, held_out, CONFIG)[1].mean() > flow.forward(init, held_out, CONFIG)[1].mean() + 2.0
 
 
-def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_vectors(tiny_bert, sentences,
-                                                                                          tmp_path, capsys):
-  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="flow", flowed_method="last_avg", flow_batch_size=16,
-                         flow_epochs=2)
+def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_vectors(
+  tiny_bert, sentences, tmp_path, capsys
+):
+  config = short_sts_job(
+    tiny_bert, tmp_path / "sts.json", name="flow", flowed_method="last_avg", flow_batch_size=16, flow_epochs=2
+  )
   summary = run.run_sts(config)
   out = capsys.readouterr().out
   assert "flow: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out

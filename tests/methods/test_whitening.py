@@ -27,7 +27,7 @@ def numpy_whitening(x: np.ndarray, k: int | None = None) -> np.ndarray:
   x = np.asarray(x, np.float64)
   mu = x.mean(axis=0, keepdims=True)
   u, s, _ = np.linalg.svd(np.cov(x.T))
-  return ((x - mu) @ (u @ np.diag(s ** -0.5)))[:, :k]
+  return ((x - mu) @ (u @ np.diag(s**-0.5)))[:, :k]
 
 
 # A random checkpoint's LayerNorm (gain 1, bias 0) leaves each token state with zero mean over its dimensions, so
@@ -35,8 +35,15 @@ def numpy_whitening(x: np.ndarray, k: int | None = None) -> np.ndarray:
 # float32 noise is all there is, and whitening scales it by 1/sqrt(s), s ~1e-7, in the float64 reference as on the
 # device. Those methods keep k below such directions here; static_avg (raw word-embedding rows, no LayerNorm) keeps
 # all 32.
-@pytest.mark.parametrize("whitened, k", [(Method("static_avg"), 0), (Method("first_last_avg"), 31),
-                                         (Method("last_avg"), 8), (Method("prompt", template=PROMPT), 16)])
+@pytest.mark.parametrize(
+  "whitened, k",
+  [
+    (Method("static_avg"), 0),
+    (Method("first_last_avg"), 31),
+    (Method("last_avg"), 8),
+    (Method("prompt", template=PROMPT), 16),
+  ],
+)
 def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
   raw = Encoder.from_pretrained(tiny_bert, whitened).encode(sentences)
   encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=whitened, whitening_dims=k))
@@ -54,13 +61,18 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
   again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "whitening.npz")
   np.testing.assert_array_equal(again.encode(sentences), encoder.encode(sentences))
   # The kept dimensions are cut at load: the same state serves another k, not another whitened method.
-  fewer = Encoder.from_pretrained(tiny_bert, dataclasses.replace(method, whitening_dims=8),
-                                  fitted=tmp_path / "whitening.npz")
+  fewer = Encoder.from_pretrained(
+    tiny_bert, dataclasses.replace(method, whitening_dims=8), fitted=tmp_path / "whitening.npz"
+  )
   np.testing.assert_allclose(fewer.encode(sentences), encoder.encode(sentences)[:, :8], atol=1e-6)
-  with pytest.raises(ConfigError, match=r"whitening.npz: the fitted state was fitted for method 'whitening' with "
-                                        r"\{.*'whitened_method': 'prompt'\}, not for this method 'whitening'"):
-    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=Method("last_avg")),
-                            fitted=tmp_path / "whitening.npz")
+  with pytest.raises(
+    ConfigError,
+    match=r"whitening.npz: the fitted state was fitted for method 'whitening' with "
+    r"\{.*'whitened_method': 'prompt'\}, not for this method 'whitening'",
+  ):
+    Encoder.from_pretrained(
+      tiny_bert, Method("whitening", whitened=Method("last_avg")), fitted=tmp_path / "whitening.npz"
+    )
 
 
 def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
@@ -92,8 +104,9 @@ def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
   assert fitted["mean"].shape == (32,) and fitted["kernel"].shape == (32, 32)
 
 
-@pytest.mark.parametrize("family, whitened", [("bert", Method("last_avg")), ("bert", Method("cls")),
-                                              ("roberta", Method("cls_before_pooler"))])
+@pytest.mark.parametrize(
+  "family, whitened", [("bert", Method("last_avg")), ("bert", Method("cls")), ("roberta", Method("cls_before_pooler"))]
+)
 def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family, whitened):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", family, head=False)
@@ -134,11 +147,14 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
 def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, sentences):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", "bert", head=False)
-  config = short_sts_job(checkpoint, tmp_path / "sts.json", name="whitening", whitened_method="last_avg",
-                         whitening_dims=16)
+  config = short_sts_job(
+    checkpoint, tmp_path / "sts.json", name="whitening", whitened_method="last_avg", whitening_dims=16
+  )
   run.run_sts(config)
-  assert export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"),
-                      "--out", str(tmp_path / "st")]) == 0
+  assert (
+    export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"), "--out", str(tmp_path / "st")])
+    == 0
+  )
   ours = Encoder.from_pretrained(checkpoint, Method.from_config(config.method), fitted=tmp_path / "sts.npz")
   theirs = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(sentences)
   np.testing.assert_allclose(theirs, ours.encode(sentences), atol=1e-4)

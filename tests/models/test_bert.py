@@ -29,9 +29,13 @@ def _load(path, scan_layers=False):
 def _torch_outputs(torch_model, input_ids, attention_mask, **kwargs):
   kwargs = {k: torch.tensor(np.asarray(v)) for k, v in kwargs.items() if v is not None}
   with torch.no_grad():
-    out = torch_model(input_ids=torch.tensor(np.asarray(input_ids)),
-                      attention_mask=torch.tensor(np.asarray(attention_mask)),
-                      output_hidden_states=True, output_attentions=True, **kwargs)
+    out = torch_model(
+      input_ids=torch.tensor(np.asarray(input_ids)),
+      attention_mask=torch.tensor(np.asarray(attention_mask)),
+      output_hidden_states=True,
+      output_attentions=True,
+      **kwargs,
+    )
   return out
 
 
@@ -56,8 +60,14 @@ def _assert_matches(ours, theirs, attention_mask, mlm: bool):
 def _apply(config, params, input_ids, attention_mask, **kwargs):
   """Every layer's states and attentions, from the model (scanned or not) that reads `params`' layout."""
   model = Transformer(config, scan_layers=bert.is_stacked(params))
-  return model.apply({"params": params}, jnp.asarray(input_ids), jnp.asarray(attention_mask), output_hidden_states=True,
-                     output_attentions=tuple(range(config.num_hidden_layers)), **kwargs)
+  return model.apply(
+    {"params": params},
+    jnp.asarray(input_ids),
+    jnp.asarray(attention_mask),
+    output_hidden_states=True,
+    output_attentions=tuple(range(config.num_hidden_layers)),
+    **kwargs,
+  )
 
 
 def _padded_batch(path):
@@ -118,9 +128,13 @@ def test_inputs_embeds_replace_chosen_positions(tiny_checkpoint):
   # HF derives RoBERTa positions from input_ids, which it does not get here: pass them explicitly.
   positions = np.asarray(default_position_ids(config, jnp.asarray(ids)))
   with torch.no_grad():
-    theirs = torch_model(inputs_embeds=torch.tensor(full), attention_mask=torch.tensor(mask),
-                         position_ids=torch.tensor(positions.astype(np.int64)),
-                         output_hidden_states=True, output_attentions=True)
+    theirs = torch_model(
+      inputs_embeds=torch.tensor(full),
+      attention_mask=torch.tensor(mask),
+      position_ids=torch.tensor(positions.astype(np.int64)),
+      output_hidden_states=True,
+      output_attentions=True,
+    )
   _assert_matches(ours, theirs, mask, mlm=False)
 
 
@@ -156,8 +170,13 @@ def test_dropout_uses_the_given_rng(tiny_checkpoint, scan_layers):
   config, params, _ = _load(str(path), scan_layers)
   ids, mask = _padded_batch(path)
   model = Transformer(config, scan_layers=scan_layers)
-  run = jax.jit(lambda seed: model.apply({"params": params}, ids, mask, deterministic=False,
-                                         rngs={"dropout": jax.random.key(seed)}).last_hidden_state)
+  run = jax.jit(
+    lambda seed: (
+      model.apply(
+        {"params": params}, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(seed)}
+      ).last_hidden_state
+    )
+  )
   np.testing.assert_array_equal(run(0), run(0))
   assert not np.allclose(run(0), run(1), atol=1e-3)
   clean = model.apply({"params": params}, ids, mask).last_hidden_state
@@ -199,8 +218,11 @@ def test_float32_dot_outputs_give_the_bfloat16_values(tiny_checkpoint, determini
   outputs = {}
   for dot_output_dtype in (None, jnp.float32):
     model = Transformer(config, dtype=jnp.bfloat16, dot_output_dtype=dot_output_dtype)
-    run = lambda p: model.apply({"params": p}, ids, mask, deterministic=deterministic,
-                                rngs={"dropout": jax.random.key(0)}).last_hidden_state
+    run = lambda p: (
+      model.apply(
+        {"params": p}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(0)}
+      ).last_hidden_state
+    )
     dtypes = _dot_output_dtypes(jax.make_jaxpr(run)(params).jaxpr)
     assert len(dtypes) == (8 if deterministic else 6) * config.num_hidden_layers
     # Without it the dots return bfloat16, but for jax.nn.dot_product_attention's scores (forward only).
@@ -220,8 +242,9 @@ def test_the_default_dots_are_the_backends_choice_for_the_dtype(tiny_checkpoint)
   config, params, _ = _load(str(path))
   ids, mask = _padded_batch(path)
   for dtype in (jnp.bfloat16, jnp.float32):
-    dots = lambda model: _dot_output_dtypes(jax.make_jaxpr(lambda p: model.apply(
-        {"params": p}, ids, mask).last_hidden_state)(params).jaxpr)
+    dots = lambda model: _dot_output_dtypes(
+      jax.make_jaxpr(lambda p: model.apply({"params": p}, ids, mask).last_hidden_state)(params).jaxpr
+    )
     chosen = Transformer(config, dtype=dtype, dot_output_dtype=xla.dot_output_dtype(dtype))
     assert dots(Transformer(config, dtype=dtype)) == dots(chosen)
   assert xla.dot_output_dtype(jnp.bfloat16) == jnp.float32  # On this CPU: the default is not the dtype's dots.
@@ -247,9 +270,15 @@ def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none",
 
   def loss(params):
     out = Transformer(config, scan_layers=scan_layers, remat_policy=remat_policy, scan_unroll=scan_unroll).apply(
-        {"params": params}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(0)},
-        output_attentions=(1,))
-    return jnp.sum(out.last_hidden_state ** 2) + jnp.sum(out.attentions[1])
+      {"params": params},
+      ids,
+      mask,
+      deterministic=deterministic,
+      rngs={"dropout": jax.random.key(0)},
+      output_attentions=(1,),
+    )
+    return jnp.sum(out.last_hidden_state**2) + jnp.sum(out.attentions[1])
+
   value, grads = jax.jit(jax.value_and_grad(loss))(params)
   return value, bert.unstack_layers(grads)
 
@@ -267,8 +296,11 @@ def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint, scan_layers
   remat = _loss_and_grads(str(path), False, scan_layers, remat_policy)
   _assert_close(remat, _loss_and_grads(str(path), False, scan_layers))
   ids, mask = _padded_batch(path)
-  init = lambda policy: jax.eval_shape(lambda: Transformer(config, scan_layers=scan_layers, remat_policy=policy).init(
-      jax.random.key(0), ids, mask, method="init_all")["params"])
+  init = lambda policy: jax.eval_shape(
+    lambda: Transformer(config, scan_layers=scan_layers, remat_policy=policy).init(
+      jax.random.key(0), ids, mask, method="init_all"
+    )["params"]
+  )
   assert jax.tree.structure(init(remat_policy)) == jax.tree.structure(init("none"))
   with pytest.raises(ValueError, match="remat_policy 'some'"):
     init("some")
@@ -292,8 +324,16 @@ def test_unrolled_scan_is_the_scanned_model(tiny_checkpoint):
   unrolled = _loss_and_grads(str(path), False, True, scan_unroll=config.num_hidden_layers)
   _assert_close(unrolled, _loss_and_grads(str(path), False, True))
   ids, mask = _padded_batch(path)
-  hlo = lambda unroll: jax.jit(lambda p: Transformer(config, scan_layers=True, scan_unroll=unroll).apply(
-      {"params": p}, ids, mask).last_hidden_state).lower(params).compile().as_text()
+  hlo = lambda unroll: (
+    jax.jit(
+      lambda p: (
+        Transformer(config, scan_layers=True, scan_unroll=unroll).apply({"params": p}, ids, mask).last_hidden_state
+      )
+    )
+    .lower(params)
+    .compile()
+    .as_text()
+  )
   assert " while(" in hlo(1) and " while(" not in hlo(config.num_hidden_layers)
 
 

@@ -72,22 +72,36 @@ def test_hidden_states_and_attentions_match_hf(electra):
   """Every hidden state (h0 after embeddings_project, as HF's hidden_states[0]) and every layer's attention."""
   config, params = load_pretrained(electra)
   batch, theirs = _hf_outputs(electra, SENTENCES)
-  ours = Transformer(config).apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                                   output_hidden_states=True, output_attentions=range(3))
+  ours = Transformer(config).apply(
+    {"params": params},
+    batch["input_ids"],
+    batch["attention_mask"],
+    output_hidden_states=True,
+    output_attentions=range(3),
+  )
   assert len(ours.hidden_states) == len(theirs.hidden_states) == 4
   assert theirs.hidden_states[0].shape[-1] == HIDDEN  # HF's h0 is the projected embedding output.
   for i, (a, b) in enumerate(zip(ours.hidden_states, theirs.hidden_states)):
     np.testing.assert_allclose(np.asarray(a), b.numpy(), atol=1e-4, err_msg=f"hidden state {i}")
   for i in range(3):
-    np.testing.assert_allclose(np.asarray(ours.attentions[i]), theirs.attentions[i].numpy(), atol=1e-4,
-                               err_msg=f"attention {i}")
+    np.testing.assert_allclose(
+      np.asarray(ours.attentions[i]), theirs.attentions[i].numpy(), atol=1e-4, err_msg=f"attention {i}"
+    )
 
 
-ELECTRA_METHODS = [Method("cls_before_pooler"), Method("last_avg"), Method("first_last_avg"),
-                   Method("first_layer_last_avg"), Method("top2_avg"), Method("static_avg"),
-                   Method("static_remove_biases"),
-                   *(Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
-                     for v in ("first_last", "last", "static", "embedding_output"))]
+ELECTRA_METHODS = [
+  Method("cls_before_pooler"),
+  Method("last_avg"),
+  Method("first_last_avg"),
+  Method("first_layer_last_avg"),
+  Method("top2_avg"),
+  Method("static_avg"),
+  Method("static_remove_biases"),
+  *(
+    Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
+    for v in ("first_last", "last", "static", "embedding_output")
+  ),
+]
 
 
 def _encode_against_hf(path, method):
@@ -98,8 +112,9 @@ def _encode_against_hf(path, method):
   return ours, _torch_reference(str(path), method, SENTENCES)
 
 
-@pytest.mark.parametrize("method", ELECTRA_METHODS,
-                         ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else ""))
+@pytest.mark.parametrize(
+  "method", ELECTRA_METHODS, ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else "")
+)
 def test_methods_match_hf(electra, method):
   """Static vectors are the raw word rows, embedding_size wide (16 for the projected model); the rest hidden_size."""
   ours, theirs = _encode_against_hf(electra, method)
@@ -117,18 +132,24 @@ def test_tfidf_first_last_matches_hf(electra, tmp_path):
 
 def test_empty_input_has_the_methods_width(electra):
   config, _ = load_pretrained(electra)
-  widths = {Method("static_avg"): config.embedding_size, Method("last_avg"): HIDDEN,
-            Method("ditto_all_heads", ditto_head=0, ditto_variant="static"): config.embedding_size}
+  widths = {
+    Method("static_avg"): config.embedding_size,
+    Method("last_avg"): HIDDEN,
+    Method("ditto_all_heads", ditto_head=0, ditto_variant="static"): config.embedding_size,
+  }
   for method, width in widths.items():
     assert Encoder.from_pretrained(electra, method).encode([]).shape[-1] == width
 
 
-@pytest.mark.parametrize("method, message", [
+@pytest.mark.parametrize(
+  "method, message",
+  [
     (Method("prompt", template=PROMPT), r"trained without \[MASK\] tokens.*Ditto §4"),
     (Method("prompt_mlm_top_k", template=PROMPT), r"reads the state at \[MASK\].*no MLM head"),
     (Method("prompt", template=PROMPT, denoise=True, head="mlm_transform"), r"trained without \[MASK\]"),
     (Method("cls"), r"needs the pretrained pooler, which ELECTRA does not have.*cls_before_pooler"),
-])
+  ],
+)
 def test_mask_and_pooler_methods_are_refused(electra, method, message):
   with pytest.raises(ValueError, match=message):
     Encoder.from_pretrained(electra, method)

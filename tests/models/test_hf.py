@@ -40,8 +40,9 @@ def test_layouts_load_with_or_without_head(tmp_path, family, head):
   assert ("pooler" in params) == (not head)  # HF's *ForMaskedLM has no pooler; *Model has one.
   state = safetensors.numpy.load_file(str(tmp_path / "model.safetensors"))
   prefix = f"{family}." if head else ""
-  np.testing.assert_array_equal(params["layer_1"]["ffn_in"]["kernel"],
-                                state[f"{prefix}encoder.layer.1.intermediate.dense.weight"].T)
+  np.testing.assert_array_equal(
+    params["layer_1"]["ffn_in"]["kernel"], state[f"{prefix}encoder.layer.1.intermediate.dense.weight"].T
+  )
 
 
 def test_pytorch_bin_and_legacy_layernorm_names(tmp_path, tiny_checkpoint):
@@ -49,8 +50,10 @@ def test_pytorch_bin_and_legacy_layernorm_names(tmp_path, tiny_checkpoint):
   family, path = tiny_checkpoint
   _, expected = load_pretrained(path)
   state = safetensors.numpy.load_file(str(path / "model.safetensors"))
-  renamed = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-             for k, v in state.items()}
+  renamed = {
+    k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+    for k, v in state.items()
+  }
   renamed["cls.seq_relationship.weight"] = np.zeros((2, 32), np.float32)  # BertForPreTraining's NSP head.
   torch.save({k: torch.from_numpy(v) for k, v in renamed.items()}, tmp_path / "pytorch_model.bin")
   (tmp_path / "config.json").write_text((path / "config.json").read_text())
@@ -65,17 +68,22 @@ def test_save_loads_in_hf_with_same_outputs(tmp_path, tiny_checkpoint, scan_laye
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
   save_pretrained(tmp_path / "saved", config, params, tokenizer)
   torch_model, info = transformers.AutoModelForMaskedLM.from_pretrained(
-      tmp_path / "saved", output_loading_info=True, attn_implementation="eager")
+    tmp_path / "saved", output_loading_info=True, attn_implementation="eager"
+  )
   assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
   batch = tokenizer(["a sentence to check", "another one"], padding=True, return_tensors="np")
   with torch.no_grad():
     theirs = torch_model.eval()(**{k: torch.tensor(v) for k, v in batch.items()}).logits.numpy()
-  ours = Transformer(config, scan_layers=scan_layers).apply({"params": params}, batch["input_ids"],
-                                                            batch["attention_mask"], output_mlm_logits=True).mlm_logits
+  ours = (
+    Transformer(config, scan_layers=scan_layers)
+    .apply({"params": params}, batch["input_ids"], batch["attention_mask"], output_mlm_logits=True)
+    .mlm_logits
+  )
   attended = batch["attention_mask"].astype(bool)
   np.testing.assert_allclose(np.asarray(ours)[attended], theirs[attended], atol=1e-4)
-  assert transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")("hi")["input_ids"] == tokenizer("hi")[
-      "input_ids"]
+  assert (
+    transformers.AutoTokenizer.from_pretrained(tmp_path / "saved")("hi")["input_ids"] == tokenizer("hi")["input_ids"]
+  )
 
 
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
@@ -101,8 +109,9 @@ def test_scanned_layout_stacks_the_layers_in_order():
   assert not any(k.startswith("layer_") for k in stacked)
   np.testing.assert_array_equal(stacked["layers"]["ffn_in"]["kernel"][4], params["layer_4"]["ffn_in"]["kernel"])
   ids = jnp.zeros((1, 1), jnp.int32)
-  shapes = jax.eval_shape(lambda: Transformer(config, scan_layers=True).init(jax.random.key(0), ids, ids,
-                                                                              method="init_all"))["params"]
+  shapes = jax.eval_shape(
+    lambda: Transformer(config, scan_layers=True).init(jax.random.key(0), ids, ids, method="init_all")
+  )["params"]
   shape_of = lambda tree: jax.tree.map(lambda a: a.shape, hf_keys.flax_to_plain(tree))
   assert shape_of(shapes["layers"]) == shape_of(stacked["layers"])  # (init also makes the MLM head MiniLM lacks.)
   _assert_same_params(bert.unstack_layers(stacked), params)
@@ -129,14 +138,17 @@ def test_missing_model_names_what_was_looked_for(tmp_path, monkeypatch):
     load_pretrained("no-such-org/no-such-model")
 
 
-@pytest.mark.parametrize("damage, message", [
+@pytest.mark.parametrize(
+  "damage, message",
+  [
     ("no_config", r"config.json not found"),
     ("no_weights", r"no weights found \(looked for model.safetensors"),
     ("drop_key", r"model.safetensors: missing encoder weights .*layer.2.output.dense.weight"),
     ("bad_shape", r"layer_0/query/kernel has shape"),
     ("bad_type", r"model_type 'gpt2' is not supported"),
     ("bad_json", r"not valid JSON"),
-])
+  ],
+)
 def test_broken_checkpoints_name_the_file(tmp_path, damage, message):
   write_random_checkpoint(tmp_path, "bert")
   weights, config_file = tmp_path / "model.safetensors", tmp_path / "config.json"
@@ -184,8 +196,11 @@ def test_hub_ids_are_looked_for_under_jaxemb_models_first(tmp_path, monkeypatch)
   assert hf.resolve_model_dir("some-org/other") == tmp_path / "other"  # The name without its organisation.
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-  with pytest.raises(FileNotFoundError, match=r"not a local directory, nor under \$JAXEMB_MODELS \(.*/org/missing, "
-                                              r".*/missing\).*--local-dir"):
+  with pytest.raises(
+    FileNotFoundError,
+    match=r"not a local directory, nor under \$JAXEMB_MODELS \(.*/org/missing, "
+    r".*/missing\).*--local-dir",
+  ):
     hf.resolve_model_dir("org/missing")
 
 
@@ -193,6 +208,7 @@ def test_untying_a_tied_checkpoint_copies_its_word_embeddings_and_saves_as_hf_un
   """tie_word_embeddings=False on a tied checkpoint: its own decoder, a copy of the word embeddings (the original
   model's logits unchanged), saved as an untied *ForMaskedLM that HF loads whole with the same logits."""
   import logging  # pylint: disable=g-import-not-at-top
+
   family, path = tiny_checkpoint
   with caplog.at_level(logging.INFO):
     config, params = load_pretrained(path, tie_word_embeddings=False)
@@ -200,7 +216,8 @@ def test_untying_a_tied_checkpoint_copies_its_word_embeddings_and_saves_as_hf_un
   np.testing.assert_array_equal(params["mlm_head"]["decoder"], params["embeddings"]["word"]["embedding"].T)
   save_pretrained(tmp_path / "saved", config, params)
   torch_model, info = transformers.AutoModelForMaskedLM.from_pretrained(
-      tmp_path / "saved", output_loading_info=True, attn_implementation="eager")
+    tmp_path / "saved", output_loading_info=True, attn_implementation="eager"
+  )
   assert not info["missing_keys"] and not info["unexpected_keys"] and not torch_model.config.tie_word_embeddings
   original = transformers.AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager")
   ids = np.array([[0, 5, 17, 2000, 2]]) if family == "roberta" else np.array([[101, 2023, 6251, 2000, 102]])
@@ -223,8 +240,16 @@ def test_tying_an_untied_checkpoint_is_refused_and_none_keeps_it(tmp_path):
 
 def _architecture(out, tie_word_embeddings=True):
   """A tiny BERT architecture directory (no weights), bert-base-uncased's vocabulary."""
-  config = EncoderConfig(model_type="bert", vocab_size=30522, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=16, max_position_embeddings=16, tie_word_embeddings=tie_word_embeddings)
+  config = EncoderConfig(
+    model_type="bert",
+    vocab_size=30522,
+    hidden_size=8,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=16,
+    max_position_embeddings=16,
+    tie_word_embeddings=tie_word_embeddings,
+  )
   hf.write_architecture(out, config, hf.load_tokenizer(shared_path("tokenizers", "bert-base-uncased")))
   return out
 
@@ -249,8 +274,9 @@ def test_load_pretrained_reads_config_json_once(kind, tiny_bert, tmp_path, monke
   model_dir = tiny_bert if kind == "checkpoint" else _architecture(tmp_path / "arch", tie_word_embeddings=False)
   reads = []
   read_text = pathlib.Path.read_text
-  monkeypatch.setattr(pathlib.Path, "read_text",
-                      lambda self, *a, **k: (reads.append(self.name), read_text(self, *a, **k))[1])
+  monkeypatch.setattr(
+    pathlib.Path, "read_text", lambda self, *a, **k: (reads.append(self.name), read_text(self, *a, **k))[1]
+  )
   config, _ = load_pretrained(model_dir, tie_word_embeddings=kind == "architecture")
   assert reads.count("config.json") == 1, reads
   assert config.tie_word_embeddings == (kind == "architecture")

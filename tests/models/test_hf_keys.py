@@ -15,15 +15,25 @@ def _params(config: EncoderConfig, scan_layers: bool = False):
 
 
 def _config(model_type: str) -> EncoderConfig:
-  return EncoderConfig(model_type=model_type, vocab_size=40, hidden_size=8, num_hidden_layers=2,
-                       num_attention_heads=2, intermediate_size=16, max_position_embeddings=24)
+  return EncoderConfig(
+    model_type=model_type,
+    vocab_size=40,
+    hidden_size=8,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=16,
+    max_position_embeddings=24,
+  )
 
 
-@pytest.mark.parametrize("model_type, query_key, head_key, architecture", [
+@pytest.mark.parametrize(
+  "model_type, query_key, head_key, architecture",
+  [
     ("bert", "bert.encoder.layer.1.attention.self.query.weight", "cls.predictions.bias", "BertForMaskedLM"),
     ("roberta", "roberta.encoder.layer.1.attention.self.query.weight", "lm_head.bias", "RobertaForMaskedLM"),
     ("electra", "encoder.layer.1.attention.self.query.weight", None, "ElectraModel"),
-])
+  ],
+)
 def test_params_round_trip_through_hf_keys(model_type, query_key, head_key, architecture):
   config = _config(model_type)
   params = _params(config)
@@ -50,11 +60,16 @@ def test_stacked_params_give_the_per_layer_keys():
 def test_legacy_names_and_a_missing_weight():
   config = _config("bert")
   state, _ = hf_keys.params_to_state_dict(_params(config), config)
-  legacy = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
-            for k, v in state.items()}
+  legacy = {
+    k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+    for k, v in state.items()
+  }
   assert any(k.endswith(".gamma") for k in legacy)
-  jax.tree.map(np.testing.assert_array_equal, hf_keys.state_dict_to_params(legacy, config),
-               hf_keys.state_dict_to_params(state, config))
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    hf_keys.state_dict_to_params(legacy, config),
+    hf_keys.state_dict_to_params(state, config),
+  )
   del state["bert.encoder.layer.0.output.dense.weight"]
   with pytest.raises(CheckpointError, match=r"memory: missing encoder weights .*layer.0.output.dense.weight"):
     hf_keys.state_dict_to_params(state, config, source="memory")

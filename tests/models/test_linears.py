@@ -52,11 +52,17 @@ NARROW, WIDE, ROWS = 24, 96, (8, 40)
 def _compiled_ffn_gradient(dense) -> str:
   """The CPU program of an FFN block's parameter gradients (narrow -> wide -> narrow, as BERT's), compiled with
   the train step's dots (jaxemb.xla: a cached program takes Eigen's) and XLA's options in a user's process."""
+
   def loss(params, x, r):
     hidden = jax.nn.gelu(dense(x, params["in_kernel"], params["in_bias"]))
     return jnp.sum(jnp.tanh(dense(hidden, params["out_kernel"], params["out_bias"])) * r)
-  params = {"in_kernel": jnp.ones((NARROW, WIDE)), "in_bias": jnp.ones(WIDE),
-            "out_kernel": jnp.ones((WIDE, NARROW)), "out_bias": jnp.ones(NARROW)}
+
+  params = {
+    "in_kernel": jnp.ones((NARROW, WIDE)),
+    "in_bias": jnp.ones(WIDE),
+    "out_kernel": jnp.ones((WIDE, NARROW)),
+    "out_bias": jnp.ones(NARROW),
+  }
   x = jnp.ones((*ROWS, NARROW))
   gradient = jax.jit(jax.grad(loss), compiler_options=xla.compiler_options(cached=True))
   return gradient.lower(params, x, x).compile(compiler_options=USERS_XLA_OPTIONS).as_text()
@@ -64,7 +70,7 @@ def _compiled_ffn_gradient(dense) -> str:
 
 def _column_reductions(hlo: str) -> list[str]:
   """The shapes of the reduce and reduce-window fusions in `hlo`'s entry computation."""
-  entry = hlo[hlo.index("ENTRY"):]
+  entry = hlo[hlo.index("ENTRY") :]
   return re.findall(r"= (f32\[[\d,]*\])\{[\d,]*\} fusion\([^\n]*calls=%wrapped_reduce", entry)
 
 

@@ -31,8 +31,7 @@ def one_torch_thread():
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
-  return {f: write_random_checkpoint(tmp_path_factory.mktemp(f"reference-{f}"), f, **TINY)
-          for f in ("bert", "roberta")}
+  return {f: write_random_checkpoint(tmp_path_factory.mktemp(f"reference-{f}"), f, **TINY) for f in ("bert", "roberta")}
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +72,9 @@ def test_bert_rows_are_the_filled_in_templates(bert_tokenizer):
   assert batch["input_ids"][0, 0].tolist() == bert_tokenizer.encode(f'This sentence of "{sentences[0]}" means[MASK].')
   # The shorter example is right-padded with [PAD] to the batch's longest row, attention 0 there.
   short = bert_tokenizer.encode(f'This sentence of "{sentences[1]}" means[MASK].')
-  assert batch["input_ids"][1, 0, :len(short)].tolist() == short
+  assert batch["input_ids"][1, 0, : len(short)].tolist() == short
   assert batch["attention_mask"][1, 0].tolist() == [1] * len(short) + [0] * (batch["input_ids"].shape[-1] - len(short))
-  assert set(batch["input_ids"][1, 0, len(short):].tolist()) == {bert_tokenizer.pad_token_id}
+  assert set(batch["input_ids"][1, 0, len(short) :].tolist()) == {bert_tokenizer.pad_token_id}
 
 
 def test_sentence_truncated_to_max_seq_length_template_kept(bert_tokenizer):
@@ -90,9 +89,31 @@ def test_roberta_rows_sentence_starts_without_space_marker(roberta_tokenizer):
   own = roberta_tokenizer.tokenize(sentence)  # the sentence tokenised alone: 'A', not 'ĠA'
   assert own[0] == "A"
   assert tokens(roberta_tokenizer, batch["input_ids"][0, 0]) == [
-      "<s>", "This", "Ġsentence", "Ġ:", "Ġ'", *own, "Ġ'", "Ġmeans", "<mask>", ".", "</s>"]
+    "<s>",
+    "This",
+    "Ġsentence",
+    "Ġ:",
+    "Ġ'",
+    *own,
+    "Ġ'",
+    "Ġmeans",
+    "<mask>",
+    ".",
+    "</s>",
+  ]
   assert tokens(roberta_tokenizer, batch["input_ids"][0, 1]) == [
-      "<s>", "The", "Ġsentence", "Ġ:", "Ġ'", *own, "Ġ'", "Ġmeans", "<mask>", ".", "</s>"]
+    "<s>",
+    "The",
+    "Ġsentence",
+    "Ġ:",
+    "Ġ'",
+    *own,
+    "Ġ'",
+    "Ġmeans",
+    "<mask>",
+    ".",
+    "</s>",
+  ]
   # Tokenising the whole string would give the first word its 'Ġ': the training rows differ from that.
   whole = roberta_tokenizer.encode(f"This sentence : ' {sentence} ' means<mask>.")
   assert batch["input_ids"][0, 0].tolist() != whole and "ĠA" in tokens(roberta_tokenizer, whole)
@@ -100,26 +121,47 @@ def test_roberta_rows_sentence_starts_without_space_marker(roberta_tokenizer):
 
 def test_template_token_lists(bert_tokenizer, roberta_tokenizer):
   """The token lists train.py derives, as the report quotes them."""
+
   def lists(name, tokenizer):
     views = R.setting_templates(R.get_setting(name), tokenizer)
     return [(tokens(tokenizer, v.prefix), tokens(tokenizer, v.suffix)) for v in views]
 
   assert lists("sup-bert", bert_tokenizer) == [
-      (["[CLS]", "this", "sentence", "of", '"'], ['"', "means", "[MASK]", ".", "[SEP]"])]
+    (["[CLS]", "this", "sentence", "of", '"'], ['"', "means", "[MASK]", ".", "[SEP]"])
+  ]
   assert lists("bert-optiprompt", bert_tokenizer) == [
-      (["[CLS]", "this", "sentence", ":", '"'], ['"', "means", "[MASK]", ".", "[SEP]"])]
+    (["[CLS]", "this", "sentence", ":", '"'], ['"', "means", "[MASK]", ".", "[SEP]"])
+  ]
   assert lists("sup-roberta", roberta_tokenizer) == [
-      (["<s>", "This", "Ġsentence", "Ġ:", "Ġ'"], ["Ġ'", "Ġmeans", "<mask>", ".", "</s>"])]
+    (["<s>", "This", "Ġsentence", "Ġ:", "Ġ'"], ["Ġ'", "Ġmeans", "<mask>", ".", "</s>"])
+  ]
   tail = ["Ġ,", "Ġso", "Ġit", "Ġcan", "Ġbe", "Ġsummarized", "Ġas", "<mask>", "Ġ.", "Ġ", "</s>"]
   cot_r = lists("cot-roberta", roberta_tokenizer)
   assert cot_r[0] == (["<s>", "The", "Ġsentence", "Ġof", "Ġ'"], ["Ġ'", "Ġmeans", "<mask>", *tail])
   assert cot_r[1] == (["<s>", "The", "Ġsentence", "Ġ:", "Ġ'"], ["Ġ'", "Ġmeans", "<mask>", *tail])
-  assert cot_r[2][1] == ["Ġ'", "Ġdoes", "Ġnot", "Ġmean", "<mask>", "Ġ,", "Ġso", "Ġit", "Ġcannot", "Ġbe",
-                         "Ġsummarized", "Ġas", "<mask>", "Ġ.", "Ġ", "</s>"]
+  assert cot_r[2][1] == [
+    "Ġ'",
+    "Ġdoes",
+    "Ġnot",
+    "Ġmean",
+    "<mask>",
+    "Ġ,",
+    "Ġso",
+    "Ġit",
+    "Ġcannot",
+    "Ġbe",
+    "Ġsummarized",
+    "Ġas",
+    "<mask>",
+    "Ġ.",
+    "Ġ",
+    "</s>",
+  ]
   cot_b = lists("cot-bert", bert_tokenizer)
-  assert cot_b[0] == (["[CLS]", "the", "sentence", "of", '"'],
-                      ['"', "means", "[MASK]", ",", "so", "it", "can", "be", "summarized", "as", "[MASK]", ".",
-                       "[SEP]"])
+  assert cot_b[0] == (
+    ["[CLS]", "the", "sentence", "of", '"'],
+    ['"', "means", "[MASK]", ",", "so", "it", "can", "be", "summarized", "as", "[MASK]", ".", "[SEP]"],
+  )
   # The CoT-RoBERTa template (bs + es tokenised as one string) keeps the trailing 'Ġ' too.
   anchor = R.setting_templates(R.get_setting("cot-roberta"), roberta_tokenizer)[0]
   assert tokens(roberta_tokenizer, anchor.template)[-3:] == ["Ġ.", "Ġ", "</s>"]
@@ -131,7 +173,7 @@ def test_nli_rows_use_view_templates(bert_tokenizer, nli):
   for k in range(3):
     expected = bert_tokenizer.encode(f'This sentence of "{nli[1][k]}" means[MASK].')
     expected = expected[:5] + bert_tokenizer.encode(nli[1][k], add_special_tokens=False)[:32] + expected[-5:]
-    assert batch["input_ids"][1, k, :len(expected)].tolist() == expected
+    assert batch["input_ids"][1, k, : len(expected)].tolist() == expected
 
 
 def test_cot_rows_anchor_positive_negative(bert_tokenizer):
@@ -153,8 +195,18 @@ def test_position_offset_rows(bert_tokenizer):
   view = R.setting_templates(R.get_setting("unsup-bert"), bert_tokenizer)[0]
   ids, pos = R.position_offset_rows(view.template, len(view.bs), 50)
   assert ids.shape == pos.shape == (50, 10) and (ids == torch.tensor(view.template)).all()
-  assert tokens(bert_tokenizer, ids[0]) == ["[CLS]", "this", "sentence", "of", '"', '"', "means", "[MASK]", ".",
-                                            "[SEP]"]
+  assert tokens(bert_tokenizer, ids[0]) == [
+    "[CLS]",
+    "this",
+    "sentence",
+    "of",
+    '"',
+    '"',
+    "means",
+    "[MASK]",
+    ".",
+    "[SEP]",
+  ]
   # Row n: [CLS] + bs at 0..4, then the closing quote onwards shifted by n, as if n tokens filled the slot.
   assert pos[0].tolist() == list(range(10))
   assert pos[7].tolist() == [0, 1, 2, 3, 4] + [5 + 7 + j for j in range(5)]
@@ -168,7 +220,7 @@ def test_cot_pad_rows(bert_tokenizer, roberta_tokenizer):
   assert ids.shape == mask.shape == (80 - n_template + 1, 80)
   row = tokens(bert_tokenizer, ids[3])
   assert row[:8] == ["[CLS]", "the", "sentence", "of", '"', "[PAD]", "[PAD]", "[PAD]"]
-  assert row[8:8 + len(view.es) + 1] == tokens(bert_tokenizer, view.es) + ["[SEP]"]
+  assert row[8 : 8 + len(view.es) + 1] == tokens(bert_tokenizer, view.es) + ["[SEP]"]
   assert mask[3].tolist() == [1] * (n_template + 3) + [0] * (80 - n_template - 3)
   assert (ids[0, :n_template] == torch.tensor(view.template)).all()
   # RoBERTa: HF's own positions skip the slot <pad>s (they get padding_idx 1), so es does not move with i.
@@ -177,7 +229,7 @@ def test_cot_pad_rows(bert_tokenizer, roberta_tokenizer):
   pos = transformers.models.roberta.modeling_roberta.RobertaEmbeddings.create_position_ids_from_input_ids(rids, 1)
   es_at = 1 + len(rview.bs)
   assert pos[0, es_at].item() == pos[5, es_at + 5].item() == 2 + es_at
-  assert pos[5, es_at:es_at + 5].tolist() == [1] * 5
+  assert pos[5, es_at : es_at + 5].tolist() == [1] * 5
 
 
 def test_dev_insertion_equals_training_view_1(bert_tokenizer, roberta_tokenizer):
@@ -200,13 +252,14 @@ def test_dev_insertion_equals_training_view_1(bert_tokenizer, roberta_tokenizer)
 def test_adamw_first_step_matches_hand_computation_and_not_optax():
   optax = pytest.importorskip("optax")
   import jax.numpy as jnp
+
   lr, b1, b2, eps = 1e-3, 0.9, 0.999, 1e-8
   g = torch.tensor([1e-9, -3e-8, 0.5, -2.0], dtype=torch.float32)
   p = nn_param(torch.zeros(4))
   p.grad = g.clone()
   R.AdamW42([("w", p)]).step(lr)
   g64 = g.double().numpy()
-  hand = -lr * np.sqrt(1 - b2) / (1 - b1) * g64 * (1 - b1) / (np.sqrt((1 - b2) * g64 ** 2) + eps)
+  hand = -lr * np.sqrt(1 - b2) / (1 - b1) * g64 * (1 - b1) / (np.sqrt((1 - b2) * g64**2) + eps)
   np.testing.assert_allclose(p.detach().double().numpy(), hand, rtol=1e-5, atol=0)
   opt = optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=0.0)
   params = jnp.zeros(4)
@@ -228,7 +281,7 @@ def test_adamw_second_step_and_decoupled_decay():
     w.grad, bias.grad = torch.tensor([g, -g]), torch.tensor([g])
     opt.step(lr)
     m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
-    adam = lr * np.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t) * m / (np.sqrt(v) + 1e-8)
+    adam = lr * np.sqrt(1 - 0.999**t) / (1 - 0.9**t) * m / (np.sqrt(v) + 1e-8)
     w_expected = (w_expected - adam) * (1 - lr * wd)  # decay after the Adam step, on the updated value
     b_expected -= adam  # 'bias' is never decayed
   np.testing.assert_allclose(w.detach().numpy()[0], w_expected, rtol=1e-6)
@@ -288,8 +341,13 @@ def test_optiprompt_placement(checkpoints, bert_tokenizer):
 
 def test_optiprompt_step_trains_prompt_and_head_only(checkpoints, wiki):
   result = R.run_steps("bert-optiprompt", checkpoints["bert"], [wiki[:4]], 1, 10, 1e-3)
-  assert sorted(result.updates[0]) == ["mlp.LayerNorm.bias", "mlp.LayerNorm.weight", "mlp.dense.bias",
-                                       "mlp.dense.weight", "p_mbv"]
+  assert sorted(result.updates[0]) == [
+    "mlp.LayerNorm.bias",
+    "mlp.LayerNorm.weight",
+    "mlp.dense.bias",
+    "mlp.dense.weight",
+    "p_mbv",
+  ]
   p_update = result.updates[0]["p_mbv"]
   assert not p_update[3].any() and p_update[4].any()  # the opening-quote vector is never used
   assert all(np.abs(p_update[i]).sum() > 0 for i in (0, 1, 2, 5, 6))
@@ -321,12 +379,14 @@ def test_five_steps_and_dev_score(name, checkpoints, wiki, nli, stsb_dev):
 
 def test_padding_rows_get_no_update(checkpoints, wiki):
   """HF's nn.Embedding padding_idx rows get no gradient, so AdamW leaves them exactly in place."""
-  cot = R.run_steps(R.get_setting("cot-bert", max_seq_length=16, total_length=40), checkpoints["bert"], [wiki[:4]],
-                    1, 10, 1e-3)
+  cot = R.run_steps(
+    R.get_setting("cot-bert", max_seq_length=16, total_length=40), checkpoints["bert"], [wiki[:4]], 1, 10, 1e-3
+  )
   words = cot.updates[-1]["bert.embeddings.word_embeddings.weight"]
   assert not words[0].any() and words[1996].any()  # [PAD] (attended in the [PAD] rows) vs 'the'
-  unsup = R.run_steps(R.get_setting("unsup-roberta", max_seq_length=16), checkpoints["roberta"], [wiki[:4]], 1, 10,
-                      1e-3)
+  unsup = R.run_steps(
+    R.get_setting("unsup-roberta", max_seq_length=16), checkpoints["roberta"], [wiki[:4]], 1, 10, 1e-3
+  )
   positions = unsup.updates[-1]["roberta.embeddings.position_embeddings.weight"]
   # Row 1 is padding_idx, used by the delta rows' second token; row 0 only the delta rows use.
   assert not positions[1].any() and positions[0].any() and positions[2].any()
@@ -338,8 +398,10 @@ def test_cot_groups_are_independent_losses(checkpoints, wiki):
   batch = model.prepare(wiki[:6])
   with torch.no_grad():
     grouped = model.loss(batch)
-    halves = [model._info_nce(model.representations(batch["input_ids"][s], batch["attention_mask"][s]))
-              for s in (slice(0, 3), slice(3, 6))]
+    halves = [
+      model._info_nce(model.representations(batch["input_ids"][s], batch["attention_mask"][s]))
+      for s in (slice(0, 3), slice(3, 6))
+    ]
     whole = model._info_nce(model.representations(batch["input_ids"], batch["attention_mask"]))
   assert grouped.item() == pytest.approx((halves[0].item() + halves[1].item()) / 2, rel=1e-6)
   assert abs(grouped.item() - whole.item()) > 1e-4
@@ -363,8 +425,11 @@ def test_heads_at_dev(checkpoints):
 
 
 def test_sts_spearman_and_reader(stsb_dev):
-  assert len(stsb_dev) == 1500 and stsb_dev[0] == ("a man with a hard hat is dancing .",
-                                                   "a man wearing a hard hat is dancing .", 5.0)
+  assert len(stsb_dev) == 1500 and stsb_dev[0] == (
+    "a man with a hard hat is dancing .",
+    "a man wearing a hard hat is dancing .",
+    5.0,
+  )
 
   class Angles:
     """Embeds sentence i at angle gold_i: cosine falls as gold rises."""

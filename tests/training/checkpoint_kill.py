@@ -24,8 +24,9 @@ KILLED = 77  # The exit status of a run that reached its kill point.
 
 def kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir=None):
   """3 steps, saved every step and scored at steps 2 and 3: a kill at step 2 resumes from step 1 and replays it."""
-  config = tiny_config("promptbert", model_dir, workdir, train_file, senteval_dir, num_steps=3, save_every=1,
-                       eval_every=2)
+  config = tiny_config(
+    "promptbert", model_dir, workdir, train_file, senteval_dir, num_steps=3, save_every=1, eval_every=2
+  )
   config.compilation_cache_dir = str(xla_cache)
   return config
 
@@ -36,6 +37,7 @@ def _die(*_):
 
 def _wrap(method, stage: str, step_of):
   """`method` of RunCheckpoints, dying before it runs or after its save is committed when it saves KILL_STEP."""
+
   def wrapped(self, *args):
     if step_of(*args) != KILL_STEP:
       return method(self, *args)
@@ -44,6 +46,7 @@ def _wrap(method, stage: str, step_of):
     method(self, *args)
     self.wait()
     _die()
+
   return wrapped
 
 

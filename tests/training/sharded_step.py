@@ -28,17 +28,24 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
   built = trainer.build_trainer(config, model_config, pretrained, trainer.build_objective(config, tokenizer), mesh, 10)
   sentences = loop.read_columns(config)["text"][:8]
   batch_sharding = sharding.batch_sharding(mesh)
-  batch = {trainer.batch_field("text", t.text): jax.tree.map(
+  batch = {
+    trainer.batch_field("text", t.text): jax.tree.map(
       lambda x: jax.device_put(x, batch_sharding),
-      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache", tokenization="in_context"))
-      for t in built.objective.view_templates}
+      corpus.tokenize_cached(sentences, t, tokenizer, 16, "/tmp/jaxemb-test-cache", tokenization="in_context"),
+    )
+    for t in built.objective.view_templates
+  }
   state, metrics = built.step(built.initial_state(pretrained), batch)
   leaves = jax.tree_util.tree_leaves_with_path(state.params)
   # The word table is over the size threshold, so fsdp splits it: as many distinct shards as the fsdp axis.
   words = state.params["encoder"]["embeddings"]["word"]["embedding"]
-  np.savez(out, loss=np.asarray(metrics["loss"]), devices=len(jax.devices()),
-           word_shards=len({str(shard.index) for shard in words.addressable_shards}),
-           **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves})
+  np.savez(
+    out,
+    loss=np.asarray(metrics["loss"]),
+    devices=len(jax.devices()),
+    word_shards=len({str(shard.index) for shard in words.addressable_shards}),
+    **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves},
+  )
   try:
     sharding.check_batch_size(12, mesh)
   except ValueError as e:

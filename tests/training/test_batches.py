@@ -21,8 +21,9 @@ def test_shapes_are_those_of_the_placed_batch_at_every_width(tmp_path, tiny_bert
   config.data.length_multiple, config.data.max_sentence_tokens = 2, 64  # Rows shorter than the width.
   tokenizer = load_tokenizer(tiny_bert)
   objective = trainer.build_objective(config, tokenizer)
-  fields = batches.tokenize_fields(config, loop.read_columns(config), objective, tokenizer, tmp_path / "cache",
-                                   corpus.Hosts())
+  fields = batches.tokenize_fields(
+    config, loop.read_columns(config), objective, tokenizer, tmp_path / "cache", corpus.Hosts()
+  )
   plan = batches.Batches.build(config, fields, sharding.batch_sharding(sharding.make_mesh(-1, 1)))
   widths = set()
   for step in range(12):

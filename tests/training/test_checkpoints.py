@@ -57,17 +57,33 @@ def test_finiteness_is_one_small_replicated_vector():
 _KILLS_IN_CI = ("after best", "during periodic")
 
 
-def _kill_driver(tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=None,
-                 vm=None) -> subprocess.CompletedProcess:
+def _kill_driver(
+  tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=None, vm=None
+) -> subprocess.CompletedProcess:
   """The driver in the repository, or on a `vm`: a folder of its own, as its working directory and HOME. XLA's
   optimizations mostly off and its XLA flags, as in this process (tests/conftest.py): runs here resume its runs bit
   for bit. STS-B dev from `senteval_dir`, or the short one this process's runs score."""
   env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
   env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
   env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-  return subprocess.run([sys.executable, "-m", "tests.training.checkpoint_kill", str(tiny_bert), str(workdir),
-                         str(train_file), str(xla_cache), stage, str(senteval_dir or short_senteval())],
-                        cwd=vm or REPO, env=env, capture_output=True, text=True, check=False)
+  return subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "tests.training.checkpoint_kill",
+      str(tiny_bert),
+      str(workdir),
+      str(train_file),
+      str(xla_cache),
+      stage,
+      str(senteval_dir or short_senteval()),
+    ],
+    cwd=vm or REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
 
 
 def _vm_env(vm: pathlib.Path) -> dict[str, str]:
@@ -98,8 +114,10 @@ def _restore(directory: pathlib.Path, step: int | None, items=("state", "meta"))
 
 def _saved(workdir: pathlib.Path) -> dict:
   """Every array and meta of the newest periodic checkpoint and of the best step, as saved."""
-  return {"checkpoints": _restore(workdir / "checkpoints", None), "best": _restore(workdir / "best", None,
-                                                                                   ("params", "meta"))}
+  return {
+    "checkpoints": _restore(workdir / "checkpoints", None),
+    "best": _restore(workdir / "best", None, ("params", "meta")),
+  }
 
 
 def _assert_same_run(a: pathlib.Path, b: pathlib.Path):
@@ -114,10 +132,12 @@ def _assert_same_run(a: pathlib.Path, b: pathlib.Path):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("stage", [s if s in _KILLS_IN_CI else pytest.param(s, marks=pytest.mark.slow)
-                                   for s in checkpoint_kill.STAGES])
-def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, whole_run, tiny_bert, wiki_head,
-                                                                          tmp_path):
+@pytest.mark.parametrize(
+  "stage", [s if s in _KILLS_IN_CI else pytest.param(s, marks=pytest.mark.slow) for s in checkpoint_kill.STAGES]
+)
+def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(
+  stage, whole_run, tiny_bert, wiki_head, tmp_path
+):
   whole, xla_cache = whole_run
   killed = _kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, stage)
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
@@ -133,16 +153,17 @@ def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(stage, w
 
 
 @pytest.mark.e2e
-def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evaluated_from_it(whole_run, tiny_bert,
-                                                                                             wiki_head, bucket,
-                                                                                             tmp_path):
+def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evaluated_from_it(
+  whole_run, tiny_bert, wiki_head, bucket, tmp_path
+):
   """The bucket issue's scenario on a real GCS emulator: the run directory, the model, the corpus and STS-B in a
   bucket. Killed as the save of step 2 commits (its lease left behind), the same command on a new VM (another
   working directory and HOME: an empty download cache) takes the run over and ends as the uninterrupted local run;
   evaluate.py scores its best step from the bucket. No local `gs:` folder appears anywhere."""
   whole, xla_cache = whole_run
-  model, corpus, senteval, run = (f"{bucket}/{key}" for key in ("models/tiny", "data/wiki_head.txt", "senteval",
-                                                                  "runs/r1"))
+  model, corpus, senteval, run = (
+    f"{bucket}/{key}" for key in ("models/tiny", "data/wiki_head.txt", "senteval", "runs/r1")
+  )
   storage.upload(tiny_bert, model)
   storage.upload(wiki_head, corpus)
   storage.upload(short_senteval() / "STS" / "STSBenchmark", f"{senteval}/STS/STSBenchmark")  # whole_run's.
@@ -159,10 +180,23 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
 
   vm3 = tmp_path / "vm3"
   evaluated = subprocess.run(
-      [sys.executable, str(REPO / "evaluate.py"), "--config", str(REPO / "configs" / "eval_prompt.py"),
-       f"--config.model.path={run}", f"--config.data.senteval_dir={senteval}", "--config.eval.tasks=STSBenchmark",
-       f"--config.compilation_cache_dir={xla_cache}", f"--config.eval.output_json={run}/eval.json"],
-      cwd=vm3, env=_vm_env(vm3), capture_output=True, text=True, check=False)
+    [
+      sys.executable,
+      str(REPO / "evaluate.py"),
+      "--config",
+      str(REPO / "configs" / "eval_prompt.py"),
+      f"--config.model.path={run}",
+      f"--config.data.senteval_dir={senteval}",
+      "--config.eval.tasks=STSBenchmark",
+      f"--config.compilation_cache_dir={xla_cache}",
+      f"--config.eval.output_json={run}/eval.json",
+    ],
+    cwd=vm3,
+    env=_vm_env(vm3),
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert evaluated.returncode == 0, evaluated.stderr
   assert re.search(r"\| STSBenchmark +\| test +\| +-?\d+\.\d\d", evaluated.stdout), evaluated.stdout
   assert json.loads(storage.path(f"{run}/eval.json").read_text())
@@ -177,7 +211,7 @@ def _largest_data_file(item_dir):
 
 def _truncate_a_data_file(step_dir):
   data = _largest_data_file(step_dir / "state")
-  data.write_bytes(data.read_bytes()[:data.stat().st_size // 2])
+  data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
   return f"OUT_OF_RANGE reading {step_dir / 'state'}/: Requested byte range"
 
 
@@ -198,8 +232,9 @@ def _remove_the_commit_marker(step_dir):
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("corrupt", [_truncate_a_data_file, _delete_a_data_file, _garble_the_meta,
-                                     _remove_the_commit_marker])
+@pytest.mark.parametrize(
+  "corrupt", [_truncate_a_data_file, _delete_a_data_file, _garble_the_meta, _remove_the_commit_marker]
+)
 def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored(corrupt, whole_run, tmp_path):
   whole, _ = whole_run
   shutil.copytree(whole, tmp_path / "run")
@@ -231,8 +266,9 @@ def test_with_every_checkpoint_unreadable_the_run_starts_again_and_says_so(whole
   if ckpt.latest_step() is not None:  # As the loop does: found unreadable when its arrays are read.
     assert ckpt.restore(run_dir.abstract_on_one_device(whole / "checkpoints" / "2" / "state")) is None
   ckpt.close()
-  assert len(said) == 3 and said[-1] == (f"no readable checkpoint left in {tmp_path / 'run' / 'checkpoints'}: "
-                                         "starting from the first step")
+  assert len(said) == 3 and said[-1] == (
+    f"no readable checkpoint left in {tmp_path / 'run' / 'checkpoints'}: starting from the first step"
+  )
   assert len(list((tmp_path / "run" / "checkpoints").glob("corrupt-*"))) == 2
 
 
@@ -290,8 +326,7 @@ def _cut_short_its_best_step(whole, run, kept_checkpoints) -> pathlib.Path:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("kept", [(2,), ()], ids=["resumed from step 2", "started again"])
-def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, tiny_bert, wiki_head, tmp_path,
-                                                                capsys):
+def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, tiny_bert, wiki_head, tmp_path, capsys):
   """A best step whose arrays do not read is set aside at start and saved again: from the checkpoint the run resumes
   from when that is its best step (step 2, the first scored, always is), or when the replay scores it best again.
   Either way the run ends as the uninterrupted one, its best step readable."""
@@ -301,25 +336,30 @@ def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, t
   out = capsys.readouterr().out
   assert f"checkpoint {best} is unreadable (" in out
   assert (f"best step 2 is missing from {best.parent}: saving it again from the train state of that step" in out) == (
-      kept == (2,))
+    kept == (2,)
+  )
   assert summary["best_step"] == int(best.name)
   _assert_same_run(whole, tmp_path / "run")
   assert run_dir.load_best(tmp_path / "run")[2]["step"] == summary["best_step"]
 
 
 @pytest.mark.e2e
-def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_do(whole_run, tiny_bert, wiki_head,
-                                                                                   tmp_path):
+def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_do(
+  whole_run, tiny_bert, wiki_head, tmp_path
+):
   """The run resumes from step 3; its best step, 2, cannot be read, and its params are in no checkpoint: one line
   names the step and what to do, instead of a run that ends naming a step best/ does not hold."""
   whole, _ = whole_run
   best = _cut_short_its_best_step(whole, tmp_path / "run", (2, 3))
   assert best.name == "2", "step 3 beat step 2: the run resumes from its best step"
   config = checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")
-  with pytest.raises(DataError, match=f"^best step 2 of the run in {re.escape(str(tmp_path / 'run'))} is missing from "
-                                      f"{re.escape(str(best.parent))} \\(unreadable or deleted\\) and its params are "
-                                      f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a "
-                                      "copy, or train again in another --config.workdir$"):
+  with pytest.raises(
+    DataError,
+    match=f"^best step 2 of the run in {re.escape(str(tmp_path / 'run'))} is missing from "
+    f"{re.escape(str(best.parent))} \\(unreadable or deleted\\) and its params are "
+    f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a "
+    "copy, or train again in another --config.workdir$",
+  ):
     loop.train(config)
   (aside,) = best.parent.iterdir()  # Set aside, nothing saved in its place.
   assert aside.name.startswith("corrupt-2-")
@@ -331,8 +371,9 @@ def small_disk(tmp_path):
   skipped)."""
   disk = tmp_path / "disk"
   disk.mkdir()
-  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
-                    check=False).returncode:
+  if subprocess.run(
+    ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, check=False
+  ).returncode:
     pytest.skip("mounting a tmpfs needs root")
   yield disk
   subprocess.run(["umount", str(disk)], check=True)
@@ -365,14 +406,18 @@ def test_a_full_disk_is_one_storage_error_and_the_next_start_cleans_up_and_saves
 
 
 @pytest.mark.slow
-def test_a_full_disk_stops_the_run_with_one_line_and_the_rerun_continues(small_disk, tiny_bert, wiki_head, tmp_path,
-                                                                         capfd):
+def test_a_full_disk_stops_the_run_with_one_line_and_the_rerun_continues(
+  small_disk, tiny_bert, wiki_head, tmp_path, capfd
+):
   """The loop on a 1 MiB disk grown to 6 MiB: step 1's train state fits (4 MB), step 2's best params do not."""
   subprocess.run(["mount", "-o", "remount,size=6m", str(small_disk)], check=True)
   config = checkpoint_kill.kill_config(tiny_bert, small_disk / "run", wiki_head, "")
   config.data.cache_dir = str(tmp_path / "cache")
-  with pytest.raises(StorageError, match=r"^cannot write checkpoint .*/run/(best|checkpoints)/2: No space left on "
-                                         r"device \(errno 28\)$"):
+  with pytest.raises(
+    StorageError,
+    match=r"^cannot write checkpoint .*/run/(best|checkpoints)/2: No space left on "
+    r"device \(errno 28\)$",
+  ):
     loop.train(config)
   assert "Traceback" not in capfd.readouterr().err
   subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)

@@ -31,10 +31,12 @@ def test_a_second_holder_is_refused_naming_pid_host_and_age_and_release_frees_it
         pass
     with pytest.raises(WorkdirError):
       workdir.refuse_if_busy(run)
-  assert str(refused.value) == (f"{bucket}/runs/r1 is in use by pid {os.getpid()} on host {socket.gethostname()} "
-                                f"(lock {bucket}/runs/r1/lock, a lease renewed 0 s ago: if its holder is gone, it can "
-                                "be taken over in 120 s): wait for it to end or stop it, or choose another "
-                                "--config.workdir")
+  assert str(refused.value) == (
+    f"{bucket}/runs/r1 is in use by pid {os.getpid()} on host {socket.gethostname()} "
+    f"(lock {bucket}/runs/r1/lock, a lease renewed 0 s ago: if its holder is gone, it can "
+    "be taken over in 120 s): wait for it to end or stop it, or choose another "
+    "--config.workdir"
+  )
   assert storage.read_object(str(run.lock_file))[0] == b""  # Released: emptied, the next holder takes it silently.
   workdir.refuse_if_busy(run)
   with workdir.lock(run, said.append):
@@ -54,8 +56,7 @@ def test_the_heartbeat_renews_the_lease(bucket, monkeypatch):
 
 def _dead_holder(run, host, age_seconds, lease_seconds=lease.LEASE_SECONDS):
   """A lease as a process that died `age_seconds` ago left it."""
-  storage.create(str(run.lock_file), json.dumps({"pid": 999999, "host": host, "lease_seconds": lease_seconds})
-                 .encode())
+  storage.create(str(run.lock_file), json.dumps({"pid": 999999, "host": host, "lease_seconds": lease_seconds}).encode())
   time.sleep(age_seconds)
 
 
@@ -65,8 +66,10 @@ def test_an_expired_lease_of_another_host_is_taken_over_and_a_live_one_refused(b
   said = []
   with workdir.lock(run, said.append):
     assert _holder(run)["pid"] == os.getpid()
-  assert said == [f"took over {run.lock_file} from pid 999999 on host preempted-vm, which ended without releasing it "
-                  "(its lease was last renewed 1 s ago)"]
+  assert said == [
+    f"took over {run.lock_file} from pid 999999 on host preempted-vm, which ended without releasing it "
+    "(its lease was last renewed 1 s ago)"
+  ]
 
   run = run_dir.RunDir(f"{bucket}/runs/r2")
   _dead_holder(run, "other-vm", 0)  # Renewed just now, by all we can tell from here.
@@ -78,15 +81,20 @@ def test_an_expired_lease_of_another_host_is_taken_over_and_a_live_one_refused(b
 def test_a_dead_holder_on_this_host_is_taken_over_at_once(bucket):
   """A run SIGKILLed here (or a VM recreated under its name): its pid no longer runs."""
   run = run_dir.RunDir(f"{bucket}/runs/r1")
-  gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                        check=True)
-  storage.create(str(run.lock_file), json.dumps({"pid": int(gone.stdout), "host": socket.gethostname(),
-                                                 "lease_seconds": lease.LEASE_SECONDS}).encode())
+  gone = subprocess.run(
+    [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+  )
+  storage.create(
+    str(run.lock_file),
+    json.dumps({"pid": int(gone.stdout), "host": socket.gethostname(), "lease_seconds": lease.LEASE_SECONDS}).encode(),
+  )
   said = []
   with workdir.lock(run, said.append):
     pass
-  assert said and said[0].startswith(f"took over {run.lock_file} from pid {int(gone.stdout)} on host "
-                                     f"{socket.gethostname()}, which ended without releasing it")
+  assert said and said[0].startswith(
+    f"took over {run.lock_file} from pid {int(gone.stdout)} on host "
+    f"{socket.gethostname()}, which ended without releasing it"
+  )
 
 
 def test_a_holder_whose_lease_was_taken_over_stops_writing(bucket, monkeypatch):
@@ -96,8 +104,11 @@ def test_a_holder_whose_lease_was_taken_over_stops_writing(bucket, monkeypatch):
     _, generation, _ = storage.read_object(str(run.lock_file))
     storage.replace(str(run.lock_file), b'{"pid": 1, "host": "other-vm", "lease_seconds": 120}', generation)
     time.sleep(0.3)  # The next renewal finds the lease replaced.
-    with pytest.raises(WorkdirError, match=rf"^lost {bucket}/runs/r1 to another process: {bucket}/runs/r1/lock was "
-                       r"not renewed for 0 s \(a stalled VM or network\) and was taken over; stopping without saving$"):
+    with pytest.raises(
+      WorkdirError,
+      match=rf"^lost {bucket}/runs/r1 to another process: {bucket}/runs/r1/lock was "
+      r"not renewed for 0 s \(a stalled VM or network\) and was taken over; stopping without saving$",
+    ):
       check()
   assert _holder(run)["host"] == "other-vm"  # Not released by the loser.
 
@@ -107,12 +118,23 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
   """Two VMs started on one gs:// workdir at the same moment: exactly one trains; the other exits with one line
   naming the holder (refused when it claims the run, or at once if the lease is already taken)."""
   workdir = f"{bucket}/runs/race"
-  command = [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "simcse.py"),
-             f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}", f"--config.data.train_file={wiki_head}",
-             f"--config.data.senteval_dir={short_senteval()}", "--config.data.max_sentence_tokens=16",
-             "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=4",
-             "--config.train.num_steps=1", "--config.model.scan_unroll=1",
-             f"--config.compilation_cache_dir={tmp_path / 'xla'}"]
+  command = [
+    sys.executable,
+    str(REPO / "train.py"),
+    "--config",
+    str(REPO / "configs" / "simcse.py"),
+    f"--config.model.path={tiny_bert}",
+    f"--config.workdir={workdir}",
+    f"--config.data.train_file={wiki_head}",
+    f"--config.data.senteval_dir={short_senteval()}",
+    "--config.data.max_sentence_tokens=16",
+    "--config.eval.length_multiple=64",
+    "--config.eval.batch_size=512",
+    "--config.train.batch_size=4",
+    "--config.train.num_steps=1",
+    "--config.model.scan_unroll=1",
+    f"--config.compilation_cache_dir={tmp_path / 'xla'}",
+  ]
   racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
   outputs = [racer.communicate(timeout=600) for racer in racers]
   assert sorted(racer.returncode for racer in racers) == [0, 1], [stderr[-2000:] for _, stderr in outputs]
@@ -120,6 +142,7 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
   assert "done: best" in stdout
   errors = [line for line in stderr.splitlines() if line.startswith("error:")]
   assert len(errors) == 1 and errors[0].startswith(
-      f"error: {workdir} is in use by pid {winner.pid} on host {socket.gethostname()} (lock {workdir}/lock, a lease "
-      "renewed"), stderr[-2000:]
+    f"error: {workdir} is in use by pid {winner.pid} on host {socket.gethostname()} (lock {workdir}/lock, a lease "
+    "renewed"
+  ), stderr[-2000:]
   assert storage.read_object(f"{workdir}/lock")[0] == b""  # The winner released it.

@@ -16,17 +16,29 @@ from jaxemb.training import loop, trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import final_params, logged_steps, shared_path, tensorboard_events, tiny_config
 
-CONFIGS = ["promptbert", "promptroberta", "promptbert_sup", "promptroberta_sup", "cotbert", "cotroberta", "simcse",
-           "simcse_sup", "optiprompt"]
+CONFIGS = [
+  "promptbert",
+  "promptroberta",
+  "promptbert_sup",
+  "promptroberta_sup",
+  "cotbert",
+  "cotroberta",
+  "simcse",
+  "simcse_sup",
+  "optiprompt",
+]
 
 
 @pytest.fixture(scope="module")
 def dropout_free_models(tmp_path_factory):
   """Tiny checkpoints without dropout: a repeated batch's loss is then a function of the params alone, so a
   falling loss is the optimizer's doing and not dropout noise (which dominates at this size)."""
-  return {family: write_random_checkpoint(tmp_path_factory.mktemp(f"no-dropout-{family}"), family,
-                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-          for family in ("bert", "roberta")}
+  return {
+    family: write_random_checkpoint(
+      tmp_path_factory.mktemp(f"no-dropout-{family}"), family, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
+    for family in ("bert", "roberta")
+  }
 
 
 # CI runs two settings (position-offset and [PAD] denoising); test_reference_steps.py checks every setting's first
@@ -34,8 +46,7 @@ def dropout_free_models(tmp_path_factory):
 _FALLS_IN_CI = ("promptbert", "cotbert")
 
 
-@pytest.mark.parametrize("name", [n if n in _FALLS_IN_CI else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in CONFIGS])
+@pytest.mark.parametrize("name", [n if n in _FALLS_IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in CONFIGS])
 def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   """Each paper setting: a finite loss that the optimizer drives down on one repeated batch."""
   model_dir = dropout_free_models["roberta" if "roberta" in name else "bert"]
@@ -48,8 +59,9 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   columns = loop.read_columns(config)
   batch = {}
   for column, template in zip(config.objective.columns, built.objective.view_templates):
-    rows = corpus.tokenize_cached(columns[column][:4], template, tokenizer, 16, tmp_path / "cache",
-                                  config.data.tokenization)
+    rows = corpus.tokenize_cached(
+      columns[column][:4], template, tokenizer, 16, tmp_path / "cache", config.data.tokenization
+    )
     batch[trainer.batch_field(column, template.text)] = rows
   state = built.initial_state(pretrained)
   losses = []
@@ -78,10 +90,14 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   assert summary["best_step"] == max(sick, key=sick.get)
   assert {key for r in records for key in r if "/" in key} == {"stsb_dev/STSBenchmark", "sick/SICKRelatedness"}
   trained = [r for r in records if "loss" in r]
-  assert trained and all(r.keys() == {"step", "loss", "contrastive_accuracy", "grad_norm", "param_norm",
-                                      "learning_rate", "examples_per_second"} for r in trained)
-  assert all(0 <= r["contrastive_accuracy"] <= 1 and r["examples_per_second"] > 0 and r["param_norm"] > 0
-             for r in trained)
+  assert trained and all(
+    r.keys()
+    == {"step", "loss", "contrastive_accuracy", "grad_norm", "param_norm", "learning_rate", "examples_per_second"}
+    for r in trained
+  )
+  assert all(
+    0 <= r["contrastive_accuracy"] <= 1 and r["examples_per_second"] > 0 and r["param_norm"] > 0 for r in trained
+  )
   tags = {value.tag for event in tensorboard_events(tmp_path / "tensorboard") for value in event.summary.value}
   assert {"stsb_dev/STSBenchmark", "sick/SICKRelatedness", "loss"} <= tags
   config, params, meta = run_dir.load_best(tmp_path)
@@ -96,8 +112,9 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
 def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, tiny_bert, wiki_head, save_every):
   """Step 1's loss is finite, step 2's is not (lr 1e30). Saving every step, step 1 is kept; every 3 steps, the
   loss of step 2 is read while step 3 runs (no host sync per step) and nothing is saved."""
-  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, learning_rate=1e30, save_every=save_every,
-                       eval_every=100)
+  config = tiny_config(
+    "promptbert", tiny_bert, tmp_path, wiki_head, learning_rate=1e30, save_every=save_every, eval_every=100
+  )
   with pytest.raises(Diverged, match="at step 2; stopped without saving"):
     loop.train(config)
   saved = sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) if (tmp_path / "checkpoints").is_dir() else []
@@ -107,12 +124,18 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
       assert np.isfinite(np.asarray(leaf)).all()
 
 
-@pytest.mark.parametrize("change, message", [
+@pytest.mark.parametrize(
+  "change, message",
+  [
     ({"data.train_file": "/nonexistent/corpus.txt"}, "/nonexistent/corpus.txt"),
     ({"objective.columns": ("text", "label")}, "'label'"),
-    ({"eval.select_metric": "sts_test/average"}, r"select_metric='sts_test/average': must be <evaluator>/<metric>, "
-                                                 r"<evaluator> one of config.evals \['stsb_dev'\]"),
-])
+    (
+      {"eval.select_metric": "sts_test/average"},
+      r"select_metric='sts_test/average': must be <evaluator>/<metric>, "
+      r"<evaluator> one of config.evals \['stsb_dev'\]",
+    ),
+  ],
+)
 def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, change, message):
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
   for key, value in change.items():
@@ -124,15 +147,18 @@ def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, ch
 
 def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path, tiny_bert, wiki_head):
   from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
+
   config = tiny_config("optiprompt", tiny_bert, tmp_path, wiki_head, num_steps=2)
   loop.train(config)
   _, best, _ = run_dir.load_best(tmp_path)
   assert set(best) == {"encoder", "prompt"}  # The head is the encoder's own MLM transform.
   _, pretrained = load_pretrained(tiny_bert)
-  np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],
-                                pretrained["layer_0"]["query"]["kernel"])  # The encoder stayed frozen...
-  assert not np.allclose(best["encoder"]["mlm_head"]["dense"]["kernel"],
-                         pretrained["mlm_head"]["dense"]["kernel"])  # ... but for its MLM transform, the head.
+  np.testing.assert_array_equal(
+    best["encoder"]["layer_0"]["query"]["kernel"], pretrained["layer_0"]["query"]["kernel"]
+  )  # The encoder stayed frozen...
+  assert not np.allclose(
+    best["encoder"]["mlm_head"]["dense"]["kernel"], pretrained["mlm_head"]["dense"]["kernel"]
+  )  # ... but for its MLM transform, the head.
   encoder = Encoder.from_pretrained(tmp_path, Method("prompt", template=config.method.template))
   assert encoder.prompt is not None and encoder.prompt.shape == best["prompt"].shape
   assert encoder.encode(["a sentence ."]).shape == (1, 32)
@@ -141,6 +167,7 @@ def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path,
 def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tmp_path, tiny_bert):
   """A supervised PromptBERT run evaluates denoised through the MLM transform, during training and after."""
   from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
+
   config = tiny_config("promptbert_sup", tiny_bert, tmp_path, num_steps=1, eval_every=1, save_every=1)
   loop.train(config)
   encoder = Encoder.from_pretrained(tmp_path)  # No method: the run's own.
@@ -156,6 +183,7 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   through Encoder.from_pretrained(run_dir) as selection did: the same Method, the same vectors."""
   from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
   from jaxemb.models import compute_dtype  # pylint: disable=g-import-not-at-top
+
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=2)
   config.eval.selection = "eval_method"
   config.method.name, config.method.top_k, config.method.denoise = "prompt_mlm_top_k", 7, "position_offset"
@@ -166,13 +194,26 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   assert recorded.method == selection == Method.from_config(config.method)
   assert selection.top_k == 7  # Not Method's default (200).
   model_config, best, _ = run_dir.load_best(tmp_path)
-  selecting = Encoder(model_config, loop.eval_params(config, best), tokenizer, selection,
-                      dtype=compute_dtype(config.model.dtype), length_multiple=config.eval.length_multiple)
+  selecting = Encoder(
+    model_config,
+    loop.eval_params(config, best),
+    tokenizer,
+    selection,
+    dtype=compute_dtype(config.model.dtype),
+    length_multiple=config.eval.length_multiple,
+  )
   sentences = ["a man plays a guitar .", "two dogs run"]
   np.testing.assert_array_equal(recorded.encode(sentences), selecting.encode(sentences))
   # An eval_method.json written before it held every field: the fields it lacks take Method's defaults.
-  seven = {"name": "prompt_mlm_top_k", "template": config.method.template, "denoise": True, "head": "none",
-           "tokenization": "alone", "bias_positions": "from_zero", "prompt_placement": "last_occurrence"}
+  seven = {
+    "name": "prompt_mlm_top_k",
+    "template": config.method.template,
+    "denoise": True,
+    "head": "none",
+    "tokenization": "alone",
+    "bias_positions": "from_zero",
+    "prompt_placement": "last_occurrence",
+  }
   run_dir.save_eval_method(tmp_path, seven)
   assert Encoder.from_pretrained(tmp_path).method == Method(**seven)
 
@@ -183,10 +224,16 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
   changed field refused) and the run's export keeps, so pre-training can continue from it."""
   from jaxemb.data import prepare  # pylint: disable=g-import-not-at-top
   from jaxemb.errors import ConfigError  # pylint: disable=g-import-not-at-top
+
   config = tiny_config("pretrain_mlm", tmp_path / "arch", tmp_path / "run", wiki_head, num_steps=2, eval_every=2)
-  config.model.architecture.update(tokenizer=str(shared_path("tokenizers", "bert-base-uncased")), hidden_size=16,
-                                   num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                                   max_position_embeddings=64)
+  config.model.architecture.update(
+    tokenizer=str(shared_path("tokenizers", "bert-base-uncased")),
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=64,
+  )
   prepare.prepare_architecture(config.model.path, config.model.architecture)  # HF's default: tied.
   config.model.tie_word_embeddings = False
   config.objective.whole_word_mask = True
@@ -223,6 +270,7 @@ def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_mode
   for leaf in ("kernel", "bias"):  # The checkpoints here have no pooler of their own: this one is the MLP.
     np.testing.assert_array_equal(best["encoder"]["pooler"]["dense"][leaf], best["mlp"]["dense"][leaf])
   from jaxemb.encode import Encoder  # pylint: disable=g-import-not-at-top
+
   encoder = Encoder.from_pretrained(tmp_path)
   assert encoder.method.name == "cls" or encoder.method.head == "pooler"  # Only the prompt methods have a head.
   assert encoder.encode(["a man plays a guitar ."]).shape == (1, 32)

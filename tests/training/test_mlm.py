@@ -14,9 +14,17 @@ from jaxemb.models import EncoderConfig, Transformer, hf
 from jaxemb.training import mlm, objectives, trainer
 from tests.support import shared_path
 
-TINY = EncoderConfig(model_type="bert", vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
+TINY = EncoderConfig(
+  model_type="bert",
+  vocab_size=30522,
+  hidden_size=32,
+  num_hidden_layers=2,
+  num_attention_heads=4,
+  intermediate_size=64,
+  max_position_embeddings=64,
+  hidden_dropout_prob=0.0,
+  attention_probs_dropout_prob=0.0,
+)
 
 
 def _rows(bert_tokenizer, batch, width, seed=0):
@@ -26,9 +34,13 @@ def _rows(bert_tokenizer, batch, width, seed=0):
   lengths = rng.integers(1, width - 1, batch)
   ids = np.zeros((batch, width), np.int32)
   for i, n in enumerate(lengths):
-    ids[i, :n + 2] = [template.cls_id, *rng.integers(1000, 30000, n), template.sep_id]
-  rows = templates.TemplateBatch(jnp.asarray(ids), jnp.asarray((ids != 0).astype(np.int32)),
-                                 jnp.zeros((batch, 0), jnp.int32), jnp.asarray(lengths, jnp.int32))
+    ids[i, : n + 2] = [template.cls_id, *rng.integers(1000, 30000, n), template.sep_id]
+  rows = templates.TemplateBatch(
+    jnp.asarray(ids),
+    jnp.asarray((ids != 0).astype(np.int32)),
+    jnp.zeros((batch, 0), jnp.int32),
+    jnp.asarray(lengths, jnp.int32),
+  )
   return template, rows
 
 
@@ -45,12 +57,14 @@ def test_masking_statistics_are_bert_s_and_hf_collator_s(bert_tokenizer):
   draws on the same rows; [CLS], [SEP] and padding are never selected nor changed."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+
   template, rows = _rows(bert_tokenizer, 1024, 48)
   original = np.asarray(rows.input_ids)
   maskable = np.asarray(mlm.maskable(rows, template))
   assert maskable.sum() == np.asarray(rows.sentence_lengths).sum()
-  ids, selected = jax.jit(mlm.mask_tokens, static_argnums=(3, 4))(jax.random.key(0), rows.input_ids,
-                                                                   jnp.asarray(maskable), 103, 30522)
+  ids, selected = jax.jit(mlm.mask_tokens, static_argnums=(3, 4))(
+    jax.random.key(0), rows.input_ids, jnp.asarray(maskable), 103, 30522
+  )
   ids, selected = np.asarray(ids), np.asarray(selected)
   assert not (selected & ~maskable).any() and (ids[~maskable] == original[~maskable]).all()
   collator = transformers.DataCollatorForLanguageModeling(bert_tokenizer, mlm_probability=0.15, seed=0)
@@ -77,6 +91,7 @@ def test_whole_word_masking_selects_whole_words_at_bert_s_rate(family, bert_toke
   """Whole words of the sentences only (never a part of one, nor [CLS], [SEP], template tokens or padding), 15% of
   them, each token then replaced 80/10/10; a sentence's first word too, whose RoBERTa piece has no "Ġ"."""
   from configs import train_common  # pylint: disable=g-import-not-at-top
+
   tokenizer = bert_tokenizer if family == "bert" else roberta_tokenizer
   text = train_common.PROMPTBERT_OF if family == "bert" else train_common.PROMPTROBERTA_THIS
   template = templates.Template.parse(text, tokenizer)
@@ -84,15 +99,20 @@ def test_whole_word_masking_selects_whole_words_at_bert_s_rate(family, bert_toke
   rows = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=32, tokenization="alone")
   maskable = mlm.maskable(rows, template)
   ids, selected = jax.jit(mlm.mask_tokens, static_argnums=(3, 4, 5))(
-      jax.random.key(0), rows.input_ids, maskable, template.mask_id, len(tokenizer),
-      mlm.WordStarts.from_tokenizer(tokenizer))
+    jax.random.key(0),
+    rows.input_ids,
+    maskable,
+    template.mask_id,
+    len(tokenizer),
+    mlm.WordStarts.from_tokenizer(tokenizer),
+  )
   original, ids, selected = np.asarray(rows.input_ids), np.asarray(ids), np.asarray(selected)
   assert not (selected & ~np.asarray(maskable)).any() and (ids[~selected] == original[~selected]).all()
   start = 1 + len(template.prefix_ids)
   chosen, pieces, first_words = [], [], 0
   for row, length in enumerate(np.asarray(rows.sentence_lengths)):
-    words = _words(tokenizer, original[row, start:start + length].tolist())
-    picked = selected[row, start:start + length]
+    words = _words(tokenizer, original[row, start : start + length].tolist())
+    picked = selected[row, start : start + length]
     for word in range(words[-1] + 1 if length else 0):
       of_word = picked[words == word]
       assert of_word.all() or not of_word.any(), (row, word)  # Never a part of a word.
@@ -109,18 +129,28 @@ def test_whole_word_masking_selects_whole_words_at_bert_s_rate(family, bert_toke
 def test_whole_word_masking_needs_word_boundaries_and_the_mlm_loss(bert_tokenizer):
   import tokenizers  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+
   # A word-level vocabulary: no piece marks where a word begins.
-  words = transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer(
-      tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]")))
-  with pytest.raises(ConfigError, match=r"^objective.whole_word_mask: the vocabulary of \w+ gives no word starts: "
-                                        r"it is neither WordPiece"):
+  words = transformers.PreTrainedTokenizerFast(
+    tokenizer_object=tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+  )
+  with pytest.raises(
+    ConfigError,
+    match=r"^objective.whole_word_mask: the vocabulary of \w+ gives no word starts: "
+    r"it is neither WordPiece",
+  ):
     mlm.WordStarts.from_tokenizer(words)
   table = mlm.WordStarts.from_tokenizer(bert_tokenizer).table
   assert table.shape == (30522,) and table[bert_tokenizer.convert_tokens_to_ids("the")]
   assert not table[bert_tokenizer.convert_tokens_to_ids("##s")]
   with pytest.raises(ConfigError, match="whole-word masking applies to loss 'mlm' only"):
-    dataclasses.replace(_mlm_objective(bert_tokenizer), views=("a", "b"), view_templates=(
-        _mlm_objective(bert_tokenizer).view_templates * 2), loss="info_nce", word_starts=mlm.WordStarts(b"", 0))
+    dataclasses.replace(
+      _mlm_objective(bert_tokenizer),
+      views=("a", "b"),
+      view_templates=(_mlm_objective(bert_tokenizer).view_templates * 2),
+      loss="info_nce",
+      word_starts=mlm.WordStarts(b"", 0),
+    )
 
 
 def test_init_params_are_hf_s_initialisation():
@@ -134,8 +164,15 @@ def test_init_params_are_hf_s_initialisation():
 
 
 def _mlm_objective(bert_tokenizer):
-  return objectives.Objective(views=("text|[X]",), view_templates=(templates.Template.parse("[X]", bert_tokenizer),),
-                              pooling="cls", denoise="none", head="none", loss="mlm", temperature=0.05)
+  return objectives.Objective(
+    views=("text|[X]",),
+    view_templates=(templates.Template.parse("[X]", bert_tokenizer),),
+    pooling="cls",
+    denoise="none",
+    head="none",
+    loss="mlm",
+    temperature=0.05,
+  )
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
@@ -143,14 +180,16 @@ def trained(request, tmp_path_factory):
   """(tokenizer, a tiny BERT from scratch after 8 MLM steps on one repeated batch, their losses, its saved HF
   directory), tied or untied."""
   from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
+
   tokenizer = hf.load_tokenizer(shared_path("tokenizers", "bert-base-uncased"))
   config = pretrain_mlm.get_config("tied" if request.param else "untied")
   config.train.learning_rate = 3e-3
   config.train.max_grad_norm = 0.0
   model_config = dataclasses.replace(TINY, tie_word_embeddings=request.param)
   objective = trainer.build_objective(config, tokenizer)
-  built = trainer.build_trainer(config, model_config, hf.init_params(model_config), objective,
-                                sharding.make_mesh(-1, 1), 100)
+  built = trainer.build_trainer(
+    config, model_config, hf.init_params(model_config), objective, sharding.make_mesh(-1, 1), 100
+  )
   _, rows = _rows(tokenizer, 32, 24)
   state = built.initial_state(hf.init_params(model_config))
   losses = []
@@ -173,6 +212,7 @@ def test_saved_checkpoint_gives_hf_bert_for_masked_lm_s_logits_and_loss(trained)
   masked_lm_loss is HF's loss (cross-entropy over the labelled positions) on a masked batch."""
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
+
   tokenizer, _, out = trained
   torch_model, info = transformers.BertForMaskedLM.from_pretrained(out, output_loading_info=True)
   # BertForMaskedLM has no pooler; the checkpoint keeps it, as the original BERT checkpoints do.
@@ -189,9 +229,11 @@ def test_saved_checkpoint_gives_hf_bert_for_masked_lm_s_logits_and_loss(trained)
   ours = model.apply({"params": params}, ids, rows.attention_mask, output_mlm_logits=True).mlm_logits
   labels = np.where(np.asarray(selected), np.asarray(rows.input_ids), -100)
   with torch.no_grad():
-    theirs = torch_model(input_ids=torch.tensor(np.asarray(ids), dtype=torch.long),
-                         attention_mask=torch.tensor(np.asarray(rows.attention_mask)),
-                         labels=torch.tensor(labels, dtype=torch.long))
+    theirs = torch_model(
+      input_ids=torch.tensor(np.asarray(ids), dtype=torch.long),
+      attention_mask=torch.tensor(np.asarray(rows.attention_mask)),
+      labels=torch.tensor(labels, dtype=torch.long),
+    )
   np.testing.assert_allclose(np.asarray(ours), theirs.logits.numpy(), atol=1e-4)
   hidden = model.apply({"params": params}, ids, rows.attention_mask).last_hidden_state
   logits = lambda h: model.apply({"params": params}, h, method=Transformer.mlm_logits)

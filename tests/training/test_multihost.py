@@ -38,32 +38,61 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
   `cache`, their XLA programs included: a resumed job loads what the preempted one compiled."""
   train = {"batch_size": 8, "num_steps": 2, "save_every": 2, "adam_eps": 1e-6, **train}
   eval_every = train.pop("eval_every", 100)
-  return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-          f"--config.model.path={model_dir}", f"--config.data.train_file={corpus_file}",
-          f"--config.data.senteval_dir={short_senteval()}", f"--config.workdir={workdir}",
-          f"--config.data.cache_dir={cache}", "--config.data.max_sentence_tokens=16",
-          "--config.eval.length_multiple=64", "--config.eval.batch_size=32", "--config.model.scan_unroll=1",
-          f"--config.compilation_cache_dir={cache / 'xla'}", f"--config.evals.stsb_dev.every={eval_every}",
-          *(f"--config.train.{name}={value}" for name, value in train.items())]
+  return [
+    sys.executable,
+    str(REPO / "train.py"),
+    "--config",
+    str(REPO / "configs" / "promptbert.py"),
+    f"--config.model.path={model_dir}",
+    f"--config.data.train_file={corpus_file}",
+    f"--config.data.senteval_dir={short_senteval()}",
+    f"--config.workdir={workdir}",
+    f"--config.data.cache_dir={cache}",
+    "--config.data.max_sentence_tokens=16",
+    "--config.eval.length_multiple=64",
+    "--config.eval.batch_size=32",
+    "--config.model.scan_unroll=1",
+    f"--config.compilation_cache_dir={cache / 'xla'}",
+    f"--config.evals.stsb_dev.every={eval_every}",
+    *(f"--config.train.{name}={value}" for name, value in train.items()),
+  ]
 
 
 def _env(devices, **variables):
-  return {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu",
-          "PYTHONUNBUFFERED": "1", **variables}
+  return {
+    **os.environ,
+    "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONUNBUFFERED": "1",
+    **variables,
+  }
 
 
 def _slurm(process_id: int, num_processes: int) -> dict[str, str]:
   """What srun sets in task `process_id` of a job step of `num_processes` tasks, one per node: the variables
   jax's SlurmCluster reads (jax/_src/clusters/slurm_cluster.py), the first node being this one."""
-  return {"SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_NTASKS": str(num_processes),
-          "SLURM_PROCID": str(process_id), "SLURM_LOCALID": "0"}
+  return {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_NODELIST": "127.0.0.1",
+    "SLURM_NTASKS": str(num_processes),
+    "SLURM_PROCID": str(process_id),
+    "SLURM_LOCALID": "0",
+  }
 
 
 def _start_pair(*args, **train):
   """Two processes, two devices each, of one train.py job step on SLURM: the same command, no distributed flags."""
   port = str(_free_port())  # jax's SLURM default derives it from the job id; a fixed one may be taken here.
-  return [subprocess.Popen(_command(*args, **train), env=_env(2, **_slurm(i, 2), JAX_COORDINATOR_PORT=port),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  return [
+    subprocess.Popen(
+      _command(*args, **train),
+      env=_env(2, **_slurm(i, 2), JAX_COORDINATOR_PORT=port),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
 
 
 def _stderr_tail(stderr: str) -> str:
@@ -117,8 +146,13 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   params every 4 steps and kept the best in `best/`."""
   corpus_file, cache = _corpus(tmp_path), tmp_path / "cache"
   train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
-  single = subprocess.run(_command(tiny_bert, corpus_file, tmp_path / "single", cache, **train), env=_env(4),
-                          capture_output=True, text=True, check=False)
+  single = subprocess.run(
+    _command(tiny_bert, corpus_file, tmp_path / "single", cache, **train),
+    env=_env(4),
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   assert single.returncode == 0, _stderr_tail(single.stderr)
 
   pair = _start_pair(tiny_bert, corpus_file, pair_workdir, cache, **train)
@@ -148,8 +182,10 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   _, best, meta = run_dir.load_best(pair_workdir)  # What evaluate.py reads, in one process.
   assert meta["step"] == max(dev(metrics), key=dev(metrics).get)
   if meta["step"] == train["num_steps"]:
-    np.testing.assert_array_equal(best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
-                                  got["encoder"]["layers"]["query"]["kernel"][0])
+    np.testing.assert_array_equal(
+      best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
+      got["encoder"]["layers"]["query"]["kernel"][0],
+    )
 
 
 @pytest.fixture
@@ -166,8 +202,17 @@ def initialize_calls(monkeypatch):
 
 
 def _distributed(coordinator_address="", num_processes=1, process_id=0):
-  return ml_collections.ConfigDict({"train": {"distributed": {
-      "coordinator_address": coordinator_address, "num_processes": num_processes, "process_id": process_id}}})
+  return ml_collections.ConfigDict(
+    {
+      "train": {
+        "distributed": {
+          "coordinator_address": coordinator_address,
+          "num_processes": num_processes,
+          "process_id": process_id,
+        }
+      }
+    }
+  )
 
 
 def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls, monkeypatch):
@@ -175,13 +220,17 @@ def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls,
   for name, value in _slurm(0, 4).items():
     monkeypatch.setenv(name, value)
   loop.join_multihost_job(_distributed("10.0.0.1:1234", num_processes=2, process_id=1))
-  assert initialize_calls == [("jax_cpu_collectives_implementation", "gloo"),
-                              {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1}]
+  assert initialize_calls == [
+    ("jax_cpu_collectives_implementation", "gloo"),
+    {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1},
+  ]
 
 
-@pytest.mark.parametrize("variables, joins", [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True),
-                                              ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
-                         ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks", "a Kubernetes pod"])
+@pytest.mark.parametrize(
+  "variables, joins",
+  [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True), ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
+  ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks", "a Kubernetes pod"],
+)
 def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, monkeypatch, variables, joins):
   """A plain machine, a job step of one task or a Kubernetes pod (not a cluster jaxemb joins) starts no
   coordinator; one of several tasks leaves jax to fill in the coordinator, the process count and id."""
@@ -190,8 +239,9 @@ def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, mon
   with warnings.catch_warnings():
     warnings.simplefilter("error")  # jax's Kubernetes detection warns in a pod without the kubernetes package.
     loop.join_multihost_job(_distributed())
-  assert initialize_calls == ([("jax_cpu_collectives_implementation", "gloo"),
-                               {"cluster_detection_method": "slurm"}] if joins else [])
+  assert initialize_calls == (
+    [("jax_cpu_collectives_implementation", "gloo"), {"cluster_detection_method": "slurm"}] if joins else []
+  )
 
 
 def test_a_process_joins_once(initialize_calls, monkeypatch):

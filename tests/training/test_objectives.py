@@ -17,23 +17,34 @@ SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-  path = write_random_checkpoint(tmp_path_factory.mktemp("objectives"), "bert", hidden_dropout_prob=0.0,
-                                 attention_probs_dropout_prob=0.0)
+  path = write_random_checkpoint(
+    tmp_path_factory.mktemp("objectives"), "bert", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+  )
   config, params = load_pretrained(path)
   return load_tokenizer(path), Transformer(config), params
 
 
 def _cot(tokenizer, group_size):
   from configs import cotbert  # pylint: disable=g-import-not-at-top
+
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in (cotbert.ANCHOR, cotbert.POSITIVE, cotbert.NEGATIVE))
-  return objectives.Objective(views=("a", "p", "n"), view_templates=parsed, pooling="mask", denoise="pad",
-                              head="mlp", loss="extended_info_nce", temperature=0.05,
-                              loss_group_size=group_size)
+  return objectives.Objective(
+    views=("a", "p", "n"),
+    view_templates=parsed,
+    pooling="mask",
+    denoise="pad",
+    head="mlp",
+    loss="extended_info_nce",
+    temperature=0.05,
+    loss_group_size=group_size,
+  )
 
 
 def _batch(objective, tokenizer, sentences):
-  return {field: templates.tokenize_sentences(t, tokenizer, sentences, pad_to=t.num_tokens + 8, tokenization="alone")
-          for field, t in zip(objective.views, objective.view_templates)}
+  return {
+    field: templates.tokenize_sentences(t, tokenizer, sentences, pad_to=t.num_tokens + 8, tokenization="alone")
+    for field, t in zip(objective.views, objective.view_templates)
+  }
 
 
 def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
@@ -44,8 +55,9 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   grouped = _cot(tokenizer, 2)
   params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
   # One compiled loss per objective and batch shape: the two halves share theirs.
-  jitted = jax.jit(lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0],
-                   static_argnums=0)
+  jitted = jax.jit(
+    lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0], static_argnums=0
+  )
   loss = lambda objective, sentences: float(jitted(objective, params, _batch(objective, tokenizer, sentences)))
   halves = [loss(_cot(tokenizer, 0), SENTENCES[:2]), loss(_cot(tokenizer, 0), SENTENCES[2:])]
   np.testing.assert_allclose(loss(grouped, SENTENCES), np.mean(halves), rtol=1e-6)
@@ -56,9 +68,17 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
 
 def _promptbert(tokenizer):
   from configs import promptbert  # pylint: disable=g-import-not-at-top
+
   parsed = tuple(templates.Template.parse(t, tokenizer) for t in promptbert.get_config().objective.templates)
-  return objectives.Objective(views=("a", "b"), view_templates=parsed, pooling="mask", denoise="position_offset",
-                              head="mlp", loss="info_nce", temperature=0.05)
+  return objectives.Objective(
+    views=("a", "b"),
+    view_templates=parsed,
+    pooling="mask",
+    denoise="position_offset",
+    head="mlp",
+    loss="info_nce",
+    temperature=0.05,
+  )
 
 
 @pytest.mark.parametrize("make", [_promptbert, lambda tokenizer: _cot(tokenizer, 0)], ids=["position_offset", "pad"])
@@ -69,19 +89,23 @@ def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(t
   objective = make(tokenizer)
   params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
   full = _batch(objective, tokenizer, SENTENCES)
-  cut = {field: corpus.gather(rows, np.arange(len(SENTENCES)), int(rows.attention_mask.sum(1).max()))
-         for field, rows in full.items()}
+  cut = {
+    field: corpus.gather(rows, np.arange(len(SENTENCES)), int(rows.attention_mask.sum(1).max()))
+    for field, rows in full.items()
+  }
   assert all(cut[f].input_ids.shape[1] < full[f].input_ids.shape[1] for f in full)
-  grad = jax.jit(jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b,
-                                                                             jax.random.key(1))[0]))
+  grad = jax.jit(
+    jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0])
+  )
   (loss_full, grad_full), (loss_cut, grad_cut) = grad(params, full), grad(params, cut)
   np.testing.assert_allclose(loss_cut, loss_full, rtol=1e-5, atol=1e-5)  # Float noise only: the loss is ~0.02.
   # Relative to the largest gradient entry: some leaves' gradients are zero up to float noise (the key bias shifts
   # every logit of a softmax alike), and noise has no relative precision.
   scale = max(float(np.abs(a).max()) for a in jax.tree.leaves(grad_full))
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grad_full), jax.tree.leaves(grad_cut), strict=True):
-    np.testing.assert_allclose(np.asarray(b) / scale, np.asarray(a) / scale, atol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
+    np.testing.assert_allclose(
+      np.asarray(b) / scale, np.asarray(a) / scale, atol=1e-5, err_msg=jax.tree_util.keystr(path)
+    )
 
 
 def test_contrastive_accuracy_counts_rows_whose_positive_has_the_largest_logit(tiny):
@@ -89,8 +113,15 @@ def test_contrastive_accuracy_counts_rows_whose_positive_has_the_largest_logit(t
   With the second view's rows shuffled, no row's positive is its own sentence: accuracy 0."""
   tokenizer, model, encoder = tiny
   template = templates.Template.parse("[X]", tokenizer)
-  objective = objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="cls",
-                                   denoise="none", head="mlp", loss="info_nce", temperature=0.05)
+  objective = objectives.Objective(
+    views=("a", "b"),
+    view_templates=(template, template),
+    pooling="cls",
+    denoise="none",
+    head="mlp",
+    loss="info_nce",
+    temperature=0.05,
+  )
   params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
   batch = _batch(objective, tokenizer, SENTENCES)
   metrics = lambda b: objectives.loss_and_metrics(objective, model, params, b, jax.random.key(1))[1]
@@ -107,7 +138,8 @@ def test_dropout_masks_follow_the_parts_name_not_the_call_order(tiny):
   rows = templates.tokenize_sentences(templates.Template.parse("[X]", tokenizer), tokenizer, SENTENCES)
   run = lambda forward: np.asarray(forward(rows.input_ids, rows.attention_mask).last_hidden_state)
   step = lambda: objectives._TrainingForward(  # pylint: disable=protected-access
-      dropping, {"encoder": encoder}, jax.random.key(3))
+    dropping, {"encoder": encoder}, jax.random.key(3)
+  )
   first = run(step().named("view 1"))
   forward = step()
   run(forward.named("view 0"))
@@ -122,20 +154,31 @@ def test_hard_negative_weight_weighs_each_rows_own_hard_negative(tiny):
   """objective.hard_negative_weight (SimCSE's --hard_negative_weight) reaches the loss: the loss equals
   losses.info_nce_with_hard_negatives with that weight on the same vectors, and differs from weight 0."""
   from jaxemb import losses, views  # pylint: disable=g-import-not-at-top
+
   tokenizer, model, encoder = tiny
   parsed = (templates.Template.parse("[X]", tokenizer),) * 3
   objective = lambda weight: objectives.Objective(
-      views=("a", "p", "n"), view_templates=parsed, pooling="cls", denoise="none", head="none",
-      loss="info_nce_with_hard_negatives", temperature=0.05, hard_negative_weight=weight)
-  batch = {field: templates.tokenize_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
-           for i, field in enumerate(("a", "p", "n"))}
+    views=("a", "p", "n"),
+    view_templates=parsed,
+    pooling="cls",
+    denoise="none",
+    head="none",
+    loss="info_nce_with_hard_negatives",
+    temperature=0.05,
+    hard_negative_weight=weight,
+  )
+  batch = {
+    field: templates.tokenize_sentences(parsed[0], tokenizer, SENTENCES[i:] + SENTENCES[:i], pad_to=12)
+    for i, field in enumerate(("a", "p", "n"))
+  }
   params = {"encoder": encoder}
   key = jax.random.key(0)
   loss = lambda weight: float(objectives.loss_and_metrics(objective(weight), model, params, batch, key)[0])
   forward = lambda ids, mask, **kw: model.apply({"params": encoder}, ids, mask, **kw)
   vectors = [views.vector(objective(0.0).view_list[0], model, params, forward, batch[f]) for f in ("a", "p", "n")]
-  np.testing.assert_allclose(loss(2.0), losses.info_nce_with_hard_negatives(*vectors, hard_negative_weight=2.0),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    loss(2.0), losses.info_nce_with_hard_negatives(*vectors, hard_negative_weight=2.0), rtol=1e-5
+  )
   assert abs(loss(2.0) - loss(0.0)) > 1e-3
   with pytest.raises(ValueError, match="applies to info_nce_with_hard_negatives only"):
     dataclasses.replace(_promptbert(tokenizer), hard_negative_weight=1.0)

@@ -19,8 +19,10 @@ from tests.training.test_loop import CONFIGS
 @pytest.fixture(name="heavy_steps_fail")
 def _heavy_steps_fail(monkeypatch):
   """Makes loading the weights or reading the corpus fail the test: a refused config must not reach them."""
+
   def called(*args, **kwargs):
     raise AssertionError("loaded before the config was checked")
+
   monkeypatch.setattr(loop, "load_start", called)
   monkeypatch.setattr(loop, "read_columns", called)
 
@@ -33,8 +35,9 @@ def _config(tiny_bert, tmp_path, wiki_head, **changes):  # pylint: disable=redef
   return config
 
 
-def test_tying_an_untied_checkpoint_is_refused_before_anything_is_loaded_or_written(tmp_path, wiki_head,
-                                                                                    heavy_steps_fail):
+def test_tying_an_untied_checkpoint_is_refused_before_anything_is_loaded_or_written(
+  tmp_path, wiki_head, heavy_steps_fail
+):
   untied = write_random_checkpoint(tmp_path / "untied", "bert", tie_word_embeddings=False)
   config = _config(untied, tmp_path, wiki_head, model__tie_word_embeddings=True)
   with pytest.raises(ConfigError, match=rf"^model\.tie_word_embeddings=True: {untied} has an untied MLM decoder"):
@@ -42,8 +45,9 @@ def test_tying_an_untied_checkpoint_is_refused_before_anything_is_loaded_or_writ
   assert not (tmp_path / "run").exists()
 
 
-def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(tmp_path, tiny_bert, wiki_head,
-                                                                             heavy_steps_fail):
+def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(
+  tmp_path, tiny_bert, wiki_head, heavy_steps_fail
+):
   """Case 6: train.py used to run to exit 0 and record an eval_method.json that evaluation and export refuse."""
   config = _config(tiny_bert, tmp_path, wiki_head, method__template='This sentence of "[X]" means.')
   with pytest.raises(ConfigError, match=r"^config\.method: method 'prompt' needs a template with \[MASK\] .*; got "):
@@ -51,12 +55,16 @@ def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(tmp
   assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("batch_size, message", [
+@pytest.mark.parametrize(
+  "batch_size, message",
+  [
     (0, r"^config\.train\.batch_size=0: must be a positive multiple of the 1 devices$"),
     (-8, r"^config\.train\.batch_size=-8: must be a positive multiple of the 1 devices$"),
-])
-def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(tmp_path, tiny_bert, wiki_head,
-                                                                        heavy_steps_fail, batch_size, message):
+  ],
+)
+def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(
+  tmp_path, tiny_bert, wiki_head, heavy_steps_fail, batch_size, message
+):
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=batch_size)
   with pytest.raises(ConfigError, match=message):
     loop.train(config)
@@ -77,8 +85,11 @@ def test_a_contrastive_batch_of_one_is_refused(tmp_path, tiny_bert, wiki_head, f
 def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
   eight_devices = types.SimpleNamespace(size=8)  # The checks read the device count alone.
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=12)
-  with pytest.raises(ConfigError, match=r"^config\.train\.batch_size 12 is not divisible by the 8 devices of the "
-                                        r"mesh; use a multiple of 8$"):
+  with pytest.raises(
+    ConfigError,
+    match=r"^config\.train\.batch_size 12 is not divisible by the 8 devices of the "
+    r"mesh; use a multiple of 8$",
+  ):
     preflight.check(config, eight_devices)
   config.train.batch_size = 16
   preflight.check(config, eight_devices)
@@ -87,15 +98,21 @@ def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
 def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tiny_bert, wiki_head, monkeypatch):
   def tokenize(*args, **kwargs):
     raise AssertionError("tokenised a corpus without a full batch")
+
   monkeypatch.setattr(loop.corpus, "tokenize_cached", tokenize)
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=128)
-  with pytest.raises(ConfigError, match=rf"^config\.train\.batch_size=128: larger than the 64 examples of "
-                                        rf"{wiki_head} \(no full step\)"):
+  with pytest.raises(
+    ConfigError,
+    match=rf"^config\.train\.batch_size=128: larger than the 64 examples of "
+    rf"{wiki_head} \(no full step\)",
+  ):
     loop.train(config)
   assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
-@pytest.mark.parametrize("field, value, message", [
+@pytest.mark.parametrize(
+  "field, value, message",
+  [
     ("train__num_steps", -1, r"config\.train\.num_steps=-1: must be an int >= 0"),
     ("train__save_every", -2, r"config\.train\.save_every=-2: must be a positive int"),
     ("train__log_every", 0, r"config\.train\.log_every=0: must be a positive int"),
@@ -105,11 +122,19 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
     ("data__format", "tsv", r"config\.data\.format='tsv': must be one of \['nli', 'text'\]"),
     ("model__scan_unroll", 0, r"^config\.model\.scan_unroll=0: must be at least 1"),
     ("model__remat_policy", "dots", r"^config\.model\.remat_policy='dots': must be one of \('none', 'full', "),
-    ("objective__templates", ('This sentence of "[X]" means.', 'This sentence : "[X]" means[MASK].'),
-     r"^config\.objective: mask pooling and denoising need a template with \[MASK\]"),
-    ("model__path", "/nonexistent/model", r"^config\.model\.path=/nonexistent/model: Model '/nonexistent/model' not "
-     r"found"),
-])
+    (
+      "objective__templates",
+      ('This sentence of "[X]" means.', 'This sentence : "[X]" means[MASK].'),
+      r"^config\.objective: mask pooling and denoising need a template with \[MASK\]",
+    ),
+    (
+      "model__path",
+      "/nonexistent/model",
+      r"^config\.model\.path=/nonexistent/model: Model '/nonexistent/model' not "
+      r"found",
+    ),
+  ],
+)
 def test_bad_field_is_named(tmp_path, tiny_bert, wiki_head, field, value, message):
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: value})
   with pytest.raises(ConfigError, match=message):
@@ -132,8 +157,11 @@ def test_a_missing_corpus_is_named(tmp_path, tiny_bert, wiki_head):
 
 def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_none(tmp_path, tiny_bert, wiki_head):
   config = _config(tiny_bert, tmp_path, wiki_head, data__senteval_dir=str(tmp_path / "senteval"))
-  with pytest.raises(DataError, match=r"^config\.evals\.stsb_dev: config\.data\.senteval_dir=.*/senteval: .*"
-                                      r"STSBenchmark: no such directory.*; fetch SentEval with prepare\.py$"):
+  with pytest.raises(
+    DataError,
+    match=r"^config\.evals\.stsb_dev: config\.data\.senteval_dir=.*/senteval: .*"
+    r"STSBenchmark: no such directory.*; fetch SentEval with prepare\.py$",
+  ):
     loop.build_evaluators(config)
   (tmp_path / "senteval" / "MR").mkdir(parents=True)
   for polarity in ("pos", "neg"):
@@ -152,8 +180,9 @@ def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
     assert not (tmp_path / name).exists()
 
 
-def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(tmp_path, tiny_bert, wiki_head,
-                                                                        heavy_steps_fail):
+def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(
+  tmp_path, tiny_bert, wiki_head, heavy_steps_fail
+):
   """The loop trains from the checkpoint preflight opened (its directory and tokenizer, not opened again); a run
   directory has no weights to start from."""
   source, objective = preflight.check(_config(tiny_bert, tmp_path, wiki_head), sharding.make_mesh(-1, 1))
@@ -163,14 +192,18 @@ def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(tmp_pat
   shutil.copytree(tiny_bert, tmp_path / "old" / "model")  # A run directory: model/ with config.json, and best/.
   (tmp_path / "old" / "best").mkdir()
   config = _config(tiny_bert, tmp_path, wiki_head, model__path=str(tmp_path / "old"))
-  with pytest.raises(ConfigError, match=r"^config\.model\.path=.*/old: a jaxemb run directory; training starts "
-                                        r"from a Hugging Face checkpoint"):
+  with pytest.raises(
+    ConfigError,
+    match=r"^config\.model\.path=.*/old: a jaxemb run directory; training starts "
+    r"from a Hugging Face checkpoint",
+  ):
     loop.train(config)
   assert not (tmp_path / "run").exists()
 
 
-def test_a_changed_scan_layers_is_refused_before_it_is_recorded(tmp_path, trained_run, tiny_bert, wiki_head,
-                                                               heavy_steps_fail):
+def test_a_changed_scan_layers_is_refused_before_it_is_recorded(
+  tmp_path, trained_run, tiny_bert, wiki_head, heavy_steps_fail
+):
   """train.py --resume_changed with model.scan_layers flipped: the run's checkpoints hold its layers stacked (the
   training default), and the other layout would draw other dropout masks from then on, so the field is refused in
   one line before anything is loaded or recorded: the run's fingerprint is as it was, and its own layout passes."""
@@ -179,8 +212,11 @@ def test_a_changed_scan_layers_is_refused_before_it_is_recorded(tmp_path, traine
   recorded = (run / "fingerprint.json").read_text()
   config = tiny_config("simcse", tiny_bert, run, wiki_head)
   config.model.scan_layers = False
-  with pytest.raises(ConfigError, match=rf"^config\.model\.scan_layers=False: the run in {run} started with True \(its "
-                                        r"checkpoints hold the layers stacked\) and resumes so; set the field to True"):
+  with pytest.raises(
+    ConfigError,
+    match=rf"^config\.model\.scan_layers=False: the run in {run} started with True \(its "
+    r"checkpoints hold the layers stacked\) and resumes so; set the field to True",
+  ):
     loop.train(config, resume_changed=True)
   assert (run / "fingerprint.json").read_text() == recorded
   config.model.scan_layers = True

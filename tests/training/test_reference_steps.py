@@ -29,18 +29,32 @@ from jaxemb.testing import reference_torch as ref
 STEPS, SCHEDULE, LR, ROWS = 5, 10, 2e-4, 8
 
 # jaxemb config -> the authors' setting it reproduces (reference_torch.SETTINGS).
-SETTINGS = {"promptbert": "unsup-bert", "promptroberta": "unsup-roberta", "promptbert_sup": "sup-bert",
-            "promptroberta_sup": "sup-roberta", "cotbert": "cot-bert", "cotroberta": "cot-roberta",
-            "simcse": "simcse-unsup", "simcse_sup": "simcse-sup", "optiprompt": "bert-optiprompt"}
+SETTINGS = {
+  "promptbert": "unsup-bert",
+  "promptroberta": "unsup-roberta",
+  "promptbert_sup": "sup-bert",
+  "promptroberta_sup": "sup-roberta",
+  "cotbert": "cot-bert",
+  "cotroberta": "cot-roberta",
+  "simcse": "simcse-unsup",
+  "simcse_sup": "simcse-sup",
+  "optiprompt": "bert-optiprompt",
+}
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
   # Position tables long enough for the authors' 50 (training) and 128 (selection) offset rows.
-  return {family: write_random_checkpoint(tmp_path_factory.mktemp(f"reference-{family}"), family,
-                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                                          max_position_embeddings=192 + (2 if family == "roberta" else 0))
-          for family in ("bert", "roberta")}
+  return {
+    family: write_random_checkpoint(
+      tmp_path_factory.mktemp(f"reference-{family}"),
+      family,
+      hidden_dropout_prob=0.0,
+      attention_probs_dropout_prob=0.0,
+      max_position_embeddings=192 + (2 if family == "roberta" else 0),
+    )
+    for family in ("bert", "roberta")
+  }
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +70,7 @@ def examples(supervised: bool):
   if supervised:
     lines = shared_path("data", "nli", "nli_for_simcse_sample.csv").read_text(encoding="utf-8").splitlines()
     import csv  # pylint: disable=g-import-not-at-top
+
     rows = list(csv.reader(lines))[1:]
     return [tuple(r) for r in rows[:ROWS]]
   lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()
@@ -80,14 +95,25 @@ def jaxemb_run(config, model_dir, rows):
   """STEPS jaxemb steps on one repeated batch: (losses, per-step updates of all params, initial params)."""
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  columns = ({c: [r[i] for r in rows] for i, c in enumerate(("sent0", "sent1", "hard_neg"))}
-             if config.data.format == "nli" else {"text": rows})
+  columns = (
+    {c: [r[i] for r in rows] for i, c in enumerate(("sent0", "sent1", "hard_neg"))}
+    if config.data.format == "nli"
+    else {"text": rows}
+  )
   width = config.data.max_sentence_tokens
   objective = trainer.build_objective(config, tokenizer)
   built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
-  batch = {trainer.batch_field(c, t.text): templates.tokenize_sentences(
-      t, tokenizer, columns[c], max_sentence_tokens=width, pad_to=t.num_tokens + width,
-      tokenization=config.data.tokenization) for c, t in zip(config.objective.columns, built.objective.view_templates)}
+  batch = {
+    trainer.batch_field(c, t.text): templates.tokenize_sentences(
+      t,
+      tokenizer,
+      columns[c],
+      max_sentence_tokens=width,
+      pad_to=t.num_tokens + width,
+      tokenization=config.data.tokenization,
+    )
+    for c, t in zip(config.objective.columns, built.objective.view_templates)
+  }
   state, step = built.initial_state(pretrained), built.step
   initial = jax.device_get(state.all_params)
   losses, updates, before = [], [], initial
@@ -132,11 +158,25 @@ _REFERENCE_RUNS = {}
 
 def reference_run(setting_name, model_dir, rows, tokenizer, init, ddp_world_size):
   """ref.run_steps for STEPS steps of SCHEDULE at LR, run once per distinct input."""
-  key = (setting_name, str(model_dir), tuple(rows), ddp_world_size,
-         tuple((k, np.asarray(v).tobytes()) for k, v in sorted(init.items())))
+  key = (
+    setting_name,
+    str(model_dir),
+    tuple(rows),
+    ddp_world_size,
+    tuple((k, np.asarray(v).tobytes()) for k, v in sorted(init.items())),
+  )
   if key not in _REFERENCE_RUNS:
-    _REFERENCE_RUNS[key] = ref.run_steps(ref.get_setting(setting_name), model_dir, [rows], STEPS, SCHEDULE, LR,
-                                         tokenizer=tokenizer, init=init, ddp_world_size=ddp_world_size)
+    _REFERENCE_RUNS[key] = ref.run_steps(
+      ref.get_setting(setting_name),
+      model_dir,
+      [rows],
+      STEPS,
+      SCHEDULE,
+      LR,
+      tokenizer=tokenizer,
+      init=init,
+      ddp_world_size=ddp_world_size,
+    )
   return _REFERENCE_RUNS[key]
 
 
@@ -179,8 +219,13 @@ def assert_same_updates(ours, result):
         assert np.abs(only).max() == 0, f"step {step}: {name} moves on one side only"
         continue
       resolved = np.abs(grads[name]) > max(1e-2 * np.abs(grads[name]).max(), 1e-4 * largest)
-      np.testing.assert_allclose(a[name][resolved], b[name][resolved], rtol=2e-3, atol=1e-3 * LR,
-                                 err_msg=f"step {step}: {name}, resolved gradients")
+      np.testing.assert_allclose(
+        a[name][resolved],
+        b[name][resolved],
+        rtol=2e-3,
+        atol=1e-3 * LR,
+        err_msg=f"step {step}: {name}, resolved gradients",
+      )
       np.testing.assert_allclose(a[name], b[name], rtol=0, atol=0.5 * LR, err_msg=f"step {step}: {name}")
 
 
@@ -196,8 +241,9 @@ def test_five_default_steps_equal_the_authors_step(name, models, torch_threads):
     assert all(n == "p_mbv" or n.startswith("mlp.") for n in moved), moved
 
 
-@pytest.mark.parametrize("change", [{"train.optimizer": "optax_adamw"}, {"train.max_grad_norm": 0.0},
-                                    {"objective.bias_positions": "model"}])
+@pytest.mark.parametrize(
+  "change", [{"train.optimizer": "optax_adamw"}, {"train.max_grad_norm": 0.0}, {"objective.bias_positions": "model"}]
+)
 def test_the_comparison_fails_with_a_different_step(change, models, torch_threads):
   """Negative controls: optax's AdamW, no clipping, or RoBERTa's HF bias positions each give other updates."""
   name = "cotbert" if "train.max_grad_norm" in change else "promptroberta"  # CoT-BERT's gradient norm is over 1.
@@ -222,11 +268,18 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   objective = built.objective
   params, frozen = built.initial_params(pretrained)
   params = train_state.merge_params(frozen, params)
-  encoder = Encoder(model_config, loop.eval_params(config, params), tokenizer, loop.selection_method(config, objective),
-                    prompt=params.get("prompt"), length_multiple=128)  # One compiled shape.
+  encoder = Encoder(
+    model_config,
+    loop.eval_params(config, params),
+    tokenizer,
+    loop.selection_method(config, objective),
+    prompt=params.get("prompt"),
+    length_multiple=128,
+  )  # One compiled shape.
   dev = sts_data.load_sts_task(shared_path("data", "senteval"), "STSBenchmark", "dev")
-  pairs = [(a, b, g) for subset in dev.subsets.values()
-           for a, b, g in zip(subset.sentences1, subset.sentences2, subset.scores)][:48]
+  pairs = [
+    (a, b, g) for subset in dev.subsets.values() for a, b, g in zip(subset.sentences1, subset.sentences2, subset.scores)
+  ][:48]
   preprocess = common.preprocess(join_tokens=True, add_period=False)
   sentences = [preprocess(s) for pair in pairs for s in pair[:2]]
   reference = ref.ReferenceModel(ref.get_setting(SETTINGS[name]), models[family], tokenizer=tokenizer)

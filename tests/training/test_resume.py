@@ -18,15 +18,28 @@ from tensorboardX.proto import event_pb2
 
 from jaxemb.models import run_dir
 from jaxemb.training import metrics
-from tests.support import (REPO, UNCACHED_PROGRAMS, compiled_not_loaded, final_params, logged_steps, short_senteval,
-                           tensorboard_events, tensorboard_scalars)
+from tests.support import (
+  REPO,
+  UNCACHED_PROGRAMS,
+  compiled_not_loaded,
+  final_params,
+  logged_steps,
+  short_senteval,
+  tensorboard_events,
+  tensorboard_scalars,
+)
 
 
 def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_path):
   """Resumed at step 2, the killed process having logged steps 3 and 4 (its last line cut short by the kill):
   metrics.jsonl keeps steps 1-2 and its stsb_dev record, and TensorBoard discards the events from step 3 on."""
-  records = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "stsb_dev": 70.0},
-             {"step": 3, "loss": 3.0}, {"step": 4, "stsb_dev": 71.0}]
+  records = [
+    {"step": 1, "loss": 1.0},
+    {"step": 2, "loss": 2.0},
+    {"step": 2, "stsb_dev": 70.0},
+    {"step": 3, "loss": 3.0},
+    {"step": 4, "stsb_dev": 71.0},
+  ]
   (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"step": 4, "lo')
   writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 2)
   writer.write(3, {"loss": 30.0})
@@ -46,8 +59,9 @@ def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path
   for step in range(1, 6):
     writer.write(step, {"loss": float(step)})
   writer.flush()
-  assert [(e.step, e.summary.value[0].simple_value) for e in tensorboard_events(tmp_path / "tensorboard")
-          if e.summary.value] == [(step, float(step)) for step in range(1, 6)]
+  assert [
+    (e.step, e.summary.value[0].simple_value) for e in tensorboard_events(tmp_path / "tensorboard") if e.summary.value
+  ] == [(step, float(step)) for step in range(1, 6)]
   writer.close()
 
 
@@ -60,14 +74,27 @@ def train_py(tmp_path_factory, tiny_bert, wiki_head):
   caches = tmp_path_factory.mktemp("train_py")
 
   def command(workdir, num_steps, save_every):
-    return [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-            f"--config.model.path={tiny_bert}", f"--config.workdir={workdir}",
-            f"--config.data.train_file={wiki_head}", f"--config.data.cache_dir={caches / 'cache'}",
-            f"--config.data.senteval_dir={short_senteval()}", "--config.data.max_sentence_tokens=16",
-            "--config.eval.length_multiple=64", "--config.eval.batch_size=512", "--config.train.batch_size=12",
-            f"--config.train.num_steps={num_steps}", f"--config.train.save_every={save_every}",
-            "--config.evals.stsb_dev.every=100", "--config.train.log_every=1", "--config.model.scan_unroll=1",
-            f"--config.compilation_cache_dir={caches / 'xla'}"]
+    return [
+      sys.executable,
+      str(REPO / "train.py"),
+      "--config",
+      str(REPO / "configs" / "promptbert.py"),
+      f"--config.model.path={tiny_bert}",
+      f"--config.workdir={workdir}",
+      f"--config.data.train_file={wiki_head}",
+      f"--config.data.cache_dir={caches / 'cache'}",
+      f"--config.data.senteval_dir={short_senteval()}",
+      "--config.data.max_sentence_tokens=16",
+      "--config.eval.length_multiple=64",
+      "--config.eval.batch_size=512",
+      "--config.train.batch_size=12",
+      f"--config.train.num_steps={num_steps}",
+      f"--config.train.save_every={save_every}",
+      "--config.evals.stsb_dev.every=100",
+      "--config.train.log_every=1",
+      "--config.model.scan_unroll=1",
+      f"--config.compilation_cache_dir={caches / 'xla'}",
+    ]
 
   return command
 
@@ -80,8 +107,9 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   command = functools.partial(train_py, num_steps=6, save_every=2)
   whole = subprocess.run(command(tmp_path / "whole"), check=True, capture_output=True, text=True)
   with open(tmp_path / "killed.log", "w", encoding="utf-8") as log:  # A second run, as far as it goes.
-    killed = subprocess.Popen(command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=log,
-                              env={**os.environ, "JAX_LOG_COMPILES": "1"})
+    killed = subprocess.Popen(
+      command(tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "JAX_LOG_COMPILES": "1"}
+    )
   deadline = time.time() + 300
   while not (tmp_path / "killed" / "checkpoints" / "2").is_dir() and killed.poll() is None and time.time() < deadline:
     time.sleep(0.2)
@@ -122,17 +150,22 @@ def _started(command) -> subprocess.Popen:
   runs the tests), and its output unbuffered, stderr in it."""
   previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return subprocess.Popen(
+      command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
   finally:
     signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("signum,status,said", [(signal.SIGTERM, 143, "preempted"),
-                                                (signal.SIGINT, 130, "stopped on Ctrl-C")], ids=["SIGTERM", "Ctrl-C"])
-def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_params(signum, status, said, tmp_path,
-                                                                                    train_py, uninterrupted):
+@pytest.mark.parametrize(
+  "signum,status,said",
+  [(signal.SIGTERM, 143, "preempted"), (signal.SIGINT, 130, "stopped on Ctrl-C")],
+  ids=["SIGTERM", "Ctrl-C"],
+)
+def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_params(
+  signum, status, said, tmp_path, train_py, uninterrupted
+):
   """A preempted run (SIGTERM) or one stopped by Ctrl-C finishes its step, saves it and exits 128 + the signal;
   the same command then ends exactly where an uninterrupted run ends."""
   command = functools.partial(train_py, num_steps=_STOPPED_STEPS, save_every=_STOPPED_SAVE_EVERY)

@@ -21,15 +21,15 @@ def _prompt(template, **fields):
 # unless --mask_embedding_sentence_delta_no_delta_eval (CoT-BERT); --mlp_only_train (no head at dev time), else
 # the trained MLP (`sentemb_forward` applies `cls.mlp`) or with --mask_embedding_sentence_org_mlp the MLM transform.
 EXPECTED = {
-    "promptbert": _prompt(OF, denoise=True),  # run.sh unsup-bert
-    "promptroberta": _prompt(ROBERTA, denoise=True),  # run.sh unsup-roberta
-    "promptbert_sup": _prompt(OF, denoise=True, head="mlm_transform"),  # run.sh sup-bert
-    "promptroberta_sup": _prompt(ROBERTA, denoise=True, head="pooler"),  # run.sh sup-roberta: the trained MLP
-    "cotbert": _prompt(COT),  # code-for-BERT/train.py
-    "cotroberta": _prompt(COT.replace('"[X]"', "' [X] '") + " "),  # code-for-RoBERTa/train.py
-    "simcse": Method("cls_before_pooler"),  # run_unsup_example.sh: --mlp_only_train
-    "simcse_sup": Method("cls"),  # run_sup_example.sh: the MLP, kept as the pooler
-    "optiprompt": _prompt(COLON),  # run.sh bert-optiprompt: --mlp_only_train, no delta
+  "promptbert": _prompt(OF, denoise=True),  # run.sh unsup-bert
+  "promptroberta": _prompt(ROBERTA, denoise=True),  # run.sh unsup-roberta
+  "promptbert_sup": _prompt(OF, denoise=True, head="mlm_transform"),  # run.sh sup-bert
+  "promptroberta_sup": _prompt(ROBERTA, denoise=True, head="pooler"),  # run.sh sup-roberta: the trained MLP
+  "cotbert": _prompt(COT),  # code-for-BERT/train.py
+  "cotroberta": _prompt(COT.replace('"[X]"', "' [X] '") + " "),  # code-for-RoBERTa/train.py
+  "simcse": Method("cls_before_pooler"),  # run_unsup_example.sh: --mlp_only_train
+  "simcse_sup": Method("cls"),  # run_sup_example.sh: the MLP, kept as the pooler
+  "optiprompt": _prompt(COLON),  # run.sh bert-optiprompt: --mlp_only_train, no delta
 }
 
 
@@ -63,15 +63,15 @@ def test_selection_subtracts_the_objectives_pad_bias_when_asked(bert_tokenizer):
 # --..._use_pooler; bert-optiprompt: the ':' template with its vectors), CoT's evaluation.py (the anchor, the
 # filled-in string stripped), SimCSE's evaluation.py (--pooler cls_before_pooler / cls).
 EVALUATION = {
-    "promptbert": Method("prompt", template=OF),
-    "promptroberta": Method("prompt", template=ROBERTA),
-    "promptbert_sup": Method("prompt", template=OF, denoise=True, head="mlm_transform"),
-    "promptroberta_sup": Method("prompt", template=ROBERTA, denoise=True, head="pooler"),
-    "cotbert": Method("prompt", template=COT),
-    "cotroberta": Method("prompt", template=COT.replace('"[X]"', "' [X] '")),
-    "simcse": Method("cls_before_pooler"),
-    "simcse_sup": Method("cls"),
-    "optiprompt": Method("prompt", template=COLON),
+  "promptbert": Method("prompt", template=OF),
+  "promptroberta": Method("prompt", template=ROBERTA),
+  "promptbert_sup": Method("prompt", template=OF, denoise=True, head="mlm_transform"),
+  "promptroberta_sup": Method("prompt", template=ROBERTA, denoise=True, head="pooler"),
+  "cotbert": Method("prompt", template=COT),
+  "cotroberta": Method("prompt", template=COT.replace('"[X]"', "' [X] '")),
+  "simcse": Method("cls_before_pooler"),
+  "simcse_sup": Method("cls"),
+  "optiprompt": Method("prompt", template=COLON),
 }
 
 

@@ -20,9 +20,11 @@ def logged_steps():
   each leaf the rule splits; argv: MODEL_DIR, then OUT DATA FSDP MIN_SIZE per run. One process for every run on the
   same device count: each pays its compile only, not a Python and JAX start."""
   from tests.training import sharded_step  # pylint: disable=import-outside-toplevel
+
   model_dir, runs = sys.argv[1], sys.argv[2:]
   rule = sharding.tree_shardings
   for out, data, fsdp, min_size in zip(*[iter(runs)] * 4):
+
     def logged(mesh, tree, min_size=int(min_size)):
       shardings = rule(mesh, tree, min_size)
       for path, s in jax.tree_util.tree_leaves_with_path(shardings):
@@ -36,8 +38,11 @@ def logged_steps():
 
 
 # The sharded runs the test compares: id -> (data, fsdp, min_size).
-MESHES = {"data8": (8, 1, sharding.FSDP_MIN_SIZE), "data4xfsdp2": (4, 2, sharding.FSDP_MIN_SIZE),
-          "data4xfsdp2-split-all": (4, 2, 1)}
+MESHES = {
+  "data8": (8, 1, sharding.FSDP_MIN_SIZE),
+  "data4xfsdp2": (4, 2, sharding.FSDP_MIN_SIZE),
+  "data4xfsdp2-split-all": (4, 2, 1),
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +51,12 @@ def eight_devices(tmp_path_factory, tiny_bert):
   for every run of MESHES, all in one subprocess on 8 simulated devices."""
   root = tmp_path_factory.mktemp("eight")
   runs = [(root / f"step-{name}.npz", *mesh) for name, mesh in MESHES.items()]
-  stdout = python_on_devices("from tests.training.test_sharding import logged_steps; logged_steps()", 8, tiny_bert,
-                             *(field for run in runs for field in run))
+  stdout = python_on_devices(
+    "from tests.training.test_sharding import logged_steps; logged_steps()",
+    8,
+    tiny_bert,
+    *(field for run in runs for field in run),
+  )
   outputs = dict(re.findall(r"^RUN (\S+)\n(.*?)(?=^RUN |\Z)", stdout, re.M | re.S))
   steps = {}
   for name, (out, *_) in zip(MESHES, runs):
@@ -60,6 +69,7 @@ def eight_devices(tmp_path_factory, tiny_bert):
 def single_device(tmp_path_factory, tiny_bert):
   """The same step on this process's one device (no subprocess needed)."""
   from tests.training import sharded_step  # pylint: disable=import-outside-toplevel
+
   out = tmp_path_factory.mktemp("one") / "step.npz"
   sharded_step.main(str(tiny_bert), str(out), 1, 1)
   return dict(np.load(out))
@@ -96,11 +106,11 @@ def abstract_state(tiny_bert):
   from jaxemb.models import load_pretrained, load_tokenizer  # pylint: disable=import-outside-toplevel
   from jaxemb.training import trainer  # pylint: disable=import-outside-toplevel
   from tests.support import tiny_config  # pylint: disable=import-outside-toplevel
+
   config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
   model_config, pretrained = load_pretrained(tiny_bert)
   objective = trainer.build_objective(config, load_tokenizer(tiny_bert))
-  return trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1),
-                               10).abstract
+  return trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10).abstract
 
 
 @pytest.mark.parametrize("fsdp", [2, 8])

@@ -20,8 +20,15 @@ LR, STEPS = 1e-3, 10
 
 
 def optimizer_config(**changes):
-  fields = dict(optimizer="hf_adamw", learning_rate=LR, adam_b1=0.9, adam_b2=0.999, adam_eps=1e-8, weight_decay=0.0,
-                max_grad_norm=1.0)
+  fields = dict(
+    optimizer="hf_adamw",
+    learning_rate=LR,
+    adam_b1=0.9,
+    adam_b2=0.999,
+    adam_eps=1e-8,
+    weight_decay=0.0,
+    max_grad_norm=1.0,
+  )
   return ml_collections.ConfigDict({**fields, **changes})
 
 
@@ -55,8 +62,13 @@ def test_hf_adamw_updates_equal_transformers_4_2(weight_decay, max_norm):
   rng = np.random.default_rng(0)
   params = {"kernel": rng.normal(size=(3, 4)).astype(np.float32), "bias": rng.normal(size=4).astype(np.float32)}
   # Gradients over four orders of magnitude, some tiny: eps's placement matters most for those.
-  grads = [{k: (rng.normal(size=x.shape) * 10.0 ** rng.integers(-7, 1, size=x.shape)).astype(np.float32)
-            for k, x in params.items()} for _ in range(5)]
+  grads = [
+    {
+      k: (rng.normal(size=x.shape) * 10.0 ** rng.integers(-7, 1, size=x.shape)).astype(np.float32)
+      for k, x in params.items()
+    }
+    for _ in range(5)
+  ]
   tx = train_state.make_optimizer(optimizer_config(weight_decay=weight_decay, max_grad_norm=max_norm), STEPS)
   state, current = tx.init(params), params
   for step_grads, expected in zip(grads, hf_adamw_updates(params, grads, weight_decay, max_norm)):
@@ -99,8 +111,15 @@ def test_clipping_equals_torch_clip_grad_norm():
 
 def _objective(tokenizer, template_text, denoise, head="mlp"):
   template = templates.Template.parse(template_text, tokenizer)
-  return objectives.Objective(views=("a", "b"), view_templates=(template, template), pooling="mask",
-                              denoise=denoise, head=head, loss="info_nce", temperature=0.05)
+  return objectives.Objective(
+    views=("a", "b"),
+    view_templates=(template, template),
+    pooling="mask",
+    denoise=denoise,
+    head=head,
+    loss="info_nce",
+    temperature=0.05,
+  )
 
 
 def test_fresh_mlp_is_initialised_as_hf_init_weights(bert_tokenizer):
@@ -113,9 +132,12 @@ def test_fresh_mlp_is_initialised_as_hf_init_weights(bert_tokenizer):
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-  return {family: write_random_checkpoint(tmp_path_factory.mktemp(f"rows-{family}"), family,
-                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-          for family in ("bert", "roberta")}
+  return {
+    family: write_random_checkpoint(
+      tmp_path_factory.mktemp(f"rows-{family}"), family, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
+    for family in ("bert", "roberta")
+  }
 
 
 @pytest.mark.parametrize("family, denoise", [("bert", "pad"), ("roberta", "pad"), ("roberta", "position_offset")])
@@ -127,8 +149,9 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
   config, pretrained = load_pretrained(path)
   text = 'The sentence of "[X]" means [MASK] .' if family == "bert" else "The sentence : ' [X] ' means[MASK]."
   objective = _objective(tokenizer, text, denoise)
-  batch = templates.tokenize_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"],
-                                     tokenization="alone")
+  batch = templates.tokenize_sentences(
+    objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"], tokenization="alone"
+  )
   batch = {"a": batch, "b": batch}
   model = Transformer(config)
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
@@ -147,15 +170,18 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
   tx_state = train_state.init_state(params, {}, tx, 0)
   moved, _ = jax.jit(lambda s, b: train_state.train_step(unfrozen, model, tx, s, b))(tx_state, batch)
   table, row = next(iter(rows.items()))
-  assert not np.allclose(moved.params["encoder"]["embeddings"][table]["embedding"][row],
-                         pretrained["embeddings"][table]["embedding"][row])
+  assert not np.allclose(
+    moved.params["encoder"]["embeddings"][table]["embedding"][row], pretrained["embeddings"][table]["embedding"][row]
+  )
 
 
 def test_merge_params_joins_a_trained_subtree_into_the_frozen_tree():
   frozen = {"encoder": {"layer_0": 1, "mlm_head": {"bias": 2}}}
   trained = {"encoder": {"mlm_head": {"dense": 3}}, "prompt": 4}
-  assert train_state.merge_params(frozen, trained) == {"encoder": {"layer_0": 1, "mlm_head": {"bias": 2, "dense": 3}},
-                                                       "prompt": 4}
+  assert train_state.merge_params(frozen, trained) == {
+    "encoder": {"layer_0": 1, "mlm_head": {"bias": 2, "dense": 3}},
+    "prompt": 4,
+  }
 
 
 def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):

@@ -41,8 +41,9 @@ def test_a_second_holder_is_refused_naming_pid_host_and_lock_file_and_release_fr
     with pytest.raises(WorkdirError) as refused:
       with workdir.lock(run, said.append):
         pass
-  assert str(refused.value).startswith(f"{tmp_path} is in use by pid {os.getpid()} on host {socket.gethostname()} "
-                                       f"(lock {run.lock_file})")
+  assert str(refused.value).startswith(
+    f"{tmp_path} is in use by pid {os.getpid()} on host {socket.gethostname()} (lock {run.lock_file})"
+  )
   assert run.lock_file.read_text() == ""  # Released: emptied, so the next holder takes it without a word.
   with workdir.lock(run, said.append):
     pass
@@ -75,10 +76,20 @@ def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_pat
   monkeypatch.chdir(tmp_path)
   config = _config(tmp_path)
   fields = workdir.fingerprint(config)
-  assert {"model.path", "data.train_file", "objective.templates", "train.learning_rate", "train.batch_size",
-          "train.seed", "train.num_steps", "method.template", "model.dtype"} <= fields.keys()
-  assert not any(key.startswith(("workdir", "train.distributed", "train.mesh")) or key.startswith("evals")
-                 for key in fields)
+  assert {
+    "model.path",
+    "data.train_file",
+    "objective.templates",
+    "train.learning_rate",
+    "train.batch_size",
+    "train.seed",
+    "train.num_steps",
+    "method.template",
+    "model.dtype",
+  } <= fields.keys()
+  assert not any(
+    key.startswith(("workdir", "train.distributed", "train.mesh")) or key.startswith("evals") for key in fields
+  )
   assert fields["objective.templates"] == list(config.objective.templates)
   monkeypatch.chdir(tmp_path.parent)
   moved = _config(tmp_path, **{"train.keep_checkpoints": 9, "train.mesh_fsdp": 2, "eval.progress": False})
@@ -111,12 +122,15 @@ def test_a_run_of_another_command_is_refused_listing_the_fields_unless_told_to_c
   assert "--resume_changed" in message and str(run.fingerprint_file) in message
   assert run.fingerprint_file.read_text() == recorded
   workdir.check_fingerprint(run, workdir.fingerprint(new), True, said.append)
-  assert said == [f"continuing {run.path} with changed fields: model.path {str(tmp_path)!r} -> "
-                  f"{str(tmp_path / 'other')!r}; train.seed 42 -> 43; recorded in {run.fingerprint_file}"]
+  assert said == [
+    f"continuing {run.path} with changed fields: model.path {str(tmp_path)!r} -> "
+    f"{str(tmp_path / 'other')!r}; train.seed 42 -> 43; recorded in {run.fingerprint_file}"
+  ]
   written = json.loads(run.fingerprint_file.read_text())
   assert written["fields"] == workdir.fingerprint(new)
-  assert written["changes"] == [{"model.path": {"from": str(tmp_path), "to": str(tmp_path / "other")},
-                                 "train.seed": {"from": 42, "to": 43}}]
+  assert written["changes"] == [
+    {"model.path": {"from": str(tmp_path), "to": str(tmp_path / "other")}, "train.seed": {"from": 42, "to": 43}}
+  ]
   workdir.check_fingerprint(run, workdir.fingerprint(new), False, said.append)  # Now the new command's run.
   assert len(said) == 1
 
@@ -146,13 +160,13 @@ def _refused_with_the_model_moved(config, model_dir, moved):
   for item in os.listdir(model_dir):
     (moved / item).symlink_to(model_dir / item)
   config.model.path = str(moved)
-  with pytest.raises(WorkdirError, match=re.escape(f"model.path {str(model_dir.resolve())!r} -> "
-                                                   f"{str(moved.resolve())!r}")):
+  with pytest.raises(
+    WorkdirError, match=re.escape(f"model.path {str(model_dir.resolve())!r} -> {str(moved.resolve())!r}")
+  ):
     loop.train(config)
 
 
-def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert,
-                                                                                        wiki_head):
+def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert, wiki_head):
   """loop.train checks the config, then claims the workdir: a refused config (a bad corpus path, a bad column)
   leaves no workdir; a run that claimed it and saved no step is rerun with other fields; once a step is saved,
   another model.path is refused before any weight is read."""
@@ -194,21 +208,40 @@ def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):
   holder is killed, its lock file is stale and the next claim takes it over."""
   workdir_path = tmp_path / "run"
   holder = subprocess.Popen(
-      [sys.executable, "-c", "import sys, time; from jaxemb.models import run_dir; "
-       "from jaxemb.training import workdir; lock = workdir.lock(run_dir.RunDir(sys.argv[1]), print); "
-       "lock.__enter__(); print('held', flush=True); time.sleep(600)", str(workdir_path)],
-      cwd=REPO, stdout=subprocess.PIPE, text=True)
+    [
+      sys.executable,
+      "-c",
+      "import sys, time; from jaxemb.models import run_dir; "
+      "from jaxemb.training import workdir; lock = workdir.lock(run_dir.RunDir(sys.argv[1]), print); "
+      "lock.__enter__(); print('held', flush=True); time.sleep(600)",
+      str(workdir_path),
+    ],
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    text=True,
+  )
   try:
     assert holder.stdout.readline() == "held\n"
     second = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "--config", str(REPO / "configs" / "promptbert.py"),
-         f"--config.workdir={workdir_path}", "--config.model.path=/nonexistent/model",
-         f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
-         f"--config.compilation_cache_dir={tmp_path / 'xla'}"],
-        capture_output=True, text=True, timeout=300, check=False)
+      [
+        sys.executable,
+        str(REPO / "train.py"),
+        "--config",
+        str(REPO / "configs" / "promptbert.py"),
+        f"--config.workdir={workdir_path}",
+        "--config.model.path=/nonexistent/model",
+        f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+        f"--config.compilation_cache_dir={tmp_path / 'xla'}",
+      ],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
     assert second.returncode != 0
-    assert (f"{workdir_path} is in use by pid {holder.pid} on host {socket.gethostname()} "
-            f"(lock {workdir_path / 'lock'})") in second.stderr
+    assert (
+      f"{workdir_path} is in use by pid {holder.pid} on host {socket.gethostname()} (lock {workdir_path / 'lock'})"
+    ) in second.stderr
     assert "/nonexistent/model" not in second.stderr  # Refused before the model was looked for.
     assert sorted(os.listdir(workdir_path)) == ["lock"]
   finally:
@@ -217,5 +250,7 @@ def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):
   said = []
   with workdir.lock(run_dir.RunDir(workdir_path), said.append):
     pass
-  assert said == [f"took over {workdir_path / 'lock'} from pid {holder.pid} on host {socket.gethostname()}, "
-                  "which ended without releasing it"]
+  assert said == [
+    f"took over {workdir_path / 'lock'} from pid {holder.pid} on host {socket.gethostname()}, "
+    "which ended without releasing it"
+  ]
