@@ -294,7 +294,7 @@ def sts_section(model_dir: pathlib.Path, senteval: pathlib.Path, dtype: str) -> 
   return dev_seconds
 
 
-def main():
+def _arguments() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--models", default="bert-base,minilm", help="forward: bert-base, minilm, or HF folders")
   parser.add_argument("--shapes", default="128x32,128x64", help="forward: batch x length, comma-separated")
@@ -316,7 +316,25 @@ def main():
     metavar="SECTION.FIELD=VALUE",
     help="train: a config field of jaxemb's step, e.g. model.scan_unroll=12 (repeatable)",
   )
-  args = parser.parse_args()
+  return parser.parse_args()
+
+
+def _print_epoch(steps: dict[str, float], dev_seconds: float) -> None:
+  """One wiki1m epoch, projected from the measured step rates and STS-B dev evaluation time."""
+  print(
+    f"\n## one wiki1m epoch, projected ({WIKI1M_STEPS} steps at batch 256 + "
+    f"{WIKI1M_STEPS // EVAL_EVERY} STS-B dev evaluations; valid at --train-batch 256)\n"
+  )
+  for name, rate in steps.items():
+    total = WIKI1M_STEPS / rate + WIKI1M_STEPS // EVAL_EVERY * dev_seconds
+    print(
+      f"- {name}: {total / 60:.1f} min ({WIKI1M_STEPS / rate / 60:.1f} training, "
+      f"{WIKI1M_STEPS // EVAL_EVERY * dev_seconds / 60:.1f} STS-B dev)"
+    )
+
+
+def main():
+  args = _arguments()
   common.print_load("start")  # The CPU model beside every number.
   sections = args.sections.split(",")
   device = jax.devices()[0]
@@ -351,16 +369,7 @@ def main():
     if "sts" in sections:
       dev_seconds = sts_section(path(args.sts_model), pathlib.Path(args.senteval), args.dtype)
     if steps and dev_seconds is not None:
-      print(
-        f"\n## one wiki1m epoch, projected ({WIKI1M_STEPS} steps at batch 256 + "
-        f"{WIKI1M_STEPS // EVAL_EVERY} STS-B dev evaluations; valid at --train-batch 256)\n"
-      )
-      for name, rate in steps.items():
-        total = WIKI1M_STEPS / rate + WIKI1M_STEPS // EVAL_EVERY * dev_seconds
-        print(
-          f"- {name}: {total / 60:.1f} min ({WIKI1M_STEPS / rate / 60:.1f} training, "
-          f"{WIKI1M_STEPS // EVAL_EVERY * dev_seconds / 60:.1f} STS-B dev)"
-        )
+      _print_epoch(steps, dev_seconds)
 
 
 if __name__ == "__main__":

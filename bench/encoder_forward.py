@@ -68,43 +68,67 @@ def forward_cases(config, params, torch_model, batch: int, length: int, dtype: s
   }
 
 
-def main():
+def _arguments() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--models", default="bert-base,minilm", help="bert-base (random), minilm, or HF BERT dirs")
   parser.add_argument("--shapes", default="64x32,64x64,128x32,128x64", help="batch x length, comma-separated")
   parser.add_argument("--repeats", type=int, default=3, help="timed calls per side (median); alternating")
   parser.add_argument("--matmul", type=int, default=4096, help="side of the square matmul that measures the peak")
-  parser.add_argument(
-    "--dtype",
-    default="float32",
-    choices=("float32", "bfloat16"),
-    help="compute dtype (PyTorch's: CPU autocast to bfloat16)",
-  )
-  parser.add_argument(
-    "--compare",
-    default="",
-    help=f"also time jaxemb's forward with these compiler options: {', '.join(OTHER_OPTIONS)} (comma-separated)",
-  )
+  dtypes = ("float32", "bfloat16")
+  parser.add_argument("--dtype", default="float32", choices=dtypes, help="compute dtype (torch: CPU autocast)")
+  others = ", ".join(OTHER_OPTIONS)
+  parser.add_argument("--compare", default="", help=f"also time jaxemb's forward with these compiler options: {others}")
   parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
   args = parser.parse_args()
+  args.compare = [name for name in args.compare.split(",") if name]
+  unknown = sorted(set(args.compare) - set(OTHER_OPTIONS))
+  if unknown:
+    parser.error(f"--compare {','.join(unknown)}: not one of {others}")
+  return args
+
+
+HEADER = (
+  f"{'model':<10} {'shape':>7} {'jaxemb ms':>10} {'torch ms':>9} {'jaxemb sent/s':>13} {'tok/s':>7} "
+  f"{'torch sent/s':>12} {'tok/s':>7} {'ratio':>6} {'matmul GF/s jax/torch':>21} {'jaxemb %pk':>10} "
+  f"{'torch %pk':>9}"
+)
+
+
+def _time_shape(args, name, shape, config, params, torch_model, matmuls, matmul_flops):
+  """One row of the table: both forwards at `shape` (and the --compare options), timed with the matmuls."""
+  batch, length = map(int, shape.split("x"))
+  forwards = forward_cases(config, params, torch_model, batch, length, args.dtype, args.compare)
+  times = common.interleaved({**forwards, **matmuls}, args.repeats)
+  jax_mm, torch_mm = matmul_flops / times["jax matmul"], matmul_flops / times["torch matmul"]
+  peak = max(jax_mm, torch_mm)
+  c = config
+  flops = common.forward_flops(
+    batch, length, c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads
+  )
+  ours, theirs = times["jaxemb"], times["pytorch"]
+  print(
+    f"{name:<10} {shape:>7} {ours * 1e3:10.0f} {theirs * 1e3:9.0f} {batch / ours:13.1f} "
+    f"{batch * length / ours:7.0f} {batch / theirs:12.1f} {batch * length / theirs:7.0f} "
+    f"{common.ratio(1 / ours, 1 / theirs):>6} {f'{jax_mm / 1e9:.1f}/{torch_mm / 1e9:.1f}':>21} "
+    f"{100 * flops / ours / peak:9.1f}% {100 * flops / theirs / peak:8.1f}%",
+    flush=True,
+  )
+  for other in args.compare:
+    print(
+      f"{'':<18} jaxemb with the {other} compiler options: {times[other] * 1e3:.0f} ms "
+      f"({100 * flops / times[other] / peak:.1f}% of peak, {common.ratio(1 / times[other], 1 / theirs)})"
+    )
+
+
+def main():
+  args = _arguments()
   if args.threads:
     torch.set_num_threads(args.threads)
   common.print_load("start")
-  print(
-    f"jax {jax.__version__} ({jax.devices()[0].platform}), torch {torch.__version__} "
-    f"({torch.get_num_threads()} threads)"
-  )
-  compare = [name for name in args.compare.split(",") if name]
-  unknown = sorted(set(compare) - set(OTHER_OPTIONS))
-  if unknown:
-    parser.error(f"--compare {','.join(unknown)}: not one of {', '.join(OTHER_OPTIONS)}")
+  platform, threads = jax.devices()[0].platform, torch.get_num_threads()
+  print(f"jax {jax.__version__} ({platform}), torch {torch.__version__} ({threads} threads)")
   print(f"compute dtype {args.dtype}; jaxemb's CPU options for it: {xla.compiler_options(args.dtype)}")
   matmuls, matmul_flops = matmul_cases(args.matmul, args.dtype)
-  header = (
-    f"{'model':<10} {'shape':>7} {'jaxemb ms':>10} {'torch ms':>9} {'jaxemb sent/s':>13} {'tok/s':>7} "
-    f"{'torch sent/s':>12} {'tok/s':>7} {'ratio':>6} {'matmul GF/s jax/torch':>21} {'jaxemb %pk':>10} "
-    f"{'torch %pk':>9}"
-  )
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.models.split(","):
       path = common.model_dir(name, pathlib.Path(tmp))
@@ -114,35 +138,9 @@ def main():
         f"\n{name}: {config.num_hidden_layers} layers, hidden {config.hidden_size}, {config.num_attention_heads} "
         f"heads, ffn {config.intermediate_size} (torch attention: {torch_model.config._attn_implementation})"
       )
-      print(header)
+      print(HEADER)
       for shape in args.shapes.split(","):
-        batch, length = map(int, shape.split("x"))
-        forwards = forward_cases(config, params, torch_model, batch, length, args.dtype, compare)
-        times = common.interleaved({**forwards, **matmuls}, args.repeats)
-        jax_mm, torch_mm = matmul_flops / times["jax matmul"], matmul_flops / times["torch matmul"]
-        peak = max(jax_mm, torch_mm)
-        flops = common.forward_flops(
-          batch,
-          length,
-          config.num_hidden_layers,
-          config.hidden_size,
-          config.intermediate_size,
-          config.num_attention_heads,
-        )
-        ours, theirs = times["jaxemb"], times["pytorch"]
-        print(
-          f"{name:<10} {shape:>7} {ours * 1e3:10.0f} {theirs * 1e3:9.0f} {batch / ours:13.1f} "
-          f"{batch * length / ours:7.0f} {batch / theirs:12.1f} {batch * length / theirs:7.0f} "
-          f"{common.ratio(1 / ours, 1 / theirs):>6} {f'{jax_mm / 1e9:.1f}/{torch_mm / 1e9:.1f}':>21} "
-          f"{100 * flops / ours / peak:9.1f}% "
-          f"{100 * flops / theirs / peak:8.1f}%",
-          flush=True,
-        )
-        for other in compare:
-          print(
-            f"{'':<18} jaxemb with the {other} compiler options: {times[other] * 1e3:.0f} ms "
-            f"({100 * flops / times[other] / peak:.1f}% of peak, {common.ratio(1 / times[other], 1 / theirs)})"
-          )
+        _time_shape(args, name, shape, config, params, torch_model, matmuls, matmul_flops)
   print(
     f"\n%pk: forward FLOP/s over the faster of the jax and torch {args.matmul}^2 {args.dtype} matmuls timed in the "
     "same rotation; ratio: jaxemb / PyTorch throughput"

@@ -92,6 +92,20 @@ def traced_matmuls(encoder: Encoder) -> int:
   return count(jaxpr.jaxpr)
 
 
+def _time_static(model: str, tasks) -> None:
+  """static_avg's STS run: no encoder runs (the traced computation holds no matmul)."""
+  static = Encoder.from_pretrained(model, Method("static_avg"), batch_size=BATCH)
+  start = time.perf_counter()
+  result = sts.evaluate_sts(static.encode, tasks)
+  seconds = time.perf_counter() - start
+  print(
+    f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
+    f"{traced_matmuls(static)} "
+    f"(last_avg: {traced_matmuls(Encoder.from_pretrained(model, Method('last_avg')))})"
+    " -- no encoder runs"
+  )
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--model", required=True, help="HF BERT/RoBERTa directory")
@@ -149,16 +163,7 @@ def main():
       f"{encoder.length_multiple}), {encoder.compilations} compiled shapes, {compiles.count - compiled_before[0]} "
       f"jit compilations ({compiles.seconds - compiled_before[1]:.1f} s)"
     )
-  static = Encoder.from_pretrained(args.model, Method("static_avg"), batch_size=BATCH)
-  start = time.perf_counter()
-  result = sts.evaluate_sts(static.encode, tasks)
-  seconds = time.perf_counter() - start
-  print(
-    f"\n== static_avg: {seconds:.1f} s wall (Avg. {result.average:.2f}); matmuls in the traced computation: "
-    f"{traced_matmuls(static)} "
-    f"(last_avg: {traced_matmuls(Encoder.from_pretrained(args.model, Method('last_avg')))})"
-    " -- no encoder runs"
-  )
+  _time_static(args.model, tasks)
   common.print_load("end")
 
 

@@ -64,18 +64,7 @@ def beam_search(
     raise ValueError(f"early_stopping {early_stopping!r} is not one of {EARLY_STOPPING}")
   keep = 2 * num_beams
   top_mask = jnp.arange(keep) < num_beams
-  tokens = jnp.full((batch_size, num_beams, max_length), pad_id, jnp.int32).at[:, :, 0].set(start_id)
-  state = dict(
-    cur_len=jnp.asarray(1),
-    running=tokens,
-    running_scores=jnp.zeros((batch_size, num_beams)).at[:, 1:].set(_NEG),
-    sequences=tokens,
-    scores=jnp.full((batch_size, num_beams), _NEG),
-    lengths=jnp.ones((batch_size, num_beams), jnp.int32),
-    finished=jnp.zeros((batch_size, num_beams), bool),
-    improvable=jnp.ones((batch_size, 1), bool),
-    hits=jnp.zeros((batch_size, keep), bool),
-  )
+  state = _initial_beams(batch_size, num_beams, max_length, start_id, pad_id)
 
   def step(s):
     cur_len = s["cur_len"]
@@ -107,6 +96,25 @@ def beam_search(
 
   final = jax.lax.while_loop(running, step, state)
   return BeamOutput(sequences=final["sequences"], lengths=final["lengths"], scores=final["scores"])
+
+
+def _initial_beams(
+  batch_size: int, num_beams: int, max_length: int, start_id: int, pad_id: int
+) -> dict[str, jax.Array]:
+  """The search's state before the first step: every beam the decoder prompt alone, only the first one live."""
+  tokens = jnp.full((batch_size, num_beams, max_length), pad_id, jnp.int32).at[:, :, 0].set(start_id)
+  beams = (batch_size, num_beams)
+  return dict(
+    cur_len=jnp.asarray(1),
+    running=tokens,
+    running_scores=jnp.zeros(beams).at[:, 1:].set(_NEG),
+    sequences=tokens,
+    scores=jnp.full(beams, _NEG),
+    lengths=jnp.ones(beams, jnp.int32),
+    finished=jnp.zeros(beams, bool),
+    improvable=jnp.ones((batch_size, 1), bool),
+    hits=jnp.zeros((batch_size, 2 * num_beams), bool),
+  )
 
 
 def _finish(
@@ -219,15 +227,7 @@ def aggregated_search(
   """
   num_parts = part_ends.shape[0] - 1
   expand = num_beams + 3
-  tokens = jnp.full((num_beams, max_length), pad_id, jnp.int32).at[:, 0].set(start_id)
-  state = dict(
-    step=jnp.asarray(0),
-    stopped=jnp.asarray(False),
-    tokens=tokens,
-    scores=jnp.full((num_beams,), -jnp.inf).at[0].set(0.0),
-    parts=jnp.ones((num_beams,), jnp.int32),
-    lengths=jnp.zeros((num_beams,), jnp.int32),
-  )
+  state = _initial_search(num_beams, max_length, start_id, pad_id)
 
   def step(s):
     i = s["step"]
@@ -260,8 +260,18 @@ def aggregated_search(
     return (s["step"] < max_length - 2) & ~s["stopped"] & jnp.any((s["scores"] > -jnp.inf) & (s["parts"] <= num_parts))
 
   final = jax.lax.while_loop(running, step, state)
-  return AggregatedOutput(
-    tokens=final["tokens"], lengths=final["lengths"], scores=final["scores"], parts=final["parts"]
+  return AggregatedOutput(**{k: final[k] for k in ("tokens", "lengths", "scores", "parts")})
+
+
+def _initial_search(num_beams: int, max_length: int, start_id: int, pad_id: int) -> dict[str, jax.Array]:
+  """LM-BFF's search before the first step: one live beam, the decoder prompt alone, in its first span."""
+  return dict(
+    step=jnp.asarray(0),
+    stopped=jnp.asarray(False),
+    tokens=jnp.full((num_beams, max_length), pad_id, jnp.int32).at[:, 0].set(start_id),
+    scores=jnp.full((num_beams,), -jnp.inf).at[0].set(0.0),
+    parts=jnp.ones((num_beams,), jnp.int32),
+    lengths=jnp.zeros((num_beams,), jnp.int32),
   )
 
 

@@ -173,46 +173,28 @@ def tokenize_sentences(
   max_length: int | None = None,
   tokenization: str = "in_context",
 ) -> TemplateBatch:
-  """Puts every sentence in the template and tokenises it, on the host.
+  """Puts every sentence in the template and tokenises it, on the host: NumPy int32 arrays.
 
-  Each row has exactly the ids that `tokenizer` gives the filled-in template,
-  unless the sentence merges with the template characters next to the slot
-  into one token (RoBERTa: ``'[X]'`` with a sentence ending in ``.`` gives
-  ``.'``). Such a row falls back to the template's own prefix and suffix
-  tokens around the sentence tokenised alone, after the whitespace that
-  precedes ``[X]`` in the template (so BPE picks the same word-initial
-  tokens); the template tokens thus never change, which denoising and
-  OptiPrompt rely on.
-
-  In context, sentences are stripped of leading and trailing whitespace;
-  an empty one gives a row of the template alone, with sentence length 0
-  (RoBERTa would otherwise tokenise the two spaces around an empty
-  ``' [X] '`` into one more token). Alone, they are tokenised as they are.
+  In context (the default), a row has exactly the ids `tokenizer` gives the filled-in template, sentences stripped
+  of outer whitespace, except where a sentence merges with the template's characters (`_sentence_tokens`); an empty
+  sentence gives the template alone, with sentence length 0.
 
   Args:
     template: the template, parsed with the same tokenizer.
     tokenizer: a fast Hugging Face tokenizer.
     sentences: the sentences, at least one.
-    max_sentence_tokens: keep only the first this many tokens of each
-      sentence (as tokenised in context); the template is never truncated.
+    max_sentence_tokens: keep only each sentence's first this many tokens; the template is never truncated.
     pad_to: pad every row to this length; default: the longest row.
-    max_length: the longest row allowed; default: the tokenizer's
-      `model_max_length`, or `DEFAULT_MAX_LENGTH` when it declares none.
-    tokenization: one of TOKENIZATIONS: "in_context" tokenises the
-      filled-in string, as the authors' `evaluation.py` does for the
-      published numbers; "alone" puts the sentence's own tokens
-      (`tokenizer.encode(s, add_special_tokens=False)`) between the template
-      ids, as their training rows (`train.py` `prepare_features`) and their
-      trainer's STS-B dev scoring (`sentemb_forward`) do. The two differ
-      for RoBERTa: alone, the sentence's first word has no leading space.
-
-  Returns:
-    A `TemplateBatch` of NumPy int32 arrays.
+    max_length: the longest row allowed; default: the tokenizer's `model_max_length`, or `DEFAULT_MAX_LENGTH`.
+    tokenization: one of TOKENIZATIONS: "in_context" tokenises the filled-in string, as the authors'
+      `evaluation.py` does for the published numbers; "alone" puts the sentence's own tokens
+      (`tokenizer.encode(s, add_special_tokens=False)`, outer spaces kept) between the template ids, as their
+      training rows (`train.py` `prepare_features`) and their STS-B dev scoring (`sentemb_forward`) do. The two
+      differ for RoBERTa: alone, the sentence's first word has no leading space.
 
   Raises:
     TypeError: when `sentences` is a str or holds a non-str (named by index).
-    ValueError: when there are no sentences, or when a row is longer than
-      `max_length` or `pad_to` (the first such sentence is named by index).
+    ValueError: no sentences, or a row longer than `max_length` or `pad_to` (the first one named by index).
   """
   sentences = check_sentences(sentences)
   if tokenization not in TOKENIZATIONS:
@@ -306,7 +288,11 @@ def _split(
 
 
 def _sentence_tokens(template: Template, tokenizer: Tokenizer, sentences: list[str]) -> list[tuple[int, ...]]:
-  """Each sentence's tokens in the template, or alone where it merges."""
+  """Each sentence's tokens in the template. Where a sentence merges with the template's characters next to the
+  slot into one token (RoBERTa: `'[X]'` around a sentence ending in `.` gives `.'`), that sentence is tokenised
+  alone after the whitespace that precedes `[X]` (so BPE picks the same word-initial tokens) and put between the
+  template's own prefix and suffix ids: the template's tokens never change, which denoising and OptiPrompt rely
+  on. (RoBERTa would tokenise the two spaces around an empty `' [X] '` into one more token: the callers strip.)"""
   start = len(template.prefix_text)
   filled = [template.prefix_text + s + template.suffix_text for s in sentences]
   tokens = []

@@ -195,32 +195,13 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
   logging.info("diagonal attention vs TF-IDF: %d sentences in %.1f s", len(sample), summary["seconds"]["head_tfidf"])
 
   start = time.perf_counter()
-  layer_embed = search.ditto_layer_embed(config, (model_config, params, tokenizer))
-  preprocess = common.preprocess_from_config(config)
-  dev_scores = search.ditto_head_scores(
-    layer_embed, model_config.num_hidden_layers, model_config.num_attention_heads, dev, preprocess
+  top, summary["heads"] = _head_search(
+    config, (model_config, params, tokenizer), tasks, dev, head_pearson, head_spearman
   )
-  grid = [
-    (layer, head) for layer in range(model_config.num_hidden_layers) for head in range(model_config.num_attention_heads)
-  ]
-  ranked = sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)
-  top = [grid[k] for k in ranked[: a.top_heads]]
-  test = search.head_sts_results(layer_embed, top, tasks, preprocess)
   summary["seconds"]["head_search"] = time.perf_counter() - start
   logging.info(
     "heads scored on STS-B dev, top %d on the test tasks in %.1f s", len(top), summary["seconds"]["head_search"]
   )
-  summary["heads"] = [
-    {
-      "layer": layer,
-      "head": head,
-      "stsb_dev": dev_scores[k].stsb_dev,
-      "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
-      "pearson": float(head_pearson[layer, head]),
-      "spearman": float(head_spearman[layer, head]),
-    }
-    for k, (layer, head) in ((k, grid[k]) for k in ranked)
-  ]
   summary["head_sentences"] = len(sample)
 
   start = time.perf_counter()
@@ -238,6 +219,34 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
     atomic.write_text(a.output_md, _markdown(summary) + "\n")
   run.write_summary(config, summary)
   return summary
+
+
+def _head_search(
+  config: Any, loaded: tuple[Any, Any, Any], tasks: Any, dev: Any, pearson: np.ndarray, spearman: np.ndarray
+) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
+  """Ditto's grid: every (layer, head) scored on STS-B dev, the best `top_heads` on the test tasks. Returns those
+  heads, and a row per head (best first) with its scores and its diagonal's correlation with TF-IDF."""
+  model_config = loaded[0]
+  layer_embed = search.ditto_layer_embed(config, loaded)
+  preprocess = common.preprocess_from_config(config)
+  num_layers, num_heads = model_config.num_hidden_layers, model_config.num_attention_heads
+  dev_scores = search.ditto_head_scores(layer_embed, num_layers, num_heads, dev, preprocess)
+  grid = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
+  ranked = [grid[k] for k in sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)]
+  top = ranked[: config.ditto_analysis.top_heads]
+  test = search.head_sts_results(layer_embed, top, tasks, preprocess)
+  rows = [
+    {
+      "layer": layer,
+      "head": head,
+      "stsb_dev": dev_scores[layer * num_heads + head].stsb_dev,
+      "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
+      "pearson": float(pearson[layer, head]),
+      "spearman": float(spearman[layer, head]),
+    }
+    for layer, head in ranked
+  ]
+  return top, rows
 
 
 def _sentence_rows(tokenizer: templates.Tokenizer, sentences: Sequence[str], max_tokens: int = 0) -> list[np.ndarray]:

@@ -749,6 +749,18 @@ class RunResult:
   model: ReferenceModel  # after the last step
 
 
+def _overwrite(model: torch.nn.Module, values: dict[str, np.ndarray]) -> None:
+  """Sets the named parameters to `values` (by torch name), in their own dtypes."""
+  named = dict(model.named_parameters())
+  with torch.no_grad():
+    for name, value in values.items():
+      named[name].copy_(torch.as_tensor(np.array(value), dtype=named[name].dtype))
+
+
+def _float64(tensor: torch.Tensor) -> np.ndarray:
+  return tensor.detach().to(torch.float64).numpy().copy()
+
+
 def run_steps(
   setting: Setting | str,
   model_dir,
@@ -776,11 +788,7 @@ def run_steps(
   `ddp_world_size` > 1 runs each step as that many DDP ranks (`ReferenceModel.ddp_backward`).
   """
   model = ReferenceModel(setting, model_dir, tokenizer=tokenizer, seed=seed, dropout=dropout)
-  if init:
-    named = dict(model.named_parameters())
-    with torch.no_grad():
-      for name, value in init.items():
-        named[name].copy_(torch.as_tensor(np.array(value), dtype=named[name].dtype))
+  _overwrite(model, init or {})
   optimizer = AdamW42(model.named_parameters(), weight_decay=weight_decay)
   trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
   result = RunResult([], [], [], [], [], model)
@@ -794,12 +802,7 @@ def run_steps(
     else:
       loss = model.loss(batch)
       loss.backward()
-    result.grads.append(
-      {
-        n: (p.grad.detach().to(torch.float64).numpy().copy() if p.grad is not None else np.zeros(p.shape))
-        for n, p in trainable
-      }
-    )
+    result.grads.append({n: _float64(p.grad) if p.grad is not None else np.zeros(p.shape) for n, p in trainable})
     result.grad_norms.append(clip_grad_norm(model.parameters(), max_grad_norm))
     before = {n: p.detach().to(torch.float64).clone() for n, p in trainable}
     step_lr = linear_lr(lr, t, total_steps)

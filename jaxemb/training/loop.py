@@ -6,7 +6,7 @@ import math
 import signal
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 from jax.experimental import multihost_utils
@@ -241,62 +241,78 @@ def _train(
   trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
   plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
-  encoder = Encoder(
-    model_config,
-    None,
-    tokenizer,
-    selection_method(config, trainer.objective),
-    mesh=mesh,
-    **common.encoder_options(config),
-  )
+  method = selection_method(config, trainer.objective)
+  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **common.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
   _score_before_while_compiling(
     evaluation, state, trainer, plan.shapes(start_step) if start_step < total_steps else None
   )
   recorder = StepRecorder(config, workdir, trainer.schedule, start_step, total_steps, started)
-  pending = None  # The last step's (step, metrics), read once the next step is queued: no host sync per step.
   placed = batches.prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
+  steps = zip(range(start_step, total_steps), placed)
 
-  def save_state():
+  def save(state):
     held()
     recorder.flush()  # The records up to a saved step outlive a kill after it.
     ckpt.save(state, meta)
 
   try:
-    for step, batch in zip(range(start_step, total_steps), placed):
-      state, metrics = trainer.step(state, batch)
-      if pending:
-        recorder.record(*pending)
-      done = step + 1
-      pending = (done, metrics)
-      due = evaluation.due(done, total_steps)
-      save = done % config.train.save_every == 0 or done == total_steps
-      if due or save:  # Nothing is evaluated or saved before its loss is known to be finite.
-        recorder.record(*pending)
-        pending = None
-      if due:
-        held()  # A best step may be saved.
-        with recorder.pause():
-          scores = evaluation.run(due, state, done)
-        recorder.write(done, scores)
-      if save:
-        save_state()
-      if done < total_steps and stop.stop(done):  # Preempted or Ctrl-C: save this step's state, then stop.
-        if pending:  # Its loss must be known finite before it is saved.
-          recorder.record(*pending)
-        if not save:
-          save_state()
-        ckpt.wait()
-        _say(str(preempted := Preempted(done, stop.signum)))
-        raise preempted
+    state = _run_steps(config, stop, trainer, state, steps, total_steps, evaluation, recorder, save, held)
     evaluation.keep_best(state, total_steps)
+  except Preempted as preempted:
+    ckpt.wait()  # The stopped step's state is written before the line says so.
+    _say(str(preempted))
+    raise
   finally:  # Pending async saves finish even when a step fails, so no half-written checkpoint is left.
     placed.close()
     recorder.close()
     ckpt.wait()
     ckpt.close()
   return _summary(meta, recorder, total_steps, start_step, workdir)
+
+
+def _run_steps(
+  config: Any,
+  stop: _CleanStop,
+  trainer: Trainer,
+  state: train_state.TrainState,
+  steps: Iterator[tuple[int, Any]],
+  total_steps: int,
+  evaluation: _Evaluation,
+  recorder: StepRecorder,
+  save: Callable[[train_state.TrainState], None],
+  held: Callable[[], None],
+) -> train_state.TrainState:
+  """The steps of `steps` ((step, placed batch) pairs), with their evaluations and saves; the last state. A step's
+  metrics are read once the next step is queued (no host sync per step); a clean stop (preemption, Ctrl-C) saves
+  that step's state and raises Preempted."""
+  pending = None  # The last step's (step, metrics), not read yet.
+  for step, batch in steps:
+    state, metrics = trainer.step(state, batch)
+    if pending:
+      recorder.record(*pending)
+    done = step + 1
+    pending = (done, metrics)
+    due = evaluation.due(done, total_steps)
+    saving = done % config.train.save_every == 0 or done == total_steps
+    if due or saving:  # Nothing is evaluated or saved before its loss is known to be finite.
+      recorder.record(*pending)
+      pending = None
+    if due:
+      held()  # A best step may be saved.
+      with recorder.pause():
+        scores = evaluation.run(due, state, done)
+      recorder.write(done, scores)
+    if saving:
+      save(state)
+    if done < total_steps and stop.stop(done):
+      if pending:  # Its loss must be known finite before it is saved.
+        recorder.record(*pending)
+      if not saving:
+        save(state)
+      raise Preempted(done, stop.signum)
+  return state
 
 
 def _batches(
