@@ -16,8 +16,11 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import pytest
 
+from jaxemb.evaluation import logreg
+from jaxemb.models import hf_keys
 from jaxemb.testing.shared import REPO, SHARED
 
 
@@ -170,3 +173,33 @@ def final_params(workdir):
 def logged_steps(metrics_file, scalar):
   """The steps of the records of `scalar` in a metrics.jsonl file, in file order."""
   return [r["step"] for r in map(json.loads, metrics_file.read_text().splitlines()) if scalar in r]
+
+
+# Every training config file (configs/<name>.py) that trains an encoder.
+TRAIN_CONFIGS = [
+  "promptbert",
+  "promptroberta",
+  "promptbert_sup",
+  "promptroberta_sup",
+  "cotbert",
+  "cotroberta",
+  "simcse",
+  "simcse_sup",
+  "optiprompt",
+]
+
+
+# jaxemb's logistic regression on small synthetic problems: few folds, short batches.
+FAST_LOGREG = logreg.LogRegConfig(kfold=3, batch_size=8, max_epoch=40)
+
+
+def param_leaves(params) -> dict:
+  """{path: array} of a params tree in the plain (HF-keyed) layout."""
+  return dict(hf_keys._flatten(hf_keys.flax_to_plain(params)))  # pylint: disable=protected-access
+
+
+def assert_same_params(a, b):
+  a, b = param_leaves(a), param_leaves(b)
+  assert a.keys() == b.keys()
+  for path in a:
+    np.testing.assert_array_equal(np.asarray(a[path]), np.asarray(b[path]), err_msg="/".join(path))

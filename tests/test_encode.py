@@ -1,6 +1,5 @@
 """Every sentence-vector method against a direct HF PyTorch computation of the same definition."""
 
-import json
 import re
 import types
 
@@ -15,84 +14,8 @@ from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.errors import ConfigError
 from jaxemb.models import load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
+from tests.encode_support import PROMPT, SENTENCES, torch_reference
 from tests.support import shared_path
-
-SENTENCES = [
-  "a man is playing a guitar .",
-  "A woman slices an onion!",
-  "hello",
-  "a man is playing a guitar .",
-  "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning .",
-]
-PROMPT = 'This sentence : "[X]" means [MASK] .'
-
-
-def _remove_continue_word(tokenizer, sentence):
-  """Prompt-BERT's `--remove_continue_word` text for a WordPiece model: frequent, punctuation and ## pieces go."""
-  pieces = tokenizer.convert_ids_to_tokens(tokenizer.encode(" " + sentence, add_special_tokens=False))
-  frequent, punctuation = bias_removal.FREQUENT_TOKENS["bert-base-uncased"], bias_removal.WORDPIECE_PUNCTUATION
-  kept = "".join(w.lower() + " " for w in pieces if w not in frequent and w not in punctuation and "##" not in w)
-  return kept or "[PAD]"
-
-
-def _torch_reference(path, method: Method, sentences):
-  """The method's definition written out on HF PyTorch outputs (eager attention for the probabilities)."""
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-  head = method.name == "prompt_mlm_top_k" or getattr(method, "static_rows", None) == "mlm_decoder"
-  model_cls = transformers.AutoModelForMaskedLM if head else transformers.AutoModel
-  model = model_cls.from_pretrained(path, attn_implementation="eager").eval()
-  if method.name == "static_remove_biases":
-    texts = [_remove_continue_word(tokenizer, s) for s in sentences]
-  else:
-    texts = [method.template.replace("[MASK]", tokenizer.mask_token).replace("[X]", s.strip()) for s in sentences]
-  batch = tokenizer(texts, padding=True, return_tensors="pt")
-  with torch.no_grad():
-    out = model(**batch, output_hidden_states=True, output_attentions=True)
-  hidden = [h.double().numpy() for h in out.hidden_states]
-  mask = batch["attention_mask"].double().numpy()[..., None]
-  mean = lambda x: (x * mask).sum(1) / mask.sum(1)
-  encoder = model.base_model
-  if method.name == "cls":
-    return out.pooler_output.numpy()
-  if method.name in HIDDEN_STATE_POOLINGS:
-    return HIDDEN_STATE_POOLINGS[method.name](hidden, mask)
-  if method.name in ("static_avg", "static_remove_biases"):
-    ids = batch["input_ids"].numpy()
-    rows = model.cls.predictions.decoder if method.static_rows == "mlm_decoder" else encoder.embeddings.word_embeddings
-    words = rows.weight.detach().double().numpy()[ids]
-    if method.name == "static_avg":
-      return mean(words)
-    kept = mask * ((ids != tokenizer.cls_token_id) & (ids != tokenizer.sep_token_id))[..., None]
-    return (words * kept).sum(1) / kept.sum(1)
-  if method.name == "tfidf_first_last":
-    with open(method.idf_path) as f:
-      idf = {int(token): value for token, value in json.load(f).items()}
-    weights = np.vectorize(lambda token: idf.get(token, 0.0))(batch["input_ids"].numpy())[..., None] * mask
-    return ((hidden[0] + hidden[-1]) / 2 * weights).sum(1)
-  if method.name == "ditto":
-    attention = out.attentions[method.ditto_layer][:, method.ditto_head].double().numpy()
-    diagonal = np.einsum("btt->bt", attention)[..., None] * mask
-    words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[batch["input_ids"].numpy()]
-    # alibaba-damo-academy/SpokenNLP ditto: "static" weights the raw word-embedding rows, not h0.
-    states = {
-      "first_last": (hidden[0] + hidden[-1]) / 2,
-      "last": hidden[-1],
-      "static": words,
-      "embedding_output": hidden[0],
-    }[method.ditto_variant]
-    return (states * diagonal).sum(1)
-  rows = np.arange(len(texts))
-  last_mask = np.array([np.flatnonzero(ids == tokenizer.mask_token_id)[-1] for ids in batch["input_ids"].numpy()])
-  if method.name == "prompt":
-    return hidden[-1][rows, last_mask]
-  probs = torch.softmax(out.logits[rows, last_mask].double(), -1).numpy()
-  top = np.argsort(-probs, axis=-1)[:, : method.top_k]
-  weights = np.take_along_axis(probs, top, -1)
-  weights /= weights.sum(-1, keepdims=True)
-  table = encoder.embeddings.word_embeddings.weight.detach().double().numpy()
-  return np.einsum("bk,bkh->bh", weights, table[top])
-
 
 MINILM_METHODS = [
   Method("cls"),
@@ -115,7 +38,7 @@ def test_minilm_methods_match_hf(method):
   path = str(shared_path("models", "all-MiniLM-L6-v2"))
   encoder = Encoder.from_pretrained(path, method)
   ours = encoder.encode(SENTENCES, batch_size=2)
-  np.testing.assert_allclose(ours, _torch_reference(path, method, SENTENCES), atol=1e-4)
+  np.testing.assert_allclose(ours, torch_reference(path, method, SENTENCES), atol=1e-4)
   np.testing.assert_array_equal(ours[0], ours[3])
 
 
@@ -124,7 +47,7 @@ def test_static_remove_biases_matches_hf():
   method = Method("static_remove_biases")
   sentences = SENTENCES + ["The dog, and the man.", "Unbelievably, SHE didn't go!"]  # Emptied; subwords and case.
   ours = Encoder.from_pretrained(path, method).encode(sentences, batch_size=2)
-  np.testing.assert_allclose(ours, _torch_reference(path, method, sentences), atol=1e-4)
+  np.testing.assert_allclose(ours, torch_reference(path, method, sentences), atol=1e-4)
 
 
 def test_static_remove_biases_averages_the_filtered_pieces(tiny_checkpoint):
@@ -149,7 +72,7 @@ def test_static_methods_read_the_untied_mlm_decoder_as_hf(untied_bert, name):
   """PromptBERT Table 12's MLM-head row: the static methods over HF's `cls.predictions.decoder.weight` rows."""
   method = Method(name, static_rows="mlm_decoder")
   ours = Encoder.from_pretrained(untied_bert, method).encode(SENTENCES, batch_size=2)
-  np.testing.assert_allclose(ours, _torch_reference(untied_bert, method, SENTENCES), atol=1e-5)
+  np.testing.assert_allclose(ours, torch_reference(untied_bert, method, SENTENCES), atol=1e-5)
   words = Encoder.from_pretrained(untied_bert, Method(name)).encode(SENTENCES, batch_size=2)
   assert np.abs(ours - words).max() > 0.1
 
@@ -161,7 +84,7 @@ def test_tfidf_first_last_matches_hf(tmp_path):
   tfidf.save_idf(idf_path, tfidf.fit_idf(corpus, load_tokenizer(path)))
   method = Method("tfidf_first_last", idf_path=str(idf_path))
   ours = Encoder.from_pretrained(path, method).encode(SENTENCES, batch_size=2)
-  np.testing.assert_allclose(ours, _torch_reference(path, method, SENTENCES), atol=1e-4)
+  np.testing.assert_allclose(ours, torch_reference(path, method, SENTENCES), atol=1e-4)
   np.testing.assert_array_equal(ours[0], ours[3])
 
 
@@ -170,7 +93,7 @@ def test_mlm_top_k_matches_hf(tiny_checkpoint):
   template = PROMPT if family == "bert" else "This sentence : ' [X] ' means [MASK] ."
   method = Method("prompt_mlm_top_k", template=template, top_k=50)
   ours = Encoder.from_pretrained(path, method).encode(SENTENCES)
-  np.testing.assert_allclose(ours, _torch_reference(str(path), method, SENTENCES), atol=1e-4)
+  np.testing.assert_allclose(ours, torch_reference(str(path), method, SENTENCES), atol=1e-4)
 
 
 def test_each_distinct_sentence_encoded_once_in_bounded_shapes(tiny_checkpoint):

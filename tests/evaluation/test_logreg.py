@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 
 from jaxemb.evaluation import logreg
-
-FAST = logreg.LogRegConfig(kfold=3, batch_size=8, max_epoch=40)  # Small synthetic problems: short batches.
+from tests.support import FAST_LOGREG
 
 
 def _blobs(n: int, dim: int = 64, spread: float = 0.3, seed: int = 0):
@@ -51,7 +50,7 @@ def test_validation_split_is_senteval_seeded_permutation():
 def test_separable_data_is_learned():
   x, y = _blobs(300)
   folds = [logreg.Fold(train, test) for train, test in logreg.stratified_kfold(y, 3, 0)]
-  fits = logreg.fit_logreg(x, y, 2, folds, np.full((3, 2), 1e-5), FAST)
+  fits = logreg.fit_logreg(x, y, 2, folds, np.full((3, 2), 1e-5), FAST_LOGREG)
   assert fits.weights.shape == (3, 2, 64, 2) and fits.dev_accuracy.shape == (3, 2)
   assert np.all(fits.dev_accuracy == 1.0)
   assert np.array_equal(fits.predict(x, 1, 0), y)
@@ -61,7 +60,7 @@ def test_fits_are_deterministic_under_a_seed():
   x, y = _blobs(200, spread=2.0)  # Overlapping: the weights keep moving, so the seed shows.
   folds = [logreg.Fold(np.arange(150), np.arange(150, 200))]
   fit = lambda config: logreg.fit_logreg(x, y, 2, folds, [[1e-4]], config)
-  first, again, other = fit(FAST), fit(FAST), fit(dataclasses.replace(FAST, seed=3))
+  first, again, other = fit(FAST_LOGREG), fit(FAST_LOGREG), fit(dataclasses.replace(FAST_LOGREG, seed=3))
   assert np.array_equal(first.weights, again.weights) and np.array_equal(first.bias, again.bias)
   assert not np.array_equal(first.weights, other.weights)
 
@@ -85,27 +84,27 @@ class _FakeFits:
 
 def test_l2_search_picks_the_weight_best_on_dev_first_of_ties(monkeypatch):
   x, y = _blobs(90)
-  regs = np.array(FAST.regs)
+  regs = np.array(FAST_LOGREG.regs)
   # KFold: candidate 2 has the best mean over the folds; candidates 1 and 3 tie below it.
   fake = _FakeFits(lambda folds: np.tile([0.5, 0.7, 0.8, 0.7], (folds, 1)))
   monkeypatch.setattr(logreg, "fit_logreg", fake)
-  devacc, _, _ = logreg.kfold_classifier((x, y), (x, y), 2, FAST)
+  devacc, _, _ = logreg.kfold_classifier((x, y), (x, y), 2, FAST_LOGREG)
   assert devacc == 80 and fake.calls[1].tolist() == [[regs[2]]]
   # A tie at the top goes to the first (smallest) weight, as np.argmax.
   fake = _FakeFits(lambda folds: np.tile([0.5, 0.8, 0.8, 0.7], (folds, 1)))
   monkeypatch.setattr(logreg, "fit_logreg", fake)
-  logreg.kfold_classifier((x, y), (x, y), 2, FAST)
+  logreg.kfold_classifier((x, y), (x, y), 2, FAST_LOGREG)
   assert fake.calls[1].tolist() == [[regs[1]]]
 
   # InnerKFold: each outer fold picks by the mean over its own inner folds; outer fold o prefers candidate o.
   def by_outer(folds):
     accuracy = np.full((folds, 4), 0.5)
-    accuracy[np.arange(folds), np.arange(folds) // FAST.kfold] = 0.9
+    accuracy[np.arange(folds), np.arange(folds) // FAST_LOGREG.kfold] = 0.9
     return accuracy
 
   fake = _FakeFits(by_outer)
   monkeypatch.setattr(logreg, "fit_logreg", fake)
-  devacc, _ = logreg.inner_kfold_classifier(x, y, 2, FAST)
+  devacc, _ = logreg.inner_kfold_classifier(x, y, 2, FAST_LOGREG)
   assert devacc == 90 and fake.calls[1][:, 0].tolist() == regs[:3].tolist()
 
 
@@ -114,9 +113,11 @@ def test_early_stopping_follows_senteval():
   folds = [logreg.Fold(np.arange(150), np.arange(150, 200))]
   for tenacity in (0, 2):
     # 100% dev at the first evaluation; then each evaluation fails, and the one after `tenacity` failures stops.
-    fits = logreg.fit_logreg(x, y, 2, folds, [[1e-5]], dataclasses.replace(FAST, tenacity=tenacity, max_epoch=200))
+    fits = logreg.fit_logreg(
+      x, y, 2, folds, [[1e-5]], dataclasses.replace(FAST_LOGREG, tenacity=tenacity, max_epoch=200)
+    )
     assert fits.evaluations.tolist() == [[tenacity + 2]]
-  capped = logreg.fit_logreg(x, y, 2, folds, [[1e-5]], dataclasses.replace(FAST, max_epoch=3, epoch_size=4))
+  capped = logreg.fit_logreg(x, y, 2, folds, [[1e-5]], dataclasses.replace(FAST_LOGREG, max_epoch=3, epoch_size=4))
   assert capped.evaluations.tolist() == [[1]]  # Passes 0..3 <= max_epoch: one evaluation.
 
 

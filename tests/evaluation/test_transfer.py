@@ -9,7 +9,7 @@ import pytest
 
 from jaxemb.data.transfer import TransferSplit, TransferTask
 from jaxemb.evaluation import transfer
-from tests.evaluation.test_logreg import FAST
+from tests.support import FAST_LOGREG
 
 
 def test_senteval_order_sorts_by_token_count_then_label():
@@ -46,7 +46,7 @@ def _embed(sentences):
 def test_evaluate_transfer_runs_each_protocol_once_per_distinct_sentence():
   calls = []
   embed = lambda sentences: calls.append(list(sentences)) or _embed(sentences)
-  result = transfer.evaluate_transfer(embed, _synthetic_tasks(), config=FAST)
+  result = transfer.evaluate_transfer(embed, _synthetic_tasks(), config=FAST_LOGREG)
   assert len(calls) == 1 and len(calls[0]) == len(set(calls[0]))
   assert list(result.tasks) == ["MR", "SST2", "MRPC"]
   assert result["MR"].acc > 95 and result["SST2"].acc > 95 and result["MR"].ndev == 90
@@ -57,4 +57,4 @@ def test_evaluate_transfer_runs_each_protocol_once_per_distinct_sentence():
 
 def test_evaluate_transfer_rejects_bad_embeddings():
   with pytest.raises(ValueError, match="embed returned shape"):
-    transfer.evaluate_transfer(lambda s: np.zeros((len(s), 2, 3)), _synthetic_tasks()[:1], config=FAST)
+    transfer.evaluate_transfer(lambda s: np.zeros((len(s), 2, 3)), _synthetic_tasks()[:1], config=FAST_LOGREG)

@@ -15,9 +15,8 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import shared_path, short_senteval
-from tests.models.test_hf import _assert_same_params
-from tests.test_encode import PROMPT, SENTENCES, _torch_reference
+from tests.support import assert_same_params, shared_path, short_senteval
+from tests.encode_support import PROMPT, SENTENCES, torch_reference
 
 HIDDEN = 32  # conftest's tiny hidden_size.
 
@@ -53,7 +52,7 @@ def test_discriminator_and_base_layouts_load_alike(electra, tmp_path, caplog):
   transformers.AutoModel.from_pretrained(electra).save_pretrained(tmp_path)
   base_config, base_params = load_pretrained(tmp_path)
   assert base_config == config
-  _assert_same_params(params, base_params)
+  assert_same_params(params, base_params)
 
 
 def test_projection_weights_are_required_and_embedding_size_is_electras(tmp_path):
@@ -109,7 +108,7 @@ def _encode_against_hf(path, method):
   encoder = Encoder.from_pretrained(path, method, length_multiple=32)
   ours = encoder.encode(SENTENCES, batch_size=8)
   assert encoder.compilations == 1 and ours.shape == (len(SENTENCES), method.width(encoder.config))
-  return ours, _torch_reference(str(path), method, SENTENCES)
+  return ours, torch_reference(str(path), method, SENTENCES)
 
 
 @pytest.mark.parametrize(
@@ -165,7 +164,7 @@ def test_save_round_trip_loads_in_hf(electra, tmp_path):
   assert model.config.embedding_size == config.embedding_size
   config2, params2 = load_pretrained(tmp_path)
   assert config2 == config
-  _assert_same_params(params, params2)
+  assert_same_params(params, params2)
   _, theirs = _hf_outputs(electra, SENTENCES)
   _, saved = _hf_outputs(tmp_path, SENTENCES)
   np.testing.assert_array_equal(saved.last_hidden_state.numpy(), theirs.last_hidden_state.numpy())

@@ -16,18 +16,7 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.models import bert, hf, hf_keys, run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import shared_path
-
-
-def _leaves(params):
-  return dict(hf_keys._flatten(hf_keys.flax_to_plain(params)))  # pylint: disable=protected-access
-
-
-def _assert_same_params(a, b):
-  a, b = _leaves(a), _leaves(b)
-  assert a.keys() == b.keys()
-  for path in a:
-    np.testing.assert_array_equal(np.asarray(a[path]), np.asarray(b[path]), err_msg="/".join(path))
+from tests.support import assert_same_params, param_leaves, shared_path
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
@@ -58,7 +47,7 @@ def test_pytorch_bin_and_legacy_layernorm_names(tmp_path, tiny_checkpoint):
   torch.save({k: torch.from_numpy(v) for k, v in renamed.items()}, tmp_path / "pytorch_model.bin")
   (tmp_path / "config.json").write_text((path / "config.json").read_text())
   _, params = load_pretrained(tmp_path)
-  _assert_same_params(params, expected)
+  assert_same_params(params, expected)
 
 
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
@@ -94,7 +83,7 @@ def test_minilm_round_trip_is_exact(tmp_path, scan_layers):
   save_pretrained(tmp_path, config, params)
   config2, params2 = load_pretrained(tmp_path, scan_layers=scan_layers)
   assert config2 == config
-  _assert_same_params(params, params2)
+  assert_same_params(params, params2)
   assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["BertModel"]
   _, info = transformers.AutoModel.from_pretrained(tmp_path, output_loading_info=True)
   assert not info["missing_keys"] and not info["unexpected_keys"]
@@ -114,7 +103,7 @@ def test_scanned_layout_stacks_the_layers_in_order():
   )["params"]
   shape_of = lambda tree: jax.tree.map(lambda a: a.shape, hf_keys.flax_to_plain(tree))
   assert shape_of(shapes["layers"]) == shape_of(stacked["layers"])  # (init also makes the MLM head MiniLM lacks.)
-  _assert_same_params(bert.unstack_layers(stacked), params)
+  assert_same_params(bert.unstack_layers(stacked), params)
 
 
 def test_bfloat16_weights_load_as_param_dtype(tmp_path, tiny_checkpoint):
@@ -125,9 +114,9 @@ def test_bfloat16_weights_load_as_param_dtype(tmp_path, tiny_checkpoint):
   safetensors.torch.save_file(torch_state, str(tmp_path / "model.safetensors"))
   (tmp_path / "config.json").write_text((path / "config.json").read_text())
   _, params = load_pretrained(tmp_path)
-  leaves = _leaves(params)
+  leaves = param_leaves(params)
   assert all(v.dtype == jnp.float32 for v in leaves.values())
-  for key, value in _leaves(expected).items():
+  for key, value in param_leaves(expected).items():
     np.testing.assert_allclose(leaves[key], value, rtol=1e-2, atol=1e-2)
 
 
@@ -257,10 +246,10 @@ def _architecture(out, tie_word_embeddings=True):
 def test_an_architecture_is_initialised_with_the_seed_given_and_tied_as_asked(tmp_path):
   arch = _architecture(tmp_path / "arch", tie_word_embeddings=False)
   config, first = load_pretrained(arch, seed=1)
-  _assert_same_params(first, load_pretrained(arch, seed=1)[1])
+  assert_same_params(first, load_pretrained(arch, seed=1)[1])
   _, second = load_pretrained(arch, seed=2)
   for path in ("layer_0", "query", "kernel"), ("embeddings", "word", "embedding"), ("mlm_head", "decoder"):
-    assert not np.array_equal(_leaves(first)[path], _leaves(second)[path]), path
+    assert not np.array_equal(param_leaves(first)[path], param_leaves(second)[path]), path
   # HF's initialisation of an untied model: a decoder drawn on its own, not a copy of the word embeddings.
   assert not np.allclose(first["mlm_head"]["decoder"], first["embeddings"]["word"]["embedding"].T)
   assert hf.retied_config(arch, config, True).tie_word_embeddings  # No weights to drop.

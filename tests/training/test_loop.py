@@ -14,19 +14,7 @@ from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import final_params, logged_steps, shared_path, tensorboard_events, tiny_config
-
-CONFIGS = [
-  "promptbert",
-  "promptroberta",
-  "promptbert_sup",
-  "promptroberta_sup",
-  "cotbert",
-  "cotroberta",
-  "simcse",
-  "simcse_sup",
-  "optiprompt",
-]
+from tests.support import TRAIN_CONFIGS, final_params, logged_steps, shared_path, tensorboard_events, tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +34,9 @@ def dropout_free_models(tmp_path_factory):
 _FALLS_IN_CI = ("promptbert", "cotbert")
 
 
-@pytest.mark.parametrize("name", [n if n in _FALLS_IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in CONFIGS])
+@pytest.mark.parametrize(
+  "name", [n if n in _FALLS_IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in TRAIN_CONFIGS]
+)
 def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   """Each paper setting: a finite loss that the optimizer drives down on one repeated batch."""
   model_dir = dropout_free_models["roberta" if "roberta" in name else "bert"]

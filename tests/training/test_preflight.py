@@ -12,8 +12,7 @@ from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import evaluators
 from jaxemb.training import loop, preflight
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import tiny_config
-from tests.training.test_loop import CONFIGS
+from tests.support import TRAIN_CONFIGS, tiny_config
 
 
 @pytest.fixture(name="heavy_steps_fail")
@@ -175,7 +174,7 @@ def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_no
 
 def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
   family, model_dir = tiny_checkpoint
-  for name in [n for n in CONFIGS if ("roberta" in n) == (family == "roberta")]:
+  for name in [n for n in TRAIN_CONFIGS if ("roberta" in n) == (family == "roberta")]:
     preflight.check(tiny_config(name, model_dir, tmp_path / name), sharding.make_mesh(-1, 1))
     assert not (tmp_path / name).exists()
 
