@@ -16,11 +16,8 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
 import pytest
 
-from jaxemb.evaluation import logreg
-from jaxemb.models import hf_keys
 from jaxemb.testing.shared import REPO, SHARED
 
 
@@ -189,16 +186,16 @@ TRAIN_CONFIGS = [
 ]
 
 
-# jaxemb's logistic regression on small synthetic problems: few folds, short batches.
-FAST_LOGREG = logreg.LogRegConfig(kfold=3, batch_size=8, max_epoch=40)
-
-
 def param_leaves(params) -> dict:
   """{path: array} of a params tree in the plain (HF-keyed) layout."""
+  from jaxemb.models import hf_keys  # pylint: disable=import-outside-toplevel
+
   return dict(hf_keys._flatten(hf_keys.flax_to_plain(params)))  # pylint: disable=protected-access
 
 
 def assert_same_params(a, b):
+  import numpy as np  # pylint: disable=import-outside-toplevel
+
   a, b = param_leaves(a), param_leaves(b)
   assert a.keys() == b.keys()
   for path in a:

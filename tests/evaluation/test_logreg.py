@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxemb.evaluation import logreg
-from tests.support import FAST_LOGREG
+from tests.evaluation_support import FAST_LOGREG
 
 
 def _blobs(n: int, dim: int = 64, spread: float = 0.3, seed: int = 0):

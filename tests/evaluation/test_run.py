@@ -14,7 +14,7 @@ from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
 from jaxemb import xla
 from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path
-from tests.sts_support import STSB, TASKS, FakeEncoder
+from tests.evaluation_support import STSB, TASKS, FakeEncoder
 
 
 def _config(module, model_path, **overrides):

@@ -8,7 +8,7 @@ from scipy import stats
 
 from jaxemb.data.sts import StsTask, add_period, join_tokens
 from jaxemb.evaluation import sts
-from tests.sts_support import FakeEncoder, STSB, STS_X, STS_Y, STS_Z, TASKS, VECTORS
+from tests.evaluation_support import FakeEncoder, STSB, STS_X, STS_Y, STS_Z, TASKS, VECTORS
 
 
 def by_hand(pairs):

@@ -9,7 +9,7 @@ import pytest
 
 from jaxemb.data.transfer import TransferSplit, TransferTask
 from jaxemb.evaluation import transfer
-from tests.support import FAST_LOGREG
+from tests.evaluation_support import FAST_LOGREG
 
 
 def test_senteval_order_sorts_by_token_count_then_label():

@@ -1,9 +1,11 @@
-"""Hand-made STS tasks with fixed vectors (tests/evaluation/test_sts.py checks them against scipy by hand), shared by
-the tests of what scores STS."""
+"""What the evaluation tests share: hand-made STS tasks with fixed vectors (tests/evaluation/test_sts.py checks them
+against scipy by hand) and a logistic regression fast enough for small synthetic problems. Kept apart from
+tests/support.py, which conftest.py imports, so that a pytest process loads JAX only when its tests do."""
 
 import numpy as np
 
 from jaxemb.data.sts import StsSubset, StsTask, join_tokens
+from jaxemb.evaluation import logreg
 
 rng = np.random.default_rng(0)
 TEXTS = ["a cat", "a dog", "the sun", "a car", "two men", "rain", "snow", "a tree", "blue sky", "old boat", "new boat"]
@@ -49,3 +51,7 @@ class FakeEncoder:
   def __call__(self, sentences):
     self.calls.append(list(sentences))
     return np.stack([VECTORS[join_tokens(s).rstrip(".")] for s in sentences]).astype(np.float32)
+
+
+# jaxemb's logistic regression on small synthetic problems: few folds, short batches.
+FAST_LOGREG = logreg.LogRegConfig(kfold=3, batch_size=8, max_epoch=40)
