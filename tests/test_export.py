@@ -227,6 +227,12 @@ def test_command_line(with_pooler, tmp_path, capsys):
   assert err.startswith("error: method 'first_last_avg' has no sentence-transformers form") and err.count("\n") == 1
 
 
+def _push_args(with_pooler, tmp_path) -> list[str]:
+  """export.py's command line for a last_avg export of the BERT checkpoint pushed to the hub repository me/model."""
+  model, out = str(with_pooler["bert"]), str(tmp_path / "out")
+  return ["--model", model, "--method", "last_avg", "--out", out, "--push_to_hub", "me/model"]
+
+
 def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypatch):
   """Everything up to the upload call: the repository is created and the exported folder uploaded to it."""
   huggingface_hub = pytest.importorskip("huggingface_hub")
@@ -236,21 +242,7 @@ def test_push_to_hub_uploads_the_export(with_pooler, tmp_path, capsys, monkeypat
     commit_url="https://huggingface.co/me/model/commit/1", commit_message="", commit_description="", oid="1"
   )
   monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", lambda self, **kw: calls.append(("upload", kw)) or commit)
-  assert (
-    export.main(
-      [
-        "--model",
-        str(with_pooler["bert"]),
-        "--method",
-        "last_avg",
-        "--out",
-        str(tmp_path / "out"),
-        "--push_to_hub",
-        "me/model",
-      ]
-    )
-    == 0
-  )
+  assert export.main(_push_args(with_pooler, tmp_path)) == 0
   assert calls[0] == ("create", "me/model", {"repo_type": "model", "exist_ok": True})
   assert calls[1][1]["folder_path"] == str(tmp_path / "out") and calls[1][1]["repo_id"] == "me/model"
   assert capsys.readouterr().out.split() == [str(tmp_path / "out"), "https://huggingface.co/me/model"]
@@ -264,21 +256,7 @@ def test_push_to_hub_offline_is_one_line(with_pooler, tmp_path, capsys, monkeypa
     raise huggingface_hub.errors.OfflineModeIsEnabled("Cannot reach https://huggingface.co: offline mode is enabled.")
 
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", offline)
-  assert (
-    export.main(
-      [
-        "--model",
-        str(with_pooler["bert"]),
-        "--method",
-        "last_avg",
-        "--out",
-        str(tmp_path / "out"),
-        "--push_to_hub",
-        "me/model",
-      ]
-    )
-    == 1
-  )
+  assert export.main(_push_args(with_pooler, tmp_path)) == 1
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "me/model" in err and "offline mode is enabled" in err
   assert (tmp_path / "out" / "README.md").is_file(), "the export stays for a later upload"
