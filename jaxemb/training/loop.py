@@ -371,9 +371,17 @@ def _score_before_while_compiling(
   evaluation: _Evaluation, state: train_state.TrainState, trainer: Trainer, first_batch: dict[str, Any] | None
 ):
   """evaluation.score_before while the first step's program compiles for `first_batch`'s shapes (None: no step
-  left to run) in a thread: the first step then starts at once."""
+  left to run) in a thread: the first step then starts at once. An error in the evaluation waits for the compile
+  before it ends the run: a process that exits while that thread is inside XLA's compiler aborts (SIGABRT, the
+  thread unwinding through C++ frames as it takes the GIL back during the interpreter's exit) instead of saying the
+  error in one line. A Ctrl-C that stops at once does not wait (jaxemb.cli ends the process with os._exit)."""
   compiling = trainer.compile_ahead(first_batch) if first_batch else None
-  evaluation.score_before(state)
+  try:
+    evaluation.score_before(state)
+  except Exception:
+    if compiling:
+      compiling.join()
+    raise
   if compiling:
     compiling.join()
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import threading
 
 import jax
 import numpy as np
@@ -264,6 +265,46 @@ def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_mode
   encoder = Encoder.from_pretrained(tmp_path)
   assert encoder.method.name == "cls" or encoder.method.head == "pooler"  # Only the prompt methods have a head.
   assert encoder.encode(["a man plays a guitar ."]).shape == (1, 32)
+
+
+class _CompileAhead:
+  """A Trainer's compile_ahead whose thread runs until `release` is set (a compile still under way)."""
+
+  def __init__(self):
+    self.release = threading.Event()
+    self.thread = None
+
+  def compile_ahead(self, batch):
+    del batch
+    self.thread = threading.Thread(target=self.release.wait)
+    self.thread.start()
+    return self.thread
+
+
+class _FailingEvaluation:
+  def __init__(self, error: BaseException):
+    self.error = error
+
+  def score_before(self, state):
+    del state
+    raise self.error
+
+
+def test_an_error_before_training_waits_for_the_step_compile_and_a_ctrl_c_does_not():
+  """A run that ends while the compile-ahead thread is inside XLA's compiler aborts (SIGABRT) instead of saying its
+  error: an error in the evaluation before training waits for the compile; a Ctrl-C that stops at once does not."""
+  trainer = _CompileAhead()
+  threading.Timer(0.2, trainer.release.set).start()
+  with pytest.raises(ValueError):
+    loop._score_before_while_compiling(_FailingEvaluation(ValueError("bad")), None, trainer, {"rows": None})
+  assert not trainer.thread.is_alive()
+
+  trainer = _CompileAhead()
+  with pytest.raises(KeyboardInterrupt):
+    loop._score_before_while_compiling(_FailingEvaluation(KeyboardInterrupt()), None, trainer, {"rows": None})
+  assert trainer.thread.is_alive()
+  trainer.release.set()
+  trainer.thread.join()
 
 
 def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_path, tiny_bert, wiki_head, caplog):
