@@ -187,9 +187,10 @@ def user_message(error: BaseException) -> str | None:
 
 def _exit_now(status: int):
   """Ends the process with `status` at once, without the interpreter's exit-time clean-up. A stop at once can come
-  while XLA's threads still compile or run a step; the C++ static destructors a normal exit runs under them then
-  abort the process (`terminate called after throwing ...`, SIGABRT instead of 130), as a CI run of the second
-  Ctrl-C test once did. What is in flight is dropped, as a kill would drop it: a rerun continues from the last save."""
+  while a thread is still inside XLA (train.py's compile-ahead thread compiling the first step); one that takes the
+  GIL back while the interpreter exits unwinds through C++ frames and aborts the process (`terminate called after
+  throwing ...`, SIGABRT instead of 130), as a CI run of the second Ctrl-C test once did. What is in flight is
+  dropped, as a kill would drop it: a rerun continues from the last save."""
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(status)
