@@ -120,22 +120,13 @@ def test_no_test_module_imports_another():
   """What tests share lives in tests/*_support.py (or jaxemb/testing/), not in another test module, whose refactor
   would otherwise break tests it does not know of. Helper programs the tests start (tests/training/checkpoint_kill.py)
   are not test modules."""
-  tests = pathlib.Path(REPO) / "tests"
-  found = [
-    f"{path.relative_to(REPO)}:{node.lineno} imports {node.module}"
-    for path in sorted(tests.rglob("test_*.py"))
-    for node in ast.walk(ast.parse(path.read_text()))
-    if isinstance(node, ast.ImportFrom)
-    and node.module
-    and node.module.startswith("tests.")
-    and node.module.rsplit(".", 1)[-1].startswith("test_")
-  ]
-  found += [
-    f"{path.relative_to(REPO)}:{node.lineno} imports {alias.name} from {node.module}"
-    for path in sorted(tests.rglob("test_*.py"))
-    for node in ast.walk(ast.parse(path.read_text()))
-    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests")
-    for alias in node.names
-    if alias.name.startswith("test_")
-  ]
+  found = []
+  for path in sorted((pathlib.Path(REPO) / "tests").rglob("test_*.py")):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests")):
+        continue
+      where = f"{path.relative_to(REPO)}:{node.lineno}"
+      if node.module.rsplit(".", 1)[-1].startswith("test_"):  # from tests.x.test_y import ...
+        found.append(f"{where} imports {node.module}")
+      found += [f"{where} imports {a.name} from {node.module}" for a in node.names if a.name.startswith("test_")]
   assert found == []
