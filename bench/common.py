@@ -78,9 +78,10 @@ def cpu_model() -> str:
   return f"{fields.get('model name', 'unknown CPU')} ({features + '; ' if features else ''}{os.cpu_count()} CPUs)"
 
 
-def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
-  """Median seconds per call of each case. The cases run alternately (a, b, a, b, ...) after `warmup` calls each,
-  so a burst of load from other jobs hits every side alike. Each callable must block until its work is done."""
+def interleaved_rounds(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, list[float]]:
+  """Seconds of each call of each case, round by round. The cases run alternately (a, b, a, b, ...) after `warmup`
+  calls each, so a burst of load from other jobs hits every side alike. Each callable must block until its work is
+  done."""
   for fn in cases.values():
     for _ in range(warmup):
       fn()
@@ -90,7 +91,19 @@ def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int =
       start = time.perf_counter()
       fn()
       times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
+  return times
+
+
+def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
+  """Median seconds per call of each case, timed by `interleaved_rounds`."""
+  return {name: statistics.median(t) for name, t in interleaved_rounds(cases, repeats, warmup).items()}
+
+
+def per_round_ratio(ours: list[float], theirs: list[float]) -> str:
+  """The median over rounds of `theirs / ours` seconds (`ratio`'s sense) from `interleaved_rounds`: on a VM whose
+  speed drifts by 10-20% within minutes the two sides of one round ran at the same speed, where the medians of
+  each side may not have."""
+  return f"{statistics.median(t / o for o, t in zip(ours, theirs)):.2f}x"
 
 
 def ratio(ours: float, theirs: float) -> str:

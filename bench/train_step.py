@@ -8,7 +8,8 @@ through the same encoder calls (each view, then each template's bias rows), clip
 (`torch.nn.utils.clip_grad_norm_`), then `torch.optim.AdamW` on the same linear schedule. Both start from the same
 weights (the MLP too) and read the same rows: the script first checks that their dropout-free losses agree, then
 times steps alternately, with the jax step once per dropout PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg
-were 3-8% slower on a 2-core CPU, docs/benchmarks.md).
+were 3-8% slower on a 2-core CPU, docs/benchmarks.md). Each ratio is printed twice: of the two sides' medians, and
+the median of each round's ratio (the two sides of a round ran at the machine's speed of that moment).
 
   python bench/train_step.py                                  # MiniLM, batch 64, 32 sentence tokens
   python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
@@ -18,6 +19,7 @@ were 3-8% slower on a 2-core CPU, docs/benchmarks.md).
 import argparse
 import dataclasses
 import pathlib
+import statistics
 import tempfile
 
 import common
@@ -160,11 +162,13 @@ def main():
         f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
         f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}"
       )
-      times = common.interleaved({**steps, "pytorch": torch_step}, args.repeats)
+      rounds = common.interleaved_rounds({**steps, "pytorch": torch_step}, args.repeats)
+      times = {case: statistics.median(t) for case, t in rounds.items()}
       for case, seconds in times.items():
         print(
           f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
-          f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])}",
+          f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])} "
+          f"(per round {common.per_round_ratio(rounds[case], rounds['pytorch'])})",
           flush=True,
         )
   common.print_load("end")
