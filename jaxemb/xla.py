@@ -19,7 +19,7 @@ XLA cannot write a program with oneDNN's dots to the persistent compilation cach
 implemented for thunk kind: onednn-fusion"), so each program gets what is faster over a first and a second run
 (docs/benchmarks.md, "Cold and warm starts"): the encoder's forward keeps oneDNN's dots and compiles on every run
 (faster even so than Eigen's loaded from the cache), without trying to write itself to the cache. The train step
-of a short run (`is_short_run`) is `cached`: Eigen's dots, as its compile (about 25 s for MiniLM) costs more than
+of a short run (`is_short_run`) is `cached`: Eigen's dots, as its compile (10-25 s for MiniLM) costs more than
 oneDNN's 2-6% a step give back (docs/benchmarks.md); a longer run's takes oneDNN's and compiles on every start.
 """
 
@@ -56,7 +56,7 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64")
 # oneDNN's; 16 x 32: 63.0 and 58.7 ms; the tiny test models' steps, 5% of the test suite's time).
 ONEDNN_MIN_ROWS = 256
 # Steps of a training run below which its train step is cached with Eigen's dots, not compiled on every start with
-# oneDNN's: a MiniLM step's compile, about 25 s, against oneDNN's 2-6% of a 2-3 s step (an Intel Xeon and an AMD
+# oneDNN's: a MiniLM step's compile, 10-25 s, against oneDNN's 2-6% of a 2-3 s step (an Intel Xeon and an AMD
 # EPYC, 2 cores; bench/train_step.py).
 ONEDNN_MIN_STEPS = 1000
 # A JSON object of XLA compiler options merged over CPU_OPTIONS, to try another CPU's best without editing code
