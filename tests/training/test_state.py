@@ -1,4 +1,5 @@
-"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, and the embedding rows HF never updates."""
+"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, the embedding rows HF never updates, and which
+runs' steps are compiled to be cached."""
 
 import dataclasses
 import functools
