@@ -1,5 +1,5 @@
-"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, the embedding rows HF never updates, and which
-runs' steps are compiled to be cached."""
+"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, the embedding rows HF never updates,
+and which runs' steps are compiled to be cached."""
 
 import dataclasses
 import functools
