@@ -14,8 +14,7 @@ import time
 from typing import Any, Callable
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-SCHEDULE_STEPS = 10_000  # The learning-rate schedule's length in the timed train steps (either side): a long run's
-# step, which on x86 CPUs takes oneDNN's dots (jaxemb.xla.is_short_run).
+SCHEDULE_STEPS = 10_000  # The learning-rate schedule's length in the timed train steps (either side).
 # bert-base-uncased's architecture.
 BERT_BASE = dict(
   vocab_size=30522,

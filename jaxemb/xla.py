@@ -18,9 +18,8 @@ jaxlib knows them.
 XLA cannot write a program with oneDNN's dots to the persistent compilation cache (jaxlib 0.10.2: "ToProto is not
 implemented for thunk kind: onednn-fusion"), so each program gets what is faster over a first and a second run
 (docs/benchmarks.md, "Cold and warm starts"): the encoder's forward keeps oneDNN's dots and compiles on every run
-(faster even so than Eigen's loaded from the cache), without trying to write itself to the cache. The train step
-of a short run (`is_short_run`) is `cached`: Eigen's dots, as its compile (10-25 s for MiniLM) costs more than
-oneDNN's 2-6% a step give back (docs/benchmarks.md); a longer run's takes oneDNN's and compiles on every start.
+(faster even so than Eigen's loaded from the cache), without trying to write itself to the cache; the train step,
+whose compile costs more than oneDNN's few percent a step give back in a CPU run, is `cached`: Eigen's dots.
 """
 
 import contextlib
@@ -55,10 +54,6 @@ _X86 = platform.machine().lower() in ("x86_64", "amd64")
 # overhead outweighs its faster kernels there (MiniLM forward, 4 x 16 tokens: 11.3 ms with Eigen's, 12.6 ms with
 # oneDNN's; 16 x 32: 63.0 and 58.7 ms; the tiny test models' steps, 5% of the test suite's time).
 ONEDNN_MIN_ROWS = 256
-# Steps of a training run below which its train step is cached with Eigen's dots, not compiled on every start with
-# oneDNN's: a MiniLM step's compile, 10-25 s, against oneDNN's 2-6% of a 2-3 s step (an Intel Xeon and an AMD
-# EPYC, 2 cores; bench/train_step.py).
-ONEDNN_MIN_STEPS = 1000
 # A JSON object of XLA compiler options merged over CPU_OPTIONS, to try another CPU's best without editing code
 # (e.g. '{"xla_cpu_prefer_vector_width": 512}'; docs/accelerators.md). The benchmarks print it.
 OPTIONS_ENV = "JAXEMB_XLA_CPU_OPTIONS"
@@ -163,11 +158,6 @@ def scan_unroll(num_layers: int) -> int:
 def is_few_rows(rows: int) -> bool:
   """Whether a call of `rows` token rows (batch x length) per device is below ONEDNN_MIN_ROWS: `jit`'s few_rows."""
   return rows < ONEDNN_MIN_ROWS
-
-
-def is_short_run(steps: int) -> bool:
-  """Whether a training run of `steps` steps is below ONEDNN_MIN_STEPS: its train step is then `jit`'s cached."""
-  return steps < ONEDNN_MIN_STEPS
 
 
 def jit(

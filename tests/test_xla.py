@@ -35,16 +35,12 @@ def test_programs_of_few_rows_keep_eigen_dots():
 @pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
 def test_cached_programs_take_dots_xla_can_serialize():
   """XLA cannot write oneDNN's programs to the persistent cache (jaxlib 0.10.2; if a jaxlib can, the train step
-  should go back to oneDNN's dots): a `cached` program (a short run's train step) takes Eigen's dots; bfloat16's
-  YNNPACK programs serialize, so they keep them."""
+  should go back to oneDNN's dots): a `cached` program (the train step) takes Eigen's dots; bfloat16's YNNPACK
+  programs serialize, so they keep them."""
   assert not xla.serializable(xla.CPU_OPTIONS["float32"])
   assert xla.serializable(xla.EIGEN_DOTS) and xla.serializable(xla.CPU_OPTIONS["bfloat16"])
   assert xla.compiler_options(cached=True) == xla.EIGEN_DOTS
   assert xla.compiler_options(jnp.bfloat16, cached=True) == xla.CPU_OPTIONS["bfloat16"]
-
-
-def test_runs_below_onednn_min_steps_are_short():
-  assert xla.is_short_run(xla.ONEDNN_MIN_STEPS - 1) and not xla.is_short_run(xla.ONEDNN_MIN_STEPS)
 
 
 @pytest.fixture

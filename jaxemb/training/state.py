@@ -187,17 +187,15 @@ def jit_train_step(
   mesh: jax.sharding.Mesh,
   state_shardings: Any,
   rows: int,
-  steps: int,
 ):
   """The step compiled with explicit shardings: the state stays where it is (and is donated), the batch is
   split over every device, and the contrastive logits are computed on the global batch. `rows`: each device's
-  token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library; `steps`: the run's,
-  by which jaxemb.xla.is_short_run picks whether the step is cached."""
+  token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library."""
   return xla.jit(
     functools.partial(train_step, objective, model, tx),
     model.dtype,
     xla.is_few_rows(rows),
-    cached=xla.is_short_run(steps),
+    cached=True,
     in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
     out_shardings=(state_shardings, sharding.replicated(mesh)),
     donate_argnums=(0,),

@@ -72,7 +72,6 @@ class Trainer:
     shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
     rows: token rows in each device's encoder call at most (its share of the batch x the widest row): what
       jaxemb.xla.jit compiles the step for.
-    steps: the run's total steps (the schedule's length); jaxemb.xla.jit caches a short run's step.
   """
 
   objective: objectives.Objective
@@ -84,7 +83,6 @@ class Trainer:
   abstract: Any
   shardings: Any
   rows: int
-  steps: int
 
   def initial_params(self, pretrained: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
@@ -117,9 +115,7 @@ class Trainer:
   @functools.cached_property
   def step(self):
     """The jitted, sharded step: (state, batch) -> (state, metrics); the state is donated."""
-    return train_state.jit_train_step(
-      self.objective, self.model, self.tx, self.mesh, self.shardings, self.rows, self.steps
-    )
+    return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings, self.rows)
 
 
 def check_model_options(config: Any):
@@ -166,7 +162,6 @@ def build_trainer(
     abstract,
     sharding.tree_shardings(mesh, abstract),
     rows,
-    total_steps,
   )
 
 

@@ -69,8 +69,8 @@ def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path
 def train_py(tmp_path_factory, tiny_bert, wiki_head):
   """train.py's command for a toy run in a workdir: num_steps steps saved every save_every, each logged, STS-B dev
   scored at the end. The runs of this module share one XLA cache and one cache of tokenised rows. A batch of 12
-  makes the step's encoder calls as many token rows as a real run's (not `xla.is_few_rows`): its dots take a short
-  real run's path (`xla.is_short_run`: cached)."""
+  makes the step's encoder calls as many token rows as a real run's (not `xla.is_few_rows`): its dots take the
+  same path."""
   caches = tmp_path_factory.mktemp("train_py")
 
   def command(workdir, num_steps, save_every):

@@ -1,5 +1,4 @@
-"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, the embedding rows HF never updates,
-and which runs' steps are compiled to be cached."""
+"""The optimizer as the authors' HF Trainer ran it, the fresh head's init, and the embedding rows HF never updates."""
 
 import dataclasses
 import functools
@@ -11,7 +10,7 @@ import optax
 import pytest
 import torch
 
-from jaxemb import sharding, templates, xla
+from jaxemb import templates
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.training import state as train_state
@@ -203,16 +202,3 @@ def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
     _, metrics[world] = step(train_state.init_state(params, {}, tx, 0), batch)
   np.testing.assert_allclose(metrics[4]["loss"], metrics[1]["loss"], rtol=1e-6)
   np.testing.assert_allclose(metrics[4]["grad_norm"], metrics[1]["grad_norm"] / 4, rtol=1e-5)
-
-
-@pytest.mark.parametrize("steps", [xla.ONEDNN_MIN_STEPS - 1, xla.ONEDNN_MIN_STEPS])
-def test_only_a_short_runs_step_is_cached(monkeypatch, steps):
-  """A short run's step is compiled to be cached (Eigen's dots on x86 CPUs); a long run's takes the faster dots
-  XLA cannot cache and compiles on every start (jaxemb.xla.ONEDNN_MIN_STEPS)."""
-  jitted = {}
-  monkeypatch.setattr(
-    train_state.xla, "jit", lambda fn, dtype, few_rows, cached, **kwargs: jitted.update(cached=cached)
-  )
-  mesh = sharding.make_mesh(-1, 1)
-  train_state.jit_train_step(None, Transformer(None), None, mesh, None, xla.ONEDNN_MIN_ROWS, steps)
-  assert jitted == {"cached": steps < xla.ONEDNN_MIN_STEPS}
