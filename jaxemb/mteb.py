@@ -14,6 +14,7 @@ so that mteb saves the results under them.
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 from typing import Any
 
@@ -36,7 +37,7 @@ class JaxembModel(AbsEncoder):
     model_name: a Hugging Face checkpoint (local directory, gs:// folder or hub id) or a jaxemb run directory
       (local or gs://).
     revision: the revision mteb records with the results; default: a run directory's best step ("best-N"), else
-      none.
+      the weights' own (`weights_revision`).
     device: unused (JAX places the model on its default device); mteb's `run` CLI passes it.
     name: the name mteb records ("organization/model"); default: a hub id as it is, or "jaxemb/<folder>" for a
       local or gs:// directory (and a hub id without an organization).
@@ -63,8 +64,9 @@ class JaxembModel(AbsEncoder):
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
     self.add_period = method.add_period if add_period is None else add_period
-    best = run_dir.read_best_meta(model_name) if revision is None and run_dir.is_run_dir(model_name) else None
-    revision = f"best-{best['step']}" if best else revision
+    if revision is None:
+      best = run_dir.read_best_meta(model_name) if run_dir.is_run_dir(model_name) else None
+      revision = f"best-{best['step']}" if best else weights_revision(self.model.params)
     # The method and its fields that differ from their defaults: mteb keeps each method's results apart by them.
     experiment = {"method": method.name, **method.changed_fields()}
     if self.add_period != method.add_period:
@@ -117,6 +119,19 @@ def _meta_name(model_name: str | pathlib.Path) -> str:
   if not path.is_dir() and str(model_name).count("/") == 1:
     return str(model_name)
   return f"jaxemb/{(path.resolve() if path.is_dir() else path).name}"
+
+
+def weights_revision(params: Any) -> str:
+  """The revision of a checkpoint that has none of its own: "weights-" and 12 hex digits of a SHA-256 over every
+  parameter's name, dtype, shape and bytes. With no revision mteb reads back the newest results saved under the
+  model's name, whichever weights they came from: a checkpoint rewritten in the same folder would get the old
+  scores."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    leaf = np.asarray(leaf)
+    digest.update(f"{jax.tree_util.keystr(path)} {leaf.dtype} {leaf.shape}".encode())
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return f"weights-{digest.hexdigest()[:12]}"
 
 
 def _num_parameters(params: Any) -> int:

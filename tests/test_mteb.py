@@ -2,6 +2,7 @@
 
 import json
 import re
+import warnings
 
 import jax
 import numpy as np
@@ -14,6 +15,7 @@ from jaxemb.data.sts import join_tokens, load_sts_task  # pylint: disable=g-impo
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common, sts
 from jaxemb.mteb import JaxembModel
+from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
 
 PROMPT = Method("prompt", template='This sentence : "[X]" means [MASK] .')
@@ -49,7 +51,8 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
     np.asarray(model.similarity_pairwise(vectors, reverse)), (unit * unit[::-1]).sum(1), atol=1e-5
   )
   meta = model.mteb_model_meta
-  assert (meta.name, meta.revision, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", None, 32, ["JAX"])
+  assert (meta.name, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", 32, ["JAX"])
+  assert re.fullmatch(r"weights-[0-9a-f]{12}", meta.revision)
   assert meta.experiment_kwargs == {"method": "ditto", "ditto_layer": 1, "ditto_head": 2}
   assert meta.n_parameters == sum(np.size(leaf) for leaf in jax.tree.leaves(model.model.params))
 
@@ -87,6 +90,29 @@ def test_run_directory_in_a_bucket_is_named_by_its_folder_with_its_best_step(
   )
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert (model.mteb_model_meta.name, model.mteb_model_meta.revision) == ("jaxemb/r1", f"best-{step}")
+
+
+def test_a_checkpoint_rewritten_under_the_same_name_is_scored_again(tmp_path):
+  """A plain checkpoint's revision names its weights: mteb keeps the results of other weights under the same folder
+  name apart instead of handing back the newest saved ones (what it does, with a warning, for no revision)."""
+  first, same, changed = (
+    write_random_checkpoint(tmp_path / folder / "model", "bert", seed=seed)
+    for folder, seed in (("a", 0), ("b", 0), ("c", 1))
+  )
+  models = [JaxembModel(path, method="last_avg") for path in (first, same, changed)]
+  revisions = [m.mteb_model_meta.revision for m in models]
+  assert revisions[0] == revisions[1] != revisions[2], revisions
+  task, _ = _local_stsb(20)
+  cache = mteb.ResultCache(tmp_path / "mteb")
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    scores = [
+      mteb.evaluate(m, task, cache=cache, show_progress_bar=False).task_results[0].get_score()
+      for m in (models[0], models[2])
+    ]
+  assert not [w for w in caught if "model_revision" in str(w.message)]
+  assert scores[0] != scores[1]
+  assert len(list((tmp_path / "mteb").rglob("LocalSTSBenchmark.json"))) == 2
 
 
 def _local_stsb(pairs: int | None):
