@@ -95,7 +95,12 @@ def interleaved_rounds(cases: dict[Any, Callable[[], Any]], repeats: int, warmup
 
 def interleaved(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, float]:
   """Median seconds per call of each case, timed by `interleaved_rounds`."""
-  return {name: statistics.median(t) for name, t in interleaved_rounds(cases, repeats, warmup).items()}
+  return medians(interleaved_rounds(cases, repeats, warmup))
+
+
+def medians(rounds: dict[Any, list[float]]) -> dict[Any, float]:
+  """Each case's median of `interleaved_rounds`' seconds."""
+  return {name: statistics.median(t) for name, t in rounds.items()}
 
 
 def per_round_ratio(ours: list[float], theirs: list[float]) -> str:

@@ -19,7 +19,6 @@ the median of each round's ratio (the two sides of a round ran at the machine's 
 import argparse
 import dataclasses
 import pathlib
-import statistics
 import tempfile
 
 import common
@@ -163,7 +162,7 @@ def main():
         f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}"
       )
       rounds = common.interleaved_rounds({**steps, "pytorch": torch_step}, args.repeats)
-      times = {case: statistics.median(t) for case, t in rounds.items()}
+      times = common.medians(rounds)
       for case, seconds in times.items():
         print(
           f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
