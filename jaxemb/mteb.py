@@ -128,9 +128,9 @@ def weights_revision(params: Any) -> str:
   scores."""
   digest = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    leaf = np.asarray(leaf)
+    leaf = np.ascontiguousarray(leaf)
     digest.update(f"{jax.tree_util.keystr(path)} {leaf.dtype} {leaf.shape}".encode())
-    digest.update(np.ascontiguousarray(leaf).tobytes())
+    digest.update(leaf.tobytes())
   return f"weights-{digest.hexdigest()[:12]}"
 
 
