@@ -30,7 +30,8 @@ def get_config():
   config.model.scan_layers = True
   # Layers run per trip of the scan's loop (nn.scan's unroll; the same params, dropout and outputs, compiled
   # differently). None: per backend (jaxemb.xla.scan_unroll): every layer on the CPU, where the loop cost a tenth of
-  # a step, 1 elsewhere (one layer compiled). 1 also compiles faster on the CPU (tests at toy scale set it).
+  # a step, unless the layers remat (unrolled whole they saved no memory); 1 elsewhere (one layer compiled). 1 also
+  # compiles faster on the CPU (tests at toy scale set it).
   config.model.scan_unroll = ml_collections.FieldReference(None, field_type=int)
   # What each layer keeps for the backward pass: "none" (everything), "full" (nothing: recomputed, about one more
   # forward pass of compute for less activation memory), or a jax.checkpoint_policies name such as "dots_saveable"

@@ -76,9 +76,11 @@ def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
   assert "f32[16,32]{1,0} fusion(%x.1)" in upcast  # An operand converted to float32.
 
 
-def test_the_cpu_unrolls_the_scanned_layers():
-  """One loop trip for every layer count (tests/models/test_bert.py checks that it changes nothing but the loop)."""
-  assert [xla.scan_unroll(n) for n in (1, 6, 24)] == [1, 6, 24]
+def test_the_cpu_unrolls_the_scanned_layers_unless_they_remat():
+  """One loop trip for every layer count (tests/models/test_bert.py checks that it changes nothing but the loop, and
+  that remat'd layers save memory only with the loop)."""
+  assert [xla.scan_unroll(n, remat=False) for n in (1, 6, 24)] == [1, 6, 24]
+  assert [xla.scan_unroll(n, remat=True) for n in (1, 6, 24)] == [1, 1, 1]
 
 
 @pytest.fixture

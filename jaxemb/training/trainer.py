@@ -143,7 +143,8 @@ def build_trainer(
     model_config,
     dtype=dtype,
     scan_layers=config.model.scan_layers,
-    scan_unroll=config.model.scan_unroll or xla.scan_unroll(model_config.num_hidden_layers),
+    scan_unroll=config.model.scan_unroll
+    or xla.scan_unroll(model_config.num_hidden_layers, remat=config.model.remat_policy != "none"),
     remat_policy=config.model.remat_policy,
   )
   tx = train_state.make_optimizer(config.train, total_steps)

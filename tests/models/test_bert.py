@@ -374,3 +374,27 @@ def test_activation_and_its_gradient_match_torch(hidden_act):
     x64 = x.astype(np.float64)
     s = 0.5 * np.abs(x64) * math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x64**2)
     np.testing.assert_array_less(np.abs(np.asarray(grad) - tx.grad.numpy()), 16 * np.finfo(np.float32).eps * (1 + s))
+
+
+def test_remat_saves_memory_at_the_cpus_scan_unroll(tiny_checkpoint):
+  """remat_policy's point is a smaller train step: at the per-backend unroll (jaxemb.xla.scan_unroll) the compiled
+  gradient of a remat'd encoder needs less temporary memory than without. Unrolled into one trip, XLA computed the
+  recomputed forward as early as the original and the saving was gone (bert-base's SimCSE step: 4.30 GB of
+  temporaries with and without "full", 1.42 GB at batch 16 either way, 0.91 GB with the loop kept)."""
+  _, path = tiny_checkpoint
+  config, params, _ = _load(str(path), scan_layers=True)
+  ids, mask = _padded_batch(path)
+  ids, mask = np.tile(ids, (8, 4)), np.tile(mask, (8, 4))  # Activations that outweigh the weights' gradients.
+
+  def temp_bytes(remat_policy, scan_unroll):
+    def loss(p):
+      out = Transformer(config, scan_layers=True, remat_policy=remat_policy, scan_unroll=scan_unroll).apply(
+        {"params": p}, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(0)}
+      )
+      return jnp.sum(out.last_hidden_state**2)
+
+    return jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
+
+  layers = config.num_hidden_layers
+  unroll = {policy: xla.scan_unroll(layers, remat=policy != "none") for policy in ("none", "full")}
+  assert temp_bytes("full", unroll["full"]) < 0.7 * temp_bytes("none", unroll["none"])
