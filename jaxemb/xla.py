@@ -153,7 +153,7 @@ def scan_unroll(num_layers: int, remat: bool) -> int:
   2255 ms unrolled, 2264 ms with a module per layer; bench/train_step.py); elsewhere 1, one layer compiled, which
   keeps bert-large's compile short. Layers that `remat` (config.model.remat_policy other than "none") keep the loop
   everywhere: unrolled whole, XLA recomputed their forward as early as the first one and saved no memory (bert-base's
-  SimCSE step at batch 16: 1.42 GB of temporaries with "full" and without, 0.91 GB with the loop)."""
+  SimCSE step at batch 16: 1.43 GB of temporaries with "full" and without, 0.91 GB with the loop)."""
   return num_layers if jax.default_backend() == "cpu" and not remat else 1
 
 

@@ -380,7 +380,7 @@ def test_remat_saves_memory_at_the_cpus_scan_unroll(tiny_checkpoint):
   """remat_policy's point is a smaller train step: at the per-backend unroll (jaxemb.xla.scan_unroll) the compiled
   gradient of a remat'd encoder needs less temporary memory than without. Unrolled into one trip, XLA computed the
   recomputed forward as early as the original and the saving was gone (bert-base's SimCSE step: 4.30 GB of
-  temporaries with and without "full", 1.42 GB at batch 16 either way, 0.91 GB with the loop kept)."""
+  temporaries with and without "full", 1.43 GB at batch 16 either way, 0.91 GB with the loop kept)."""
   _, path = tiny_checkpoint
   config, params, _ = _load(str(path), scan_layers=True)
   ids, mask = _padded_batch(path)
