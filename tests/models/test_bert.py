@@ -261,12 +261,9 @@ def test_minilm_hidden_states_match_hf(scan_layers):
   assert len(ours.hidden_states) == 7
 
 
-@functools.lru_cache(maxsize=None)
-def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none", scan_unroll=1):
-  """The value and gradients (per layer, whatever the layout) of a loss on the last states and layer 1's attention,
-  dropout drawn from key 0 unless `deterministic`; cached, as several tests compare against the same baseline."""
-  config, params, _ = _load(path, scan_layers)
-  ids, mask = _padded_batch(path)
+def _loss(config, ids, mask, deterministic, scan_layers, remat_policy, scan_unroll):
+  """A loss of the params on the last states and layer 1's attention, dropout drawn from key 0 unless
+  `deterministic`: what the gradient tests differentiate."""
 
   def loss(params):
     out = Transformer(config, scan_layers=scan_layers, remat_policy=remat_policy, scan_unroll=scan_unroll).apply(
@@ -279,6 +276,16 @@ def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none",
     )
     return jnp.sum(out.last_hidden_state**2) + jnp.sum(out.attentions[1])
 
+  return loss
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_and_grads(path, deterministic, scan_layers=False, remat_policy="none", scan_unroll=1):
+  """The value and gradients (per layer, whatever the layout) of `_loss`; cached, as several tests compare against
+  the same baseline."""
+  config, params, _ = _load(path, scan_layers)
+  ids, mask = _padded_batch(path)
+  loss = _loss(config, ids, mask, deterministic, scan_layers, remat_policy, scan_unroll)
   value, grads = jax.jit(jax.value_and_grad(loss))(params)
   return value, bert.unstack_layers(grads)
 
@@ -387,12 +394,7 @@ def test_remat_saves_memory_at_the_cpus_scan_unroll(tiny_checkpoint):
   ids, mask = np.tile(ids, (8, 4)), np.tile(mask, (8, 4))  # Activations that outweigh the weights' gradients.
 
   def temp_bytes(remat_policy, scan_unroll):
-    def loss(p):
-      out = Transformer(config, scan_layers=True, remat_policy=remat_policy, scan_unroll=scan_unroll).apply(
-        {"params": p}, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(0)}
-      )
-      return jnp.sum(out.last_hidden_state**2)
-
+    loss = _loss(config, ids, mask, False, True, remat_policy, scan_unroll)
     return jax.jit(jax.grad(loss)).lower(params).compile().memory_analysis().temp_size_in_bytes
 
   layers = config.num_hidden_layers
