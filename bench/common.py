@@ -77,6 +77,13 @@ def cpu_model() -> str:
   return f"{fields.get('model name', 'unknown CPU')} ({features + '; ' if features else ''}{os.cpu_count()} CPUs)"
 
 
+def seconds(fn: Callable[[], Any]) -> float:
+  """The wall seconds of one call of `fn` (which must block until its work is done)."""
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
 def interleaved_rounds(cases: dict[Any, Callable[[], Any]], repeats: int, warmup: int = 1) -> dict[Any, list[float]]:
   """Seconds of each call of each case, round by round. The cases run alternately (a, b, a, b, ...) after `warmup`
   calls each, so a burst of load from other jobs hits every side alike. Each callable must block until its work is
@@ -87,9 +94,7 @@ def interleaved_rounds(cases: dict[Any, Callable[[], Any]], repeats: int, warmup
   times = {name: [] for name in cases}
   for _ in range(repeats):
     for name, fn in cases.items():
-      start = time.perf_counter()
-      fn()
-      times[name].append(time.perf_counter() - start)
+      times[name].append(seconds(fn))
   return times
 
 
