@@ -5,10 +5,12 @@ step's metrics as the training loop records them (`StepRecorder`: checked, shown
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import pathlib
 import queue
+import shutil
 import tempfile
 import threading
 import time
@@ -43,7 +45,7 @@ class MetricsWriter:
     self._workdir, self._purge_step = workdir, start_step + 1
     self._lines = _records_up_to(workdir.metrics_file, start_step)
     self._tensorboard = None
-    self._local_events = None  # A bucket's run: the temporary folder of this attempt's event file.
+    self._local_events: pathlib.Path | None = None  # A bucket's run: the local folder of this attempt's event file.
     self._queue: queue.Queue = queue.Queue()
     self._error: BaseException | None = None
     self._thread = threading.Thread(target=self._write_queued, name="jaxemb-metrics", daemon=True)
@@ -63,7 +65,7 @@ class MetricsWriter:
     if self._tensorboard is not None:
       self._tensorboard.close()
     if self._local_events is not None:
-      self._local_events.cleanup()
+      shutil.rmtree(self._local_events, ignore_errors=True)
     self._raise_error()
 
   def _raise_error(self):
@@ -102,7 +104,7 @@ class MetricsWriter:
         tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary.scalar(name, value)))
     tensorboard.flush()
     if self._local_events is not None:
-      storage.upload(pathlib.Path(self._local_events.name), self._workdir.tensorboard_dir)
+      storage.upload(self._local_events, self._workdir.tensorboard_dir)
 
   def _open_tensorboard(self) -> Any:
     """This attempt's event file, opened with the event that hides the steps from `purge_step` on in earlier ones
@@ -113,8 +115,7 @@ class MetricsWriter:
 
       folder = self._workdir.tensorboard_dir
       if storage.is_remote(folder):
-        self._local_events = tempfile.TemporaryDirectory(prefix="jaxemb-tensorboard-")
-        folder = self._local_events.name
+        self._local_events = folder = local_events_folder(folder)
       else:
         folder.mkdir(parents=True, exist_ok=True)
       self._tensorboard = event_file_writer.EventsWriter(os.path.join(str(folder), "events"))
@@ -126,6 +127,17 @@ class MetricsWriter:
         )
       )
     return self._tensorboard
+
+
+def local_events_folder(tensorboard_dir: storage.PathLike) -> pathlib.Path:
+  """A new empty local folder for the event file of a run whose `tensorboard_dir` is in a bucket: one per run
+  directory, so an attempt killed before its close (whose events were uploaded at each flush) leaves no more than
+  that folder behind, and the next attempt's clears it."""
+  digest = hashlib.sha256(str(tensorboard_dir).encode()).hexdigest()[:16]
+  folder = pathlib.Path(tempfile.gettempdir()) / f"jaxemb-tensorboard-{digest}"
+  shutil.rmtree(folder, ignore_errors=True)
+  folder.mkdir(parents=True, exist_ok=True)
+  return folder
 
 
 def _records_up_to(path: storage.Path, step: int) -> list[str]:

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import jax
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from tensorboardX.proto import event_pb2
 
+from jaxemb import storage
 from jaxemb.models import run_dir
 from jaxemb.training import metrics
 from tests.support import (
@@ -63,6 +65,26 @@ def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path
     (e.step, e.summary.value[0].simple_value) for e in tensorboard_events(tmp_path / "tensorboard") if e.summary.value
   ] == [(step, float(step)) for step in range(1, 6)]
   writer.close()
+
+
+def test_a_bucket_runs_local_event_folder_is_one_per_run_and_the_next_attempt_clears_it(bucket, tmp_path, monkeypatch):
+  """A run in a bucket writes its event file in a local folder named after the run directory: what a killed attempt
+  left there (its events were uploaded at each flush) is gone when the next one opens it, and a closed writer leaves
+  nothing behind, so preemptions do not pile folders up in the VM's temporary directory."""
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+  workdir = run_dir.RunDir(storage.path(f"{bucket}/run"))
+  leftover = metrics.local_events_folder(workdir.tensorboard_dir)
+  (leftover / "events.out.tfevents.killed").write_bytes(b"an earlier attempt's")
+  writer = metrics.MetricsWriter(workdir, 0)
+  writer.write(1, {"loss": 1.0})
+  writer.flush()
+  assert list((tmp_path / "tmp").iterdir()) == [leftover]
+  assert [p.name for p in leftover.iterdir()] != ["events.out.tfevents.killed"] and len(list(leftover.iterdir())) == 1
+  writer.close()
+  assert not list((tmp_path / "tmp").iterdir())
+  uploaded = list(workdir.tensorboard_dir.iterdir())
+  assert len(uploaded) == 1 and uploaded[0].name != "events.out.tfevents.killed"
+  assert metrics.local_events_folder(f"{bucket}/other") != metrics.local_events_folder(workdir.tensorboard_dir)
 
 
 @pytest.fixture(scope="module")
