@@ -166,9 +166,10 @@ def forward_section(models: dict[str, pathlib.Path], shapes, peaks, repeats: int
 @dataclasses.dataclass
 class TrainCase:
   name: str
-  step: object  # () -> loss
+  step: object  # () -> loss, after `steps` steps
   rows: list[tuple[int, int]]  # (rows, width) of every encoder pass of one step
   peak_memory: object  # () -> bytes or None
+  steps: int = 1  # Steps per call of `step` (jaxemb's: config.train.steps_per_call, as train.py runs them).
 
 
 def jax_peak_memory():
@@ -192,7 +193,7 @@ def jaxemb_train(
   if o.denoise != "none":  # One bias table per template, a row per length 0..max_len (objectives.py).
     for template, max_len in tables.items():  # [PAD] rows hold the lengths' [PAD]s; position-offset rows do not.
       rows.append((max_len + 1, template.num_tokens + (max_len if o.denoise == "pad" else 0)))
-  return TrainCase(f"jaxemb {dtype}", step, rows, jax_peak_memory)
+  return TrainCase(f"jaxemb {dtype}", step, rows, jax_peak_memory, step.steps_per_call)
 
 
 def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
@@ -251,7 +252,8 @@ def train_section(
     except Exception as e:  # pylint: disable=broad-except  # A missing setting or device: say so, keep going.
       print(f"| {name} | authors' PyTorch fp16 | skipped: {type(e).__name__}: {e} | | | | |")
     first = {c.name: common.seconds(c.step) for c in cases}  # What a run waits for: compiles, autotuning.
-    times = common.interleaved({c.name: c.step for c in cases}, repeats, warmup=0)
+    calls = common.interleaved({c.name: c.step for c in cases}, repeats, warmup=0)
+    times = {c.name: calls[c.name] / c.steps for c in cases}
     flops = 3 * sum(model_flops(config, rows, width) for rows, width in ours.rows)
     peak = peaks["bfloat16" if dtype == "bfloat16" else "float32"]
     for case in cases:

@@ -157,8 +157,10 @@ class JaxembTrainStep:
   train.py's loop builds it: the objective from the config, the encoder plus the objective's heads, AdamW, the sharded
   and donated step.
 
-  Calling it runs one step and returns the loss; `prng_impl` ("threefry2x32", "rbg", "unsafe_rbg") is the
-  default PRNG while the state is made and while the step runs (it draws the dropout masks).
+  Calling it runs one call of `steps_per_call` steps, as train.py's loop runs them (config.train.steps_per_call,
+  by default jaxemb.xla.steps_per_call's: 4 on the CPU), and returns the last step's loss; `prng_impl`
+  ("threefry2x32", "rbg", "unsafe_rbg") is the default PRNG while the state is made and while the step runs (it
+  draws the dropout masks).
   """
 
   def __init__(self, config, model_dir: pathlib.Path, sentences: list[str], mesh, prng_impl: str = "threefry2x32"):
@@ -169,7 +171,8 @@ class JaxembTrainStep:
       objective = trainer.build_objective(config, tokenizer)
       built = trainer.build_trainer(config, self.model_config, pretrained, objective, mesh, SCHEDULE_STEPS)
       self.state = built.initial_state(pretrained)
-    self.objective, self.model, self._step = built.objective, built.model, built.step
+    self.objective, self.model, self._run = built.objective, built.model, built.run
+    self.steps_per_call = built.steps_per_call
     tokens = config.data.max_sentence_tokens
     # What the loop feeds a step: corpus.tokenize_cached's rows (the template's width plus max_sentence_tokens), cut
     # to the batch's longest row rounded up to data.length_multiple.
@@ -191,5 +194,5 @@ class JaxembTrainStep:
 
   def __call__(self) -> float:
     with jax.default_prng_impl(self.prng_impl):
-      self.state, metrics = self._step(self.state, self.batch)
-      return float(metrics["loss"])
+      self.state, metrics = self._run(self.state, [self.batch] * self.steps_per_call)
+      return float(metrics["loss"][-1])

@@ -37,6 +37,7 @@ def worker(args):
   """Builds the step on every device this process has, then runs one step per "step" line read on stdin."""
   with tempfile.TemporaryDirectory() as tmp:
     config = common.train_config(args.config, args.batch, args.tokens)
+    config.train.steps_per_call = 1  # s/step across meshes, each call one step.
     mesh = sharding.make_mesh(-1, args.fsdp)
     step = common.JaxembTrainStep(
       config, common.model_dir(args.model, pathlib.Path(tmp)), common.wiki_sentences(args.batch), mesh

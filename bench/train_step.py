@@ -7,13 +7,15 @@ built as train.py builds it (jaxemb/training/trainer.py); the PyTorch step runs 
 through the same encoder calls (each view, then each template's bias rows), clips the gradients as the config does
 (`torch.nn.utils.clip_grad_norm_`), then `torch.optim.AdamW` on the same linear schedule. Both start from the same
 weights (the MLP too) and read the same rows: the script first checks that their dropout-free losses agree, then
-times steps alternately, with the jax step once per dropout PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg
-were 3-8% slower on a 2-core CPU, docs/benchmarks.md). Each ratio is printed twice: of the two sides' medians, and
+times calls of as many steps as a train.py call runs (config.train.steps_per_call: 4 on the CPU), alternately, with
+the jax step once per dropout PRNG (threefry2x32 is jax's default; rbg and unsafe_rbg were 3-8% slower on a 2-core
+CPU, docs/benchmarks.md). Each ratio is printed twice: of the two sides' medians, and
 the median of each round's ratio (the two sides of a round ran at the machine's speed of that moment).
 
   python bench/train_step.py                                  # MiniLM, batch 64, 32 sentence tokens
   python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
   python bench/train_step.py --dtype bfloat16                 # jaxemb in bfloat16, PyTorch under CPU autocast
+  python bench/train_step.py --steps-per-call 1               # one step a call (the CPU's default: 4)
 """
 
 import argparse
@@ -129,6 +131,7 @@ def main():
   parser.add_argument("--batch", type=int, default=64, help="global batch size")
   parser.add_argument("--tokens", type=int, default=32, help="max_sentence_tokens (rows add the template)")
   parser.add_argument("--repeats", type=int, default=3, help="timed steps per side (median); alternating")
+  parser.add_argument("--steps-per-call", type=int, help="config.train.steps_per_call (default: the backend's)")
   parser.add_argument("--prng", default=",".join(PRNG_IMPLS), help="jax dropout PRNGs to time")
   parser.add_argument(
     "--dtype",
@@ -149,6 +152,7 @@ def main():
     for name in args.configs.split(","):
       config = common.train_config(name, args.batch, args.tokens)
       config.model.dtype = args.dtype
+      config.train.steps_per_call = args.steps_per_call
       steps = {
         f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
         for impl in args.prng.split(",")
@@ -159,9 +163,13 @@ def main():
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
       print(
         f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
-        f"{first.objective.denoise}; loss without dropout: jaxemb {ours:.5f}, pytorch {theirs:.5f}"
+        f"{first.objective.denoise}; {first.steps_per_call} steps a call; loss without dropout: jaxemb {ours:.5f}, "
+        f"pytorch {theirs:.5f}"
       )
-      rounds = common.interleaved_rounds({**steps, "pytorch": torch_step}, args.repeats)
+      # Both sides time calls of the steps a train.py call runs (jaxemb's compiled loop; PyTorch's one by one).
+      k = first.steps_per_call
+      calls = common.interleaved_rounds({**steps, "pytorch": lambda: [torch_step() for _ in range(k)]}, args.repeats)
+      rounds = {case: [seconds / k for seconds in times] for case, times in calls.items()}
       times = common.medians(rounds)
       for case, seconds in times.items():
         print(

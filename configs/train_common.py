@@ -99,6 +99,11 @@ def get_config():
   config.train.keep_checkpoints = 2  # Train-state checkpoints kept.
   config.train.log_every = 10  # Steps between metrics.jsonl / TensorBoard records.
   config.train.prefetch = 2  # Batches gathered and sent to the devices while a step runs; 0 = none.
+  # Optimizer steps per call of the jitted steps (one compiled loop; the same steps and bits whatever the split).
+  # None: per backend (jaxemb.xla.steps_per_call): 4 on the CPU, where each call maps and faults in the step's
+  # temporaries afresh; 1 elsewhere. A call ends early at an evaluation, a save, the last step or a batch of
+  # another width; a SIGTERM is answered once the call ends.
+  config.train.steps_per_call = ml_collections.FieldReference(None, field_type=int)
   config.train.mesh_data = -1  # Devices on the data axis; -1 = all that fsdp leaves.
   config.train.mesh_fsdp = 1  # Devices each param and optimizer state is split over.
   # Multi-host: with coordinator_address "", the job of the cluster jax.distributed.initialize() detects (a TPU pod

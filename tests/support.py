@@ -45,7 +45,7 @@ UNCACHED_PROGRAMS = {"jit_vectors", "jit__dot_probe"}
 
 def compiled_not_loaded(stderr: str) -> collections.Counter:
   """The programs a process run with JAX_LOG_COMPILES=1 compiled instead of loading them from the persistent cache,
-  by module name (e.g. "jit_train_step"), from its stderr: XLA compilations minus cache hits."""
+  by module name (e.g. "jit_train_steps"), from its stderr: XLA compilations minus cache hits."""
   names = re.findall(r"Finished XLA compilation of (.+?) in [\d.]+ sec", stderr)  # e.g. jit(<lambda>): jit__lambda
   compiled = collections.Counter(re.sub(r"\W", "_", name).rstrip("_") for name in names)
   hits = collections.Counter(re.findall(r"Persistent compilation cache hit for '([^']+)'", stderr))

@@ -106,6 +106,7 @@ class _CleanStop:
   def __init__(self):
     self.received = None  # The first signal that asked to stop.
     self._previous = {}  # Signal -> the handler to give back.
+    self._calls = 0  # Calls of the jitted steps so far: the preemption service's counter.
 
   def __enter__(self):
     # signal.signal works in the main thread only.
@@ -125,11 +126,13 @@ class _CleanStop:
       signal.signal(signal.SIGINT, self._previous[signal.SIGINT])  # The next Ctrl-C raises KeyboardInterrupt.
       _say("Ctrl-C: stopping once this step is saved; Ctrl-C again stops at once")
 
-  def stop(self, done: int) -> bool:
-    """Whether this process stops after step `done` (each process of a job calls it at every step)."""
+  def stop(self) -> bool:
+    """Whether this process stops after the call that just ended (each process of a job asks after every call,
+    the same calls on every host: the preemption service names a sync point in calls)."""
+    self._calls += 1
     if jax.process_count() == 1:
       return self.received is not None
-    return multihost_utils.reached_preemption_sync_point(done)
+    return multihost_utils.reached_preemption_sync_point(self._calls)
 
   @property
   def signum(self) -> int:
@@ -284,35 +287,66 @@ def _run_steps(
   save: Callable[[train_state.TrainState], None],
   held: Callable[[], None],
 ) -> train_state.TrainState:
-  """The steps of `steps` ((step, placed batch) pairs), with their evaluations and saves; the last state. A step's
-  metrics are read once the next step is queued (no host sync per step); a clean stop (preemption, Ctrl-C) saves
-  that step's state and raises Preempted."""
-  pending = None  # The last step's (step, metrics), not read yet.
-  for step, batch in steps:
-    state, metrics = trainer.step(state, batch)
+  """The steps of `steps` ((step, placed batch) pairs), up to trainer.steps_per_call a call, with their
+  evaluations and saves; the last state. A call's metrics are read once the next call is queued (no host sync per
+  call); a clean stop (preemption, Ctrl-C) saves the state at the end of the call and raises Preempted."""
+  saving = lambda done: done % config.train.save_every == 0 or done == total_steps
+  ends_call = lambda done: saving(done) or bool(evaluation.due(done, total_steps))
+  pending = None  # The last call's (first step done, steps, metrics), not read yet.
+  for call in _calls(steps, trainer.steps_per_call, ends_call):
+    state, metrics = trainer.run(state, [batch for _, batch in call])
     if pending:
-      recorder.record(*pending)
-    done = step + 1
-    pending = (done, metrics)
+      _record(recorder, *pending)
+    done = call[-1][0] + 1
+    pending = (call[0][0] + 1, len(call), metrics)
     due = evaluation.due(done, total_steps)
-    saving = done % config.train.save_every == 0 or done == total_steps
-    if due or saving:  # Nothing is evaluated or saved before its loss is known to be finite.
-      recorder.record(*pending)
+    if due or saving(done):  # Nothing is evaluated or saved before its loss is known to be finite.
+      _record(recorder, *pending)
       pending = None
     if due:
       held()  # A best step may be saved.
       with recorder.pause():
         scores = evaluation.run(due, state, done)
       recorder.write(done, scores)
-    if saving:
+    if saving(done):
       save(state)
-    if done < total_steps and stop.stop(done):
+    if done < total_steps and stop.stop():
       if pending:  # Its loss must be known finite before it is saved.
-        recorder.record(*pending)
-      if not saving:
+        _record(recorder, *pending)
+      if not saving(done):
         save(state)
       raise Preempted(done, stop.signum)
   return state
+
+
+def _calls(
+  steps: Iterator[tuple[int, Any]], size: int, ends_call: Callable[[int], bool]
+) -> Iterator[list[tuple[int, Any]]]:
+  """The (step, batch) pairs of `steps` in consecutive runs, one call's each: at most `size` batches, all of one
+  shape, a run ending after each step s with ends_call(s + 1)."""
+  call = []
+  for step, batch in steps:
+    if call and _shapes(batch) != _shapes(call[0][1]):
+      yield call
+      call = []
+    call.append((step, batch))
+    if len(call) == size or ends_call(step + 1):
+      yield call
+      call = []
+  if call:
+    yield call
+
+
+def _shapes(batch: Any) -> list[tuple[int, ...]]:
+  return [leaf.shape for leaf in jax.tree.leaves(batch)]
+
+
+def _record(recorder: StepRecorder, first_done: int, count: int, metrics: dict[str, jax.Array]):
+  """Reads one call's metrics (each a [steps_per_call] array) and records its `count` steps, the first of which
+  ends at step `first_done`."""
+  values = jax.device_get(metrics)
+  for i in range(count):
+    recorder.record(first_done + i, {name: value[i] for name, value in values.items()})
 
 
 def _batches(

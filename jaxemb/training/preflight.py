@@ -35,7 +35,7 @@ def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Obje
   config.json and the tokenizer (the evaluators' data is read next, by loop.build_evaluators); loads no weights and
   writes nothing."""
   _check_counts(config, mesh)
-  trainer.check_model_options(config)
+  trainer.check_options(config)
   _check_columns(config)
   _check_files(config)
   source = _check_method(config)

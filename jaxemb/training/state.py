@@ -180,23 +180,55 @@ def train_step(
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
-def jit_train_step(
+def train_steps(
+  objective: objectives.Objective,
+  model: Transformer,
+  tx: optax.GradientTransformation,
+  state: TrainState,
+  batches: tuple[dict[str, Any], ...],
+  count: jax.Array,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+  """`count` optimizer steps, one per batch of `batches[:count]` (all of one shape), in one loop: each step's
+  metrics at its index of a [len(batches)] array (the rest zeros). One call holds the step's temporaries once
+  for all its steps: XLA's CPU client allocates a program's temporary buffer per call, and glibc maps it fresh
+  and faults it in each time (a MiniLM PromptBERT step: 384,000 page faults, a quarter of its time on a 2-core
+  Xeon VM; docs/benchmarks.md). The loop's trip count is a value, so one program runs any `count` up to
+  len(batches) and every step runs the same code: how a run splits its steps into calls changes no bit (for one
+  len(batches)). One batch runs without the loop."""
+  if len(batches) == 1:  # No loop around a single step (count is 1): the step's own program.
+    state, metrics = train_step(objective, model, tx, state, batches[0])
+    return state, jax.tree.map(lambda m: m[None], metrics)
+  stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *batches)
+
+  def one_step(i, carry):
+    state, metrics = carry
+    state, step_metrics = train_step(objective, model, tx, state, jax.tree.map(lambda x: x[i], stacked))
+    return state, jax.tree.map(lambda all_, one: all_.at[i].set(one), metrics, step_metrics)
+
+  shapes = jax.eval_shape(functools.partial(train_step, objective, model, tx), state, batches[0])[1]
+  metrics = jax.tree.map(lambda m: jnp.zeros((len(batches), *m.shape), m.dtype), shapes)
+  return jax.lax.fori_loop(0, count, one_step, (state, metrics))
+
+
+def jit_train_steps(
   objective: objectives.Objective,
   model: Transformer,
   tx: optax.GradientTransformation,
   mesh: jax.sharding.Mesh,
   state_shardings: Any,
   rows: int,
+  steps_per_call: int,
 ):
-  """The step compiled with explicit shardings: the state stays where it is (and is donated), the batch is
-  split over every device, and the contrastive logits are computed on the global batch. `rows`: each device's
-  token rows per encoder call, by which jaxemb.xla.is_few_rows picks the CPU's dot library."""
+  """`train_steps` compiled with explicit shardings for `steps_per_call` batches a call: the state stays where it
+  is (and is donated), each batch is split over every device, and the contrastive logits are computed on the
+  global batch. `rows`: each device's token rows per encoder call, by which jaxemb.xla.is_few_rows picks the
+  CPU's dot library."""
   return xla.jit(
-    functools.partial(train_step, objective, model, tx),
+    functools.partial(train_steps, objective, model, tx),
     model.dtype,
     xla.is_few_rows(rows),
     cached=True,
-    in_shardings=(state_shardings, sharding.batch_sharding(mesh)),
+    in_shardings=(state_shardings, (sharding.batch_sharding(mesh),) * steps_per_call, sharding.replicated(mesh)),
     out_shardings=(state_shardings, sharding.replicated(mesh)),
     donate_argnums=(0,),
   )

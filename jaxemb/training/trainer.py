@@ -72,6 +72,8 @@ class Trainer:
     shardings: where each leaf of the state lives (sharding.tree_shardings); a resumed run restores into them.
     rows: token rows in each device's encoder call at most (its share of the batch x the widest row): what
       jaxemb.xla.jit compiles the step for.
+    steps_per_call: the most optimizer steps one call of `steps` runs (config.train.steps_per_call, or
+      jaxemb.xla.steps_per_call's).
   """
 
   objective: objectives.Objective
@@ -83,6 +85,7 @@ class Trainer:
   abstract: Any
   shardings: Any
   rows: int
+  steps_per_call: int
 
   def initial_params(self, pretrained: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trained, frozen) param trees: the encoder plus the objective's fresh heads, or for OptiPrompt the
@@ -99,29 +102,47 @@ class Trainer:
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract, self.shardings)
 
   def compile_ahead(self, batch: Any) -> threading.Thread:
-    """Starts compiling the step for a batch of `batch`'s shapes (`Batches.shapes`) in a thread of its own and
-    returns the thread: the run's first step, called once it has ended, finds the program compiled (jit keeps it)
+    """Starts compiling the steps for batches of `batch`'s shapes (`Batches.shapes`) in a thread of its own and
+    returns the thread: the run's first call, made once it has ended, finds the program compiled (jit keeps it)
     instead of waiting for it while the run did other work (the evaluation before training). A failure here is
     left to that call's own compile to raise."""
 
-    def compile_step():
+    def compile_steps():
       with contextlib.suppress(Exception):
-        self.step.lower(self.abstract_sharded(), batch).compile()
+        self.steps.lower(self.abstract_sharded(), (batch,) * self.steps_per_call, 0).compile()
 
-    thread = threading.Thread(target=compile_step, name="compile-step", daemon=True)
+    thread = threading.Thread(target=compile_steps, name="compile-steps", daemon=True)
     thread.start()
     return thread
 
   @functools.cached_property
-  def step(self):
-    """The jitted, sharded step: (state, batch) -> (state, metrics); the state is donated."""
-    return train_state.jit_train_step(self.objective, self.model, self.tx, self.mesh, self.shardings, self.rows)
+  def steps(self):
+    """The jitted, sharded steps: (state, `steps_per_call` batches of one shape, count) -> (state, metrics), the
+    first `count` batches trained on in order, each metric a [steps_per_call] array; the state is donated.
+    `run` calls it."""
+    return train_state.jit_train_steps(
+      self.objective, self.model, self.tx, self.mesh, self.shardings, self.rows, self.steps_per_call
+    )
+
+  def run(self, state: train_state.TrainState, batches: list[Any]) -> tuple[train_state.TrainState, dict[str, Any]]:
+    """Trains on `batches` (at most `steps_per_call`, of one shape) in one call, without waiting for it; each
+    metric a [steps_per_call] array whose first len(batches) entries are the steps'."""
+    padded = (*batches, *batches[-1:] * (self.steps_per_call - len(batches)))  # Not trained on: the loop ends first.
+    return self.steps(state, padded, len(batches))
+
+  def step(self, state: train_state.TrainState, batch: Any) -> tuple[train_state.TrainState, dict[str, Any]]:
+    """One optimizer step on `batch` through the same program as `run`; its metrics read back (numpy)."""
+    state, metrics = self.run(state, [batch])
+    return state, {name: values[0] for name, values in jax.device_get(metrics).items()}
 
 
-def check_model_options(config: Any):
-  """Raises ConfigError for a config.model field the Transformer cannot take."""
+def check_options(config: Any):
+  """Raises ConfigError for a config.model field the Transformer cannot take, or a train.steps_per_call below 1."""
   if config.model.scan_unroll is not None and config.model.scan_unroll < 1:
     raise ConfigError(f"config.model.scan_unroll={config.model.scan_unroll}: must be at least 1 (or None: per backend)")
+  calls = config.train.steps_per_call
+  if calls is not None and calls < 1:
+    raise ConfigError(f"config.train.steps_per_call={calls}: must be at least 1 (or None: per backend)")
   if config.model.remat_policy not in bert.REMAT_POLICIES:
     raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of {bert.REMAT_POLICIES}")
 
@@ -137,7 +158,7 @@ def build_trainer(
   """The Trainer of `config` and its `objective` (`build_objective`'s); `pretrained` may be shapes only
   (jax.ShapeDtypeStruct), as when a run resumes, and per layer or stacked (the model's layout is
   config.model.scan_layers')."""
-  check_model_options(config)
+  check_options(config)
   dtype = compute_dtype(config.model.dtype)
   model = Transformer(
     model_config,
@@ -163,6 +184,7 @@ def build_trainer(
     abstract,
     sharding.tree_shardings(mesh, abstract),
     rows,
+    config.train.steps_per_call or xla.steps_per_call(),
   )
 
 

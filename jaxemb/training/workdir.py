@@ -45,6 +45,7 @@ NOT_FINGERPRINTED = (
   "train.log_every",
   "train.keep_checkpoints",
   "train.prefetch",
+  "train.steps_per_call",
   "train.mesh_data",
   "train.mesh_fsdp",
   "train.distributed",

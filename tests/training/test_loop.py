@@ -63,6 +63,14 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   assert all(later < earlier for earlier, later in zip(losses, losses[1:])), losses
 
 
+def test_a_call_ends_at_its_size_a_batch_of_another_width_and_an_event():
+  """Calls of at most 4 steps, each of one batch width, one ending after step 3 (an evaluation or a save due)."""
+  widths = [8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 8]
+  steps = ((step, {"rows": np.zeros((2, width))}) for step, width in enumerate(widths))
+  calls = loop._calls(steps, 4, lambda done: done == 3)  # pylint: disable=protected-access
+  assert [[step for step, _ in call] for call in calls] == [[0, 1, 2], [3, 4, 5, 6], [7], [8, 9], [10]]
+
+
 def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head):
   """Two evaluators of their own periods, each logged at its steps; the one config.eval.select_metric names (not
   the default STS-B dev) picks the step kept in best/."""
@@ -319,6 +327,6 @@ def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_p
     jax.config.update("jax_log_compiles", False)
   compiles = [(r.threadName, r.getMessage()) for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]
   step_compiles = [thread for thread, message in compiles if "train_step" in message]
-  assert step_compiles == ["compile-step"], compiles
-  assert any("jit(vectors)" in message and thread != "compile-step" for thread, message in compiles), compiles
+  assert step_compiles == ["compile-steps"], compiles
+  assert any("jit(vectors)" in message and thread != "compile-steps" for thread, message in compiles), compiles
   assert 0 < summary["first_step_seconds"]

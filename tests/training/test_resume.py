@@ -139,7 +139,7 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   killed.wait()
   assert not (tmp_path / "killed" / "checkpoints" / "6").exists(), "the run ended before it was killed"
   second_run = (tmp_path / "killed.log").read_text(encoding="utf-8")  # Its step was loaded, not compiled.
-  assert "Persistent compilation cache hit for 'jit_train_step'" in second_run
+  assert "Persistent compilation cache hit for 'jit_train_steps'" in second_run
   assert set(compiled_not_loaded(second_run)) <= UNCACHED_PROGRAMS, compiled_not_loaded(second_run)
   assert "compilation cache" not in whole.stderr and "Error writing" not in second_run
   resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
