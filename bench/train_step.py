@@ -163,7 +163,7 @@ def main():
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
       print(
         f"\n== {name}: {len(first.objective.views)} views, row widths {widths}, denoising "
-        f"{first.objective.denoise}; {first.steps_per_call} steps a call; loss without dropout: jaxemb {ours:.5f}, "
+        f"{first.objective.denoise}; steps a call: {first.steps_per_call}; loss without dropout: jaxemb {ours:.5f}, "
         f"pytorch {theirs:.5f}"
       )
       # Both sides time calls of the steps a train.py call runs (jaxemb's compiled loop; PyTorch's one by one).

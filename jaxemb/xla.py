@@ -159,9 +159,9 @@ def scan_unroll(num_layers: int, remat: bool) -> int:
 
 def steps_per_call() -> int:
   """The train loop's optimizer steps per call of the jitted steps (`config.train.steps_per_call` unset) on this
-  backend: 4 on the CPU, whose client allocates a call's temporaries afresh (a MiniLM step on a 2-core Xeon VM:
-  PromptBERT 3009 ms a step one a call, 2756 ms four a call; SimCSE 2159 and 2045 ms, PyTorch's 3076 and 2295 ms
-  in the same runs); 1 elsewhere, not yet measured there."""
+  backend: 4 on the CPU, whose client allocates a call's temporaries afresh (a MiniLM PromptBERT step on a 2-core
+  Xeon VM: 3009 ms and 384,000 page faults one a call, 2756 ms and 97,000 four a call; docs/benchmarks.md); 1
+  elsewhere (no loop), not yet measured there."""
   return 4 if jax.default_backend() == "cpu" else 1
 
 
