@@ -107,7 +107,10 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
     return None, cause
   try:
     target = abstract_on_one_device(step_dir / "params")
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as checkpointer:
+    # This process alone: Orbax's restore waits for every process of a job by default, and the run's first process
+    # reads best steps by itself (checkpoints.RunCheckpoints._tidy, on a resumed multi-host run).
+    alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(), active_processes={jax.process_index()})
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler(), multiprocessing_options=alone) as checkpointer:
       return checkpointer.restore(
         step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
       ), None

@@ -141,9 +141,10 @@ def pair_workdir(bucket):
 @pytest.mark.e2e
 def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir):
   """fsdp over the four devices of two processes splits the word table across them. Process 1 alone is sent
-  SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143; the
-  same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev on the split
-  params every 4 steps and kept the best in `best/`."""
+  SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143 (on the
+  CPU after the first call's 4 steps, whose evaluation kept a best step that the resumed run's first process then
+  reads alone); the same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev
+  on the split params every 4 steps and kept the best in `best/`."""
   corpus_file, cache = _corpus(tmp_path), tmp_path / "cache"
   train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
   single = subprocess.run(

@@ -1,7 +1,5 @@
 """jaxemb/training/trainer.py: a call of the jitted steps."""
 
-import functools
-
 import jax
 import numpy as np
 
@@ -9,14 +7,14 @@ from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
-from jaxemb.training import state as train_state
 from tests.support import tiny_config
 
 
 def test_how_the_steps_are_split_into_calls_changes_no_bit(tiny_bert, wiki_head, tmp_path):
   """Three steps (dropout on, three batches) in one call, in calls of 1 and 2, and one a call end with the same
   losses and params to the bit: one program runs them all, each step drawing its masks from its own step number. And
-  they are `train_step`'s steps: jitted alone it gives the same losses and updates to float rounding."""
+  they are `train_step`'s steps: one a call without the loop (steps_per_call 1) gives the same losses and updates
+  to float rounding."""
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, adam_eps=1e-6)
   tokenizer = load_tokenizer(tiny_bert)
   model_config, pretrained = load_pretrained(tiny_bert)
@@ -48,10 +46,11 @@ def test_how_the_steps_are_split_into_calls_changes_no_bit(tiny_bert, wiki_head,
     np.testing.assert_array_equal(other_losses, losses, err_msg=str(split))
     jax.tree.map(np.testing.assert_array_equal, other_params, params)
 
-  step = jax.jit(functools.partial(train_state.train_step, built.objective, built.model, built.tx))
-  state, alone = built.initial_state(pretrained), []
+  config.train.steps_per_call = 1  # The accelerators' default: `train_step` alone, no loop around it.
+  single = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10)
+  state, alone = single.initial_state(pretrained), []
   for batch in batches:
-    state, metrics = step(state, batch)
+    state, metrics = single.step(state, batch)
     alone.append(float(metrics["loss"]))
   np.testing.assert_allclose(alone, losses, rtol=1e-5)
   lr = config.train.learning_rate
