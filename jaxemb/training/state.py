@@ -199,14 +199,17 @@ def train_steps(
     state, metrics = train_step(objective, model, tx, state, batches[0])
     return state, jax.tree.map(lambda m: m[None], metrics)
   stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *batches)
+  # Jitted so that the loop's body reuses the trace that gave the metrics' shapes (one trace of the step, not two).
+  step = jax.jit(functools.partial(train_step, objective, model, tx))
 
   def one_step(i, carry):
     state, metrics = carry
-    state, step_metrics = train_step(objective, model, tx, state, jax.tree.map(lambda x: x[i], stacked))
+    state, step_metrics = step(state, jax.tree.map(lambda x: x[i], stacked))
     return state, jax.tree.map(lambda all_, one: all_.at[i].set(one), metrics, step_metrics)
 
-  shapes = jax.eval_shape(functools.partial(train_step, objective, model, tx), state, batches[0])[1]
-  metrics = jax.tree.map(lambda m: jnp.zeros((len(batches), *m.shape), m.dtype), shapes)
+  metrics = jax.tree.map(
+    lambda m: jnp.zeros((len(batches), *m.shape), m.dtype), jax.eval_shape(step, state, batches[0])[1]
+  )
   return jax.lax.fori_loop(0, count, one_step, (state, metrics))
 
 
