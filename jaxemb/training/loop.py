@@ -290,30 +290,30 @@ def _run_steps(
   """The steps of `steps` ((step, placed batch) pairs), up to trainer.steps_per_call a call, with their
   evaluations and saves; the last state. A call's metrics are read once the next call is queued (no host sync per
   call); a clean stop (preemption, Ctrl-C) saves the state at the end of the call and raises Preempted."""
-  saving = lambda done: done % config.train.save_every == 0 or done == total_steps
-  ends_call = lambda done: saving(done) or bool(evaluation.due(done, total_steps))
+  is_save_step = lambda done: done % config.train.save_every == 0 or done == total_steps
+  ends_call = lambda done: is_save_step(done) or bool(evaluation.due(done, total_steps))
   pending = None  # The last call's (first step done, steps, metrics), not read yet.
   for call in _calls(steps, trainer.steps_per_call, ends_call):
     state, metrics = trainer.run(state, [batch for _, batch in call])
     if pending:
-      _record(recorder, *pending)
+      recorder.record(*pending)
     done = call[-1][0] + 1
     pending = (call[0][0] + 1, len(call), metrics)
-    due = evaluation.due(done, total_steps)
-    if due or saving(done):  # Nothing is evaluated or saved before its loss is known to be finite.
-      _record(recorder, *pending)
+    due, saving = evaluation.due(done, total_steps), is_save_step(done)
+    if due or saving:  # Nothing is evaluated or saved before its loss is known to be finite.
+      recorder.record(*pending)
       pending = None
     if due:
       held()  # A best step may be saved.
       with recorder.pause():
         scores = evaluation.run(due, state, done)
       recorder.write(done, scores)
-    if saving(done):
+    if saving:
       save(state)
     if done < total_steps and stop.stop():
       if pending:  # Its loss must be known finite before it is saved.
-        _record(recorder, *pending)
-      if not saving(done):
+        recorder.record(*pending)
+      if not saving:
         save(state)
       raise Preempted(done, stop.signum)
   return state
@@ -339,14 +339,6 @@ def _calls(
 
 def _shapes(batch: Any) -> list[tuple[int, ...]]:
   return [leaf.shape for leaf in jax.tree.leaves(batch)]
-
-
-def _record(recorder: StepRecorder, first_done: int, count: int, metrics: dict[str, jax.Array]):
-  """Reads one call's metrics (each a [steps_per_call] array) and records its `count` steps, the first of which
-  ends at step `first_done`."""
-  values = jax.device_get(metrics)
-  for i in range(count):
-    recorder.record(first_done + i, {name: value[i] for name, value in values.items()})
 
 
 def _batches(

@@ -156,8 +156,8 @@ def _records_up_to(path: storage.Path, step: int) -> list[str]:
 
 
 class StepRecorder:
-  """Each step's metrics: read (a host sync), checked finite, shown on the progress bar, and every log_every steps
-  written with the learning rate and the training throughput (the evaluations' time left out)."""
+  """Each step's metrics: read a call at a time (a host sync), checked finite, shown on the progress bar, and every
+  log_every steps written with the learning rate and the training throughput (the evaluations' time left out)."""
 
   def __init__(
     self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int, started: float
@@ -173,9 +173,14 @@ class StepRecorder:
     self.since = (start_step, self.start_time)  # The last record's step and time.
     self.paused = 0.0  # Seconds evaluating since the last record.
 
-  def record(self, done: int, metrics: dict[str, jax.Array]):
-    """Reads one step's metrics, stops on a non-finite loss, and reports them."""
-    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  def record(self, first_done: int, count: int, metrics: dict[str, jax.Array]):
+    """Reads one call's metrics at once (each a [steps_per_call] array) and reports its `count` steps, the first of
+    which ends at step `first_done`; stops on a non-finite loss."""
+    values = jax.device_get(metrics)
+    for i in range(count):
+      self._report(first_done + i, {name: float(value[i]) for name, value in values.items()})
+
+  def _report(self, done: int, metrics: dict[str, float]):
     if not np.isfinite(metrics["loss"]):
       raise Diverged(
         f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
