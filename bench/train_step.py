@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from jaxemb import denoise, sharding, views  # pylint: disable=g-bad-import-order
+from jaxemb import denoise, sharding, views, xla  # pylint: disable=g-bad-import-order
 from jaxemb.training import objectives
 
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
@@ -140,6 +140,7 @@ def main():
     help="compute dtype (config.model.dtype; PyTorch's: CPU autocast to bfloat16)",
   )
   args = parser.parse_args()
+  kept = xla.keep_step_memory()  # As train.py's run does, before the backend starts; PyTorch shares the process.
   common.print_load("start")
   sentences = common.wiki_sentences(args.batch)
   mesh = sharding.make_mesh(-1, 1)
@@ -147,7 +148,8 @@ def main():
     model_dir = common.model_dir(args.model, pathlib.Path(tmp))
     print(
       f"model {args.model}, batch {args.batch}, {args.tokens} sentence tokens, {args.dtype}, "
-      f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+      f"jax {jax.__version__}, torch {torch.__version__} ({torch.get_num_threads()} threads); "
+      f"step memory kept between calls (xla.keep_step_memory): {'yes' if kept else 'no'}"
     )
     for name in args.configs.split(","):
       config = common.train_config(name, args.batch, args.tokens)

@@ -23,6 +23,7 @@ whose compile costs more than oneDNN's few percent a step give back in a CPU run
 """
 
 import contextlib
+import ctypes
 import functools
 import json
 import math
@@ -164,6 +165,39 @@ def steps_per_call() -> int:
   elsewhere (no loop): on an H200 four a call ran bert-base's PromptBERT and SimCSE steps 3-5% slower and compiled
   longer (docs/benchmarks.md, "Steps per call and the unrolled compile on a GPU")."""
   return 4 if jax.default_backend() == "cpu" else 1
+
+
+# glibc's mallopt parameters (malloc.h): the most mmap'd chunks, the free top of the heap kept before it is returned
+# to the system, and the extra asked of the system each time the heap grows.
+_M_MMAP_MAX, _M_TRIM_THRESHOLD, _M_TOP_PAD = -4, -1, -2
+
+
+def keep_step_memory() -> bool:
+  """Has the train step's temporaries stay mapped in this process from call to call on the CPU; True where it could.
+
+  XLA's CPU client allocates a call's temporary buffer afresh (1.5 GB for a MiniLM PromptBERT step at batch 64), on
+  its dispatch thread, where glibc serves it from a fresh mmap and unmaps it when the call ends: every call faults
+  its pages in again, and on a VM whose host takes back freed guest memory each fault cost 17 us when another
+  program had used the memory in between (docs/benchmarks.md, "Keeping the step's memory"). Here calls run on the
+  calling thread (`jax_cpu_enable_async_dispatch`, which the CPU client reads once, when it is made: so this must
+  run before the backend starts, and single-device programs only) and glibc keeps every chunk in its main heap and
+  never returns it, so a call reuses the pages the last one faulted in. The process's memory then stays at its
+  peak. Not on accelerators, nor without glibc's mallopt."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top  # Whether the client was made; no public API.
+
+  if xla_bridge.backends_are_initialized():
+    return False
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
+  if jax.default_backend() != "cpu":
+    return False
+  try:
+    mallopt = ctypes.CDLL(None).mallopt
+  except (AttributeError, OSError):  # Not glibc (musl, macOS).
+    return False
+  return all(
+    mallopt(option, value) == 1
+    for option, value in ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 64 << 20))
+  )
 
 
 def is_few_rows(rows: int) -> bool:

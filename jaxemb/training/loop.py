@@ -12,7 +12,7 @@ import jax
 from jax.experimental import multihost_utils
 import tqdm
 
-from jaxemb import sharding, storage
+from jaxemb import sharding, storage, xla
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
@@ -209,6 +209,7 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
   """
   started = time.perf_counter()
   join_multihost_job(config)
+  xla.keep_step_memory()
   with _CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
       refuse_if_busy(run_dir.RunDir(config.workdir))
