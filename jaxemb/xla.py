@@ -182,7 +182,8 @@ def keep_step_memory() -> bool:
   calling thread (`jax_cpu_enable_async_dispatch`, which the CPU client reads once, when it is made: so this must
   run before the backend starts, and single-device programs only) and glibc keeps every chunk in its main heap and
   never returns it, so a call reuses the pages the last one faulted in. The process's memory then stays at its
-  peak. Not on accelerators, nor without glibc's mallopt."""
+  peak. False, with glibc left alone, on accelerators (whose step the CPU client's dispatch mode does not touch)
+  and without glibc's mallopt."""
   from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top  # Whether the client was made; no public API.
 
   if xla_bridge.backends_are_initialized():
