@@ -104,6 +104,10 @@ def get_config():
   # temporaries afresh; 1 elsewhere. A call ends early at an evaluation, a save, the last step or a batch of
   # another width; a SIGTERM is answered once the call ends.
   config.train.steps_per_call = ml_collections.FieldReference(None, field_type=int)
+  # A run directory in a bucket is held by a lease of this many seconds (jaxemb/training/lease.py): a process that
+  # cannot renew it for 5/6 of it (a network outage, a stalled VM) stops, writing nothing more, and another process
+  # may take the run over once it is 7/6 old. Longer rides out longer outages and makes a takeover wait longer.
+  config.train.lease_seconds = 120.0
   config.train.mesh_data = -1  # Devices on the data axis; -1 = all that fsdp leaves.
   config.train.mesh_fsdp = 1  # Devices each param and optimizer state is split over.
   # Multi-host: with coordinator_address "", the job of the cluster jax.distributed.initialize() detects (a TPU pod

@@ -17,7 +17,10 @@ which gcsfs brings. Cloud Storage has no folders, no renames and no locks, so he
 
 Every gs:// path a command uses is checked before any work starts (`check`): the package, the credentials, the
 bucket and the permission, each a one-line StorageError saying what to do. Transient errors (HTTP 429 and 5xx, a
-dropped connection) are retried by gcsfs, google-cloud-storage and TensorStore, with backoff.
+dropped connection) are retried with backoff: every gcsfs request (etils.epath's, Orbax's) until a deadline, that of
+the lease of a run directory this process holds or RETRY_SECONDS, saying so when it waits; TensorStore's and
+google-cloud-storage's by themselves. While a run holds its lease, every write to a bucket passes its check first
+(`check_writes`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,11 @@ import pathlib
 import re
 import shutil
 import socket
+import sys
 import tempfile
 import time
-from typing import IO, Any, Callable, Iterable, Iterator
+import urllib.parse
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol
 
 from etils import epath
 
@@ -104,7 +109,138 @@ def _gcsfs():
   # afresh: gcsfs would answer from a process's earlier listing of a folder, which misses what other hosts,
   # processes and clients (TensorStore) wrote since (a step another host saved, a chunk of the token cache).
   fsspec.config.conf.setdefault("gs", {})["use_listings_cache"] = False
+  retrying = _retrying_filesystem(gcsfs.GCSFileSystem)
+  for protocol in retrying.protocol:
+    fsspec.register_implementation(protocol, retrying, clobber=True)
   return gcsfs
+
+
+def _filesystem() -> Any:
+  """The gs:// filesystem every library here reaches through fsspec (the retrying one of `_retrying_filesystem`)."""
+  _gcsfs()
+  import fsspec  # pylint: disable=g-import-not-at-top
+
+  return fsspec.filesystem("gs")
+
+
+# How long a failing request to a bucket is retried, with backoff, when no lease this process holds sets an earlier
+# deadline (`guarding_writes`): an outage this long is ridden out. A request that has waited WAIT_NOTICE_SECONDS
+# says so in one line, and again once it goes through.
+RETRY_SECONDS = 120.0
+WAIT_NOTICE_SECONDS = 10.0
+_MAX_BACKOFF_SECONDS = 8.0
+
+
+class WriteGuard(Protocol):
+  """What every write to a bucket passes first (`check_writes`): a lease this process holds on a run directory."""
+
+  @property
+  def deadline(self) -> float:
+    """The time.monotonic() until which the holder may write and a failing request may be retried."""
+
+  def check(self):
+    """Raises (or ends the process) once the holder must not write any more."""
+
+
+_GUARDS: list[WriteGuard] = []
+
+
+@contextlib.contextmanager
+def guarding_writes(guard: WriteGuard) -> Iterator[None]:
+  """Within the block every write to a bucket passes `guard.check()` first, and no failing request is retried past
+  `guard.deadline`."""
+  _GUARDS.append(guard)
+  try:
+    yield
+  finally:
+    _GUARDS.remove(guard)
+
+
+def check_writes():
+  """The one check before anything is written to a bucket (an object by gcsfs, a checkpoint by Orbax): a process
+  whose lease on its run directory is lost, or past its deadline, writes nothing more (`jaxemb.training.lease`)."""
+  for guard in list(_GUARDS):
+    guard.check()
+
+
+def _retry_deadline(started: float) -> float:
+  return min([guard.deadline for guard in _GUARDS], default=started + RETRY_SECONDS)
+
+
+def _retrying_filesystem(base: type) -> type:
+  """gcsfs's filesystem with each request retried until `_retry_deadline` (gcsfs gives up after six tries in ~30
+  s, so an Orbax save or a metrics record died on a short outage), and each write checked (`check_writes`) before
+  every try. Registered for gs:// in fsspec: etils.epath, Orbax and JAX's compilation cache take it from there."""
+  request = getattr(base._request, "__wrapped__", base._request)  # pylint: disable=protected-access
+
+  class RetryingGCSFileSystem(base):
+    async def _request(self, method, path, *args, **kwargs):
+      attempt = functools.partial(request, self, method, path, *args, **kwargs)
+      url = _request_url(self._format_path(path, args), kwargs)
+      return await _retrying(attempt, method.upper() not in ("GET", "HEAD"), url)
+
+  return RetryingGCSFileSystem
+
+
+async def _retrying(attempt: Callable[[], Any], writes: bool, url: str) -> Any:
+  """`attempt()`'s result, retried with backoff on a transient failure (a dropped connection, HTTP 408, 429, 5xx)
+  until `_retry_deadline`; one that a lease's deadline ends waits for it and ends in its fence."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+
+  started, backoff, said = time.monotonic(), 1.0, False
+  while True:
+    if writes:
+      check_writes()
+    try:
+      result = await attempt()
+    except Exception as e:  # pylint: disable=broad-except  # Anything but a transient failure is raised at once.
+      now, deadline = time.monotonic(), _retry_deadline(started)
+      if not _transient(e):
+        raise
+      if now + backoff > deadline:
+        if _GUARDS:  # A lease's deadline: its fence, not this error, stops the process (check_writes raises).
+          await asyncio.sleep(max(deadline - now, 0))
+          check_writes()
+        raise
+      if not said and now - started >= WAIT_NOTICE_SECONDS:
+        said = True
+        _notice(f"waiting for {url} ({_cause(e)}): retrying for up to {_retry_deadline(started) - now:.0f} s")
+      await asyncio.sleep(backoff)
+      backoff = min(2 * backoff, _MAX_BACKOFF_SECONDS)
+      continue
+    if said:
+      _notice(f"{url} went through after {time.monotonic() - started:.0f} s")
+    return result
+
+
+def _transient(error: BaseException) -> bool:
+  import asyncio  # pylint: disable=g-import-not-at-top
+
+  from gcsfs import retry  # pylint: disable=g-import-not-at-top
+
+  return isinstance(error, asyncio.TimeoutError) or retry.is_retriable(error)
+
+
+def _request_url(url: str, kwargs: dict) -> str:
+  """The gs:// URL of the object (or the listing's prefix) a gcsfs request to the JSON API's `url` names."""
+  parts = urllib.parse.urlsplit(url)
+  found = re.search(r"/b/([^/]+)(?:/o/?([^?]*))?", parts.path)
+  if not found:
+    return url
+  names = (urllib.parse.unquote(found.group(2) or ""), kwargs.get("name"), kwargs.get("prefix"))
+  query = dict(urllib.parse.parse_qsl(parts.query))
+  return f"gs://{found.group(1)}/{next((n for n in names if n), query.get('name', ''))}".rstrip("/")
+
+
+def _cause(error: BaseException) -> str:
+  return f"{type(error).__name__}: {' '.join(str(error).split())[:120]}"
+
+
+def _notice(message: str):
+  """A line on stderr beside a progress bar."""
+  import tqdm  # pylint: disable=g-import-not-at-top
+
+  tqdm.tqdm.write(message, file=sys.stderr)
 
 
 @functools.cache
@@ -180,18 +316,18 @@ class Conflict(Exception):
   """The object changed (or appeared) since it was read: another process wrote it first."""
 
 
-def read_object(url: str) -> tuple[bytes, int, float] | None:
+def read_object(url: str, timeout: float | None = None) -> tuple[bytes, int, float] | None:
   """(contents, generation, seconds since it was written, by the server's clock as far as the local clock agrees)
-  of a gs:// object; None when there is none."""
+  of a gs:// object; None when there is none. With a `timeout`, each request is tried once, for that long."""
   from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
 
-  blob = client().bucket(split(url)[0]).get_blob(split(url)[1])
+  blob = client().bucket(split(url)[0]).get_blob(split(url)[1], **_one_try(timeout))
   if blob is None:
     return None
   try:
-    data = blob.download_as_bytes(if_generation_match=blob.generation)
+    data = blob.download_as_bytes(if_generation_match=blob.generation, **_one_try(timeout))
   except (api.NotFound, api.PreconditionFailed):  # Replaced or deleted between the two requests: read it again.
-    return read_object(url)
+    return read_object(url, timeout)
   return data, blob.generation, time.time() - blob.updated.timestamp()
 
 
@@ -200,17 +336,23 @@ def create(url: str, data: bytes) -> int:
   return replace(url, data, 0)
 
 
-def replace(url: str, data: bytes, generation: int) -> int:
+def replace(url: str, data: bytes, generation: int, timeout: float | None = None) -> int:
   """Writes `data` to the gs:// object `url` only if it is still at `generation` (0: absent); the new generation.
-  Raises Conflict when another writer got there first."""
+  Raises Conflict when another writer got there first. With a `timeout`, tried once, for that long (a lease's
+  renewal: its heartbeat tries again on its own clock)."""
   from google.api_core import exceptions as api  # pylint: disable=g-import-not-at-top
 
   blob = client().bucket(split(url)[0]).blob(split(url)[1])
   try:
-    blob.upload_from_string(data, if_generation_match=generation)
+    blob.upload_from_string(data, if_generation_match=generation, **_one_try(timeout))
   except api.PreconditionFailed:
     raise Conflict(url) from None
   return blob.generation
+
+
+def _one_try(timeout: float | None) -> dict[str, Any]:
+  """google-cloud-storage's keywords for one try of at most `timeout` seconds; none (its retries) for None."""
+  return {} if timeout is None else {"timeout": timeout, "retry": None}
 
 
 def local_copy(value: PathLike) -> pathlib.Path:
@@ -228,7 +370,7 @@ def local_copy(value: PathLike) -> pathlib.Path:
   if not is_remote(value):
     return pathlib.Path(os.path.expanduser(os.fspath(value)))
   url = os.fspath(value).rstrip("/")
-  fs = _gcsfs().GCSFileSystem()
+  fs = _filesystem()
   generations = {name: info.generation for name, info in objects(url).items()}
   local = _downloads().joinpath(*split(url))
   manifest = _downloads() / ".manifests" / (re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[1]) + ".json")
@@ -269,7 +411,7 @@ def objects(value: PathLike) -> dict[str, Object]:
     StorageError: as `check`.
   """
   url = os.fspath(value).rstrip("/")
-  fs = _gcsfs().GCSFileSystem()
+  fs = _filesystem()
   try:
     is_file = fs.isfile(url)
     found = (

@@ -4,15 +4,17 @@ the download cache, create-if-absent, and the one-line errors a user meets befor
 import hashlib
 import http.server
 import json
+import re
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
 
 from jaxemb import atomic, storage
-from jaxemb.errors import ConfigError, StorageError
+from jaxemb.errors import ConfigError, StorageError, WorkdirError
 
 
 def test_local_paths_expand_the_home_and_other_schemes_are_one_line(monkeypatch, tmp_path):
@@ -248,7 +250,6 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
   """Through a proxy that fails every 8th request of the whole-object writes, reads and the download cache, every
   third of the lease's conditional writes and every 40th of an Orbax checkpoint's (each failure costs a backoff of
   a second or two): each succeeds, after failed requests."""
-  import gcsfs  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import orbax.checkpoint as ocp  # pylint: disable=import-outside-toplevel
 
@@ -258,7 +259,7 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
   for name in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL"):
     monkeypatch.setenv(name, f"http://127.0.0.1:{server.server_port}")
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path))
-  gcsfs.GCSFileSystem.clear_instance_cache()
+  type(storage._filesystem()).clear_instance_cache()  # pylint: disable=protected-access  # The proxy's address.
   try:
     failed = _Flaky.every(8)
     for i in range(4):
@@ -283,4 +284,66 @@ def test_transient_errors_are_retried(gcs_emulator, bucket, fresh_clients, monke
     assert _Flaky.failed > failed
   finally:
     server.shutdown()
-    gcsfs.GCSFileSystem.clear_instance_cache()
+    type(storage._filesystem()).clear_instance_cache()  # pylint: disable=protected-access
+
+
+@pytest.fixture
+def through_proxy(gcs_emulator, monkeypatch):
+  """Every gs:// client of this process reaching the emulator through a Proxy (jaxemb/testing/gcs.py)."""
+  from jaxemb.testing.gcs import Proxy  # pylint: disable=import-outside-toplevel
+
+  proxy = Proxy(gcs_emulator.url)
+  for name in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL"):
+    monkeypatch.setenv(name, proxy.url)
+  type(storage._filesystem()).clear_instance_cache()  # pylint: disable=protected-access  # Its address read anew.
+  yield proxy
+  proxy.stop()
+  type(storage._filesystem()).clear_instance_cache()  # pylint: disable=protected-access
+
+
+def test_a_write_while_the_bucket_is_down_waits_says_so_and_goes_through_once_it_is_back(
+  bucket, through_proxy, monkeypatch, capsys
+):
+  """gcsfs alone gives up after six tries in ~30 s (a metrics record then ended a run on a 40 s outage): each
+  request is retried until its deadline, and one that waits says so in a line, and again when it goes through."""
+  monkeypatch.setattr(storage, "WAIT_NOTICE_SECONDS", 1.0)
+  through_proxy.down()
+  threading.Timer(4.0, through_proxy.restore).start()
+  started = time.monotonic()
+  atomic.write_text(f"{bucket}/run/metrics.jsonl", "{}\n")
+  assert 4.0 <= time.monotonic() - started < 15
+  assert storage.path(f"{bucket}/run/metrics.jsonl").read_text() == "{}\n"
+  waiting, through = capsys.readouterr().err.splitlines()
+  assert re.fullmatch(
+    rf"waiting for {bucket}/run/metrics.jsonl \(ClientConnectorError: .*\): retrying for up to 11\d s", waiting
+  ), waiting
+  assert re.fullmatch(rf"{bucket}/run/metrics.jsonl went through after [4-9] s", through), through
+
+
+class _Guard:
+  """A lease as storage.check_writes sees it."""
+
+  def __init__(self, seconds):
+    self.deadline, self.lost = time.monotonic() + seconds, False
+
+  def check(self):
+    if self.lost:
+      raise WorkdirError("lost it")
+
+
+def test_a_guarded_write_is_not_tried_once_the_guard_refuses_nor_retried_past_its_deadline(bucket, through_proxy):
+  guard = _Guard(2.0)
+  with storage.guarding_writes(guard):
+    atomic.write_text(f"{bucket}/run/a", "a")
+    guard.lost = True
+    with pytest.raises(WorkdirError, match="^lost it$"):
+      atomic.write_text(f"{bucket}/run/b", "b")
+    guard.lost = False
+    through_proxy.down()
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=f"^cannot write {bucket}/run/c: "):
+      atomic.write_text(f"{bucket}/run/c", "c")
+    assert time.monotonic() - started < 3.0  # Not the 120 s of an unguarded write.
+  through_proxy.restore()
+  assert sorted(p.name for p in storage.path(f"{bucket}/run").iterdir()) == ["a"]
+  storage.check_writes()  # No guard left.

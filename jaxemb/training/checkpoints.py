@@ -182,6 +182,7 @@ class _Saves:
 
   def save(self, step: int, args: ocp.args.Composite):
     self.wait()
+    storage.check_writes()  # A run whose lease is lost starts no save (one in flight dies with the process).
     self._writing = self.directory / str(step)
     with self._storage_errors(waiting=False):
       self.manager.save(step, args=args, force=True)

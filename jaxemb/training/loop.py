@@ -220,8 +220,8 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     evals = build_evaluators(config)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
-    with claim_workdir(config, resume_changed, _say) as (_, held):
-      return _train(config, stop, mesh, columns, (source, objective), evals, held, started)
+    with claim_workdir(config, resume_changed, _say):
+      return _train(config, stop, mesh, columns, (source, objective), evals, started)
 
 
 def _train(
@@ -231,11 +231,10 @@ def _train(
   columns: dict[str, list[str]],
   checked: tuple[run_dir.ModelSource, objectives.Objective],
   evals: list[evaluators.Evaluator],
-  held: Callable[[], None],
   started: float,
 ) -> dict[str, Any]:
   """The run from preflight's `checked` model source and objective: setup, then the steps, evaluations and saves;
-  `held` (workdir.lock) raises once the lock is lost, before each write; `started`: train's perf_counter."""
+  `started`: train's perf_counter."""
   tokenizer = checked[0].tokenizer
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
@@ -257,12 +256,11 @@ def _train(
   steps = zip(range(start_step, total_steps), placed)
 
   def save(state):
-    held()
     recorder.flush()  # The records up to a saved step outlive a kill after it.
     ckpt.save(state, meta)
 
   try:
-    state = _run_steps(config, stop, trainer, state, steps, total_steps, evaluation, recorder, save, held)
+    state = _run_steps(config, stop, trainer, state, steps, total_steps, evaluation, recorder, save)
     evaluation.keep_best(state, total_steps)
   except Preempted as preempted:
     ckpt.wait()  # The stopped step's state is written before the line says so.
@@ -286,7 +284,6 @@ def _run_steps(
   evaluation: _Evaluation,
   recorder: StepRecorder,
   save: Callable[[train_state.TrainState], None],
-  held: Callable[[], None],
 ) -> train_state.TrainState:
   """The steps of `steps` ((step, placed batch) pairs), up to trainer.steps_per_call a call, with their
   evaluations and saves; the last state. A call's metrics are read once the next call is queued (no host sync per
@@ -305,7 +302,6 @@ def _run_steps(
       recorder.record(*pending)
       pending = None
     if due:
-      held()  # A best step may be saved.
       with recorder.pause():
         scores = evaluation.run(due, state, done)
       recorder.write(done, scores)

@@ -90,6 +90,9 @@ def _check_counts(config: Any, mesh: Mesh):
     _count(config, field, 1, "must be a positive int")
   for field in _NON_NEGATIVE:
     _count(config, field, 0)
+  lease = config.train.lease_seconds
+  if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
+    raise ConfigError(f"config.train.lease_seconds={lease!r}: must be a positive number of seconds")
   if config.train.num_steps == 0:
     _count(config, "train.epochs", 1, "must be a positive int when config.train.num_steps is 0 (or set num_steps)")
 

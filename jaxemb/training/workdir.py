@@ -49,6 +49,7 @@ NOT_FINGERPRINTED = (
   "train.mesh_data",
   "train.mesh_fsdp",
   "train.distributed",
+  "train.lease_seconds",
   "eval.batch_size",
   "eval.length_multiple",
   "eval.progress",
@@ -131,19 +132,28 @@ def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
 
 
 @contextlib.contextmanager
-def lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[Callable[[], None]]:
-  """Holds the run directory's lock until the block ends: a flock on <workdir>/lock on a disk, a lease in a bucket
-  (`jaxemb.training.lease`). Yields a check to call before writing to the run: it raises WorkdirError when a lease
-  was lost to another process (a flock is never lost).
+def lock(
+  run: run_dir.RunDir,
+  say: Callable[[str], None],
+  lease_seconds: float | None = None,
+  on_lost: Callable[[str], None] | None = None,
+) -> Iterator[Callable[[], None]]:
+  """Holds the run directory's lock until the block ends: a flock on <workdir>/lock on a disk, a lease of
+  `lease_seconds` (config.train.lease_seconds; needed there) in a bucket (`jaxemb.training.lease`, its `on_lost`
+  there), which every write to a bucket passes within the block (`jaxemb.storage.check_writes`). Yields the check
+  itself: it raises WorkdirError once a lease is lost (a flock is never lost).
 
   Raises:
     WorkdirError: another process holds it; the message names its pid and host.
   """
   if storage.is_remote(run.path):
-    held = lease.Lease(run.path, run.lock_file)
+    if lease_seconds is None:
+      raise ValueError(f"a lock of {run.path}, in a bucket, is a lease: lease_seconds is needed")
+    held = lease.Lease(run.path, run.lock_file, lease_seconds, on_lost)
     held.acquire(say)
     try:
-      yield held.check
+      with storage.guarding_writes(held):
+        yield held.check
     finally:
       held.release()
   else:
@@ -217,9 +227,9 @@ def _holder(fd: int) -> str:
 @contextlib.contextmanager
 def claim_workdir(
   config: Any, resume_changed: bool = False, say: Callable[[str], None] = print
-) -> Iterator[tuple[run_dir.RunDir, Callable[[], None]]]:
+) -> Iterator[run_dir.RunDir]:
   """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`).
-  Yields the run directory and the lock's check (`lock`), to call before each write to the run.
+  Yields the run directory; in a bucket, every write to it passes the lock's check (`lock`).
 
   In a multi-host job the workdir is shared, so process 0 claims it for the job and tells the other processes
   whether it could, and they all stop together. Released when the block ends (a sweep trains its runs one after
@@ -230,10 +240,10 @@ def claim_workdir(
   """
   run = run_dir.RunDir(config.workdir)
   with contextlib.ExitStack() as held:
-    refused, check = None, lambda: None
+    refused = None
     if jax.process_index() == 0:
       try:
-        check = held.enter_context(lock(run, say))
+        held.enter_context(lock(run, say, config.train.lease_seconds))
         check_fingerprint(run, fingerprint(config), resume_changed, say)
       except Exception as e:  # pylint: disable=broad-except  # Raised once the other processes are told.
         refused = e
@@ -241,4 +251,4 @@ def claim_workdir(
       refused = refused or WorkdirError(f"process 0 refused {run.path}; its output says why")
     if refused:
       raise refused
-    yield run, check
+    yield run

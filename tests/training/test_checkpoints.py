@@ -15,15 +15,15 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
 from jaxemb.models import run_dir
 from jaxemb.training import checkpoints, loop
-from tests.support import REPO, TEST_XLA_FLAGS, short_senteval
+from tests.support import REPO, short_senteval
 from tests.training import checkpoint_kill
+from tests.training.run_support import assert_same_run, kill_driver, restore, vm_env
 
 
 def test_a_nan_param_is_named_and_nothing_is_written(tmp_path):
@@ -57,80 +57,6 @@ def test_finiteness_is_one_small_replicated_vector():
 _KILLS_IN_CI = ("after best", "during periodic")
 
 
-def _kill_driver(
-  tiny_bert, workdir, train_file, xla_cache, stage, senteval_dir=None, vm=None
-) -> subprocess.CompletedProcess:
-  """The driver in the repository, or on a `vm`: a folder of its own, as its working directory and HOME. XLA's
-  optimizations mostly off and its XLA flags, as in this process (tests/conftest.py): runs here resume its runs bit
-  for bit. STS-B dev from `senteval_dir`, or the short one this process's runs score."""
-  env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else _vm_env(vm)
-  env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-  env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-  return subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "tests.training.checkpoint_kill",
-      str(tiny_bert),
-      str(workdir),
-      str(train_file),
-      str(xla_cache),
-      stage,
-      str(senteval_dir or short_senteval()),
-    ],
-    cwd=vm or REPO,
-    env=env,
-    capture_output=True,
-    text=True,
-    check=False,
-  )
-
-
-def _vm_env(vm: pathlib.Path) -> dict[str, str]:
-  """A new VM's environment: `vm` its working directory and HOME (so an empty download cache), the repository on
-  the Python path."""
-  (vm / "home").mkdir(parents=True, exist_ok=True)
-  return {**os.environ, "HOME": str(vm / "home"), "PYTHONPATH": str(REPO)}
-
-
-@pytest.fixture(scope="module")
-def whole_run(tmp_path_factory, tiny_bert, wiki_head):
-  """(run directory of the uninterrupted kill_config run, its XLA cache, shared by every run of this module)."""
-  root = tmp_path_factory.mktemp("whole")
-  done = _kill_driver(tiny_bert, root / "run", wiki_head, root / "xla", "none")
-  assert done.returncode == 0, done.stderr
-  return root / "run", root / "xla"
-
-
-def _restore(directory: pathlib.Path, step: int | None, items=("state", "meta")):
-  """The saved items of `step` (None: the newest) in a checkpoint folder, as saved (no target tree)."""
-  manager = ocp.CheckpointManager(directory)
-  step = manager.latest_step() if step is None else step
-  args = {item: ocp.args.JsonRestore() if item == "meta" else ocp.args.StandardRestore() for item in items}
-  restored = manager.restore(step, args=ocp.args.Composite(**args))
-  manager.close()
-  return step, restored
-
-
-def _saved(workdir: pathlib.Path) -> dict:
-  """Every array and meta of the newest periodic checkpoint and of the best step, as saved."""
-  return {
-    "checkpoints": _restore(workdir / "checkpoints", None),
-    "best": _restore(workdir / "best", None, ("params", "meta")),
-  }
-
-
-def _assert_same_run(a: pathlib.Path, b: pathlib.Path):
-  saved_a, saved_b = _saved(a), _saved(b)
-  for folder, (step, restored) in saved_a.items():
-    assert saved_b[folder][0] == step, folder
-    leaves_a = jax.tree_util.tree_leaves_with_path(dict(restored))
-    leaves_b = jax.tree_util.tree_leaves_with_path(dict(saved_b[folder][1]))
-    assert [p for p, _ in leaves_a] == [p for p, _ in leaves_b]
-    for (path, x), (_, y) in zip(leaves_a, leaves_b):
-      np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f"{folder} {jax.tree_util.keystr(path)}")
-
-
 @pytest.mark.e2e
 @pytest.mark.parametrize(
   "stage", [s if s in _KILLS_IN_CI else pytest.param(s, marks=pytest.mark.slow) for s in checkpoint_kill.STAGES]
@@ -139,17 +65,17 @@ def test_a_kill_at_any_stage_of_a_save_resumes_to_the_uninterrupted_run(
   stage, whole_run, tiny_bert, wiki_head, tmp_path
 ):
   whole, xla_cache = whole_run
-  killed = _kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, stage)
+  killed = kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, stage)
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
   if stage.startswith("during"):
     assert list((tmp_path / "run").glob("*/*.orbax-checkpoint-tmp*")), "the kill left no half-written step"
-  rerun = _kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, "none")
+  rerun = kill_driver(tiny_bert, tmp_path / "run", wiki_head, xla_cache, "none")
   assert rerun.returncode == 0, rerun.stderr
   if stage.startswith("during"):
     assert "removed the unfinished saves a stopped run left" in rerun.stdout
   assert not list((tmp_path / "run").glob("*/*.orbax-checkpoint-tmp*"))
   assert "Traceback" not in rerun.stderr
-  _assert_same_run(whole, tmp_path / "run")
+  assert_same_run(whole, tmp_path / "run")
 
 
 @pytest.mark.e2e
@@ -167,14 +93,15 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
   storage.upload(tiny_bert, model)
   storage.upload(wiki_head, corpus)
   storage.upload(short_senteval() / "STS" / "STSBenchmark", f"{senteval}/STS/STSBenchmark")  # whole_run's.
-  killed = _kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
+  killed = kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
-  rerun = _kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")
+  rerun = kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")
   assert rerun.returncode == 0, rerun.stderr
-  assert f"took over {run}/lock from pid " in rerun.stdout and "which ended without releasing it" in rerun.stdout
+  # The same host name (another HOME, one machine): its pid gone, the lease is taken over at once.
+  assert re.search(rf"^took over {run}/lock from pid \d+ on host \S+, which is no longer running$", rerun.stdout, re.M)
   assert f"resumed from {run}/checkpoints at step 2" in rerun.stdout
   assert "Traceback" not in rerun.stderr
-  _assert_same_run(whole, storage.path(run))
+  assert_same_run(whole, storage.path(run))
   events = list((storage.path(run) / "tensorboard").iterdir())  # One file an attempt, uploaded whole.
   assert len(events) == 2 and all(event.stat().length for event in events), events
 
@@ -192,7 +119,7 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
       f"--config.eval.output_json={run}/eval.json",
     ],
     cwd=vm3,
-    env=_vm_env(vm3),
+    env=vm_env(vm3),
     capture_output=True,
     text=True,
     check=False,
@@ -249,7 +176,7 @@ def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored
   (aside,) = (tmp_path / "run" / "checkpoints").glob("corrupt-3-*")
   assert line.endswith(f"set aside as {aside.name}") and sorted(os.listdir(aside)) != []
   assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", aside.name]
-  _, expected = _restore(whole / "checkpoints", 2)
+  _, expected = restore(whole / "checkpoints", 2)
   assert meta == expected["meta"]
   for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(expected["state"]), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -339,7 +266,7 @@ def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, t
     kept == (2,)
   )
   assert summary["best_step"] == int(best.name)
-  _assert_same_run(whole, tmp_path / "run")
+  assert_same_run(whole, tmp_path / "run")
   assert run_dir.load_best(tmp_path / "run")[2]["step"] == summary["best_step"]
 
 
@@ -402,7 +329,7 @@ def test_a_full_disk_is_one_storage_error_and_the_next_start_cleans_up_and_saves
   ckpt.save_best(2, params, {"step": 2})
   ckpt.close()
   assert os.listdir(best) == ["2"]
-  np.testing.assert_array_equal(_restore(best, 2, ("params",))[1]["params"]["kernel"], params["kernel"])
+  np.testing.assert_array_equal(restore(best, 2, ("params",))[1]["params"]["kernel"], params["kernel"])
 
 
 @pytest.mark.slow

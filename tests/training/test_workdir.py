@@ -63,7 +63,7 @@ def test_claims_in_turn_succeed_and_a_nested_claim_is_refused(tmp_path):
   """A sweep trains its runs one after another in one process: each claim is released when its run ends."""
   config = _config(tmp_path)
   for _ in range(2):
-    with workdir.claim_workdir(config, say=print) as (run, _):
+    with workdir.claim_workdir(config, say=print) as run:
       with pytest.raises(WorkdirError, match="is in use by pid"):
         with workdir.claim_workdir(config, say=print):
           pass
