@@ -112,11 +112,7 @@ class Lease:
   def release(self):
     """Stops renewing and frees the lease (emptied, if it is still ours and live), so the next process takes it at
     once."""
-    self._stop.set()
-    if self._heartbeat.is_alive():
-      self._heartbeat.join()
-    if self._watchdog:
-      self._watchdog.stop()
+    self._stop_heartbeat()
     if self._lost is None and time.monotonic() < self.deadline:
       try:
         storage.replace(str(self.url), b"", self._generation, timeout=self.deadline - time.monotonic())
@@ -148,18 +144,27 @@ class Lease:
     except storage.Conflict:
       found = _read_or_none(self.url, timeout)
       if found is None or found[0] != record:  # Not our own renewal, whose reply was lost and retried.
-        self._lose(
-          f"lost {self.workdir} to another process: its lease {self.url} was taken over; stopping without saving"
-        )
+        self._lose(self._taken_over_message())
         return False
       self._generation = found[1]
     except Exception:  # pylint: disable=broad-except  # Unreachable for now: the next try, or the deadline, decides.
       return False
     self._renewals += 1
-    self._renewed_at = started
+    self._renewed(started)
+    return True
+
+  def _renewed(self, at: float):
+    """The lease was renewed at `at` (time.monotonic()): its deadline moves, and the watchdog's."""
+    self._renewed_at = at
     if self._watchdog:
       self._watchdog.extend(self.deadline)
-    return True
+
+  def _stop_heartbeat(self):
+    self._stop.set()
+    if self._heartbeat.is_alive():
+      self._heartbeat.join()
+    if self._watchdog:
+      self._watchdog.stop()
 
   def _lose(self, message: str):
     with self._losing:  # The heartbeat and a writer's check may find it at once: on_lost is called once.
@@ -174,6 +179,9 @@ class Lease:
     holder = {"pid": os.getpid(), "host": socket.gethostname(), "lease_seconds": self.seconds, "renewals": renewals}
     return json.dumps(holder).encode()
 
+  def _taken_over_message(self) -> str:
+    return f"lost {self.workdir} to another process: its lease {self.url} was taken over; stopping without saving"
+
   def _expired_message(self) -> str:
     return (
       f"lost {self.workdir}: could not renew its lease {self.url} for {time.monotonic() - self._renewed_at:.0f} s (a "
@@ -185,6 +193,45 @@ class Lease:
       f"lost {self.workdir}: pid {os.getpid()} did not renew its lease {self.url} for {{age:.0f}} s (it was stopped "
       "or stalled), so its watchdog killed it without saving"
     )
+
+
+class Following(Lease):
+  """The lease of a run as another process of the holder's job sees it (a multi-host job: process 0 holds it, and
+  every host writes checkpoint shards): `acquire` reads who holds it, and the heartbeat reads it again instead of
+  renewing it. Its deadline is the holder's own (from the time Cloud Storage stamped on the holder's last renewal,
+  as far as this clock agrees with it), so every process of the job fences itself when the holder does; a holder
+  replaced by another process loses it at once. `release` leaves the object to the holder."""
+
+  def acquire(self, say: Callable[[str], None]):  # pylint: disable=unused-argument
+    started = time.monotonic()
+    found = storage.read_object(str(self.url))
+    self._holder = _holder(found[0]) if found else None
+    if not self._holder:
+      raise WorkdirError(f"{self.url} names no holder: process 0 of this job did not take the lease")
+    self._renewed_at = started - found[2]
+    if self._watchdog:
+      self._watchdog.start(self.deadline)
+    self._heartbeat.start()
+
+  def release(self):
+    self._stop_heartbeat()
+
+  def _try_renewal(self, timeout: float) -> bool:
+    """Reads the lease once, within `timeout` seconds; whether the holder renewed it since the last read. A released
+    lease (the run ending) is not a renewal; another holder loses it."""
+    started = time.monotonic()
+    try:
+      data, _, age = storage.read_object(str(self.url), timeout=timeout) or (b"", 0, 0.0)
+    except Exception:  # pylint: disable=broad-except  # Unreachable for now: the next try, or the deadline, decides.
+      return False
+    holder = _holder(data)
+    if holder and (holder.get("pid"), holder.get("host")) != (self._holder.get("pid"), self._holder.get("host")):
+      self._lose(self._taken_over_message())
+      return False
+    if not holder or started - age <= self._renewed_at:
+      return False
+    self._renewed(started - age)
+    return True
 
 
 def stop_process(message: str):

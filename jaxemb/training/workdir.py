@@ -149,16 +149,22 @@ def lock(
   if storage.is_remote(run.path):
     if lease_seconds is None:
       raise ValueError(f"a lock of {run.path}, in a bucket, is a lease: lease_seconds is needed")
-    held = lease.Lease(run.path, run.lock_file, lease_seconds, on_lost)
-    held.acquire(say)
-    try:
-      with storage.guarding_writes(held):
-        yield held.check
-    finally:
-      held.release()
+    with _leased(lease.Lease(run.path, run.lock_file, lease_seconds, on_lost), say) as check:
+      yield check
   else:
     with _file_lock(run, say):
       yield lambda: None
+
+
+@contextlib.contextmanager
+def _leased(held: lease.Lease, say: Callable[[str], None]) -> Iterator[Callable[[], None]]:
+  """Holds (or follows) a lease until the block ends, every write to a bucket passing its check meanwhile."""
+  held.acquire(say)
+  try:
+    with storage.guarding_writes(held):
+      yield held.check
+  finally:
+    held.release()
 
 
 @contextlib.contextmanager
@@ -232,7 +238,8 @@ def claim_workdir(
   Yields the run directory; in a bucket, every write to it passes the lock's check (`lock`).
 
   In a multi-host job the workdir is shared, so process 0 claims it for the job and tells the other processes
-  whether it could, and they all stop together. Released when the block ends (a sweep trains its runs one after
+  whether it could, and they all stop together; in a bucket they follow its lease (`lease.Following`), so each
+  stops writing when process 0 loses it. Released when the block ends (a sweep trains its runs one after
   another in one process).
 
   Raises:
@@ -251,4 +258,6 @@ def claim_workdir(
       refused = refused or WorkdirError(f"process 0 refused {run.path}; its output says why")
     if refused:
       raise refused
+    if jax.process_index() != 0 and storage.is_remote(run.path):  # This host writes its shards of each checkpoint.
+      held.enter_context(_leased(lease.Following(run.path, run.lock_file, config.train.lease_seconds), say))
     yield run

@@ -189,6 +189,41 @@ def test_a_renewal_whose_reply_was_lost_is_recognised_as_its_own(bucket, monkeyp
   assert storage.read_object(str(run.lock_file))[0] == b""
 
 
+def test_another_process_of_the_job_follows_the_lease_and_fences_itself_with_its_holder(bucket):
+  """A multi-host job's other processes write checkpoint shards too: they read the lease process 0 renews, keep the
+  holder's deadline, and stop writing when it would (a released lease is not a renewal), or at once when another
+  process took it over."""
+  run = run_dir.RunDir(f"{bucket}/runs/r1")
+  holder = lease.Lease(run.path, run.lock_file, 0.6, on_lost=pytest.fail)
+  holder.acquire(print)
+  lost = []
+  follower = lease.Following(run.path, run.lock_file, 0.6, on_lost=lambda m: lost.append((time.monotonic(), m)))
+  follower.acquire(print)
+  time.sleep(0.7)  # Past the first deadline (0.5 s): the holder renewed, and the follower saw it.
+  follower.check()
+  holder.release()  # Renewed no more.
+  released = time.monotonic()
+  while not lost and time.monotonic() - released < 3:
+    time.sleep(0.01)
+  follower.release()
+  ((at, message),) = lost
+  assert at - released < 0.6 and message.startswith(f"lost {run.path}: could not renew its lease {run.lock_file}")
+
+  run = run_dir.RunDir(f"{bucket}/runs/r2")
+  holder = lease.Lease(run.path, run.lock_file, 0.6, on_lost=lambda _: None)
+  holder.acquire(print)
+  lost = []
+  follower = lease.Following(run.path, run.lock_file, 0.6, on_lost=lost.append)
+  follower.acquire(print)
+  storage.replace(str(run.lock_file), b'{"pid": 1, "host": "other-vm", "lease_seconds": 0.6}', holder._generation)  # pylint: disable=protected-access
+  time.sleep(0.3)
+  follower.release()
+  holder.release()
+  assert lost == [
+    f"lost {run.path} to another process: its lease {run.lock_file} was taken over; stopping without saving"
+  ]
+
+
 def test_the_watchdog_kills_a_holder_that_misses_its_deadline_and_lets_a_renewing_one_live():
   """A stopped holder (SIGSTOP: its heartbeat cannot run) is killed once its deadline has passed by the grace; the
   line it leaves gives the lease's age. New deadlines keep a holder alive; a closed pipe ends the watchdog."""
