@@ -47,19 +47,45 @@ def track(label: str, total: int, unit: str, show: bool | None = True) -> Iterat
 
 
 class _Log:
-  """A log's lines of one piece of work: how far it is every LOG_EVERY seconds."""
+  """A log's lines of one piece of work: how far it is every LOG_EVERY seconds, from `initial` done."""
 
-  def __init__(self, label: str, total: int, unit: str, stream: Any):
+  def __init__(self, label: str, total: int, unit: str, stream: Any, initial: int = 0):
     self.label, self.total, self.unit, self.stream = label, total, unit, stream
     self.start = self.last = time.perf_counter()
-    self.done = 0
+    self.initial = self.done = initial
 
-  def advance(self, n: int):
+  def advance(self, n: int, note: str = ""):
+    """`n` more done; `note` ends the line, if one is due."""
     self.done += n
     now = time.perf_counter()
     if now - self.last >= LOG_EVERY and self.done < self.total:
       self.last = now
-      print(progress_line(self.label, self.done, self.total, self.unit, now - self.start), file=self.stream, flush=True)
+      line = progress_line(self.label, self.done, self.total, self.unit, now - self.start, self.initial)
+      print(line + note, file=self.stream, flush=True)
+
+
+class Steps:
+  """A training run's steps on stderr, process 0 only: tqdm's bar with the loss on a terminal; elsewhere (nohup, a
+  pod's logs) a line every LOG_EVERY seconds, "120 of 3,906 steps (0.57/s, 113 min left), loss 2.1818", instead
+  of a bar's frames. The run's own last line says when it is done."""
+
+  def __init__(self, total: int, initial: int):
+    stream, shown = sys.stderr, jax.process_index() == 0
+    terminal = shown and is_terminal(stream)
+    self._bar = tqdm.tqdm(total=total, initial=initial, dynamic_ncols=True, file=stream) if terminal else None
+    self._log = _Log("", total, "step", stream, initial) if shown and not terminal else None
+
+  def advance(self, loss: float):
+    """One more step done, with its loss."""
+    if self._bar is not None:
+      self._bar.update(1)
+      self._bar.set_postfix(loss=f"{loss:.4f}")
+    elif self._log is not None:
+      self._log.advance(1, f", loss {loss:.4f}")
+
+  def close(self):
+    if self._bar is not None:
+      self._bar.close()
 
 
 def bar_label(label: str) -> str:
@@ -75,12 +101,17 @@ def done_line(label: str, total: int, unit: str, seconds: float) -> str:
   return f"{label}: {done}" if label else done
 
 
-def progress_line(label: str, done: int, total: int, unit: str, seconds: float) -> str:
-  """ "STS12: 3,100 of 6,252 sentences (508/s, 6 s left)" after `seconds` with `done` of `total` done."""
-  rate = done / seconds
-  left = f"{(total - done) / rate:,.0f} s left" if rate > 0 else "time left unknown"
-  line = f"{done:,} of {total:,} {unit}s ({rate:,.0f}/s, {left})"
+def progress_line(label: str, done: int, total: int, unit: str, seconds: float, initial: int = 0) -> str:
+  """ "STS12: 3,100 of 6,252 sentences (508/s, 6 s left)" after `seconds` in which `done` - `initial` of `total`
+  were done. A rate under 10/s has two digits (0.57/s), a time left over 10 minutes is in minutes."""
+  rate = (done - initial) / seconds
+  left = _duration((total - done) / rate) + " left" if rate > 0 else "time left unknown"
+  line = f"{done:,} of {total:,} {unit}s ({f'{rate:,.0f}' if rate >= 10 else f'{rate:.2g}'}/s, {left})"
   return f"{label}: {line}" if label else line
+
+
+def _duration(seconds: float) -> str:
+  return f"{seconds / 60:,.0f} min" if seconds > 600 else f"{seconds:,.0f} s"
 
 
 def is_terminal(stream: Any) -> bool:

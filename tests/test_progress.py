@@ -82,3 +82,33 @@ def test_work_that_raises_prints_no_line(monkeypatch):
       advance(5)
       raise KeyError("x")
   assert sys.stderr.getvalue() == ""
+
+
+def test_training_steps_get_a_line_with_the_loss_every_log_every_seconds_in_a_log(monkeypatch):
+  """Off a terminal the training bar's frames would fill a log: a line every LOG_EVERY seconds instead, its rate from
+  the steps this process ran (a resumed run starts at its checkpoint's step)."""
+  clock = iter(range(0, 10000, 20))
+  monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+  monkeypatch.setattr(sys, "stderr", io.StringIO())
+  steps = progress.Steps(total=3906, initial=100)
+  for loss in (2.5, 2.25, 2.125, 2.0):
+    steps.advance(loss)
+  steps.close()
+  assert sys.stderr.getvalue().splitlines() == [
+    "102 of 3,906 steps (0.05/s, 1,268 min left), loss 2.2500",
+    "104 of 3,906 steps (0.05/s, 1,267 min left), loss 2.0000",
+  ]
+
+
+def test_training_steps_get_a_bar_with_the_loss_on_a_terminal_and_nothing_on_other_processes(monkeypatch):
+  monkeypatch.setattr(sys, "stderr", _Terminal())
+  steps = progress.Steps(total=20, initial=0)
+  steps.advance(2.1818)
+  steps.close()
+  assert "1/20" in sys.stderr.getvalue() and "loss=2.1818" in sys.stderr.getvalue()
+  monkeypatch.setattr(jax, "process_index", lambda: 1)
+  monkeypatch.setattr(sys, "stderr", io.StringIO())
+  steps = progress.Steps(total=20, initial=0)
+  steps.advance(2.0)
+  steps.close()
+  assert sys.stderr.getvalue() == ""

@@ -18,32 +18,31 @@ from typing import Any, Iterator
 
 import jax
 import numpy as np
-import tqdm
 
-from jaxemb import atomic, storage
+from jaxemb import atomic, progress, storage
 from jaxemb.errors import Diverged
 from jaxemb.models import run_dir
 
 
 class MetricsWriter:
-  """Scalars to <workdir>/metrics.jsonl and TensorBoard. `flush` returns once every record so far is written (the
-  loop flushes before each checkpoint, so the records of a saved step outlive a kill).
+  """Scalars to <workdir>/metrics.jsonl and TensorBoard. `flush` returns once every record so far is written (the loop
+  flushes before each checkpoint, so the records of a saved step outlive a kill).
 
-  metrics.jsonl is rewritten whole at each write (jaxemb.atomic: a bucket cannot append, and a kill leaves the
-  previous whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes
-  each later step again: the records an earlier process wrote past that step (before it was killed) are dropped
-  first, so each step's scalars are there once. TensorBoard discards the events past `start_step` from the files
-  already there (purge_step); this attempt's event file opens at its first record and is written and flushed with
-  each, in this thread (tensorboardX's SummaryWriter queues events for a thread of its own, which its `flush` does
-  not wait for: a kill after a save could lose the saved steps' events), so a killed attempt leaves neither an
-  empty event file nor events only in memory. In a bucket the event file is written locally and uploaded whole
-  after each flush (tensorboardX's own gs:// writer uploads again when it is garbage-collected, retrying for
-  minutes and printing a traceback when the bucket is out of reach).
-  """
+  metrics.jsonl is rewritten whole at each write (jaxemb.atomic: a bucket cannot append, and a kill leaves the previous
+  whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes each later step
+  again: the records an earlier process wrote past that step (before it was killed) are dropped first, so each step's
+  scalars are there once; a run from step 0 drops them all, its score before training (step 0) included. TensorBoard
+  discards the same events from the files already there (purge_step); this attempt's event file opens at its first
+  record and is written and flushed with each, in this thread (tensorboardX's SummaryWriter queues events for a thread
+  of its own, which its `flush` does not wait for: a kill after a save could lose the saved steps' events), so a killed
+  attempt leaves neither an empty event file nor events only in memory. In a bucket the event file is written locally
+  and uploaded whole after each flush (tensorboardX's own gs:// writer uploads again when it is garbage-collected,
+  retrying for minutes and printing a traceback when the bucket is out of reach)."""
 
   def __init__(self, workdir: run_dir.RunDir, start_step: int):
-    self._workdir, self._purge_step = workdir, start_step + 1
-    self._lines = _records_up_to(workdir.metrics_file, start_step)
+    # A run from its start scores its params before training again, as step 0: nothing earlier is kept.
+    self._workdir, self._purge_step = workdir, start_step + 1 if start_step else 0
+    self._lines = _records_before(workdir.metrics_file, self._purge_step)
     self._tensorboard = None
     self._local_events: pathlib.Path | None = None  # A bucket's run: the local folder of this attempt's event file.
     self._queue: queue.Queue = queue.Queue()
@@ -140,8 +139,8 @@ def local_events_folder(tensorboard_dir: storage.PathLike) -> pathlib.Path:
   return folder
 
 
-def _records_up_to(path: storage.Path, step: int) -> list[str]:
-  """The lines of the metrics file `path` of the steps up to `step`, without a last line cut short by a kill."""
+def _records_before(path: storage.Path, step: int) -> list[str]:
+  """The lines of the metrics file `path` of the steps before `step`, without a last line cut short by a kill."""
   if not path.is_file():
     return []
   kept = []
@@ -150,7 +149,7 @@ def _records_up_to(path: storage.Path, step: int) -> list[str]:
       record = json.loads(line)
     except json.JSONDecodeError:
       continue
-    if record["step"] <= step:
+    if record["step"] < step:
       kept.append(line + "\n")
   return kept
 
@@ -166,9 +165,7 @@ class StepRecorder:
     self.started = started  # train's call: the first record's time after it is the run's time to its first step.
     self.first_step_seconds = None
     self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
-    self.progress = tqdm.tqdm(
-      total=total_steps, initial=start_step, disable=jax.process_index() != 0, dynamic_ncols=True
-    )
+    self.progress = progress.Steps(total_steps, start_step)
     self.start_time = time.perf_counter()
     self.since = (start_step, self.start_time)  # The last record's step and time.
     self.paused = 0.0  # Seconds evaluating since the last record.
@@ -188,8 +185,7 @@ class StepRecorder:
       )
     if self.first_step_seconds is None:
       self.first_step_seconds = time.perf_counter() - self.started
-    self.progress.update(1)
-    self.progress.set_postfix(loss=f"{metrics['loss']:.4f}")
+    self.progress.advance(metrics["loss"])
     if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):
       now = time.perf_counter()
       rate = (done - self.since[0]) * self.config.train.batch_size / (now - self.since[1] - self.paused)
