@@ -41,6 +41,7 @@ class RunDir:
     self.checkpoints_dir = self.path / "checkpoints"
     self.best_dir = self.path / "best"
     self.metrics_file = self.path / "metrics.jsonl"
+    self.summary_file = self.path / "summary.json"
     self.tensorboard_dir = self.path / "tensorboard"
     self.cache_dir = self.path / "cache"
     self.lock_file = self.path / "lock"

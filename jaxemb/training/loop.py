@@ -12,7 +12,7 @@ import jax
 from jax.experimental import multihost_utils
 import tqdm
 
-from jaxemb import sharding, storage, xla
+from jaxemb import atomic, sharding, storage, xla
 from jaxemb.data import corpus
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
@@ -248,10 +248,12 @@ def _train(
   encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **common.encoder_options(config))
   evaluation = _Evaluation(config, evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
-  _score_before_while_compiling(
+  before = _score_before_while_compiling(
     evaluation, state, trainer, plan.shapes(start_step) if start_step < total_steps else None
   )
   recorder = StepRecorder(config, workdir, trainer.schedule, start_step, total_steps, started)
+  if before:
+    recorder.write(0, before)
   placed = batches.prefetch(map(plan.place, range(start_step, total_steps)), config.train.prefetch)
   steps = zip(range(start_step, total_steps), placed)
 
@@ -392,21 +394,22 @@ def _start(
 
 def _score_before_while_compiling(
   evaluation: _Evaluation, state: train_state.TrainState, trainer: Trainer, first_batch: dict[str, Any] | None
-):
-  """evaluation.score_before while the first step's program compiles for `first_batch`'s shapes (None: no step
-  left to run) in a thread: the first step then starts at once. An error in the evaluation waits for the compile
-  before it ends the run: a process that exits while that thread is inside XLA's compiler aborts (SIGABRT, the
-  thread unwinding through C++ frames as it takes the GIL back during the interpreter's exit) instead of saying the
-  error in one line. A Ctrl-C that stops at once does not wait (jaxemb.cli ends the process with os._exit)."""
+) -> dict[str, float]:
+  """evaluation.score_before (its scores) while the first step's program compiles for `first_batch`'s shapes (None: no
+  step left to run) in a thread: the first step then starts at once. An error in the evaluation waits for the compile
+  before it ends the run: a process that exits while that thread is inside XLA's compiler aborts (SIGABRT, the thread
+  unwinding through C++ frames as it takes the GIL back during the interpreter's exit) instead of saying the error in
+  one line. A Ctrl-C that stops at once does not wait (jaxemb.cli ends the process with os._exit)."""
   compiling = trainer.compile_ahead(first_batch) if first_batch else None
   try:
-    evaluation.score_before(state)
+    before = evaluation.score_before(state)
   except Exception:
     if compiling:
       compiling.join()
     raise
   if compiling:
     compiling.join()
+  return before
 
 
 def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
@@ -424,7 +427,7 @@ def _selection_record(meta: dict[str, Any]) -> dict[str, Any]:
 def _summary(
   meta: dict[str, Any], recorder: StepRecorder, total_steps: int, start_step: int, workdir: run_dir.RunDir
 ) -> dict[str, Any]:
-  """The run's summary (train's value), said in one line."""
+  """The run's summary (train's value), said in one line and written to <workdir>/summary.json."""
   steps_run = total_steps - start_step
   seconds = time.perf_counter() - recorder.start_time
   summary = {
@@ -435,6 +438,8 @@ def _summary(
     "first_step_seconds": recorder.first_step_seconds,
     "workdir": str(workdir.path),
   }
+  if jax.process_index() == 0:
+    atomic.write_json(workdir.summary_file, summary)
   first = f", the first {recorder.first_step_seconds:.1f} s after the start" if steps_run else ""
   _say(
     f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
@@ -462,11 +467,15 @@ class _Evaluation:
   def due(self, done: int, total_steps: int) -> list[evaluators.Evaluator]:
     return [e for e in self.evals if evaluators.is_due(e, done, total_steps)]
 
-  def score_before(self, state: train_state.TrainState):
-    """The selection metric of the params before training, once per run."""
-    if self.meta["value_before"] is None:
-      self.meta["value_before"] = self.scores([self.selecting], state)[self.metric]
-      _say(f"{self.metric} before training: {self.meta['value_before']:.2f}")
+  def score_before(self, state: train_state.TrainState) -> dict[str, float]:
+    """The selecting evaluator's scores of the params before training, once per run (a resumed run has its
+    selection metric's in `meta`: {})."""
+    if self.meta["value_before"] is not None:
+      return {}
+    scores = self.scores([self.selecting], state)
+    self.meta["value_before"] = scores[self.metric]
+    _say(f"{self.metric} before training: {self.meta['value_before']:.2f}")
+    return scores
 
   def scores(self, due: list[evaluators.Evaluator], state: train_state.TrainState) -> dict[str, float]:
     """{<evaluator>/<metric>: value} of the `due` evaluators on the state's params."""

@@ -83,8 +83,10 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   assert np.isfinite(summary["value_before"]) and np.isfinite(summary["best_value"])
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2", "4"]
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert records[0] == {"step": 0, "sick/SICKRelatedness": summary["value_before"]}  # The selector's, untrained.
+  assert json.loads((tmp_path / "summary.json").read_text()) == json.loads(json.dumps(summary))
   assert logged_steps(tmp_path / "metrics.jsonl", "stsb_dev/STSBenchmark") == [2, 4]
-  sick = {r["step"]: r["sick/SICKRelatedness"] for r in records if "sick/SICKRelatedness" in r}
+  sick = {r["step"]: r["sick/SICKRelatedness"] for r in records[1:] if "sick/SICKRelatedness" in r}
   assert sorted(sick) == [3, 4] and summary["best_value"] == max(sick.values())
   assert summary["best_step"] == max(sick, key=sick.get)
   assert {key for r in records for key in r if "/" in key} == {"stsb_dev/STSBenchmark", "sick/SICKRelatedness"}

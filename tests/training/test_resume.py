@@ -145,10 +145,13 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
   resumed = subprocess.run(command(tmp_path / "killed"), check=True, capture_output=True, text=True)
   assert "resumed from" in resumed.stdout + resumed.stderr
   assert logged_steps(tmp_path / "killed" / "metrics.jsonl", "loss") == [1, 2, 3, 4, 5, 6]
-  assert logged_steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev/STSBenchmark") == [6]
+  assert logged_steps(tmp_path / "killed" / "metrics.jsonl", "stsb_dev/STSBenchmark") == [0, 6]  # 0: untrained.
   assert all(path.stat().st_size for path in (tmp_path / "killed" / "tensorboard").iterdir())
   assert [step for step, _ in tensorboard_scalars(tmp_path / "killed" / "tensorboard", "loss")] == [1, 2, 3, 4, 5, 6]
-  assert [step for step, _ in tensorboard_scalars(tmp_path / "killed" / "tensorboard", "stsb_dev/STSBenchmark")] == [6]
+  assert [step for step, _ in tensorboard_scalars(tmp_path / "killed" / "tensorboard", "stsb_dev/STSBenchmark")] == [
+    0,
+    6,
+  ]
   whole, again = final_params(tmp_path / "whole"), final_params(tmp_path / "killed")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again)):
     np.testing.assert_array_equal(a, b)
