@@ -133,11 +133,13 @@ class RunCheckpoints:
       (self.run.checkpoints_dir, periodic_problem),
       (self.run.best_dir, run_dir.best_step_problem),
     ):
-      unreadable = [(p, problem(p)) for p in directory.glob("*") if p.name.isdigit()]
-      for step_dir, cause in unreadable:
+      steps = [(p, problem(p)) for p in directory.glob("*") if p.name.isdigit()]
+      for step_dir, cause in steps:
         if cause is not None:
           self._set_aside(step_dir, cause)
-      if directory == self.run.checkpoints_dir and unreadable and all(cause for _, cause in unreadable):
+      # A run killed in its first save, or whose checkpoints all fail to read, starts again: said, not silent.
+      lost = steps or any(p.parent == directory for p in partial)
+      if directory == self.run.checkpoints_dir and lost and all(cause for _, cause in steps):
         self._say_starting_again()
 
   def _unfinished_saves(self) -> list[storage.Path]:

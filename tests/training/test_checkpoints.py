@@ -15,6 +15,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import orbax.checkpoint as ocp
 import pytest
 
 from jaxemb import storage
@@ -42,6 +43,26 @@ def test_a_nan_param_is_named_and_nothing_is_written(tmp_path):
   ckpt.wait()
   assert ckpt.best.latest_step() == 2
   ckpt.close()
+
+
+def test_a_run_killed_in_its_first_save_says_it_starts_again(tmp_path):
+  """Its half-written step is removed, and with no complete checkpoint left the rerun starts from the first step:
+  both said, not done silently."""
+  partial = tmp_path / "checkpoints" / "1.orbax-checkpoint-tmp-1764300000"
+  partial.mkdir(parents=True)
+  said = []
+  checkpoints.RunCheckpoints(tmp_path, keep=2, say=said.append).close()
+  assert said == [
+    f"removed the unfinished saves a stopped run left: {partial}",
+    f"no readable checkpoint left in {tmp_path / 'checkpoints'}: starting from the first step",
+  ]
+  manager = ocp.CheckpointManager(tmp_path / "checkpoints")  # A complete step 1, then step 2's save interrupted.
+  manager.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": jnp.ones(2)}), meta=ocp.args.JsonSave({})))
+  manager.close()
+  (tmp_path / "checkpoints" / "2.orbax-checkpoint-tmp-1764300001").mkdir()
+  said.clear()
+  checkpoints.RunCheckpoints(tmp_path, keep=2, say=said.append).close()
+  assert len(said) == 1 and said[0].startswith("removed the unfinished saves")  # It resumes from step 1.
 
 
 def test_finiteness_is_one_small_replicated_vector():
