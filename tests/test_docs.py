@@ -28,7 +28,7 @@ from jaxemb import cli, config_fields
 from jaxemb import sweep
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import evaluators
-from tests.support import REPO
+from tests.support import REPO, shared_path
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 ENTRY_POINTS = ("train.py", "evaluate.py", "prepare.py", "sweep.py")
@@ -417,3 +417,19 @@ def test_commands_naming_what_exists_pass():
     "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
     "`eval_ditto.py --config.method.ditto_variant=last`"
   )
+
+
+def test_readmes_python_api_runs_as_written_and_prints_its_similarities(trained_run):
+  """README's Python block, run where README's commands run (a clone with ../shared beside it), its run directory the
+  quickstart's (a tiny trained run here): every line works offline, and the similarities its comment shows are what
+  it computes."""
+  block = re.search(r"## Python API\n\n```python\n(.*?)```", (REPO / "README.md").read_text(), re.S).group(1)
+  shared = shared_path()
+  code = block.replace('"../shared/', f'"{shared}/').replace('"runs/quickstart"', f'"{trained_run}"')
+  namespace = {}
+  exec(compile(code, "README.md", "exec"), namespace)  # pylint: disable=exec-used
+  shown = re.search(r"similarity\(vectors\[:1\], vectors\)  # (\[\[.*?\]\])", block).group(1)
+  computed = namespace["similarity"](namespace["vectors"][:1], namespace["vectors"])
+  assert [[round(float(x), 3) for x in computed[0]]] == ast.literal_eval(shown)
+  assert namespace["prompt"].encode(["A man is playing a guitar."]).shape == (1, 384)
+  assert namespace["trained"].encode(["A man is playing a guitar."]).ndim == 2
