@@ -43,10 +43,10 @@ def export_model(
   card; returns it.
 
   `method` is a Method, a method name, or None for a run directory's own evaluation method; `hub_repo`, the Hub
-  repository it is meant for, is what the model card's code loads (default: the folder, by its path); `fitted` the
-  fitted state of a method that fits one (evaluate.py's .npz beside its output_json), kept in the folder. Raises
-  NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous templates, ConfigError for a method
-  the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
+  repository it is meant for, is what the model card's code loads (default: the folder, by its name, after a
+  download for one in a bucket); `fitted` the fitted state of a method that fits one (evaluate.py's .npz beside its
+  output_json), kept in the folder. Raises NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous
+  templates, ConfigError for a method the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
   """
   out = storage.path(out_dir)
   if out.exists() and any(out.iterdir()):

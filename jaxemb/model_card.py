@@ -41,8 +41,8 @@ def write(
   out: storage.Path, source: storage.PathLike, method: Method, card_facts: dict[str, Any], name: str | None = None
 ):
   """Writes `out`/README.md (local or gs://) for `source` exported with `method`; `card_facts` are `facts(source)`,
-  `name` the Hub repository that the card's code loads (default: the folder, by the path `out`)."""
-  body = _body(name or str(out), source, method, card_facts)
+  `name` the Hub repository that the card's code loads (default: the folder, by its own name)."""
+  body = _body(out, name, source, method, card_facts)
   atomic.write_text(out / "README.md", _metadata(method, card_facts) + body)
 
 
@@ -97,12 +97,14 @@ def _metadata(method: Method, card_facts: dict[str, Any]) -> str:
   return "\n".join(lines + ["---", ""]) + "\n"
 
 
-def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dict[str, Any]) -> str:
+def _body(
+  out: storage.Path, hub_repo: str | None, source: storage.PathLike, method: Method, card_facts: dict[str, Any]
+) -> str:
   """The card's text: what the model is, its training and results for a run, how to load it."""
   training = card_facts["training"]
   origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
   parts = [
-    f"# {pathlib.PurePath(name).name}\n",
+    f"# {(hub_repo or out.name).rsplit('/', 1)[-1]}\n",
     f"Exported by jaxemb from {origin} (`{source}`)"
     + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "")
     + ".\n",
@@ -112,9 +114,9 @@ def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dic
     parts.append(_training_text(training))
   trust = ", trust_remote_code=True" if method.remote_code else ""
   parts.append(
-    "## Usage\n\n```python\nfrom sentence_transformers import SentenceTransformer\n\n"
-    f'model = SentenceTransformer("{name}"{trust})\n'
-    'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
+    "## Usage\n\n"
+    + _sentence_transformers_load(out, hub_repo, trust)
+    + 'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
     "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
     "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
     f"encoder = Encoder.from_pretrained({str(source)!r}, {_method_repr(method)})\n"
@@ -129,6 +131,22 @@ def _body(name: str, source: str | pathlib.Path, method: Method, card_facts: dic
     + ".\n"
   )
   return "\n".join(parts)
+
+
+def _sentence_transformers_load(out: storage.Path, hub_repo: str | None, trust: str) -> str:
+  """The usage's start, to the line that loads the export with sentence-transformers: from the Hub repository, else
+  from the folder by its own name (no path of the machine that exported it), copied down first from a bucket, as
+  sentence-transformers reads local folders only."""
+  code = "```python\nfrom sentence_transformers import SentenceTransformer\n\n"
+  if hub_repo:
+    return code + f'model = SentenceTransformer("{hub_repo}"{trust})\n'
+  code += f'model = SentenceTransformer("./{out.name}"{trust})  # This card\'s folder.\n'
+  if not storage.is_remote(out):
+    return code
+  return (
+    "sentence-transformers reads local folders only: copy this one down first.\n\n"
+    f"```bash\ngcloud storage cp -r {out} .\n```\n\n{code}"
+  )
 
 
 def _training_text(training: dict[str, Any]) -> str:

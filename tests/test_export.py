@@ -134,6 +134,11 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
   card = storage.path(f"{out}/README.md").read_text()
   assert f"Encoder.from_pretrained({run!r}, Method('cls_before_pooler'))" in card
+  # sentence-transformers cannot open gs://: the card copies the folder down and loads it by its name.
+  assert f"```bash\ngcloud storage cp -r {out} .\n```" in card
+  assert [line for line in card.splitlines() if "SentenceTransformer(" in line] == [
+    'model = SentenceTransformer("./x")  # This card\'s folder.'
+  ]
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
   assert (prompt / f"{PROMPT_MODULE}.py").is_file()
@@ -172,6 +177,9 @@ def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
   assert {"sentence-transformers", "jaxemb", "prompt"} <= set(metadata["tags"])
   assert "base_model" not in metadata, "a local checkpoint has no Hub id"
   assert TEMPLATES["bert"] in text and "denoising" in text and "pooler" in text and "trust_remote_code=True" in text
+  # sentence-transformers loads the folder by its name, not by the exporting machine's path to it.
+  assert 'SentenceTransformer("./out", trust_remote_code=True)' in text and str(tmp_path) not in text
+  assert "gcloud" not in text, "a local folder needs no download"
   # The jaxemb line in the card rebuilds the method.
   assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise='position_offset', head='pooler')" in text
 
@@ -184,7 +192,8 @@ def test_model_card_of_a_run_directory(trained_run, tmp_path):
     assert f"| `{key}` | `{fields[key]}` |" in text
   records = [json.loads(line) for line in (trained_run / "metrics.jsonl").read_text().splitlines()]
   metric = "stsb_dev/STSBenchmark"  # The default eval.select_metric.
-  best = max((r for r in records if metric in r), key=lambda r: r[metric])
+  # Step 0 is the score before training, which no checkpoint holds.
+  best = max((r for r in records if metric in r and r["step"] > 0), key=lambda r: r[metric])
   assert f"`{metric}`" in text and f"step {best['step']}, {best[metric]:.2f}" in text
   assert "Method('cls_before_pooler')" in text and "trust_remote_code" not in text
 
