@@ -3,14 +3,16 @@
 import gc
 import os
 import shutil
-import tempfile
 
 import pytest
 
+from jaxemb.testing import temp_folders
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config
 
-_XLA_CACHE = tempfile.mkdtemp(prefix="jaxemb-tests-xla-")
+# What sessions killed before their pytest_unconfigure (or atexit) left in the temp dir goes first.
+temp_folders.remove_orphans()
+_XLA_CACHE = str(temp_folders.make("xla"))
 
 
 def pytest_configure(config):  # pylint: disable=unused-argument

@@ -14,10 +14,10 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
+from jaxemb.testing import temp_folders
 from jaxemb.testing.shared import REPO, SHARED
 
 
@@ -65,7 +65,7 @@ def short_senteval() -> pathlib.Path:
   """A SentEval folder of STS-B and SICK, each file cut to its first 40 pairs, for runs that need a selection score,
   not a good one: scoring the 1,500 STS-B dev pairs took a toy run ~10 s of its ~23. One per process, removed when
   it exits; a subprocess is handed its parent's."""
-  root = pathlib.Path(tempfile.mkdtemp(prefix="jaxemb-tests-senteval-"))
+  root = temp_folders.make("senteval")
   atexit.register(shutil.rmtree, root, True)
   files = {
     "STS/STSBenchmark": ("sts-dev.csv", "sts-test.csv"),
