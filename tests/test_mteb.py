@@ -178,7 +178,11 @@ def _check_main_score_equals_jaxemb(method, pairs, tmp_path, capsys):
   model = JaxembModel(str(shared_path("models", "all-MiniLM-L6-v2")), method=method)
   task, cut = _local_stsb(pairs)
   cache = mteb.ResultCache(tmp_path / "mteb")
-  result = mteb.evaluate(model, task, cache=cache, encode_kwargs={"batch_size": 64}, show_progress_bar=False)
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = mteb.evaluate(model, task, cache=cache, encode_kwargs={"batch_size": 64}, show_progress_bar=False)
+  # A plain Hugging Face folder has a revision, its weights': mteb warns of a model without one.
+  assert not [w for w in caught if "model_revision" in str(w.message)]
   # encode_kwargs without show_progress_bar: each encode call (mteb's STS: sentence1's, sentence2's) is one line on
   # stderr, no terminal here, named by the task and split.
   assert re.findall(r"^LocalSTSBenchmark test: [\d,]+ sentences in \d", capsys.readouterr().err, re.M)
@@ -188,7 +192,9 @@ def _check_main_score_equals_jaxemb(method, pairs, tmp_path, capsys):
   np.testing.assert_allclose(100 * main, ours["STSBenchmark"].all, atol=1e-4 * 100)
   # mteb saved the result under the model's meta: name, revision, the method's non-default fields.
   (saved,) = (tmp_path / "mteb").rglob("LocalSTSBenchmark.json")
-  assert "all-MiniLM-L6-v2" in str(saved)
+  revision = model.mteb_model_meta.revision
+  assert re.fullmatch(r"weights-[0-9a-f]{12}", revision)
+  assert f"/jaxemb__all-MiniLM-L6-v2/{revision}/" in saved.as_posix()
   saved_score = json.loads(saved.read_text())["scores"]["test"][0]["main_score"]
   assert saved_score == pytest.approx(main, abs=1e-6)  # mteb rounds what it saves.
   return model
