@@ -39,4 +39,4 @@ def main(config):
 
 
 if __name__ == "__main__":
-  cli.run(main, _CONFIG)
+  cli.run(main, _CONFIG, takes=[cli.EVALUATION])

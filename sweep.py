@@ -31,4 +31,4 @@ def main(config) -> int:
 
 
 if __name__ == "__main__":
-  cli.run(main, _CONFIG)
+  cli.run(main, _CONFIG, takes=[cli.EXPERIMENT])

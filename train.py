@@ -6,10 +6,10 @@ r"""Trains a sentence encoder with one of the papers' contrastive objectives (co
 Rerunning the same command resumes from the last checkpoint in the workdir. On SIGTERM (preemption) the run
 finishes its step, saves a checkpoint and exits with status 143 (128 + SIGTERM, the status of a job the signal
 ended); on Ctrl-C likewise, with status 130 (128 + SIGINT), and a second Ctrl-C stops it at once; the same command
-then resumes. A rerun whose fields differ from those the workdir's run was made with
-(<workdir>/fingerprint.json) is refused, listing them; --resume_changed continues it with the new ones. A second
-process on a workdir in use is refused at once. An error a user can act on is one line and exit status 1 (see
-jaxemb/cli.py).
+then resumes. A rerun whose fields differ from those the workdir's run was made with, or whose corpus or evaluation
+files differ from those it started on (<workdir>/fingerprint.json), is refused, listing them; --resume_changed
+continues it with the new ones. A second process on a workdir in use is refused at once. An error a user can act
+on is one line and exit status 1 (see jaxemb/cli.py).
 """
 
 from absl import flags
@@ -23,7 +23,8 @@ _RESUME_CHANGED = flags.DEFINE_bool(
   "resume_changed",
   False,
   "Continue the workdir's run although fields of its fingerprint (model, data, objective, "
-  "optimizer, batch, schedule, seed, method) changed; the new fields are recorded.",
+  "optimizer, batch, schedule, seed, method) or its data (the corpus, the evaluators' files) changed; "
+  "the new ones are recorded.",
 )
 
 
@@ -37,4 +38,4 @@ def main(config) -> int:
 
 
 if __name__ == "__main__":
-  cli.run(main, _CONFIG)
+  cli.run(main, _CONFIG, takes=[cli.TRAINING])

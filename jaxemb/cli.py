@@ -1,5 +1,11 @@
 """What the four commands (train.py, evaluate.py, prepare.py, sweep.py) share: their --config flag, an error a user
-can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose.
+can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose, and
+--help and --print_config.
+
+--help (or -h) lists the command's flags, the config files it takes (by kind: `config_kind`) and, with --config
+FILE, that file's fields and their defaults, then exits with status 0 (absl's own --help exits with 1 and lists
+only the flags the script itself defines). --print_config prints the config a command would run with, overrides
+applied, and exits.
 
 A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
 `config.method` (every registered method family's, jaxemb/methods/) and each `config.evals` entry (its type's,
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import importlib
 import logging
 import os
 import pathlib
@@ -46,6 +53,16 @@ _VERBOSE = flags.DEFINE_bool(
   False,
   f"Show the traceback of every error and the INFO logs of orbax, absl and jax (also: {VERBOSE_ENV}=1).",
 )
+_PRINT_CONFIG = flags.DEFINE_bool(
+  "print_config",
+  False,
+  "Print the config the command would run with (the file's fields, the library's it leaves out, the --config.* "
+  "overrides applied), one `field = value` a line, and exit.",
+)
+# The kinds of config file (configs/), each run by one command; `run` is told which a command takes, for its --help.
+TRAINING, EVALUATION, EXPERIMENT = "training", "evaluation", "experiment"
+# absl's help flags (--help, -?, --helpshort, --helpfull; -h too), which the commands answer themselves (`_help`).
+_HELP_FLAGS = re.compile(r"--?(h|\?|help|helpshort|helpfull)")
 
 # File-system errors whose message names the path (jaxemb raises FileNotFoundError("<path> ...") for a missing
 # model, run directory or corpus), and the errnos of a write the file system refused.
@@ -124,13 +141,22 @@ def _flag_values(argv: Sequence[str], name: str) -> Iterator[tuple[re.Match, str
       yield match, value
 
 
-def run(main: Main, config: flags.FlagHolder):
-  """Runs `main(config)` as the command: absl's app.run with the project's flag parsing and error handling.
+def config_kind(config: ml_collections.ConfigDict) -> str:
+  """A config's kind by what it holds: an experiment its rows (sweep.py), a training config its objective
+  (train.py, configs/train_common.py), an evaluation config its job (evaluate.py, configs/eval_common.py)."""
+  if "rows" in config:
+    return EXPERIMENT
+  return TRAINING if "objective" in config else EVALUATION
 
-  `main` returns the exit status (None: 0).
+
+def run(main: Main, config: flags.FlagHolder, takes: Sequence[str]):
+  """Runs `main(config)` as the command: absl's app.run with the project's flag parsing, help and error handling.
+
+  `main` returns the exit status (None: 0). `takes` are the kinds of config file the command runs (TRAINING, ...),
+  which its --help lists.
   """
   flags.mark_flag_as_required(config.name)
-  app.run(functools.partial(_main, main, config), flags_parser=_parse_flags)
+  app.run(functools.partial(_main, main, config), flags_parser=functools.partial(_parse_flags, takes=tuple(takes)))
 
 
 def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | None:
@@ -139,6 +165,9 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
   verbose = _VERBOSE.value or _verbose_env()
   if not verbose and not flags.FLAGS["verbosity"].present:  # An explicit --verbosity is the user's to keep.
     absl_logging.get_absl_handler().addFilter(_ours_or_a_warning)
+  if _PRINT_CONFIG.value:
+    print(_fields_text(config.value))
+    return 0
   try:
     check_storage(config.value)
     return main(config.value)
@@ -205,10 +234,15 @@ def _verbose_env() -> bool:
   return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with a bad flag, a missing config file or an unknown config field said in one line."""
+def _parse_flags(argv: list[str], takes: tuple[str, ...]) -> list[str]:
+  """absl's flag parsing, with a bad flag, a missing config file or an unknown config field said in one line, and
+  the command's own --help (exit status 0, where absl's gives 1)."""
   try:
     _check_config_file(argv)
+    asked = _help_flag(argv)
+    if asked:
+      print(_help(argv, takes, full=asked == "helpfull"))
+      sys.exit(0)
     return flags.FLAGS(argv)
   except ConfigError as e:
     error, cause = e, None
@@ -244,6 +278,87 @@ def _check_config_file(argv: Sequence[str]):
   value = _config_argument(flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False))
   if value is not None and not pathlib.Path(value.split(":", 1)[0]).is_file():
     raise ConfigError(f"--{CONFIG} {value}: no such file")
+
+
+def _help_flag(argv: Sequence[str]) -> str | None:
+  """The name of the first help flag in `argv` (`help`, `helpfull`, ...); None when there is none."""
+  for arg in flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False):
+    if arg == "--":  # What follows is no flag.
+      return None
+    match = _HELP_FLAGS.fullmatch(arg)
+    if match:
+      return match[1]
+  return None
+
+
+def _help(argv: Sequence[str], takes: tuple[str, ...], full: bool) -> str:
+  """The command's --help: its docstring, its flags (`full`: every module's) with absl's help text, the config
+  files it takes, and the fields of the --config file given with their defaults (else how to see them)."""
+  if full:
+    listed = flags.FLAGS.get_help()
+  else:
+    listed = "\n".join(filter(None, (flags.FLAGS.module_help(module) for module in (sys.argv[0], __name__))))
+  value = _config_argument(flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False))
+  if value is None:
+    fields = (
+      "Config fields: `--config FILE --help` lists a file's fields with their defaults; `--config FILE ... "
+      "--print_config` prints the config the command would run with, its --config.* overrides applied."
+    )
+  else:
+    config = flags.FLAGS[CONFIG].parser.parse(value)  # The file's config, completed as the flag completes it.
+    fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{_fields_text(config, '  ')}"
+  parts = [
+    (sys.modules["__main__"].__doc__ or "").strip(),
+    "Flags" + ("" if full else " (--helpfull: absl's and the libraries' too)") + ":\n" + listed.strip("\n"),
+    "Configs (--config FILE, or FILE:argument where its docstring takes one):\n" + _configs_text(takes),
+    fields,
+  ]
+  return "\n\n".join(parts)
+
+
+def _configs_text(takes: tuple[str, ...]) -> str:
+  """The config files of the kinds `takes`, each with the opening of its docstring, one a line."""
+  rows = _config_files(takes)
+  width = max((len(path) for path, _ in rows), default=0)
+  return "\n".join(f"  {path:<{width}}  {line}" for path, line in rows)
+
+
+def _config_files(takes: tuple[str, ...]) -> list[tuple[str, str]]:
+  """(path as shown, its docstring's opening) of each file in the configs/ folder beside the command whose
+  config (get_config() at its defaults) is of a kind in `takes`."""
+  root = pathlib.Path(sys.argv[0]).resolve().parent
+  found = []
+  for path in sorted((root / "configs").rglob("*.py")):
+    if path.name.startswith("_") or path.stem == "common" or path.stem.endswith("_common"):
+      continue  # A package file, or the fields the files beside it share: no config to run.
+    module = importlib.import_module(".".join(path.relative_to(root).with_suffix("").parts))
+    if config_kind(module.get_config()) in takes:
+      found.append((_shown(path), _summary(module.__doc__ or "")))
+  return found
+
+
+def _summary(doc: str) -> str:
+  """A docstring's opening: its first paragraph up to its first `: ` or `. ` outside parentheses."""
+  text = " ".join(doc.strip().split("\n\n", 1)[0].split())
+  depth = 0
+  for i, char in enumerate(text):
+    depth += {"(": 1, ")": -1}.get(char, 0)
+    if depth == 0 and text.startswith((": ", ". "), i):
+      return text[:i]
+  return text.removesuffix(".")
+
+
+def _shown(path: pathlib.Path) -> str:
+  """`path` relative to the working directory where it lies below it (configs/promptbert.py), else whole."""
+  try:
+    return str(path.relative_to(pathlib.Path.cwd().resolve()))
+  except ValueError:
+    return str(path)
+
+
+def _fields_text(config: Any, indent: str = "") -> str:
+  """Every field of `config` but its groups, as `a.b = value` lines."""
+  return "\n".join(f"{indent}{name} = {value!r}" for name, value in config_fields.leaves(config))
 
 
 def _unknown_override(argv: Sequence[str]) -> ConfigError | None:

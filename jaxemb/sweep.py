@@ -70,8 +70,8 @@ class Run:
 
 
 def is_training_config(config: ml_collections.ConfigDict) -> bool:
-  """Training configs (configs/train_common.py) have an objective; evaluation configs (eval_common.py) a job."""
-  return "objective" in config
+  """A row's config is run by train.py (else by evaluate.py)."""
+  return cli.config_kind(config) == cli.TRAINING
 
 
 def base_config(name: str) -> ml_collections.ConfigDict:

@@ -19,8 +19,13 @@ from tests.support import REPO, shared_path
 
 def _command(script, config, *flags, env=None):
   """Runs `python <script> --config configs/<config> <flags>`: (exit status, stdout, stderr)."""
+  return _run(script, "--config", str(REPO / "configs" / config), *flags, env=env)
+
+
+def _run(script, *args, env=None):
+  """Runs `python <script> <args>` (`-m module` for a module) in the repository: (exit status, stdout, stderr)."""
   done = subprocess.run(
-    [sys.executable, str(REPO / script), "--config", str(REPO / "configs" / config), *flags],
+    [sys.executable, *script.split(), *args],
     capture_output=True,
     text=True,
     cwd=REPO,
@@ -101,6 +106,63 @@ def test_the_sweeps_overrides_name_the_closest_field():
   )
 
 
+_COMMON_FLAGS = ("--config:", "--[no]print_config:", "--[no]verbose:")
+
+
+@pytest.mark.parametrize(
+  "script, flag, its_flags, a_config, not_its_config",
+  [
+    ("train.py", "--help", ["--[no]resume_changed: Continue"], "configs/promptbert.py", "configs/eval_prompt.py"),
+    ("evaluate.py", "-h", [], "configs/eval_prompt.py", "configs/promptbert.py"),
+    ("prepare.py", "--helpshort", ["--source: Local folder"], "configs/eval_prompt.py", "configs/experiments/"),
+    ("sweep.py", "--help", ["--shard: i/n", "--[no]table_only: Run"], "configs/experiments/seeds.py", "promptbert.py"),
+  ],
+)
+def test_help_exits_0_listing_the_flags_and_the_configs_the_command_takes(
+  script, flag, its_flags, a_config, not_its_config
+):
+  status, stdout, stderr = _run(script, flag)
+  assert status == 0 and not stderr, stderr
+  flags_listed, configs_listed = stdout.split("\nConfigs (")[0], stdout.split("\nConfigs (")[1]
+  assert all(f"\n  {name}" in flags_listed for name in [*_COMMON_FLAGS, *its_flags]), flags_listed
+  assert "--verbosity" not in flags_listed  # absl's own are --helpfull's.
+  assert f"\n  {a_config} " in configs_listed and not_its_config not in configs_listed
+  assert "configs/train_common.py" not in stdout  # Fields the files share: no config to run.
+  assert stdout.rstrip().endswith(
+    "`--config FILE --help` lists a file's fields with their defaults; `--config FILE "
+    "... --print_config` prints the config the command would run with, its --config.* overrides applied."
+  )
+
+
+def test_export_help_exits_0_listing_its_flags():
+  status, stdout, _ = _run("-m jaxemb.export", "--help")
+  assert status == 0 and "--model MODEL" in stdout and "--out OUT" in stdout
+
+
+def test_help_with_a_config_lists_its_fields_with_their_defaults():
+  """The file's values, the library's fields it leaves out, and no override the command line gives."""
+  status, stdout, _ = _command("train.py", "promptbert.py", "--config.train.batch_size=8", "--help")
+  assert status == 0
+  fields = stdout.split("and their defaults (--config.<field>=<value> sets one):\n")[1].splitlines()
+  assert "  train.batch_size = 256" in fields and "  method.ditto_head = 9" in fields
+  assert f"  method.template = {train_common.PROMPTBERT_OF!r}" in fields
+
+
+def test_print_config_prints_the_resolved_config_and_exits_0(tmp_path):
+  status, stdout, stderr = _command(
+    "train.py",
+    "promptbert.py",
+    "--config.train.batch_size=8",
+    "--config.evals.sts_test.type=sts",
+    f"--config.workdir={tmp_path / 'run'}",
+    "--print_config",
+  )
+  assert status == 0 and not stderr, stderr
+  lines = stdout.splitlines()
+  assert "train.batch_size = 8" in lines and "evals.sts_test.split = 'dev'" in lines
+  assert f"workdir = {str(tmp_path / 'run')!r}" in lines and not (tmp_path / "run").exists()  # Nothing run.
+
+
 @pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
 def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   a_file = tmp_path / "not-a-model"
@@ -128,6 +190,33 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   assert _one_error_line(*prepare) == f"source {tmp_path / 'nowhere'} is not a directory"
   sweep = _command("sweep.py", "experiments/no_such_table.py")
   assert _one_error_line(*sweep) == f"--config {REPO / 'configs' / 'experiments' / 'no_such_table.py'}: no such file"
+
+
+@pytest.mark.e2e  # evaluate.py gets as far as opening the model (3 s a run).
+def test_a_model_path_that_is_no_model_is_one_line_saying_what_to_pass(tmp_path):
+  """A missing local folder, a folder without config.json, and a hub id offline (not in the hub's cache)."""
+
+  def evaluate(model):
+    return _command(
+      "evaluate.py",
+      "eval_prompt.py",
+      f"--config.model.path={model}",
+      f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+      env={"HF_HUB_OFFLINE": "1"},
+    )
+
+  assert _one_error_line(*evaluate(tmp_path / "nowhere")) == (
+    f"{tmp_path / 'nowhere'} does not exist: pass a Hugging Face model folder (config.json and weights) or a jaxemb "
+    "run directory"
+  )
+  assert _one_error_line(*evaluate(tmp_path)) == (
+    f"{tmp_path} holds no config.json: not a Hugging Face model folder or a jaxemb run directory"
+  )
+  assert _one_error_line(*evaluate("no-such-org/no-such-model")) == (
+    "no-such-org/no-such-model is not a local directory, nor in the Hugging Face cache, and the hub is out of "
+    "reach: run `hf download no-such-org/no-such-model --local-dir DIR` where it is reachable and pass DIR, or pass "
+    "a local model folder"
+  )
 
 
 @pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).

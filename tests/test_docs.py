@@ -32,7 +32,7 @@ from tests.support import REPO, shared_path
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
 ENTRY_POINTS = ("train.py", "evaluate.py", "prepare.py", "sweep.py")
-CLI = REPO / "jaxemb" / "cli.py"  # Defines --config (define_config) and --verbose for the four entry points.
+CLI = REPO / "jaxemb" / "cli.py"  # Defines --config, --verbose and --print_config for the four entry points.
 _FENCE = re.compile(r"^\s*```(\w*)")
 _SHELL = ("bash", "sh", "shell")
 _SEPARATORS = {"&&", "||", ";", "|"}

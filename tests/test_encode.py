@@ -12,7 +12,7 @@ import transformers
 from jaxemb import bias_removal, sharding, storage, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
 from jaxemb.errors import ConfigError
-from jaxemb.models import load_tokenizer
+from jaxemb.models import CheckpointError, load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
 from tests.support import shared_path
@@ -224,6 +224,21 @@ def test_bad_methods_are_rejected_before_encoding(tiny_checkpoint, method, messa
   _, path = tiny_checkpoint
   with pytest.raises(ValueError, match=message):
     Encoder.from_pretrained(path, method)
+
+
+def test_a_model_path_that_is_no_model_says_what_it_is_and_what_to_pass(tmp_path, monkeypatch):
+  """A missing folder (the README's `runs/...` beside a runs/ folder, not a hub id) and one without config.json."""
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "runs").mkdir()
+  with pytest.raises(FileNotFoundError) as raised:
+    Encoder.from_pretrained("runs/promptbert", "last_avg")
+  assert str(raised.value) == (
+    "runs/promptbert does not exist: pass a Hugging Face model folder (config.json and weights) or a jaxemb run "
+    "directory"
+  )
+  with pytest.raises(CheckpointError) as raised:
+    Encoder.from_pretrained("runs", "last_avg")
+  assert str(raised.value) == "runs holds no config.json: not a Hugging Face model folder or a jaxemb run directory"
 
 
 @pytest.mark.parametrize(

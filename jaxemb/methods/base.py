@@ -15,6 +15,7 @@ block (or an older run's eval_method.json) that names one method may carry every
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import io
 import json
@@ -98,10 +99,25 @@ def _takers(field: str) -> tuple[str, ...]:
   )
 
 
-def _misplaced(name: str, field: str, value: Any) -> ConfigError:
+def _arguments(found: type[Method]) -> list[str]:
+  """The family's dataclass fields but its name: what `Method(name, ...)` takes in Python."""
+  return sorted(f.name for f in dataclasses.fields(found) if f.name != "name")
+
+
+def _misplaced(found: type[Method], name: str, field: str, value: Any) -> ConfigError:
   takers = _takers(field)
-  where = f"a field of {', '.join(takers)} only" if takers else "no method's field"
-  return ConfigError(f"method {name!r} takes no {field} ({where}); got {field}={value!r}")
+  got = f"got {field}={value!r}"
+  if name in takers:  # A flat field the family builds an argument from (static's bias switches, a transform's source).
+    return ConfigError(
+      f"method {name!r} takes {field} in a config block, not as a Python argument (its arguments: "
+      f"{', '.join(_arguments(found))}); {got}"
+    )
+  if takers:
+    return ConfigError(f"method {name!r} takes no {field} (a field of {', '.join(takers)} only); {got}")
+  # A name that starts another's first (`flowed`: `flowed_method` before the closer-scoring `flow_seed`).
+  close = sorted(difflib.get_close_matches(field, _arguments(found), n=3), key=lambda arg: not arg.startswith(field))
+  hint = f"; did you mean {' or '.join(close)}?" if close else ""
+  return ConfigError(f"method {name!r} takes no {field} (no method's field{hint}); {got}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +148,7 @@ class Method:
     known = {f.name for f in dataclasses.fields(found)}
     for field, value in fields.items():
       if field not in known:
-        raise _misplaced(name, field, value)
+        raise _misplaced(found, name, field, value)
     return super().__new__(found)
 
   def __post_init__(self):
@@ -142,7 +158,7 @@ class Method:
       object.__setattr__(self, field.name, _current_value(field.name, getattr(self, field.name), [type(self)]))
       value = getattr(self, field.name)
       if self.name not in self.FIELD_OWNERS.get(field.name, self.NAMES) and value != field.default:
-        raise _misplaced(self.name, field.name, value)
+        raise _misplaced(type(self), self.name, field.name, value)
 
   # The serialised form.
 

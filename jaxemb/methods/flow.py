@@ -40,11 +40,12 @@ _PARAMS, _HISTORY = "params/", "fit/log_likelihood"  # The fitted arrays: the fl
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Flow(transform.Transform):
-  """BERT-flow of another method's vectors (`--config.method.name=flow --config.method.flowed_method=...`).
+  """BERT-flow of another method's vectors: `Method("flow", flowed_method=Method("prompt", template=...))`, in the
+  flat block `--config.method.name=flow --config.method.flowed_method=prompt --config.method.template=...`.
 
   Attributes:
-    flowed: the method whose vectors the flow maps: one vector per sentence, fitting nothing itself (default
-      first_last_avg, the tables' rows).
+    flowed_method: the method whose vectors the flow maps (a Method, or a method name for that method at its
+      defaults): one vector per sentence, fitting nothing itself (default first_last_avg, the tables' rows).
     flow_corpus: a text file, one sentence a line, to fit on; "" fits on the evaluated STS test tasks' sentences.
     flow_levels, flow_depth, flow_width: the Glow's levels, steps per level and coupling width (the authors'
       default config_l3_d3_w32: 3, 3, 32).
@@ -53,10 +54,10 @@ class Flow(transform.Transform):
   """
 
   NAMES = ("flow",)
-  SOURCE = "flowed"
+  SOURCE = "flowed_method"
   CORPUS = "flow_corpus"
 
-  flowed: base.Method = pooled.Pooled("first_last_avg")
+  flowed_method: base.Method | str = pooled.Pooled("first_last_avg")
   flow_corpus: str = ""
   flow_levels: int = 3
   flow_depth: int = 3
@@ -89,14 +90,14 @@ class Flow(transform.Transform):
   def validate(self, config: EncoderConfig, num_masks: int):
     super().validate(config, num_masks)
     try:
-      glow.check_width(self.flowed.width(config), self.flow_config)
+      glow.check_width(self.flowed_method.width(config), self.flow_config)
     except ValueError as e:
-      raise ConfigError(f"method {self.flowed.name!r}: {e}") from None
+      raise ConfigError(f"method {self.flowed_method.name!r}: {e}") from None
 
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """The flow's params (keys "params/...") fitted on the flowed method's vectors of `sentences`, and each step's
     mean log-likelihood in nats ("fit/log_likelihood")."""
-    x = np.asarray(embed(self.flowed, sentences), np.float32)
+    x = np.asarray(embed(self.flowed_method, sentences), np.float32)
     if len(x) < self.flow_batch_size:
       raise ConfigError(f"flow fits on batches of {self.flow_batch_size} sentences; got {len(x)} distinct sentences")
     params, history = fit_flow(
@@ -115,10 +116,10 @@ class Flow(transform.Transform):
       {key[len(_PARAMS) :]: jnp.asarray(value) for key, value in fitted.items() if key.startswith(_PARAMS)}, sep="/"
     )
     fitted_width = np.asarray(params["level_0"]["step_0"]["actnorm"]["b"]).shape[0]
-    if fitted_width != self.flowed.width(config):
+    if fitted_width != self.flowed_method.width(config):
       raise ConfigError(
-        f"the fitted flow is {fitted_width}-dimensional; method {self.flowed.name!r} gives "
-        f"{self.flowed.width(config)} dimensions on this model"
+        f"the fitted flow is {fitted_width}-dimensional; method {self.flowed_method.name!r} gives "
+        f"{self.flowed_method.width(config)} dimensions on this model"
       )
     return params
 
@@ -127,7 +128,7 @@ class Flow(transform.Transform):
 
   def card_text(self) -> str:
     return (
-      self.flowed.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
+      self.flowed_method.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
       "of a Glow fitted on a set of sentences' vectors.\n"
     )
 

@@ -1,10 +1,11 @@
 """What the post-processings of the papers' baseline tables share (BERT-whitening, BERT-flow): a method that maps
 another method's vectors through a transform fitted on a set of sentences' vectors.
 
-A family here names the field holding the method it transforms (`SOURCE`, e.g. whitening's `whitened`) and its
-own fitted transform (`load_transform`, `transform`); this base owns the rest: the flat block (the source method
-as `<SOURCE>_method`, its fields beside the transform's), the Encoder's questions answered by the source method,
-the fit set (a corpus field or the evaluated tasks' sentences), and the state (the source's and the transform's).
+A family here names the field holding the method it transforms (`SOURCE`, e.g. whitening's `whitened_method`) and
+its own fitted transform (`load_transform`, `transform`); this base owns the rest: the flat block (the same field
+holding the source method's name, its fields beside the transform's), the Encoder's questions answered by the source
+method, the fit set (a corpus field or the evaluated tasks' sentences), and the state (the source's and the
+transform's).
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ from jaxemb.models import EncoderConfig, Transformer
 class Transform(base.Method):
   """Another method's vectors, one per sentence, through a fitted transform (a family's base, not a method)."""
 
-  SOURCE: ClassVar[str]  # The dataclass field holding the transformed method; its flat field is SOURCE + "_method".
+  # The field holding the transformed method: a Method (in Python, a method name gives that method at its defaults);
+  # in the flat block, the method's name.
+  SOURCE: ClassVar[str]
   CORPUS: ClassVar[str]  # The field naming the fit set's corpus file ("": the evaluated STS test tasks' sentences).
 
   def __post_init__(self):
     super().__post_init__()
+    if isinstance(self.source, str):
+      object.__setattr__(self, self.SOURCE, base.Method(self.source))
     if not isinstance(self.source, base.Method) or self.source.fit_source() is not None:
       raise ConfigError(f"{self.name} transforms a method that fits nothing itself; got {self.source!r}")
 
@@ -46,13 +51,13 @@ class Transform(base.Method):
 
   def to_flat(self) -> dict[str, Any]:
     own = {key: getattr(self, key) for key in self.own_fields()}
-    return {f"{self.SOURCE}_method": self.source.name, **own, **self.source.to_flat()}
+    return {self.SOURCE: self.source.name, **own, **self.source.to_flat()}
 
   @classmethod
   def from_flat(cls, name: str, fields: dict[str, Any]) -> base.Method:
     fields = dict(fields)
     default = next(f.default for f in dataclasses.fields(cls) if f.name == cls.SOURCE)
-    source = fields.pop(f"{cls.SOURCE}_method", default.name)
+    source = fields.pop(cls.SOURCE, default.name)
     own = {key: fields.pop(key) for key in cls.own_fields() if key in fields}
     return cls(name, **{cls.SOURCE: base.family(source).from_flat(source, fields)}, **own)
 

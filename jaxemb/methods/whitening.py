@@ -30,13 +30,14 @@ _MODULE = "whitening"  # The Dense module's folder in an export, after the white
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Whitening(transform.Transform):
-  """Whitening of another method's vectors. In the flat `config.method` block the whitened method is
-  `whitened_method` and its own fields sit beside this method's (e.g. `--config.method.name=whitening
-  --config.method.whitened_method=prompt --config.method.template=...`).
+  """Whitening of another method's vectors: `Method("whitening", whitened_method=Method("prompt", template=...))`;
+  in the flat `config.method` block `whitened_method` names the method and its own fields sit beside this method's
+  (`--config.method.name=whitening --config.method.whitened_method=prompt --config.method.template=...`).
 
   Attributes:
-    whitened: the method whose vectors are whitened: one vector per sentence, fitting nothing itself (default
-      first_last_avg, Su et al.'s and the tables' rows).
+    whitened_method: the method whose vectors are whitened (a Method, or a method name for that method at its
+      defaults): one vector per sentence, fitting nothing itself (default first_last_avg, Su et al.'s and the
+      tables' rows).
     whitening_dims: k, the dimensions kept (Su et al.'s "-whitening-256" keeps 256); 0 keeps all, as the tables'
       rows.
     whitening_corpus: a text file, one sentence a line, to fit on; "" fits on the evaluated STS test tasks'
@@ -44,10 +45,10 @@ class Whitening(transform.Transform):
   """
 
   NAMES = ("whitening",)
-  SOURCE = "whitened"
+  SOURCE = "whitened_method"
   CORPUS = "whitening_corpus"
 
-  whitened: base.Method = pooled.Pooled("first_last_avg")
+  whitened_method: base.Method | str = pooled.Pooled("first_last_avg")
   whitening_dims: int = 0
   whitening_corpus: str = ""
 
@@ -58,10 +59,10 @@ class Whitening(transform.Transform):
 
   def validate(self, config: EncoderConfig, num_masks: int):
     super().validate(config, num_masks)
-    if self.whitening_dims > self.whitened.width(config):
+    if self.whitening_dims > self.whitened_method.width(config):
       raise ConfigError(
-        f"whitening_dims {self.whitening_dims} exceeds the {self.whitened.width(config)} "
-        f"dimensions of method {self.whitened.name!r}"
+        f"whitening_dims {self.whitening_dims} exceeds the {self.whitened_method.width(config)} "
+        f"dimensions of method {self.whitened_method.name!r}"
       )
 
   def fitted_for(self) -> dict[str, Any]:
@@ -72,7 +73,7 @@ class Whitening(transform.Transform):
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """{"mean": mu, "kernel": W} (all dimensions; `whitening_dims` cuts W at load) of the whitened method's
     vectors of `sentences`, in float64 as Su et al.'s `compute_kernel_bias` (np.cov, so 1/(n - 1))."""
-    x = np.asarray(embed(self.whitened, sentences), np.float64)
+    x = np.asarray(embed(self.whitened_method, sentences), np.float64)
     if len(x) <= x.shape[1]:  # Fewer sentences than dimensions leave zero variances, which 1/sqrt(s) cannot take.
       raise ConfigError(
         f"whitening {x.shape[1]}-dimensional vectors needs more than {x.shape[1]} distinct "
@@ -83,11 +84,11 @@ class Whitening(transform.Transform):
 
   def load_transform(self, config: EncoderConfig, fitted: dict[str, np.ndarray]) -> dict[str, jax.Array]:
     """The fitted mean and kernel, cut to `whitening_dims` columns, in float32."""
-    width = self.whitened.width(config)
+    width = self.whitened_method.width(config)
     if fitted["kernel"].shape != (width, width):
       raise ConfigError(
         f"the fitted whitening is {fitted['kernel'].shape[0]}-dimensional; method "
-        f"{self.whitened.name!r} gives {width} dimensions on this model"
+        f"{self.whitened_method.name!r} gives {width} dimensions on this model"
       )
     kernel = fitted["kernel"][:, : self.whitening_dims or width]
     return {"mean": jnp.asarray(fitted["mean"], jnp.float32), "kernel": jnp.asarray(kernel, jnp.float32)}
@@ -97,13 +98,13 @@ class Whitening(transform.Transform):
     return jnp.dot(x - state["mean"], state["kernel"], precision=jax.lax.Precision.HIGHEST)
 
   def width(self, config: EncoderConfig) -> int:
-    return self.whitening_dims or self.whitened.width(config)
+    return self.whitening_dims or self.whitened_method.width(config)
 
   # Export, model card.
 
   @property
   def exportable(self) -> bool:
-    return self.whitened.exportable
+    return self.whitened_method.exportable
 
   def export(
     self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: dict[str, np.ndarray] | None = None
@@ -115,7 +116,7 @@ class Whitening(transform.Transform):
     self.check_exportable()
     if fitted is None:
       raise ConfigError("whitening exports with its fitted state; none was given")
-    self.whitened.export(out, config, params, tokenizer)
+    self.whitened_method.export(out, config, params, tokenizer)
     state = self.load_transform(config, fitted)
     kernel, mean = np.asarray(state["kernel"], np.float64), np.asarray(state["mean"], np.float64)
     modules = json.loads((out / "modules.json").read_text())
@@ -141,7 +142,7 @@ class Whitening(transform.Transform):
   def card_text(self) -> str:
     kept = f"its top {self.whitening_dims} dimensions kept" if self.whitening_dims else "all dimensions kept"
     return (
-      self.whitened.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
+      self.whitened_method.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
       f"SVD-based whitening matrix fitted on a set of sentences' vectors, {kept}; the last module (a Dense "
       "layer) holds them.\n"
     )

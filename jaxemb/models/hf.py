@@ -50,9 +50,9 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> pathlib.Path:
   `jaxemb.storage.local_copy`), a copy under $JAXEMB_MODELS, or a hub snapshot.
 
   A name that is not a local directory is looked for under the folder $JAXEMB_MODELS names (when set), as
-  `<folder>/<name>` and then `<folder>/<last part of the name>` (`org/model` -> `<folder>/model`), and only then
-  fetched from (or found in the cache of) the Hugging Face hub. Raises FileNotFoundError naming what was looked
-  for, and how to supply a local copy, when none works.
+  `<folder>/<name>` and then `<folder>/<last part of the name>` (`org/model` -> `<folder>/model`), and only then,
+  if it can be a hub id (`_is_local_path`), fetched from (or found in the cache of) the Hugging Face hub. Raises
+  FileNotFoundError, one line naming what was looked for and how to supply the model, when none works.
   """
   if storage.is_remote(name_or_path):
     return storage.local_copy(name_or_path)
@@ -65,21 +65,50 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> pathlib.Path:
   for candidate in candidates:
     if candidate.is_dir():
       return candidate
-  try:
-    import huggingface_hub  # pylint: disable=g-import-not-at-top
+  searched = f", nor under ${MODELS_ENV} ({', '.join(map(str, candidates))})" if candidates else ""
+  if _is_local_path(str(name_or_path)):
+    raise FileNotFoundError(
+      f"{name_or_path} does not exist{searched}: pass a Hugging Face model folder (config.json and weights) or a "
+      "jaxemb run directory"
+    )
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
 
+  try:
     local = pathlib.Path(huggingface_hub.snapshot_download(str(name_or_path), allow_patterns=_HUB_PATTERNS))
     if not any(local.glob("*.safetensors")):  # Older repos have only pytorch_model.bin.
       huggingface_hub.hf_hub_download(str(name_or_path), TORCH_BIN)
     return local
   except Exception as e:  # pylint: disable=broad-except  (hub errors have many types; all mean "not there")
-    searched = f", nor under ${MODELS_ENV} ({', '.join(map(str, candidates))})" if candidates else ""
     raise FileNotFoundError(
-      f"Model {str(name_or_path)!r} not found: {path.resolve()} is not a local directory{searched}, and the "
-      f"Hugging Face hub gave {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. Offline, download "
-      f"it where the hub is reachable (`huggingface-cli download {name_or_path} --local-dir DIR`) and pass DIR "
-      f"as the model path (e.g. --config.model.path=DIR), or put it under ${MODELS_ENV}."
+      f"{name_or_path} is not a local directory{searched}, {_not_on_the_hub(name_or_path, e)}"
     ) from None
+
+
+def _is_local_path(name: str) -> bool:
+  """Whether a model name that is not there names a local folder rather than a Hugging Face hub id
+  (`bert-base-uncased`, `org/name`): it is no valid hub id (it starts with /, ~ or ., has two slashes or more, a
+  space, ...), or the part before its slash is a local folder (`runs/promptbert` beside a runs/ folder)."""
+  from huggingface_hub import errors, utils  # pylint: disable=g-import-not-at-top
+
+  try:
+    utils.validate_repo_id(name)
+  except errors.HFValidationError:
+    return True
+  return "/" in name and pathlib.Path(name.split("/", 1)[0]).expanduser().is_dir()
+
+
+def _not_on_the_hub(name: str | os.PathLike, error: Exception) -> str:
+  """Why the hub gave no `name`, and what to do, as the end of a sentence; `error` is what the hub raised."""
+  from huggingface_hub import errors  # pylint: disable=g-import-not-at-top
+
+  if isinstance(error, errors.LocalEntryNotFoundError):  # Offline (HF_HUB_OFFLINE=1) or unreachable, and not cached.
+    return (
+      f"nor in the Hugging Face cache, and the hub is out of reach: run `hf download {name} --local-dir DIR` where "
+      "it is reachable and pass DIR, or pass a local model folder"
+    )
+  if isinstance(error, errors.RepositoryNotFoundError):  # A gated or private one too, without access.
+    return "nor a model on the Hugging Face hub (a gated or private one needs `hf auth login`)"
+  return f"and the Hugging Face hub gave {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
 
 
 def _local_candidates(path: pathlib.Path) -> list[pathlib.Path]:
@@ -99,7 +128,9 @@ def read_config_json(model_dir: pathlib.Path) -> dict[str, Any]:
   """config.json as a dict, with the fields EncoderConfig does not keep (`initializer_range`, FROM_SCRATCH)."""
   path = model_dir / "config.json"
   if not path.is_file():
-    raise CheckpointError(f"{path} not found: a Hugging Face model directory needs config.json")
+    raise CheckpointError(
+      f"{model_dir} holds no config.json: not a Hugging Face model folder or a jaxemb run directory"
+    )
   try:
     return json.loads(path.read_text())
   except json.JSONDecodeError as e:

@@ -324,7 +324,7 @@ def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model
     (source / "senteval" / name).write_bytes(data)
   config = eval_prompt.get_config()
   config.model.path, config.eval.tasks, config.data.senteval_dir = f"{bucket}/m", STS_TASKS, f"{bucket}/senteval"
-  with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m/config.json not found"):
+  with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m holds no config.json: not a Hugging Face model folder"):
     prepare.prepare(config, source=source)
   storage.upload(pathlib.Path(model) / "config.json", f"{bucket}/m/config.json")
   with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m: no weights found \(looked for model.safetensors"):

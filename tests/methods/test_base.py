@@ -122,10 +122,41 @@ def test_an_unknown_method_is_refused_naming_every_method():
       "method 'ditto' takes no idf_path (a field of tfidf_first_last only); got idf_path='idf.json'",
     ),
     ("last_avg", {"pooling": "max"}, "method 'last_avg' takes no pooling (no method's field); got pooling='max'"),
+    (
+      "last_avg",
+      {"whitened_method": "prompt"},
+      "method 'last_avg' takes no whitened_method (a field of whitening only); got whitened_method='prompt'",
+    ),
+    (
+      "static_remove_biases",
+      {"lowercase": False},
+      "method 'static_remove_biases' takes lowercase in a config block, not as a Python argument (its arguments: "
+      "bias_filter, static_rows, tokenization); got lowercase=False",
+    ),
+    (
+      "whitening",
+      {"tokenization": "alone"},
+      "method 'whitening' takes tokenization in a config block, not as a Python argument (its arguments: "
+      "whitened_method, whitening_corpus, whitening_dims); got tokenization='alone'",
+    ),
+    (
+      "whitening",
+      {"whitened": "prompt"},
+      "method 'whitening' takes no whitened (no method's field; did you mean whitened_method or whitening_dims?); "
+      "got whitened='prompt'",
+    ),
+    (
+      "flow",
+      {"flowed": "cls"},
+      "method 'flow' takes no flowed (no method's field; did you mean flowed_method or flow_seed or flow_width?); "
+      "got flowed='cls'",
+    ),
   ],
 )
 def test_a_misplaced_field_is_refused_in_one_line(name, fields, message):
-  """By its name, dataclass field or flat field (static_remove_biases's switches are flat forms of its bias_filter)."""
+  """By its name, dataclass field or flat field. A field of a family's flat block that is not a Python argument
+  (static_remove_biases's switches are flat forms of its bias_filter, a transform's block holds its source method's
+  fields) is said to be one; an unknown one names the family's closest arguments, a prefix first."""
   with pytest.raises(ValueError) as raised:
     Method(name, **fields)
   assert str(raised.value) == message and "\n" not in message

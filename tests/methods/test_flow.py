@@ -161,9 +161,15 @@ def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_
 
 
 def test_the_flat_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentences):
-  method = Method("flow", flowed=Method("prompt", template='This sentence : "[X]" means [MASK] .'), flow_width=16)
+  method = Method(
+    "flow", flowed_method=Method("prompt", template='This sentence : "[X]" means [MASK] .'), flow_width=16
+  )
   assert Method.from_config(method.config_fields()) == method
-  assert Method.from_config({"name": "flow"}) == Method("flow", flowed=Method("first_last_avg"))
+  assert Method.from_config({"name": "flow"}) == Method("flow", flowed_method=Method("first_last_avg"))
+  # The block's spelling (configs, eval_method.json files written before the Python argument was renamed from
+  # `flowed`) is Python's; there a method name stands for that method at its defaults.
+  block = {"name": "flow", "flowed_method": "last_avg", "flow_width": 16}
+  assert Method.from_config(block) == Method(**block) == Method("flow", flowed_method=Method("last_avg"), flow_width=16)
   with pytest.raises(ConfigError, match="^flow_batch_size must be a positive even number"):
     Method("flow", flow_batch_size=7)
   with pytest.raises(ConfigError, match="^flow_levels must be >= 1; got 0$"):
@@ -171,7 +177,7 @@ def test_the_flat_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentenc
   with pytest.raises(ConfigError, match="^method 'first_last_avg': a 6-level flow halves the channels 6 times; 32 "):
     Encoder.from_pretrained(tiny_bert, Method("flow", flow_levels=6))
   with pytest.raises(ConfigError, match="^flow transforms a method that fits nothing itself"):
-    Method("flow", flowed=Method("whitening"))
+    Method("flow", flowed_method=Method("whitening"))
   with pytest.raises(ConfigError, match="^method 'flow' takes no whitening_dims"):
     Method("flow", whitening_dims=3)
   with pytest.raises(ConfigError, match="^flow fits on batches of 64 sentences; got 10 distinct sentences$"):

@@ -11,6 +11,7 @@ from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
+from jaxemb.models import run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import short_sts_job, short_stsb_test_sentences
 
@@ -46,7 +47,7 @@ def numpy_whitening(x: np.ndarray, k: int | None = None) -> np.ndarray:
 )
 def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
   raw = Encoder.from_pretrained(tiny_bert, whitened).encode(sentences)
-  encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=whitened, whitening_dims=k))
+  encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", whitened_method=whitened, whitening_dims=k))
   encoder.fit(sentences)
   vectors = encoder.encode(sentences[::-1])[::-1]
   assert vectors.shape == (len(sentences), k or 32)
@@ -55,7 +56,7 @@ def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
 
 
 def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
-  method = Method("whitening", whitened=Method("prompt", template=PROMPT), whitening_dims=16)
+  method = Method("whitening", whitened_method=Method("prompt", template=PROMPT), whitening_dims=16)
   encoder = Encoder.from_pretrained(tiny_bert, method)
   base.save_fitted(tmp_path / "whitening.npz", encoder.fit(sentences))
   again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "whitening.npz")
@@ -71,7 +72,7 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
     r"\{.*'whitened_method': 'prompt'\}, not for this method 'whitening'",
   ):
     Encoder.from_pretrained(
-      tiny_bert, Method("whitening", whitened=Method("last_avg")), fitted=tmp_path / "whitening.npz"
+      tiny_bert, Method("whitening", whitened_method=Method("last_avg")), fitted=tmp_path / "whitening.npz"
     )
 
 
@@ -79,7 +80,7 @@ def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
   """evaluate.py scores the very sentences a method fits on: with keep_vectors their vectors come from the fit's own
   embedding (no model run), equal to encoding them with the fitted state; other sentences, and the same encoder on
   other params, run the model."""
-  method = Method("whitening", whitened=Method("first_last_avg"), whitening_dims=16)
+  method = Method("whitening", whitened_method=Method("first_last_avg"), whitening_dims=16)
   kept = Encoder.from_pretrained(tiny_bert, method)
   fitted = kept.fit(sentences, keep_vectors=True)
   encoding = Encoder(kept.config, kept.params, kept.tokenizer, method, fitted=fitted)
@@ -110,7 +111,7 @@ def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
 def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family, whitened):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", family, head=False)
-  method = Method("whitening", whitened=whitened, whitening_dims=16)
+  method = Method("whitening", whitened_method=whitened, whitening_dims=16)
   encoder = Encoder.from_pretrained(checkpoint, method)
   base.save_fitted(tmp_path / "whitening.npz", encoder.fit(sentences))
   out = export.export_model(checkpoint, tmp_path / "st", method, fitted=tmp_path / "whitening.npz")
@@ -121,11 +122,56 @@ def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family,
 
 
 def test_flat_block_round_trip():
-  method = Method("whitening", whitened=Method("prompt", template=PROMPT, denoise=True), whitening_dims=256)
+  method = Method("whitening", whitened_method=Method("prompt", template=PROMPT, denoise=True), whitening_dims=256)
   block = method.config_fields()
   assert block["whitened_method"] == "prompt" and block["template"] == PROMPT and block["whitening_dims"] == 256
   assert Method.from_config(block) == method and method.add_period and method.template == PROMPT
-  assert Method.from_config({"name": "whitening"}) == Method("whitening", whitened=Method("first_last_avg"))
+  assert Method.from_config({"name": "whitening"}) == Method("whitening", whitened_method=Method("first_last_avg"))
+  assert Method("whitening", whitened_method="last_avg") == Method("whitening", whitened_method=Method("last_avg"))
+
+
+# An eval_method.json as jaxemb wrote it when the Python argument was still `whitened` (the block always said
+# whitened_method), for whitening_dims=16 of the denoised prompt.
+WRITTEN_BEFORE_THE_RENAME = {
+  "bias_positions": "from_zero",
+  "denoise": "position_offset",
+  "ditto_head": 9,
+  "ditto_layer": 0,
+  "ditto_variant": "first_last",
+  "flow_batch_size": 64,
+  "flow_corpus": "",
+  "flow_depth": 3,
+  "flow_epochs": 1,
+  "flow_learning_rate": 0.001,
+  "flow_levels": 3,
+  "flow_seed": 0,
+  "flow_width": 32,
+  "flowed_method": "first_last_avg",
+  "head": "none",
+  "idf_path": "",
+  "lowercase": True,
+  "name": "whitening",
+  "prompt_placement": "last_occurrence",
+  "remove_frequent": True,
+  "remove_punctuation": True,
+  "remove_subwords": True,
+  "static_rows": "word_embeddings",
+  "template": PROMPT,
+  "tokenization": "in_context",
+  "top_k": 200,
+  "whitened_method": "prompt",
+  "whitening_corpus": "",
+  "whitening_dims": 16,
+}
+
+
+def test_an_eval_method_json_written_before_the_rename_loads_and_is_written_the_same(tmp_path):
+  run_dir.save_eval_method(tmp_path, WRITTEN_BEFORE_THE_RENAME)
+  method = Method.from_config(run_dir.load_eval_method(tmp_path))
+  assert method == Method(
+    "whitening", whitened_method=Method("prompt", template=PROMPT, denoise=True), whitening_dims=16
+  )
+  assert method.config_fields() == {**base.block_defaults(), **WRITTEN_BEFORE_THE_RENAME}  # Families added since.
 
 
 def test_bad_input_is_one_line(tiny_bert, sentences):
@@ -134,9 +180,9 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
   with pytest.raises(ConfigError, match="^whitening_dims 64 exceeds the 32 dimensions of method 'first_last_avg'$"):
     Encoder.from_pretrained(tiny_bert, Method("whitening", whitening_dims=64))
   with pytest.raises(ConfigError, match="^whitening maps one vector per sentence; method 'ditto_all_heads'"):
-    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened=Method("ditto_all_heads", ditto_head=0)))
+    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened_method=Method("ditto_all_heads", ditto_head=0)))
   with pytest.raises(ConfigError, match="^whitening transforms a method that fits nothing itself"):
-    Method("whitening", whitened=Method("whitening"))
+    Method("whitening", whitened_method=Method("whitening"))
   encoder = Encoder.from_pretrained(tiny_bert, "whitening")
   with pytest.raises(ConfigError, match="^method 'whitening' encodes with state fitted on sentences"):
     encoder.encode(sentences)

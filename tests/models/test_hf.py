@@ -3,6 +3,7 @@
 import json
 import pathlib
 
+import huggingface_hub
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,17 +121,69 @@ def test_bfloat16_weights_load_as_param_dtype(tmp_path, tiny_checkpoint):
     np.testing.assert_allclose(leaves[key], value, rtol=1e-2, atol=1e-2)
 
 
-def test_missing_model_names_what_was_looked_for(tmp_path, monkeypatch):
+def _offline(monkeypatch):
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
   monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-  with pytest.raises(FileNotFoundError, match=r"no-such-org/no-such-model.*not a local directory.*--local-dir"):
+
+
+_PASS_A_MODEL = "pass a Hugging Face model folder (config.json and weights) or a jaxemb run directory"
+
+
+def test_a_hub_id_offline_says_how_to_download_it(monkeypatch):
+  _offline(monkeypatch)
+  with pytest.raises(FileNotFoundError) as raised:
     load_pretrained("no-such-org/no-such-model")
+  assert str(raised.value) == (
+    "no-such-org/no-such-model is not a local directory, nor in the Hugging Face cache, and the hub is out of "
+    "reach: run `hf download no-such-org/no-such-model --local-dir DIR` where it is reachable and pass DIR, or "
+    "pass a local model folder"
+  )
+
+
+def test_a_hub_id_the_hub_does_not_have_says_so(monkeypatch):
+  class NotFound(huggingface_hub.errors.RepositoryNotFoundError):
+    def __init__(self):  # The hub's own needs an HTTP response.
+      Exception.__init__(self, "404 Client Error")
+
+  def snapshot_download(*args, **kwargs):
+    raise NotFound()
+
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+  with pytest.raises(FileNotFoundError) as raised:
+    hf.resolve_model_dir("no-such-org/no-such-model")
+  assert str(raised.value) == (
+    "no-such-org/no-such-model is not a local directory, nor a model on the Hugging Face hub (a gated or private "
+    "one needs `hf auth login`)"
+  )
+
+
+@pytest.mark.parametrize("name", ["../no-such-model", "./no-such-model", "/no/such/model", "~/no-such-model", "a/b/c"])
+def test_a_local_path_that_does_not_exist_says_so_without_asking_the_hub(monkeypatch, name):
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", None)  # Never called.
+  with pytest.raises(FileNotFoundError) as raised:
+    hf.resolve_model_dir(name)
+  assert str(raised.value) == f"{name} does not exist: {_PASS_A_MODEL}"
+
+
+def test_org_slash_name_is_a_local_path_where_the_org_is_a_local_folder(tmp_path, monkeypatch):
+  """`runs/promptbert` is a hub id's shape: a local path once runs/ is a folder here."""
+  _offline(monkeypatch)
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(FileNotFoundError, match="^runs/promptbert is not a local directory, nor in the Hugging Face"):
+    hf.resolve_model_dir("runs/promptbert")
+  (tmp_path / "runs").mkdir()
+  with pytest.raises(FileNotFoundError) as raised:
+    hf.resolve_model_dir("runs/promptbert")
+  assert str(raised.value) == f"runs/promptbert does not exist: {_PASS_A_MODEL}"
+  with pytest.raises(CheckpointError) as raised:
+    load_pretrained("runs")
+  assert str(raised.value) == "runs holds no config.json: not a Hugging Face model folder or a jaxemb run directory"
 
 
 @pytest.mark.parametrize(
   "damage, message",
   [
-    ("no_config", r"config.json not found"),
+    ("no_config", r"holds no config.json: not a Hugging Face model folder"),
     ("no_weights", r"no weights found \(looked for model.safetensors"),
     ("drop_key", r"model.safetensors: missing encoder weights .*layer.2.output.dense.weight"),
     ("bad_shape", r"layer_0/query/kernel has shape"),
@@ -183,14 +236,18 @@ def test_hub_ids_are_looked_for_under_jaxemb_models_first(tmp_path, monkeypatch)
   monkeypatch.setenv("JAXEMB_MODELS", str(tmp_path))
   assert hf.resolve_model_dir("org/model") == tmp_path / "org" / "model"
   assert hf.resolve_model_dir("some-org/other") == tmp_path / "other"  # The name without its organisation.
-  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-  monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-  with pytest.raises(
-    FileNotFoundError,
-    match=r"not a local directory, nor under \$JAXEMB_MODELS \(.*/org/missing, "
-    r".*/missing\).*--local-dir",
-  ):
+  _offline(monkeypatch)
+  with pytest.raises(FileNotFoundError) as raised:
     hf.resolve_model_dir("org/missing")
+  assert str(raised.value).startswith(
+    f"org/missing is not a local directory, nor under $JAXEMB_MODELS ({tmp_path / 'org' / 'missing'}, "
+    f"{tmp_path / 'missing'}), nor in the Hugging Face cache"
+  )
+  with pytest.raises(FileNotFoundError) as raised:
+    hf.resolve_model_dir("./missing")
+  assert str(raised.value) == (
+    f"./missing does not exist, nor under $JAXEMB_MODELS ({tmp_path / 'missing'}): {_PASS_A_MODEL}"
+  )
 
 
 def test_untying_a_tied_checkpoint_copies_its_word_embeddings_and_saves_as_hf_untied(tmp_path, tiny_checkpoint, caplog):
