@@ -8,7 +8,8 @@ which gcsfs brings. Cloud Storage has no folders, no renames and no locks, so he
 - a folder needs no creating (and is not created: gcsfs would create a missing bucket);
 - a file is written whole by one upload (`jaxemb.atomic`): an upload a kill interrupts leaves no object;
 - what a library reads from local paths only (tokenizers, safetensors, `datasets`) is copied once per host into
-  the download cache (`local_copy`), and fetched again only when its objects change;
+  the download cache (`local_copy`), and fetched again when its objects change or a copy no longer matches the
+  size and digest their listing gives;
 - what is built with local tools (an archive unpacked) is built in a local folder and uploaded file by file
   (`local_folder`, or `staging` and `upload` where the work must survive a kill); a listing gives each object's
   size and MD5 without reading it (`objects`);
@@ -28,12 +29,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import errno
 import functools
+import hashlib
 import json
 import os
 import pathlib
 import re
-import shutil
 import socket
 import sys
 import tempfile
@@ -357,31 +359,41 @@ def _one_try(timeout: float | None) -> dict[str, Any]:
 
 def local_copy(value: PathLike) -> pathlib.Path:
   """A local path to read `value` from: the path itself when it is local; a gs:// file or folder copied into the
-  download cache ($JAXEMB_DOWNLOADS, default ~/.cache/jaxemb/downloads) as <bucket>/<key>.
+  download cache ($JAXEMB_DOWNLOADS, default ~/.cache/jaxemb/downloads) as <bucket>/<key> (`local_path`).
 
-  Each host fetches an object once: what was fetched (each object's generation) is recorded, and a later call
-  fetches only the objects that changed, appeared or are missing locally. Each file lands whole (written beside
-  its place, then renamed), so a kill leaves nothing a later call takes for fetched.
+  Each host fetches an object once, and every call checks each copy against the size and digest that the listing
+  gives (MD5; CRC32C for a composite object): a copy that differs (truncated or edited since) is fetched again,
+  said in one line. A copy is hashed only when its modification time differs from the one recorded in the manifest
+  when it was last verified (a stat otherwise); a download is hashed as it arrives. Each file lands whole and
+  verified (written beside its place, checked, then renamed), so a library is never handed part of a file.
 
   Raises:
     FileNotFoundError: no object has that name or that prefix.
-    StorageError: as `check`.
+    StorageError: as `check`; a full disk under the download cache (the line names the file, the cache and
+      JAXEMB_DOWNLOADS); a download that does not match its listing (the object replaced meanwhile).
   """
   if not is_remote(value):
-    return pathlib.Path(os.path.expanduser(os.fspath(value)))
+    return local_path(value)
   url = os.fspath(value).rstrip("/")
   fs = _filesystem()
-  generations = {name: info.generation for name, info in objects(url).items()}
-  local = _downloads().joinpath(*split(url))
+  local = local_path(url)
   manifest = _downloads() / ".manifests" / (re.sub(r"[^A-Za-z0-9._-]", "_", url.split("://", 1)[1]) + ".json")
   fetched = _read_manifest(manifest)
-  for name, generation in generations.items():
-    target = local / name if name else local
-    if fetched.get(name) != generation or not target.is_file():
-      _fetch(fs, f"{url}/{name}" if name else url, target)
-  if fetched != generations:
-    replace_file(manifest, lambda f: f.write(json.dumps(generations).encode()))
+  verified = {}
+  for name, listed in objects(url).items():
+    target, source = (local / name, f"{url}/{name}") if name else (local, url)
+    verified[name] = _verified_copy(target, source, listed, fetched.get(name)) or _fetch(fs, source, target, listed)
+  if fetched != verified:
+    with _cache_writes(url, manifest):
+      replace_file(manifest, lambda f: f.write(json.dumps(verified).encode()))
   return local
+
+
+def local_path(value: PathLike) -> pathlib.Path:
+  """Where `local_copy` puts `value` (a local path: itself, `~` expanded), without fetching anything."""
+  if not is_remote(value):
+    return pathlib.Path(os.path.expanduser(os.fspath(value)))
+  return _downloads().joinpath(*split(value))
 
 
 def find_local(value: PathLike) -> pathlib.Path | None:
@@ -400,6 +412,7 @@ class Object:
   size: int
   generation: str
   md5: str | None  # The hex MD5 that Cloud Storage computed of the contents; None for a composite object.
+  crc32c: str | None = None  # The hex CRC32C (big-endian) of the contents, which every object has.
 
 
 def objects(value: PathLike) -> dict[str, Object]:
@@ -429,6 +442,7 @@ def objects(value: PathLike) -> dict[str, Object]:
       int(info["size"]),
       str(info.get("generation")),
       base64.b64decode(info["md5Hash"]).hex() if info.get("md5Hash") else None,
+      base64.b64decode(info["crc32c"]).hex() if info.get("crc32c") else None,
     )
     for name, info in named.items()
     if (name or is_file) and not name.endswith("/")
@@ -450,19 +464,104 @@ def staging(value: PathLike) -> pathlib.Path:
   return _downloads() / ".staging" / pathlib.Path(*split(value))
 
 
-def _read_manifest(manifest: pathlib.Path) -> dict[str, str]:
+def _read_manifest(manifest: pathlib.Path) -> dict[str, Any]:
+  """{name: {"generation", "mtime_ns"}} of the copies verified under one local_copy; {} for none. An older jaxemb's
+  manifest gives each name's generation alone."""
   try:
     return json.loads(manifest.read_text())
   except (OSError, ValueError):
     return {}
 
 
-def _fetch(fs: Any, url: str, target: pathlib.Path):
-  def copy(f):
-    with fs.open(url, "rb") as source:
-      shutil.copyfileobj(source, f, 2**22)
+def _verified_copy(target: pathlib.Path, url: str, listed: Object, recorded: Any) -> dict[str, Any] | None:
+  """The manifest's record of `target` when it is a whole copy of the object `listed` (at `url`); None when it is to
+  be fetched: absent, or not of the listed size and digest (said when it was verified as a copy of that object).
+  The file is read only when it is not as it was when last verified (its generation and mtime in `recorded`)."""
+  recorded = recorded if isinstance(recorded, dict) else {"generation": recorded}  # An older manifest's.
+  this_object = recorded.get("generation") == listed.generation
+  try:
+    stat = target.stat()
+  except FileNotFoundError:
+    return None
+  verified = {"generation": listed.generation, "mtime_ns": stat.st_mtime_ns}
+  if stat.st_size != listed.size:
+    differs = f"{stat.st_size:,} bytes, {listed.size:,} listed"
+  elif this_object and recorded.get("mtime_ns") == stat.st_mtime_ns:  # Untouched since it was verified.
+    return recorded
+  elif (check := _digest_check(listed)) is None:
+    return verified if this_object else None  # No digest to check it by (Cloud Storage always gives one).
+  else:
+    kind, expected, digest = check
+    with open(target, "rb") as f:
+      while chunk := f.read(_CHUNK_BYTES):
+        digest.update(chunk)
+    if digest.digest().hex() == expected:
+      return verified
+    differs = f"{kind} {digest.digest().hex()}, {expected} listed"
+  if this_object:  # A copy of another generation is stale, not damaged: fetched without a word.
+    _notice(f"{target} in the download cache differs from {url} ({differs}): fetching it again")
+  return None
 
-  replace_file(target, copy)
+
+_CHUNK_BYTES = 2**22
+
+
+def _digest_check(listed: Object) -> tuple[str, str, Any] | None:
+  """(the digest's name, the listed value in hex, an empty hasher) by which a copy of `listed` is checked: its MD5,
+  or its CRC32C where Cloud Storage gives no MD5 (a composite object); None when the listing gives neither."""
+  if listed.md5:
+    return "md5", listed.md5, hashlib.md5(usedforsecurity=False)
+  if listed.crc32c:
+    import google_crc32c  # pylint: disable=g-import-not-at-top  # google-cloud-storage's, which gcsfs brings.
+
+    return "crc32c", listed.crc32c, google_crc32c.Checksum()
+  return None
+
+
+def _fetch(fs: Any, url: str, target: pathlib.Path, listed: Object) -> dict[str, Any]:
+  """Downloads the object `listed` at `url` to `target`, hashed as it arrives; the manifest's record of the copy.
+  A download whose size or digest is not the listing's (the object replaced meanwhile) is not put in place."""
+  check = _digest_check(listed)
+
+  def copy(f):
+    size = 0
+    with fs.open(url, "rb") as source:
+      while chunk := source.read(_CHUNK_BYTES):
+        size += len(chunk)
+        if check:
+          check[2].update(chunk)
+        f.write(chunk)
+    got, want = f"{size:,} bytes", f"{listed.size:,} bytes"
+    if check:
+      got, want = f"{got}, {check[0]} {check[2].digest().hex()}", f"{want}, {check[0]} {check[1]}"
+    if got != want:
+      raise StorageError(
+        f"the download of {url} ({got}) does not match its listing ({want}): the object changed while it was "
+        "fetched; run the command again"
+      )
+
+  with _cache_writes(url, target):
+    replace_file(target, copy)
+  return {"generation": listed.generation, "mtime_ns": target.stat().st_mtime_ns}
+
+
+# What the file system says when the download cache's disk is full (or a quota or file-size limit is reached).
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@contextlib.contextmanager
+def _cache_writes(url: str, target: pathlib.Path) -> Iterator[None]:
+  """A full disk while the download cache writes `target` (for `url`) as one line: the file, the cache and the
+  variable that moves it (replace_file has removed what it began)."""
+  try:
+    yield
+  except OSError as e:
+    if e.errno not in _DISK_FULL:
+      raise
+    raise StorageError(
+      f"cannot copy {url} into the download cache {_downloads()}: {e.strerror} (errno {e.errno}) writing {target}; "
+      f"free space there, or set {DOWNLOADS_ENV} to a folder on a disk with room"
+    ) from e
 
 
 def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):

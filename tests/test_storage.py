@@ -1,9 +1,12 @@
 """jaxemb.storage against a real Cloud Storage emulator (fake-gcs-server on loopback): paths, whole-object writes,
 the download cache, create-if-absent, and the one-line errors a user meets before any work starts."""
 
+import dataclasses
+import errno
 import hashlib
 import http.server
 import json
+import os
 import re
 import sys
 import threading
@@ -15,6 +18,7 @@ import pytest
 
 from jaxemb import atomic, storage
 from jaxemb.errors import ConfigError, StorageError, WorkdirError
+from tests.support import shared_path
 
 
 def test_local_paths_expand_the_home_and_other_schemes_are_one_line(monkeypatch, tmp_path):
@@ -75,7 +79,7 @@ def test_local_copy_fetches_each_object_once_per_host_and_again_when_it_changes(
   (folder / "sub" / "vocab.txt").write_text("x\ny\n")
   fetched = []
   fetch = storage._fetch  # pylint: disable=protected-access
-  monkeypatch.setattr(storage, "_fetch", lambda fs, url, target: (fetched.append(url), fetch(fs, url, target)))
+  monkeypatch.setattr(storage, "_fetch", lambda fs, url, *args: (fetched.append(url), fetch(fs, url, *args))[1])
 
   local = storage.local_copy(f"{bucket}/models/tiny/")
   assert local == tmp_path / "downloads" / bucket[5:] / "models" / "tiny"
@@ -95,6 +99,138 @@ def test_local_copy_fetches_each_object_once_per_host_and_again_when_it_changes(
   assert json.loads(file.read_text()) == {"a": 2} and file.is_file()
   with pytest.raises(FileNotFoundError, match=f"^{bucket}/models/none: no such file or folder$"):
     storage.local_copy(f"{bucket}/models/none")
+
+
+def _corpus_in_a_bucket(bucket, tmp_path, monkeypatch) -> tuple[str, bytes, list[str]]:
+  """(its URL, its contents, the URLs fetched from now on) of the wiki sample uploaded to `bucket`, the download
+  cache in `tmp_path`."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  corpus = shared_path("data", "wiki", "wiki1m_sample.txt")
+  url = f"{bucket}/data/wiki.txt"
+  storage.upload(corpus, url)
+  fetched = []
+  fetch = storage._fetch  # pylint: disable=protected-access
+  monkeypatch.setattr(
+    storage, "_fetch", lambda fs, source, *args: (fetched.append(source), fetch(fs, source, *args))[1]
+  )
+  return url, corpus.read_bytes(), fetched
+
+
+@pytest.mark.parametrize("digest", ["md5", "crc32c"])
+def test_a_cached_copy_that_differs_from_its_listing_is_fetched_again(bucket, tmp_path, monkeypatch, capsys, digest):
+  """The issue's case: the cached copy of the corpus truncated in place (1,279,831 -> 627,203 bytes) between a kill
+  and its rerun is fetched again, as is one edited in place at its size, found by the listing's MD5 (or CRC32C,
+  Cloud Storage's only digest of a composite object); a copy unchanged since it was verified is not read again."""
+  url, data, fetched = _corpus_in_a_bucket(bucket, tmp_path, monkeypatch)
+  if digest == "crc32c":  # Listed as a composite object is.
+    listing = storage.objects
+    monkeypatch.setattr(
+      storage, "objects", lambda value: {n: dataclasses.replace(o, md5=None) for n, o in listing(value).items()}
+    )
+  hashed = []
+  check = storage._digest_check  # pylint: disable=protected-access
+  monkeypatch.setattr(storage, "_digest_check", lambda listed: (hashed.append(listed), check(listed))[1])
+  local = storage.local_copy(url)
+  assert local.read_bytes() == data and fetched == [url]
+  fetched.clear(), hashed.clear()
+  assert storage.local_copy(url) == local and not fetched and not hashed  # A stat, no read.
+
+  with open(local, "r+b") as f:
+    f.truncate(627_203)
+  storage.local_copy(url)
+  assert local.read_bytes() == data and fetched == [url]
+  assert capsys.readouterr().err == (
+    f"{local} in the download cache differs from {url} (627,203 bytes, 1,279,831 listed): fetching it again\n"
+  )
+  fetched.clear()
+  local.write_bytes(data.replace(b"a", b"e", 1))  # The same size, written a second later.
+  os.utime(local, ns=(local.stat().st_atime_ns, local.stat().st_mtime_ns + 10**9))
+  storage.local_copy(url)
+  assert local.read_bytes() == data and fetched == [url]
+  edited, listed = (check(storage.objects(url)[""]) for _ in range(2))
+  edited[2].update(data.replace(b"a", b"e", 1))
+  assert capsys.readouterr().err == (
+    f"{local} in the download cache differs from {url} ({digest} {edited[2].digest().hex()}, {listed[1]} "
+    "listed): fetching it again\n"
+  )
+
+  (manifest,) = (tmp_path / "downloads" / ".manifests").iterdir()
+  manifest.write_text(json.dumps({"": storage.objects(url)[""].generation}))  # An older jaxemb's: no mtime.
+  fetched.clear(), hashed.clear()
+  storage.local_copy(url)
+  assert not fetched and len(hashed) == 1  # Read once to check it, then recorded as verified.
+  assert json.loads(manifest.read_text()) == {
+    "": {"generation": storage.objects(url)[""].generation, "mtime_ns": local.stat().st_mtime_ns}
+  }
+
+
+def test_a_download_that_does_not_match_its_listing_is_not_put_in_place(bucket, tmp_path, monkeypatch):
+  """An object replaced while it was fetched (its listing says other bytes than came): nothing reaches the cache."""
+  url, data, _ = _corpus_in_a_bucket(bucket, tmp_path, monkeypatch)
+  listing = storage.objects
+  monkeypatch.setattr(
+    storage, "objects", lambda value: {n: dataclasses.replace(o, md5="0" * 32) for n, o in listing(value).items()}
+  )
+  with pytest.raises(
+    StorageError,
+    match=re.escape(
+      f"the download of {url} (1,279,831 bytes, md5 {hashlib.md5(data).hexdigest()}) does not match its listing "
+      f"(1,279,831 bytes, md5 {'0' * 32}): the object changed while it was fetched; run the command again"
+    ),
+  ):
+    storage.local_copy(url)
+  assert [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()] == []
+
+
+class _SmallDisk:
+  """A file system with `room` bytes left, for the files `replace_file` writes: a write past it writes what fits
+  and raises OSError(ENOSPC), as write(2) does on a full disk. (A real full disk needs root to mount; a file-size
+  limit, RLIMIT_FSIZE, gives EFBIG and a SIGXFSZ instead.)"""
+
+  def __init__(self, monkeypatch, room: int):
+    self.room = room
+    self._open = storage.tempfile.NamedTemporaryFile
+    monkeypatch.setattr(storage.tempfile, "NamedTemporaryFile", self.open)
+
+  def open(self, *args, **kwargs):
+    f = self._open(*args, **kwargs)
+    write = f.write
+
+    def limited(data):
+      fits = min(len(data), self.room)
+      self.room -= fits
+      write(data[:fits])
+      if fits < len(data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+      return fits
+
+    f.write = limited
+    return f
+
+
+def test_a_full_disk_under_the_download_cache_names_the_file_and_how_to_move_the_cache(bucket, tmp_path, monkeypatch):
+  """HOME on a small disk (the issue's 20 MB tmpfs): one line naming the file, the cache and JAXEMB_DOWNLOADS, and
+  nothing half-written: not the copy, not its manifest. A copy that landed before the manifest failed is checked
+  and kept by the next call."""
+  url, data, fetched = _corpus_in_a_bucket(bucket, tmp_path, monkeypatch)
+  downloads, target = tmp_path / "downloads", tmp_path / "downloads" / bucket[5:] / "data" / "wiki.txt"
+  advice = "free space there, or set JAXEMB_DOWNLOADS to a folder on a disk with room"
+  with monkeypatch.context() as disk:
+    small = _SmallDisk(disk, 100_000)
+    with pytest.raises(StorageError) as full:
+      storage.local_copy(url)
+    assert str(full.value) == (
+      f"cannot copy {url} into the download cache {downloads}: No space left on device (errno 28) writing {target}; "
+      f"{advice}"
+    )
+    assert [p for p in downloads.rglob("*") if p.is_file()] == []
+    small.room = len(data)  # Room for the copy, not for the manifest.
+    with pytest.raises(StorageError, match=re.escape(f"(errno 28) writing {downloads / '.manifests'}/")):
+      storage.local_copy(url)
+    assert [p for p in downloads.rglob("*") if p.is_file()] == [target] and target.read_bytes() == data
+  fetched.clear()
+  storage.local_copy(url)
+  assert not fetched and len(list((downloads / ".manifests").iterdir())) == 1
 
 
 def test_upload_staging_and_the_listing_of_sizes_and_digests(bucket, tmp_path, monkeypatch):
