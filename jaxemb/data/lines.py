@@ -1,10 +1,30 @@
-"""The numbered lines of a dataset file, as the STS and transfer readers take them."""
+"""The numbered lines of a dataset file, as the STS and transfer readers take them, and the identity (size and
+MD5) of each file read where a caller records them (`recording_reads`)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import pathlib
+from typing import Iterator
 
 from jaxemb.errors import DataError
+
+# The records of the `recording_reads` blocks open now: {path as read: {"size", "md5"}}.
+_RECORDS: list[dict[pathlib.Path, dict[str, int | str]]] = []
+
+
+@contextlib.contextmanager
+def recording_reads() -> Iterator[dict[pathlib.Path, dict[str, int | str]]]:
+  """Yields a dict that gets {path: {"size", "md5"}} of every file `read_lines` reads within the block, the digest
+  of the bytes it read: what a training run's evaluators hold, whose identity a resumed run checks
+  (jaxemb.training.workdir). The files are hashed as they are read, no second pass."""
+  record = {}
+  _RECORDS.append(record)
+  try:
+    yield record
+  finally:
+    _RECORDS.remove(record)
 
 
 def read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
@@ -13,6 +33,10 @@ def read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
   if not path.is_file():
     raise DataError(f"{path}: no such file")
   data = path.read_bytes()
+  if _RECORDS:
+    identity = {"size": len(data), "md5": hashlib.md5(data, usedforsecurity=False).hexdigest()}
+    for record in _RECORDS:
+      record[path] = identity
   try:
     text = data.decode(encoding)
   except UnicodeDecodeError as e:

@@ -10,7 +10,8 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
     <workdir>/cache/         the tokenised training rows, unless data.cache_dir names another place
     <workdir>/lock           held by the process training in it (flock; in a bucket, a lease its heartbeat
                              renews: jaxemb.training.workdir); names its pid and host
-    <workdir>/fingerprint.json  the fields that define the run (jaxemb.training.workdir), written at start
+    <workdir>/fingerprint.json  the fields that define the run and the identity of its data (jaxemb.training.workdir),
+                             written once the run has started
 """
 
 from __future__ import annotations

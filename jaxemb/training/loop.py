@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 import threading
@@ -13,7 +14,7 @@ from jax.experimental import multihost_utils
 import tqdm
 
 from jaxemb import atomic, sharding, storage, xla
-from jaxemb.data import corpus
+from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, evaluators
@@ -23,7 +24,7 @@ from jaxemb.training import batches, checkpoints, objectives, preflight
 from jaxemb.training import state as train_state
 from jaxemb.training.metrics import StepRecorder
 from jaxemb.training.trainer import Trainer, build_trainer, load_start
-from jaxemb.training.workdir import claim_workdir, refuse_if_busy
+from jaxemb.training.workdir import Claim, claim_workdir, data_identity, refuse_if_busy
 
 
 def read_columns(config: Any) -> dict[str, list[str]]:
@@ -202,8 +203,9 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     Preempted: on SIGTERM or a first Ctrl-C, after saving the state (_CleanStop). The handlers are installed before
       anything is loaded, so a signal that arrives while the run loads data or compiles stops it after its first
       step.
-    WorkdirError: before anything is loaded, when another process trains in the workdir or it holds a run of
-      another command (workdir.claim_workdir).
+    WorkdirError: before the model is loaded, when another process trains in the workdir or it holds a run of
+      another command or on other data: a corpus or evaluation file whose size or digest changed
+      (workdir.claim_workdir).
     DataError: the best step of a resumed run is unreadable or deleted and its params are gone
       (_Evaluation.keep_best).
   """
@@ -217,11 +219,13 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
     # Before anything is loaded or written: a bad field, evaluator data or a corpus too small for one batch costs
     # seconds, not a run, and leaves the workdir as it was (reading the corpus writes nothing there).
     source, objective = preflight.check(config, mesh)
-    evals = build_evaluators(config)
+    with lines.recording_reads() as evaluated:  # The evaluators' files, whose identity the run records.
+      evals = build_evaluators(config)
     columns = read_columns(config)
     preflight.check_corpus_size(config, len(next(iter(columns.values()))))
-    with claim_workdir(config, resume_changed, _say):
-      return _train(config, stop, mesh, columns, (source, objective), evals, started)
+    data = functools.partial(data_identity, config, evaluated)
+    with claim_workdir(config, resume_changed, _say, data) as claim:
+      return _train(config, stop, mesh, columns, (source, objective), evals, started, claim)
 
 
 def _train(
@@ -232,9 +236,10 @@ def _train(
   checked: tuple[run_dir.ModelSource, objectives.Objective],
   evals: list[evaluators.Evaluator],
   started: float,
+  claim: Claim,
 ) -> dict[str, Any]:
   """The run from preflight's `checked` model source and objective: setup, then the steps, evaluations and saves;
-  `started`: train's perf_counter."""
+  `started`: train's perf_counter; `claim`: the workdir's, whose fingerprint is recorded once the run has started."""
   tokenizer = checked[0].tokenizer
   workdir = run_dir.RunDir(config.workdir)
   ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, _say)
@@ -242,6 +247,7 @@ def _train(
     len(next(iter(columns.values()))), config.train.batch_size
   )
   trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
+  claim.record_fingerprint()  # Not before: a restore that fails (a changed train state) leaves the run's as it was.
   plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
   method = selection_method(config, trainer.objective)

@@ -1,15 +1,19 @@
 """A run directory's identity: one process trains in it at a time (its lock: a flock on a disk, a lease in a
-bucket), and one command (its fingerprint).
+bucket), and one command on one set of data (its fingerprint: the defining fields, the corpus's and evaluation
+files' sizes and digests).
 
-Two processes on one workdir interleave their checkpoints and metrics; a rerun with other fields would silently
-resume a run made by another command. `claim_workdir` refuses both when train() starts, before anything is loaded.
+Two processes on one workdir interleave their checkpoints and metrics; a rerun with other fields or a replaced
+corpus would silently resume a run made by another command or on other data. `claim_workdir` refuses both when
+train() starts, before the model is loaded; the fingerprint is recorded once the run has started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import pathlib
@@ -88,34 +92,128 @@ def _listing(changed: dict[str, tuple[Any, Any]]) -> str:
   return "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items())
 
 
-def check_fingerprint(run: run_dir.RunDir, fields: dict[str, Any], resume_changed: bool, say: Callable[[str], None]):
-  """Records `fields` as the run's fingerprint, unless the directory holds a run (a saved step) made with others.
+def data_identity(config: Any, evaluated: dict[pathlib.Path, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+  """The identity of the data a run trains and selects its step on, by name: "data.train_file", the corpus's size
+  and MD5 (one streaming pass over the file it was read from; a gs:// object's generation too, for information), and
+  "data.senteval_dir/<file>", each file the evaluators read (`evaluated`, as jaxemb.data.lines.recording_reads
+  gives them: hashed as they were read). Computed by process 0 alone (claim_workdir)."""
+  identity = {"data.train_file": _file_identity(config.data.train_file)} if config.data.train_file else {}
+  root = storage.local_path(config.data.senteval_dir) if config.data.senteval_dir else None
+  for path, read in sorted(evaluated.items()):
+    name = pathlib.Path(os.path.relpath(path, root) if root else path).as_posix()
+    identity[f"data.senteval_dir/{name}"] = dict(read)
+  return identity
+
+
+def _file_identity(value: str) -> dict[str, Any]:
+  """{"size", "md5"} of the file `value` names (a gs:// object: its copy in the download cache, and its generation)."""
+  generation = storage.objects(value)[""].generation if storage.is_remote(value) else None
+  digest, size = hashlib.md5(usedforsecurity=False), 0
+  with open(storage.local_copy(value), "rb") as f:
+    while chunk := f.read(2**22):
+      digest.update(chunk)
+      size += len(chunk)
+  return {"size": size, "md5": digest.hexdigest(), **({"generation": generation} if generation else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingFingerprint:
+  """A run's fingerprint to record once the run has started (`write`), and the lines that say what it changes."""
+
+  file: storage.Path
+  record: dict[str, Any]
+  notes: tuple[str, ...] = ()
+
+  def write(self, say: Callable[[str], None]):
+    for note in self.notes:
+      say(note)
+    atomic.write_json(self.file, self.record)
+
+
+def check_fingerprint(
+  run: run_dir.RunDir, fields: dict[str, Any], resume_changed: bool, data: dict[str, Any] | None = None
+) -> PendingFingerprint:
+  """The fingerprint to record for a run of `fields` on `data` (`data_identity`; None: neither checked nor
+  changed), unless the directory holds a run (a saved step) made with other fields or on other data.
 
   A directory with no saved step holds no run yet (one stopped by a bad batch size, say): its fingerprint is
-  replaced. A run with other fields is refused, or with `resume_changed` continued and the new fields recorded,
-  each change kept in the file's "changes".
+  replaced. A run with other fields or data is refused, or with `resume_changed` continued and the new ones
+  recorded, each change kept in the file's "changes". Nothing is written here: the caller writes it once the run
+  has started (a restore that fails records no change).
 
   Raises:
-    WorkdirError: the run directory holds a run with other fields, or an unreadable fingerprint.
+    WorkdirError: the run directory holds a run with other fields or data, or an unreadable fingerprint.
   """
   trained = run.has_step()
   recorded = _read_fingerprint(run) if trained else None
-  changes = []
-  if trained and recorded is None:
-    say(f"{run.path} has no fingerprint (a run from an older jaxemb): recording this command's")
-  if recorded is not None:
-    changed = differences(recorded["fields"], fields)
-    if changed and not resume_changed:
-      raise WorkdirError(
-        f"{run.path} holds a run of another command ({run.fingerprint_file}): {_listing(changed)}. "
-        "Rerun with its values, choose another --config.workdir, or pass train.py --resume_changed "
-        "to continue it with the new ones"
-      )
-    changes = recorded.get("changes", [])
-    if changed:
-      say(f"continuing {run.path} with changed fields: {_listing(changed)}; recorded in {run.fingerprint_file}")
-      changes = [*changes, {key: {"from": old, "to": new} for key, (old, new) in changed.items()}]
-  atomic.write_json(run.fingerprint_file, {"fields": fields, "changes": changes})
+  if recorded is None:
+    notes = [f"{run.path} has no fingerprint (a run from an older jaxemb): recording this command's"] if trained else []
+    return PendingFingerprint(run.fingerprint_file, _fingerprint_record(fields, data, []), tuple(notes))
+  changed, changed_data = differences(recorded["fields"], fields), _data_differences(recorded.get("data"), data)
+  if (changed or changed_data) and not resume_changed:
+    raise _refusal(run, changed, changed_data, fields)
+  notes, change = [], {key: {"from": old, "to": new} for key, (old, new) in changed.items()}
+  if data is not None and "data" not in recorded:
+    notes.append(
+      f"{run.fingerprint_file} records no data identity (a run from an older jaxemb): recording that of this "
+      "command's corpus and evaluation files, so that a rerun on other data is refused"
+    )
+  if changed:
+    notes.append(f"continuing {run.path} with changed fields: {_listing(changed)}; recorded in {run.fingerprint_file}")
+  if changed_data:
+    notes.append(
+      f"continuing {run.path} on changed data: {_data_listing(changed_data, fields)}; recorded in "
+      f"{run.fingerprint_file}"
+    )
+    change["data"] = {name: {"from": old, "to": new} for name, (old, new) in changed_data.items()}
+  changes = [*recorded.get("changes", []), *([change] if change else [])]
+  # A file the evaluators no longer read (config.evals changed) stays recorded, checked should they read it again.
+  data = recorded.get("data") if data is None else {**recorded.get("data", {}), **data}
+  return PendingFingerprint(run.fingerprint_file, _fingerprint_record(fields, data, changes), tuple(notes))
+
+
+def _fingerprint_record(fields: dict[str, Any], data: dict[str, Any] | None, changes: list) -> dict[str, Any]:
+  return {"fields": fields, **({"data": data} if data is not None else {}), "changes": changes}
+
+
+def _data_differences(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, tuple[Any, Any]]:
+  """{name: (recorded, now)} of the files both identities know whose size or MD5 differ (a generation alone is no
+  change: the same bytes uploaded again)."""
+  content = lambda identity: (identity.get("size"), identity.get("md5"))
+  both = [name for name in new or {} if name in (old or {})]  # In data_identity's order: the corpus first.
+  return {name: (old[name], new[name]) for name in both if content(old[name]) != content(new[name])}
+
+
+def _data_listing(changed: dict[str, tuple[Any, Any]], fields: dict[str, Any]) -> str:
+  """Each changed file named as the command gives it, with its field, and its identity then and now."""
+
+  def described(identity: dict[str, Any]) -> str:
+    generation = f", generation {identity['generation']}" if identity.get("generation") else ""
+    return f"{identity['size']:,} bytes, md5 {identity['md5'][:12]}{generation}"
+
+  def named(name: str) -> str:
+    field, _, file = name.partition("/")
+    return f"{fields.get(field)}/{file} (config.{field})" if file else f"{fields.get(field)} (config.{field})"
+
+  return "; ".join(f"{named(name)} {described(old)} -> {described(new)}" for name, (old, new) in changed.items())
+
+
+def _refusal(
+  run: run_dir.RunDir, changed: dict[str, tuple[Any, Any]], changed_data: dict[str, tuple[Any, Any]], fields: dict
+) -> WorkdirError:
+  """The one line that refuses a rerun with other fields (and maybe data) or on other data."""
+  listing = "; ".join(
+    ([_listing(changed)] if changed else []) + ([_data_listing(changed_data, fields)] if changed_data else [])
+  )
+  if changed:
+    return WorkdirError(
+      f"{run.path} holds a run of another command ({run.fingerprint_file}): {listing}. Rerun with its values, "
+      "choose another --config.workdir, or pass train.py --resume_changed to continue it with the new ones"
+    )
+  return WorkdirError(
+    f"{run.path} holds a run started on other data ({run.fingerprint_file}): {listing}. Restore the files it "
+    "started with, choose another --config.workdir, or pass train.py --resume_changed to continue it on these"
+  )
 
 
 def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
@@ -230,12 +328,33 @@ def _holder(fd: int) -> str:
     return f"a process that wrote {text!r}" if text else ""
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """What claim_workdir yields: the run directory, and its fingerprint to record once the run has started."""
+
+  run: run_dir.RunDir
+  fingerprint: PendingFingerprint | None  # Process 0's; the other processes record none.
+  say: Callable[[str], None]
+
+  def record_fingerprint(self):
+    """Records the fingerprint checked at the claim: called once the run has started, from its checkpoint or the
+    pretrained model, so that a rerun whose restore fails (--resume_changed with a train state of another shape)
+    leaves the run's fingerprint as it was."""
+    if self.fingerprint is not None:
+      self.fingerprint.write(self.say)
+
+
 @contextlib.contextmanager
 def claim_workdir(
-  config: Any, resume_changed: bool = False, say: Callable[[str], None] = print
-) -> Iterator[run_dir.RunDir]:
-  """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`).
-  Yields the run directory; in a bucket, every write to it passes the lock's check (`lock`).
+  config: Any,
+  resume_changed: bool = False,
+  say: Callable[[str], None] = print,
+  data: Callable[[], dict[str, Any]] | None = None,
+) -> Iterator[Claim]:
+  """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`), with
+  the identity of its data that `data` gives (`data_identity`; called on process 0 only; None: the data is not
+  checked). Yields the Claim, whose `record_fingerprint` the run calls once it has started; in a bucket, every
+  write to the run directory passes the lock's check (`lock`).
 
   In a multi-host job the workdir is shared, so process 0 claims it for the job and tells the other processes
   whether it could, and they all stop together; in a bucket they follow its lease (`lease.Following`), so each
@@ -243,15 +362,15 @@ def claim_workdir(
   another in one process).
 
   Raises:
-    WorkdirError: another process holds the workdir, or it holds a run of another command.
+    WorkdirError: another process holds the workdir, or it holds a run of another command or on other data.
   """
   run = run_dir.RunDir(config.workdir)
   with contextlib.ExitStack() as held:
-    refused = None
+    refused = pending = None
     if jax.process_index() == 0:
       try:
         held.enter_context(lock(run, say, config.train.lease_seconds))
-        check_fingerprint(run, fingerprint(config), resume_changed, say)
+        pending = check_fingerprint(run, fingerprint(config), resume_changed, data() if data else None)
       except Exception as e:  # pylint: disable=broad-except  # Raised once the other processes are told.
         refused = e
     if jax.process_count() > 1 and bool(multihost_utils.broadcast_one_to_all(np.int32(refused is not None))):
@@ -260,4 +379,4 @@ def claim_workdir(
       raise refused
     if jax.process_index() != 0 and storage.is_remote(run.path):  # This host writes its shards of each checkpoint.
       held.enter_context(_leased(lease.Following(run.path, run.lock_file, config.train.lease_seconds), say))
-    yield run
+    yield Claim(run, pending, say)

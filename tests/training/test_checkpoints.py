@@ -105,8 +105,9 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
 ):
   """The bucket issue's scenario on a real GCS emulator: the run directory, the model, the corpus and STS-B in a
   bucket. Killed as the save of step 2 commits (its lease left behind), the same command on a new VM (another
-  working directory and HOME: an empty download cache) takes the run over and ends as the uninterrupted local run;
-  evaluate.py scores its best step from the bucket. No local `gs:` folder appears anywhere."""
+  working directory and HOME: an empty download cache) takes the run over and ends as the uninterrupted local run,
+  once a rerun on the corpus with its lines shuffled has been refused; evaluate.py scores its best step from the
+  bucket. No local `gs:` folder appears anywhere."""
   whole, xla_cache = whole_run
   model, corpus, senteval, run = (
     f"{bucket}/{key}" for key in ("models/tiny", "data/wiki_head.txt", "senteval", "runs/r1")
@@ -116,10 +117,11 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
   storage.upload(short_senteval() / "STS" / "STSBenchmark", f"{senteval}/STS/STSBenchmark")  # whole_run's.
   killed = kill_driver(model, run, corpus, xla_cache, "after periodic", senteval, vm=tmp_path / "vm1")
   assert killed.returncode == checkpoint_kill.KILLED, killed.stderr
+  refused = _refused_on_a_shuffled_corpus(wiki_head, model, run, corpus, xla_cache, senteval, tmp_path / "vm2")
+  # The same host name (another HOME, one machine): its pid gone, the lease is taken over at once.
+  assert re.search(rf"^took over {run}/lock from pid \d+ on host \S+, which is no longer running$", refused, re.M)
   rerun = kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=tmp_path / "vm2")
   assert rerun.returncode == 0, rerun.stderr
-  # The same host name (another HOME, one machine): its pid gone, the lease is taken over at once.
-  assert re.search(rf"^took over {run}/lock from pid \d+ on host \S+, which is no longer running$", rerun.stdout, re.M)
   assert f"resumed from {run}/checkpoints at step 2" in rerun.stdout
   assert "Traceback" not in rerun.stderr
   assert_same_run(whole, storage.path(run))
@@ -150,6 +152,26 @@ def test_a_run_in_a_bucket_killed_after_a_save_resumes_on_a_new_vm_and_is_evalua
   assert json.loads(storage.path(f"{run}/eval.json").read_text())
   for folder in (tmp_path / "vm1", tmp_path / "vm2", vm3, REPO):
     assert not list(folder.glob("gs:*")) and not list(folder.glob("*/gs:*")), folder
+
+
+def _refused_on_a_shuffled_corpus(wiki_head, model, run, corpus, xla_cache, senteval, vm) -> str:
+  """The data issue's case: the corpus object replaced by its own lines in another order (the same size) before the
+  rerun, which is refused in one line naming it; the same bytes then uploaded again (a new generation) are the
+  run's corpus. The refused rerun's stdout."""
+  storage.path(corpus).write_text("".join(reversed(wiki_head.read_text().splitlines(keepends=True))))
+  refused = kill_driver(model, run, corpus, xla_cache, "none", senteval, vm=vm)
+  assert refused.returncode == 1, refused.stderr
+  then_now = r"([\d,]+) bytes, md5 [0-9a-f]{12}, generation \d+ -> \1 bytes, md5 [0-9a-f]{12}, generation \d+"
+  assert re.search(
+    re.escape(f"WorkdirError: {run} holds a run started on other data ({run}/fingerprint.json): {corpus} ")
+    + re.escape("(config.data.train_file) ")
+    + then_now
+    + re.escape(". Restore the files it started with, choose another --config.workdir, or pass train.py ")
+    + re.escape("--resume_changed to continue it on these\n"),
+    refused.stderr,
+  ), refused.stderr
+  storage.upload(wiki_head, corpus)
+  return refused.stdout
 
 
 def _largest_data_file(item_dir):
