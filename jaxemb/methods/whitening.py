@@ -106,6 +106,15 @@ class Whitening(transform.Transform):
   def exportable(self) -> bool:
     return self.whitened_method.exportable
 
+  def check_exportable(self):
+    """NotExportable naming the whitened method: whitening exports as that method's modules plus a Dense."""
+    if not self.exportable:
+      raise base.NotExportable(
+        f"method 'whitening' of whitened_method {self.whitened_method.name!r} has no sentence-transformers form "
+        f"here: whitening exports over {', '.join(n for n in base.exportable_names() if n != self.name)} "
+        "(config.method.whitened_method)"
+      )
+
   def export(
     self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: dict[str, np.ndarray] | None = None
   ):
