@@ -105,7 +105,7 @@ def _body(
   origin = "a jaxemb training run" if training else "a Hugging Face checkpoint"
   parts = [
     f"# {(hub_repo or out.name).rsplit('/', 1)[-1]}\n",
-    f"Exported by jaxemb from {origin} (`{source}`)"
+    f"Exported by jaxemb from {origin} (`{_source_name(source)}`)"
     + (f", base model `{card_facts['base_model']}`" if card_facts["base_model"] else "")
     + ".\n",
     method.card_text(),
@@ -118,8 +118,8 @@ def _body(
     + _sentence_transformers_load(out, hub_repo, trust)
     + 'vectors = model.encode(["A man is playing a guitar.", "A woman slices an onion."])\n'
     "model.similarity(vectors, vectors)  # Cosine similarities.\n```\n\n"
-    "With jaxemb (JAX), from the source it was exported from:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
-    f"encoder = Encoder.from_pretrained({str(source)!r}, {_method_repr(method)})\n"
+    "With jaxemb (JAX), from the same folder:\n\n```python\nfrom jaxemb import Encoder, Method\n\n"
+    f"encoder = Encoder.from_pretrained({_folder(out, hub_repo)!r}, {_method_repr(method)})\n"
     'vectors = encoder.encode(["A man is playing a guitar.", "A woman slices an onion."])\n```\n\n'
     "Both give the same vectors within 1e-4"
     + (
@@ -165,6 +165,25 @@ def _training_text(training: dict[str, Any]) -> str:
 
 
 def _method_repr(method: Method) -> str:
-  """Python that builds `method`: its name and the fields that differ from their defaults."""
-  fields = [repr(method.name), *(f"{key}={value!r}" for key, value in method.changed_fields().items())]
-  return f"Method({', '.join(fields)})"
+  """Python that builds `method`: its name and the fields that differ from their defaults; a method that transforms
+  another (whitening) holds that one's as a Method of its own."""
+  source = getattr(method, "SOURCE", None)
+  changed = method.changed_fields()
+  if source is None:
+    return f"Method({', '.join([repr(method.name), *(f'{key}={value!r}' for key, value in changed.items())])})"
+  own = [f"{key}={value!r}" for key, value in changed.items() if key in method.own_fields()]
+  return f"Method({', '.join([repr(method.name), f'{source}={_method_repr(method.source)}', *own])})"
+
+
+def _folder(out: storage.Path, hub_repo: str | None) -> str:
+  """Where the card's code loads the export from: the Hub repository, the bucket's folder, or a local one by its
+  own name (no path of the machine that exported it)."""
+  return hub_repo or (str(out) if storage.is_remote(out) else f"./{out.name}")
+
+
+def _source_name(source: storage.PathLike) -> str:
+  """The source as the card names it: a bucket's URL or a hub id as it is, a local folder by its name alone."""
+  text = str(source)
+  return (
+    text if storage.is_remote(text) or not pathlib.Path(text).expanduser().exists() else pathlib.PurePath(text).name
+  )

@@ -133,7 +133,7 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   theirs = _sentence_transformers_encode(storage.local_copy(out))([s.strip() for s in SENTENCES])
   np.testing.assert_allclose(theirs, ours, atol=1e-4)
   card = storage.path(f"{out}/README.md").read_text()
-  assert f"Encoder.from_pretrained({run!r}, Method('cls_before_pooler'))" in card
+  assert f"Encoder.from_pretrained({out!r}, Method('cls_before_pooler'))" in card  # The export, from the bucket.
   # sentence-transformers cannot open gs://: the card copies the folder down and loads it by its name.
   assert f"```bash\ngcloud storage cp -r {out} .\n```" in card
   assert [line for line in card.splitlines() if "SentenceTransformer(" in line] == [
@@ -179,6 +179,12 @@ def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
   assert TEMPLATES["bert"] in text and "denoising" in text and "pooler" in text and "trust_remote_code=True" in text
   # sentence-transformers loads the folder by its name, not by the exporting machine's path to it.
   assert 'SentenceTransformer("./out", trust_remote_code=True)' in text and str(tmp_path) not in text
+  assert str(with_pooler["bert"]) not in text, "the exporting machine's path stays there: the card names the source"
+  assert "Encoder.from_pretrained('./out', Method(" in text  # The export folder, which jaxemb reads as its source:
+  np.testing.assert_array_equal(
+    Encoder.from_pretrained(tmp_path / "out", method).encode(SENTENCES),
+    Encoder.from_pretrained(with_pooler["bert"], method).encode(SENTENCES),
+  )
   assert "gcloud" not in text, "a local folder needs no download"
   # The jaxemb line in the card rebuilds the method.
   assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise='position_offset', head='pooler')" in text
@@ -196,6 +202,19 @@ def test_model_card_of_a_run_directory(trained_run, tmp_path):
   best = max((r for r in records if metric in r and r["step"] > 0), key=lambda r: r[metric])
   assert f"`{metric}`" in text and f"step {best['step']}, {best[metric]:.2f}" in text
   assert "Method('cls_before_pooler')" in text and "trust_remote_code" not in text
+  assert str(trained_run) not in text and f"(`{trained_run.name}`)" in text
+
+
+def test_the_cards_method_is_python_that_builds_it():
+  """A method that transforms another holds that one's own Method: its fields are not the whitening's."""
+  method = Method(
+    "whitening", whitened_method=Method("prompt", template=TEMPLATES["bert"], denoise=True), whitening_dims=16
+  )
+  assert model_card._method_repr(method) == (  # pylint: disable=protected-access
+    f"Method('whitening', whitened_method=Method('prompt', template={TEMPLATES['bert']!r}, "
+    "denoise='position_offset'), whitening_dims=16)"
+  )
+  assert eval(model_card._method_repr(method), {"Method": Method}) == method  # pylint: disable=eval-used,protected-access
 
 
 def test_model_card_names_hub_base_model_and_dataset():
