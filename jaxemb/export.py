@@ -93,7 +93,7 @@ def push_to_hub(out: storage.PathLike, repo: str) -> str:
     cause = " ".join(str(e).split()) or type(e).__name__
     raise StorageError(
       f"--push_to_hub {repo}: upload of {out} failed ({type(e).__name__}: {cause[:300]}); the "
-      "export is kept there: check the network and `huggingface-cli login`, then upload it"
+      "export is kept there: check the network and `hf auth login`, then upload it"
     ) from e
   return str(commit.repo_url)
 
