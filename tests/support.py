@@ -7,6 +7,7 @@ import collections
 import functools
 import importlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -15,6 +16,7 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from jaxemb.testing import temp_folders
@@ -41,6 +43,90 @@ TEST_XLA_FLAGS = " ".join(f"--{name}={not value}".lower() for name, value in USE
 # jaxemb's programs that compile on every run by design (jaxemb/xla.py): the encoder's forward with oneDNN's dots,
 # which XLA cannot serialize, and the probe of which compiler options this jaxlib accepts and serializes.
 UNCACHED_PROGRAMS = {"jit_vectors", "jit__dot_probe"}
+
+# Float32 tolerances: what two results may differ by follows from float32's rounding of the computation compared (its
+# size, depth and the values' scale), not from what one CPU's kernels gave (issue 50.3).
+EPS32 = float(np.finfo(np.float32).eps)  # 2^-23: one float32 operation is within EPS32 / 2 of its exact result.
+SPREAD = 8.0  # Standard deviations of rounding noise a tolerance allows (float32_atol).
+
+
+def float32_atol(scale, roundings: int, evaluations: int = 2) -> float:
+  """The absolute tolerance between float32 evaluations of one computation: `evaluations` of them, each with its own
+  kernels and summation orders (2: jaxemb's and HF PyTorch's, two batch compositions or meshes; 1: one against a
+  float64 reference), on values of magnitude `scale` (a number, or the reference: its largest magnitude), over
+  `roundings`: those along the computation's longest chain of dependent operations, a sum of n terms counting n
+  (`transformer_roundings`). Each rounding is within EPS32 / 2 of the values it rounds; independent and of mean
+  zero, a chain's add up as a random walk, past SPREAD sqrt(roundings) EPS32 / 2 with probability below
+  2 roundings exp(-SPREAD^2 / 2) (1e-9 for 33,000 roundings, MiniLM's forward): Higham and Mary's probabilistic
+  rounding error bound (SIAM J. Sci. Comput. 41(5), 2019). Their worst case, roundings EPS32 / 2, bounds nothing
+  for a deep model: 2e-3 of the scale for MiniLM's forward, which a 1e-3 error would pass; this tolerance is
+  2 SPREAD sqrt(roundings) EPS32 / 2, 1.7e-4 of the scale there and 4.2e-5 for the tiny test models'."""
+  return evaluations * SPREAD * math.sqrt(roundings) * EPS32 / 2 * float(np.max(np.abs(scale)))
+
+
+def cross_entropy_atol(loss, logit_atol: float, roundings: int = 0, logit_scale: float = 0.0) -> float:
+  """The tolerance of a mean cross-entropy loss `loss` whose logits are within `logit_atol` of another computation's:
+  its gradient in a row's logits, softmax - one-hot, sums to 2 (1 - p) <= 2 min(1, loss) in magnitude (and the mean
+  of min(1, row loss) is at most min(1, loss)), so the loss moves by at most 2 min(1, loss) logit_atol to first
+  order; plus its own `roundings` (log-sum-exp's and the mean's) on the logits' scale, both sides."""
+  return 2 * min(1.0, float(loss)) * logit_atol + float32_atol(logit_scale, roundings)
+
+
+def vector_scale(encoder, vectors) -> float:
+  """float32_atol's `scale` for `encoder`'s `vectors`: their largest magnitude, but for a denoised prompt method
+  (h - b, which cancels where their rounding does not) its operands' largest possible: a LayerNorm's output over h
+  dimensions is at most |gain| sqrt(h - 1) + |bias| (its normalised entries' squares sum to h, their sum to 0),
+  the last layer's or with head mlm_transform the transform's; head pooler's dense layer then sums the
+  difference's independent roundings into a spread of at most its kernel's largest column norm times theirs (tanh's
+  slope is at most 1)."""
+  scale = float(np.max(np.abs(vectors)))
+  method = encoder.method
+  if getattr(method, "denoise", "none") == "none":
+    return scale
+  params = encoder.params
+  norm = (
+    params["mlm_head"]["layer_norm"]
+    if method.head == "mlm_transform"
+    else params[f"layer_{encoder.config.num_hidden_layers - 1}"]["ffn_norm"]
+  )
+  bound = np.abs(norm["scale"]).max() * math.sqrt(encoder.config.hidden_size - 1) + np.abs(norm["bias"]).max()
+  if method.head == "pooler":
+    bound *= float(np.linalg.norm(np.asarray(params["pooler"]["dense"]["kernel"]), axis=0).max())
+  return max(scale, float(bound))
+
+
+def assert_float32_close(actual, desired, roundings: int, evaluations: int = 2, scale=None, err_msg: str = ""):
+  """`actual` equals `desired` within float32_atol(`scale` (default `desired`), `roundings`, `evaluations`)."""
+  desired = np.asarray(desired)
+  atol = float32_atol(desired if scale is None else scale, roundings, evaluations)
+  np.testing.assert_allclose(actual, desired, rtol=0, atol=atol, err_msg=err_msg)
+
+
+def transformer_roundings(config, length: int | None = None, mlm_head: bool = False, extra: int = 0) -> int:
+  """A BERT-style encoder's forward and pooling in float32_atol's roundings (`config`: jaxemb's EncoderConfig or
+  HF's, h its hidden size), over `length` tokens (default the longest, max_position_embeddings): the embeddings'
+  sum and LayerNorm (its mean and variance sums of h; 2h + 6), then per layer the query/key/value dot and bias
+  (h + 1), the score dot and scaling (h / heads + 1), the softmax (max, exp, a sum of `length`, the division:
+  length + 3), the context dot (length), the output dot, bias and residual (h + 2), LayerNorm (2h + 4), the
+  feed-forward's first dot, bias and activation (h + 6) and its second dot, bias and residual (intermediate + 2),
+  LayerNorm (2h + 4); then a pooling (a mean over the tokens or two layers', or the pooler's dot and tanh:
+  max(length, h) + 3), with `mlm_head` the MLM transform (dot, activation, LayerNorm: 3h + 11) and the decoder's
+  dot and bias (h + 1), and `extra` roundings the method adds."""
+  h = config.hidden_size
+  length = length or config.max_position_embeddings
+  layer = (
+    (h + 1)
+    + (h // config.num_attention_heads + 1)
+    + (length + 3)
+    + length
+    + (h + 2)
+    + (2 * h + 4)
+    + (h + 6)
+    + (config.intermediate_size + 2)
+    + (2 * h + 4)
+  )
+  roundings = 2 * h + 6 + config.num_hidden_layers * layer + max(length, h) + 3
+  return roundings + mlm_head * (4 * h + 12) + extra
 
 
 def compiled_not_loaded(stderr: str) -> collections.Counter:

@@ -29,6 +29,19 @@ _TINY = dict(
 )
 
 
+def t5_roundings(config, encoder_length, decoder_length):
+  """A T5's logits in tests/support.py's float32_atol's roundings: per encoder layer an RMSNorm (d + 3), the
+  attention's projections, scores with their bias, softmax, context and output (d + d_kv + 2 + 2L + 3 + d + 1), an
+  RMSNorm and the feed-forward (d + 3 + d + 6 + d_ff + 1); per decoder layer the same with the cross-attention's
+  over the encoder's L besides; the final RMSNorms and the head's dot (d + 2)."""
+  d, kv, ff = config.d_model, config.d_kv, config.d_ff
+  attention = lambda length: d + kv + 2 + 2 * length + 3 + d + 1
+  norm_ffn = d + 3 + d + 6 + ff + 1
+  encoder = config.num_layers * (d + 3 + attention(encoder_length) + norm_ffn)
+  decoder = config.num_decoder_layers * (2 * (d + 3) + attention(decoder_length) + attention(encoder_length) + norm_ffn)
+  return encoder + decoder + 2 * (d + 3) + d + 2
+
+
 def t5_tokenizer(sentinels: int = 10):
   """A T5 tokenizer (Metaspace Unigram, `<pad>` 0, `</s>` 1, `<unk>` 2, `<extra_id_N>` sentinels) whose pieces are
   CORPUS's words and punctuation (whole words preferred) and its characters. Built from that list, not trained:

@@ -5,7 +5,8 @@ import pytest
 
 from jaxemb import beam_search
 from jaxemb.models import t5
-from tests.t5_support import VARIANTS, write_tiny_t5
+from tests.support import float32_atol
+from tests.t5_support import VARIANTS, t5_roundings, write_tiny_t5
 
 # EOS's output embedding scaled per variant so that some hypotheses end with EOS, others at max_length.
 EOS_SCALE = {"t5": 40.0, "t5_v1_1": 3.0}
@@ -57,7 +58,14 @@ def test_equals_hf_generate(tiny_t5, options):
   for ours, length, theirs in zip(sequences, lengths, hf_sequences):
     np.testing.assert_array_equal(ours[:length], theirs[:length])
     assert length == len(theirs) or theirs[length - 1] == config.eos_token_id  # What follows is HF's filler.
-  np.testing.assert_allclose(np.asarray(out.scores).ravel(), hf_scores, rtol=1e-5, atol=1e-5)
+  # A score sums up to max_length log-probabilities, each a float32 log-softmax over the vocabulary of the logits
+  # (both sides float32, each its own kernels), and divides by a length penalty >= 1: on the logits' scale (the
+  # found sequences' own), max_length times (tests/support.py).
+  rows = np.repeat(np.arange(len(INPUTS)), num_beams)
+  logits = t5.logits(params, config, batch["input_ids"][rows], batch["attention_mask"][rows], sequences)
+  roundings = t5_roundings(config, batch["input_ids"].shape[1], options["max_length"]) + config.vocab_size + 3
+  atol = options["max_length"] * float32_atol(np.asarray(logits), roundings)
+  np.testing.assert_allclose(np.asarray(out.scores).ravel(), hf_scores, rtol=0, atol=atol)
   # Both ends are exercised: hypotheses closed by EOS, and (early stopping aside) hypotheses cut at max_length.
   ended = sequences[np.arange(len(sequences)), lengths - 1] == config.eos_token_id
   assert ended.any() and (options.get("early_stopping") is True or not ended.all())
@@ -128,9 +136,19 @@ def test_aggregated_search_equals_lm_bff(tmp_path):
   model = transformers.T5ForConditionalGeneration.from_pretrained(path).eval()
   theirs = _lm_bff_search(model, batch, part_ends=part_ends, allowed=allowed, **options)
   assert len(theirs) == options["num_beams"]
+  # A score sums the log-probabilities of up to max_length tokens over the inputs, each a float32 log-softmax over
+  # the vocabulary (both sides float32, each its own kernels): on the logits' scale (the found beams' own), that
+  # many times (tests/support.py).
+  tokens = np.asarray(ours.tokens)
+  logits = [
+    t5.logits(params, config, batch["input_ids"], batch["attention_mask"], np.repeat(row[None], len(INPUTS), 0))
+    for row in tokens
+  ]
+  roundings = t5_roundings(config, batch["input_ids"].shape[1], tokens.shape[1]) + config.vocab_size + 3
+  atol = len(INPUTS) * options["max_length"] * float32_atol(np.abs(np.asarray(logits)).max(), roundings)
   for i, beam in enumerate(theirs):
     length = int(ours.lengths[i])
     assert np.asarray(ours.tokens[i, 1 : 1 + length]).tolist() == beam["output"]
     assert int(ours.parts[i]) == beam["part"]
-    np.testing.assert_allclose(float(ours.scores[i]), beam["score"], rtol=1e-5)
+    np.testing.assert_allclose(float(ours.scores[i]), beam["score"], rtol=0, atol=atol)
   assert 3 in {b["part"] for b in theirs}  # Beams that closed both spans.

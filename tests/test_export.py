@@ -2,6 +2,7 @@
 cards; the command and its upload."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from jaxemb import export, model_card, storage
 from jaxemb.encode import Encoder, Method
 from jaxemb.methods.prompt import PROMPT_MODULE
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import assert_float32_close, float32_atol, transformer_roundings, vector_scale
 
 SENTENCES = [
   "a man is playing a guitar .",
@@ -35,6 +37,14 @@ def with_mlm(tmp_path_factory, tiny_bert):
   return {"bert": tiny_bert, "roberta": write_random_checkpoint(tmp_path_factory.mktemp("mlm-roberta"), "roberta")}
 
 
+def _assert_exported(theirs, encoder, ours, extra: int = 0):
+  """sentence-transformers' vectors (torch, float32) equal jaxemb's within float32's rounding of the forward, its
+  pooling and head, and `extra` roundings after them, on the vectors' scale (tests/support.py)."""
+  head = getattr(encoder.method, "head", "none") == "mlm_transform"
+  roundings = transformer_roundings(encoder.config, mlm_head=head, extra=1 + extra)  # 1: a denoised difference.
+  assert_float32_close(theirs, ours, roundings, scale=vector_scale(encoder, ours))
+
+
 def _sentence_transformers(out):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   # trust_remote_code: the prompt methods' custom module; the stock modules ignore it.
@@ -50,10 +60,11 @@ def _sentence_transformers_encode(out):
 )
 def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, family, name):
   out = export.export_model(with_pooler[family], tmp_path / "st", name)
-  ours = Encoder.from_pretrained(with_pooler[family], name).encode(SENTENCES)
+  encoder = Encoder.from_pretrained(with_pooler[family], name)
+  ours = encoder.encode(SENTENCES)
   # sentence-transformers does not strip sentences as jaxemb does (RoBERTa's BPE would see the spaces).
   theirs = _sentence_transformers_encode(out)([s.strip() for s in SENTENCES])
-  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  _assert_exported(theirs, encoder, ours)
 
 
 # RoBERTa's '[X]' (no space inside the quotes): "onion." merges with the closing quote into one token (`.'`) in the
@@ -78,9 +89,10 @@ def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm
   source = (with_mlm if method.head == "mlm_transform" else with_pooler)[family]  # An MLM checkpoint has no pooler.
   out = export.export_model(source, tmp_path / "prompt", method)
   sentences = [*SENTENCES, "A woman slices an onion."]
-  ours = Encoder.from_pretrained(source, method).encode(sentences)
+  encoder = Encoder.from_pretrained(source, method)
+  ours = encoder.encode(sentences)
   model = _sentence_transformers(out)
-  np.testing.assert_allclose(model.encode(sentences), ours, atol=1e-4)
+  _assert_exported(model.encode(sentences), encoder, ours)
 
 
 def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, tmp_path):
@@ -88,18 +100,26 @@ def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, 
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True)
   out = export.export_model(with_pooler["bert"], tmp_path / "prompt", method)
   model = _sentence_transformers(out)
-  ours = Encoder.from_pretrained(with_pooler["bert"], method).encode(SENTENCES)
-  unit = ours / np.linalg.norm(ours, axis=1, keepdims=True)
-  np.testing.assert_allclose(model.encode(SENTENCES, batch_size=1, normalize_embeddings=True), unit, atol=1e-4)
-  np.testing.assert_allclose(model.encode(SENTENCES[2]), ours[2], atol=1e-4)
+  encoder = Encoder.from_pretrained(with_pooler["bert"], method)
+  ours = encoder.encode(SENTENCES)
+  norms = np.linalg.norm(ours, axis=1, keepdims=True)
+  unit = ours / norms
+  # Unit vectors: the vectors' tolerance over their norm (a unit vector moves by at most 2 |e| / |x|; the norms
+  # and the division add h + 3 roundings of 1) and cosines, sums of h products of them, twice that.
+  head = transformer_roundings(encoder.config, extra=1 + encoder.config.hidden_size + 3)
+  unit_atol = 2 * float32_atol(vector_scale(encoder, ours), head) * math.sqrt(encoder.config.hidden_size) / norms.min()
+  np.testing.assert_allclose(
+    model.encode(SENTENCES, batch_size=1, normalize_embeddings=True), unit, rtol=0, atol=unit_atol
+  )
+  _assert_exported(model.encode(SENTENCES[2]), encoder, ours[2])
   tensor = model.encode(SENTENCES, convert_to_tensor=True)
-  np.testing.assert_allclose(model.similarity(tensor, tensor).numpy(), unit @ unit.T, atol=1e-4)
+  np.testing.assert_allclose(model.similarity(tensor, tensor).numpy(), unit @ unit.T, rtol=0, atol=2 * unit_atol)
   # The folder holds plain torch code: it also runs without sentence-transformers' loader.
   module = model[0].load(str(out))
-  np.testing.assert_allclose(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), ours, atol=1e-4)
+  _assert_exported(module(module.tokenize(SENTENCES))["sentence_embedding"].detach().numpy(), encoder, ours)
   # model.save writes the module and its code into the root, where modules.json looks for them.
   model.save(str(tmp_path / "saved"))
-  np.testing.assert_allclose(_sentence_transformers(tmp_path / "saved").encode(SENTENCES), ours, atol=1e-4)
+  _assert_exported(_sentence_transformers(tmp_path / "saved").encode(SENTENCES), encoder, ours)
 
 
 def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_bert, trained_run):
@@ -110,12 +130,13 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   theirs = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "own"))(
     [s.strip() for s in SENTENCES]
   )
-  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  _assert_exported(theirs, trained, ours)
   untrained = Encoder.from_pretrained(tiny_bert, trained.method).encode(SENTENCES)
   assert not np.allclose(ours, untrained, atol=1e-4), "the export should hold the trained weights"
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "prompt", method))(SENTENCES)
-  np.testing.assert_allclose(prompt, Encoder.from_pretrained(trained_run, method).encode(SENTENCES), atol=1e-4)
+  encoder = Encoder.from_pretrained(trained_run, method)
+  _assert_exported(prompt, encoder, encoder.encode(SENTENCES))
 
 
 def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, bucket, tmp_path, monkeypatch, capsys):
@@ -128,10 +149,12 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   storage.upload(trained_run, run)
   assert export.main(["--model", run, "--out", out]) == 0
   assert capsys.readouterr().out.strip() == out
-  ours = Encoder.from_pretrained(trained_run).encode(SENTENCES)
-  np.testing.assert_allclose(Encoder.from_pretrained(out, "cls_before_pooler").encode(SENTENCES), ours, atol=1e-5)
+  trained = Encoder.from_pretrained(trained_run)
+  ours = trained.encode(SENTENCES)
+  # The same weights and method through jaxemb (the same program, so bit for bit), then through torch.
+  np.testing.assert_array_equal(Encoder.from_pretrained(out, "cls_before_pooler").encode(SENTENCES), ours)
   theirs = _sentence_transformers_encode(storage.local_copy(out))([s.strip() for s in SENTENCES])
-  np.testing.assert_allclose(theirs, ours, atol=1e-4)
+  _assert_exported(theirs, trained, ours)
   card = storage.path(f"{out}/README.md").read_text()
   assert f"Encoder.from_pretrained({out!r}, Method('cls_before_pooler'))" in card  # The export, from the bucket.
   # sentence-transformers cannot open gs://: the card copies the folder down and loads it by its name.
@@ -142,10 +165,9 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
   prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
   assert (prompt / f"{PROMPT_MODULE}.py").is_file()
-  np.testing.assert_allclose(
-    _sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES),
-    Encoder.from_pretrained(trained_run, method).encode(SENTENCES),
-    atol=1e-4,
+  encoder = Encoder.from_pretrained(trained_run, method)
+  _assert_exported(
+    _sentence_transformers_encode(storage.local_copy(prompt))(SENTENCES), encoder, encoder.encode(SENTENCES)
   )
   assert export.main(["--model", run, "--out", out]) == 1
   assert capsys.readouterr().err.endswith(f"\nerror: {out} is not empty; export into a new directory\n")

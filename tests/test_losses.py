@@ -15,9 +15,26 @@ import pytest
 import torch
 
 from jaxemb import losses
+from tests.support import EPS32, cross_entropy_atol, float32_atol
 
 N, D, TAU = 8, 16, 0.05
 REPO = pathlib.Path(__file__).resolve().parents[1]
+# float32's rounding of the losses (tests/support.py): a cosine is within (D + 4) eps32 / 2 of itself whatever the
+# summation order (its products' magnitudes sum to at most the norms' product), 1 / TAU times that as a logit; the
+# loss's own log-sum-exp over up to 3N logits and mean over N rows, on the logits' scale 1 / TAU.
+LOGIT_ATOL = (D + 4) * EPS32 / 2 / TAU
+LOSS_ROUNDINGS = 3 * N + 4 + N
+
+
+def loss_atol(loss, evaluations: int = 2) -> float:
+  """Two float32 losses of the same vectors (`evaluations` 1: one against float64's)."""
+  return evaluations * cross_entropy_atol(loss, LOGIT_ATOL) + float32_atol(1 / TAU, LOSS_ROUNDINGS, evaluations)
+
+
+def gradient_atol(expected) -> float:
+  """Two float32 gradients of the loss in the vectors: on the scale of their largest entry over TAU (a softmax's
+  rounding, from logits 1 / TAU times the cosines', enters each term), the loss's roundings and the cosines' back."""
+  return float32_atol(np.abs(expected).max() / TAU, 2 * (LOSS_ROUNDINGS + D + 4))
 
 
 def embeddings(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -93,7 +110,8 @@ OBJECTIVES = {  # name: (jax loss of (z1, z2, z3), NumPy loss of (z1, z2, z3), t
 def test_loss_matches_numpy_equation(name, seed):
   loss_fn, np_fn, _, _ = OBJECTIVES[name]
   z = embeddings(seed)
-  np.testing.assert_allclose(loss_fn(*z), np_fn(*z, TAU), rtol=0, atol=1e-5)
+  expected = np_fn(*z, TAU)
+  np.testing.assert_allclose(loss_fn(*z), expected, rtol=0, atol=loss_atol(expected, evaluations=1))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -105,10 +123,10 @@ def test_loss_and_gradients_match_torch_reference(name, seed):
   expected = torch_reference(*tz, TAU, objective, weight)
   expected.backward()
   loss, grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2))(*map(jnp.asarray, z))
-  np.testing.assert_allclose(loss, expected.item(), rtol=0, atol=1e-5)
+  np.testing.assert_allclose(loss, expected.item(), rtol=0, atol=loss_atol(expected.item()))
   for grad, t in zip(grads, tz):
     expected_grad = np.zeros(t.shape) if t.grad is None else t.grad.numpy()  # info_nce does not read z3.
-    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(grad, expected_grad, rtol=0, atol=gradient_atol(expected_grad))
 
 
 def np_diagonal_cross_entropy(logits: np.ndarray) -> tuple[float, np.ndarray]:
@@ -179,7 +197,9 @@ def test_cosine_similarity_matrix_matches_torch_including_tiny_and_zero_rows():
   expected = torch.nn.CosineSimilarity(dim=-1)(torch.tensor(a)[:, None], torch.tensor(b)[None]).numpy()
   got = losses.cosine_similarity_matrix(jnp.asarray(a), jnp.asarray(b))
   assert got.shape == (5, 3) and got.dtype == jnp.float32
-  np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+  # Each side within (D + 5) eps32 / 2 of the exact cosine (products' magnitudes sum to at most the norms' product;
+  # the norms, their product, the quotient; torch's clamped norms scale the small rows down, not up).
+  np.testing.assert_allclose(got, expected, rtol=0, atol=(D + 5) * EPS32)
 
 
 def test_extended_info_nce_keeps_the_positive_negative_diagonal():
@@ -226,7 +246,7 @@ def test_jit_gradients_finite_even_with_a_zero_row(name):
     grad, eager_grad = np.asarray(grad), np.asarray(eager_grad)
     assert np.isfinite(grad).all()
     rest = np.arange(N) != zero_row
-    np.testing.assert_allclose(grad[rest], eager_grad[rest], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad[rest], eager_grad[rest], rtol=0, atol=gradient_atol(eager_grad[rest]))
     if zero_row is None:
       continue
     # A zero row's gradient is 1 / eps = 1e8 times sum_j dL/dcos_ij unit(b_j), a sum that cancels, so an entry's float32
@@ -249,7 +269,8 @@ def test_bfloat16_inputs_give_a_float32_loss(name):
   loss = jax.jit(loss_fn)(*z16)
   assert loss.dtype == jnp.float32
   # The same as the float32 loss of the rounded values: nothing after the cast runs in bfloat16.
-  np.testing.assert_allclose(loss, loss_fn(*(x.astype(jnp.float32) for x in z16)), rtol=0, atol=1e-6)
+  expected = loss_fn(*(x.astype(jnp.float32) for x in z16))
+  np.testing.assert_allclose(loss, expected, rtol=0, atol=loss_atol(expected))  # bfloat16's steps are 2^16 eps32.
   grads = jax.grad(loss_fn, argnums=(0, 1, 2))(*z16)
   assert all(g.dtype == jnp.bfloat16 and jnp.isfinite(g.astype(jnp.float32)).all() for g in grads)
 

@@ -43,7 +43,8 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
   assert model.model.method == method
   vectors = _encode(model, [SENTENCES[:3], SENTENCES[3:]])  # mteb's batches are joined, in order.
   assert capsys.readouterr().err == ""  # mteb's show_progress_bar=False: no progress line.
-  np.testing.assert_allclose(vectors, model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
+  # The joined batches are one encode call with mteb's batch_size: the same batches, so the same vectors.
+  np.testing.assert_array_equal(vectors, model.model.encode(SENTENCES, batch_size=2))
   unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
   np.testing.assert_allclose(np.asarray(model.similarity(vectors, vectors)), unit @ unit.T, atol=1e-5)
   reverse = vectors[::-1].copy()
@@ -60,18 +61,19 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
 def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
   model = JaxembModel(tiny_bert, method=PROMPT)
   with_period = [s if s.endswith(".") else s + "." for s in SENTENCES]
-  np.testing.assert_allclose(_encode(model, [SENTENCES]), model.model.encode(with_period, batch_size=2), atol=1e-6)
+  np.testing.assert_array_equal(_encode(model, [SENTENCES]), model.model.encode(with_period, batch_size=2))
   assert "add_period" not in model.mteb_model_meta.experiment_kwargs, "the default is not an experiment"
   plain = JaxembModel(tiny_bert, method=PROMPT, add_period=False)
   plain.model = model.model  # The same encoder, compiled once.
-  np.testing.assert_allclose(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES, batch_size=2), atol=1e-6)
+  np.testing.assert_array_equal(_encode(plain, [SENTENCES]), model.model.encode(SENTENCES, batch_size=2))
   assert plain.mteb_model_meta.experiment_kwargs["add_period"] is False
 
 
 def test_run_directory_model_is_its_best_step(trained_run):
   model = JaxembModel(trained_run)
-  np.testing.assert_allclose(
-    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6
+  # The same weights, method and batches: the same program on the same rows, so the same vectors.
+  np.testing.assert_array_equal(
+    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2)
   )
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert model.mteb_model_meta.revision == f"best-{step}"
@@ -85,8 +87,8 @@ def test_run_directory_in_a_bucket_is_named_by_its_folder_with_its_best_step(
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
   storage.upload(trained_run, f"{bucket}/runs/r1")
   model = JaxembModel(f"{bucket}/runs/r1")
-  np.testing.assert_allclose(
-    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2), atol=1e-6
+  np.testing.assert_array_equal(
+    _encode(model, [SENTENCES]), Encoder.from_pretrained(trained_run).encode(SENTENCES, batch_size=2)
   )
   (step,) = [p.name for p in (trained_run / "best").iterdir() if p.name.isdigit()]
   assert (model.mteb_model_meta.name, model.mteb_model_meta.revision) == ("jaxemb/r1", f"best-{step}")

@@ -15,7 +15,7 @@ from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.methods import flow as flow_method
 from jaxemb.models import flow
-from tests.support import short_sts_job, short_stsb_test_sentences
+from tests.support import assert_float32_close, short_sts_job, short_stsb_test_sentences, transformer_roundings
 
 CONFIG = flow.FlowConfig()  # The authors' 3 levels of 3 steps, coupling width 32.
 
@@ -62,6 +62,19 @@ def numpy_flow(params, x, config=CONFIG):
   return np.concatenate(eps + [x], 1), total + log_normal(x)
 
 
+def flow_roundings(config: flow.FlowConfig, channels: int = 32) -> int:
+  """The flow's latent in tests/support.py's float32_atol's roundings, and its log-likelihood with the sums over the
+  channels: per step of a level with c channels the actnorm (3), the 1 x 1 convolution's dot (c), the coupling
+  network's three dots with their actnorms and activations (c / 2 + 4, width + 4, width + 3) and its addition (1);
+  each level halves c; the log-likelihood then sums c log-normal terms and the steps' log-determinants (c + 3 and
+  levels x depth)."""
+  roundings, c = 0, channels
+  for _ in range(config.levels):
+    roundings += config.depth * (3 + c + c // 2 + 4 + 2 * config.width + 7 + 1)
+    c //= 2
+  return roundings + channels + 3 + config.levels * config.depth
+
+
 @pytest.fixture(scope="module")
 def fitted():
   """The default recipe's params and each step's mean log-likelihood, 64 steps on 1,024 vectors."""
@@ -79,17 +92,23 @@ def test_the_latent_and_likelihood_equal_a_float64_numpy_glow(trained):
   x = skewed(96, seed=1)
   z, log_likelihood = flow.forward(trained, jnp.asarray(x), CONFIG)
   expected_z, expected_ll = numpy_flow(jax.device_get(trained), x)
-  np.testing.assert_allclose(z, expected_z, rtol=1e-4, atol=1e-4)
-  np.testing.assert_allclose(log_likelihood, expected_ll, rtol=1e-5)
+  # float32 against float64, on each output's scale (tests/support.py).
+  assert_float32_close(z, expected_z, flow_roundings(CONFIG), evaluations=1)
+  assert_float32_close(log_likelihood, expected_ll, flow_roundings(CONFIG), evaluations=1)
 
 
 def test_the_inverse_reconstructs_the_vectors(trained):
   x = skewed(64, seed=2)
   z, _ = flow.forward(trained, jnp.asarray(x), CONFIG)
-  np.testing.assert_allclose(flow.inverse(trained, z, CONFIG), x, atol=1e-4)
+
+  def assert_back(params, z, config):  # There and back in float32: the flow's roundings twice, on both ends' scale.
+    scale = max(np.abs(x).max(), np.abs(z).max())
+    assert_float32_close(flow.inverse(params, z, config), x, 2 * flow_roundings(config), evaluations=1, scale=scale)
+
+  assert_back(trained, z, CONFIG)
   one_level = flow.FlowConfig(levels=1, depth=2, width=8)  # No split: the last level alone.
   params = flow_method.fit_flow(x, one_level, epochs=2, batch_size=16, learning_rate=1e-3, seed=0)[0]
-  np.testing.assert_allclose(flow.inverse(params, flow.forward(params, x, one_level)[0], one_level), x, atol=1e-4)
+  assert_back(params, flow.forward(params, x, one_level)[0], one_level)
 
 
 def test_every_actnorm_starts_at_zero_mean_and_unit_variance_on_the_first_batch():
@@ -97,7 +116,8 @@ def test_every_actnorm_starts_at_zero_mean_and_unit_variance_on_the_first_batch(
   params = flow.init(jax.random.key(0), x, CONFIG)
   norm = params["level_0"]["step_0"]["actnorm"]
   h = (x + norm["b"]) * jnp.exp(3 * norm["logs"])
-  np.testing.assert_allclose(h.mean(0), 0, atol=1e-5)
+  # Zero up to float32's rounding of the init's mean and of this one (64 rows each) on h's scale.
+  assert_float32_close(h.mean(0), np.zeros(h.shape[1]), 2 * 64 + 8, evaluations=1, scale=h)
   np.testing.assert_allclose(h.std(0), 1, atol=1e-4)
   z, _ = flow.forward(params, x, CONFIG)  # The zero layers leave every step's coupling the identity at init.
   np.testing.assert_allclose(z.std(0), 1, atol=1e-4)
@@ -127,8 +147,14 @@ def test_the_optimizer_steps_as_their_adam_weight_decay():
       [jnp.asarray(g, jnp.float32) for g in grads], state, [jnp.asarray(p, jnp.float32) for p in params]
     )
     expected, m, v = numpy_bert_adam_step(params, grads, m, v, 1e-3)
+    # float32 against float64, on the scale of the update's two terms (they may cancel): the clip's global norm
+    # (a sum of 11 squares, its root, the scaling: 15), the moments (4), the root, its sum and quotient, the decay,
+    # the sum and the learning rate (6).
+    terms = max(
+      float(np.max(1e-3 * (np.abs(mi) / (np.sqrt(vi) + 1e-6) + 0.01 * np.abs(p)))) for mi, vi, p in zip(m, v, params)
+    )
     for ours, theirs in zip(updates, expected):
-      np.testing.assert_allclose(-np.asarray(ours), theirs, rtol=1e-5, atol=1e-9)
+      assert_float32_close(-np.asarray(ours), theirs, 25, evaluations=1, scale=terms)
     params = [p - u for p, u in zip(params, expected)]
 
 
@@ -157,7 +183,10 @@ def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_
   encoder = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "sts.npz")
   raw = Encoder.from_pretrained(tiny_bert, "last_avg").encode(sentences)
   params = jax.device_get(method.load_transform(encoder.config, fitted))
-  np.testing.assert_allclose(encoder.encode(sentences), numpy_flow(params, raw)[0], rtol=1e-4, atol=1e-4)
+  # The encoder's last_avg (another program than raw's: two float32 forwards) through the float32 flow, against
+  # float64's flow of raw, on the latent's scale (tests/support.py).
+  roundings = transformer_roundings(encoder.config) + flow_roundings(method.flow_config)
+  assert_float32_close(encoder.encode(sentences), numpy_flow(params, raw)[0], roundings)
 
 
 def test_the_flat_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentences):

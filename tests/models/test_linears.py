@@ -12,7 +12,7 @@ import pytest
 
 from jaxemb import xla
 from jaxemb.models import linears
-from tests.support import USERS_XLA_OPTIONS
+from tests.support import EPS32, USERS_XLA_OPTIONS, assert_float32_close
 
 # (input shape, features): x wider than the output (the FFN's output layer), narrower (its input layer), equal.
 SHAPES = [((3, 5, 24), 8), ((3, 5, 8), 24), ((15, 8), 8)]
@@ -31,7 +31,10 @@ def test_the_params_and_outputs_are_flax_dense_s(shape, features):
   params = ours.init(jax.random.key(0), x)
   assert jax.tree.map(jnp.shape, params) == jax.tree.map(jnp.shape, theirs.init(jax.random.key(0), x))
   np.testing.assert_array_equal(params["params"]["kernel"], theirs.init(jax.random.key(0), x)["params"]["kernel"])
-  np.testing.assert_allclose(ours.apply(params, x), theirs.apply(params, x), rtol=1e-6, atol=1e-6)
+  # Each side's n-term dot and bias within (n + 1) eps32 / 2 of |x| @ |W| + |b| (Higham, 3.1): twice that apart.
+  kernel, bias = (np.abs(np.asarray(params["params"][name], np.float64)) for name in ("kernel", "bias"))
+  bound = (shape[-1] + 1) * EPS32 * (np.abs(np.asarray(x, np.float64)) @ kernel + bias)
+  np.testing.assert_array_less(np.abs(ours.apply(params, x) - np.asarray(theirs.apply(params, x), np.float64)), bound)
 
 
 @pytest.mark.parametrize("shape,features", SHAPES)
@@ -42,8 +45,12 @@ def test_gradients_equal_float64_s(shape, features):
   bias = jax.random.normal(keys[2], (features,))
   g = jax.random.normal(keys[3], (*shape[:-1], features))
   _, vjp = jax.vjp(lambda *a: linears.dense(*a, jax.lax.dot_general), x, kernel, bias)
-  for ours, expected in zip(vjp(g), _float64_gradients(x, kernel, g)):
-    np.testing.assert_allclose(ours, expected, rtol=1e-5, atol=1e-5)
+  # Each an n-term float32 sum of products, within n eps32 / 2 of the sum of their magnitudes (Higham, 3.1; n eps32
+  # covers the second-order terms): n = features for x's gradient, the rows for the kernel's and the bias's.
+  magnitudes = _float64_gradients(*(np.abs(np.asarray(a)) for a in (x, kernel, g)))
+  sizes = (features, g.size // features, g.size // features)
+  for ours, expected, magnitude, n in zip(vjp(g), _float64_gradients(x, kernel, g), magnitudes, sizes):
+    np.testing.assert_array_less(np.abs(np.asarray(ours, np.float64) - expected), n * EPS32 * magnitude + 1e-300)
 
 
 NARROW, WIDE, ROWS = 24, 96, (8, 40)
@@ -111,7 +118,8 @@ def test_dense_split_has_the_denses_params_outputs_and_gradients():
   for split in (False, True):
     outputs, vjp = jax.vjp(lambda p, x: _Projections(split).apply(p, x), params, x)
     results[split] = (outputs, vjp(g))
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), results[True], results[False])
+  # Both float32, the sums split or not: the longest is x's gradient over the 8 + 24 features (tests/support.py).
+  jax.tree.map(lambda a, b: assert_float32_close(a, b, 8 + 24 + 1), results[True], results[False])
 
 
 def _embed_and_gradient(module, params, ids, upstream):
@@ -135,5 +143,9 @@ def test_embed_has_flax_embeds_params_and_outputs_and_adds_its_gradient_in_float
   assert scatter_dtypes(theirs_jaxpr) == {"bf16"}  # What cost a GPU step two thirds of its time.
   expected = np.zeros((11, 16))
   np.add.at(expected, np.asarray(ids).ravel(), np.asarray(upstream, np.float64).reshape(-1, 16))
-  np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-4)
+  # Float32 sums of up to 128 of the rows (id 3: twice in each of the 64 rows) against float64's: on the scale of
+  # the sum of their magnitudes (tests/support.py).
+  magnitudes = np.zeros((11, 16))
+  np.add.at(magnitudes, np.asarray(ids).ravel(), np.abs(np.asarray(upstream, np.float64)).reshape(-1, 16))
+  assert_float32_close(gradient, expected, 128, evaluations=1, scale=magnitudes)
   assert np.abs(theirs_gradient - expected).max() > np.abs(gradient - expected).max()
