@@ -7,6 +7,7 @@ import functools
 import math
 import numbers
 import pathlib
+import sys
 from typing import Any, Callable, Iterable, Iterator
 
 import jax
@@ -16,7 +17,7 @@ import numpy as np
 
 from jaxemb import sharding, templates, xla
 from jaxemb.errors import ConfigError
-from jaxemb.methods import Method, base as methods_base, names as method_names
+from jaxemb.methods import Method, base as methods_base, names as method_names, pooled
 from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
 from jaxemb.progress import track
 
@@ -54,6 +55,7 @@ class Encoder:
   its devices): no filler beyond them.
   `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's
   tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
+  `normalize` is `encode`'s unless a call says (True where the model's own modules scale vectors: `from_pretrained`).
   """
 
   def __init__(
@@ -70,8 +72,9 @@ class Encoder:
     prompt: jax.Array | None = None,
     mesh: jax.sharding.Mesh | None = None,
     fitted: dict[str, np.ndarray] | None = None,
+    normalize: bool = False,
   ):
-    self.config, self.params, self.tokenizer, self.method = config, params, tokenizer, method
+    self.config, self.params, self.tokenizer, self.method, self.normalize = config, params, tokenizer, method, normalize
     # What an encoder of another method on this model (`fit`'s) is built with.
     self._options = dict(
       dtype=dtype,
@@ -98,8 +101,7 @@ class Encoder:
     self.state = method.load_state(
       config, None if fitted is None else methods_base.check_fitted(fitted, method, config, params)
     )
-    self.max_sentence_tokens = max_sentence_tokens
-    self.length_multiple = length_multiple
+    self.max_sentence_tokens, self.length_multiple = max_sentence_tokens, length_multiple
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
@@ -131,12 +133,18 @@ class Encoder:
     from the bucket itself.
 
     `method` is a Method, a method name (e.g. "last_avg"), or None: a run directory's own evaluation method
-    (e.g. the template, denoised, through the MLM transform for supervised PromptBERT). The method is checked
-    before the weights load. A method that fits state reads it from `fitted` (a file `methods.base.save_fitted`
-    wrote), else from the folder's own methods.base.FITTED_FILE (an export's) if it has one. `kwargs` go to Encoder
-    (dtype, max_sentence_tokens, length_multiple, batch_size).
+    (e.g. the template, denoised, through the MLM transform for supervised PromptBERT), and a Hugging Face
+    checkpoint's own pooling (`_own_method`: a sentence-transformers model's, else mean pooling), said in one line
+    on stderr. The method is checked before the weights load. A method that fits state reads it from `fitted` (a
+    file `methods.base.save_fitted` wrote), else from the folder's own methods.base.FITTED_FILE (an export's) if it
+    has one. `kwargs` go to Encoder (dtype, max_sentence_tokens, length_multiple, batch_size, normalize).
     """
-    source, method = open_model(name_or_path, method)
+    if method is None and not run_dir.is_run_dir(name_or_path):
+      source = run_dir.open_source(name_or_path)
+      method, own = _own_method(source.model_dir, name_or_path)
+      kwargs = {**own, **kwargs}
+    else:
+      source, method = open_model(name_or_path, method)
     if fitted is None and method.fit_source() is not None and isinstance(name_or_path, (str, pathlib.Path)):
       beside = pathlib.Path(name_or_path) / methods_base.FITTED_FILE
       fitted = beside if beside.is_file() else None
@@ -185,6 +193,18 @@ class Encoder:
   def compilations(self) -> int:
     return len(self.compiled_shapes)
 
+  def get_embedding_dimension(self) -> int:
+    """The width of this encoder's vectors, as sentence-transformers names it (for ditto_all_heads, of each head's)."""
+    return self.method.width(self.config)
+
+  # sentence-transformers' older name for it (deprecated in its recent releases), which notebooks still call.
+  get_sentence_embedding_dimension = get_embedding_dimension
+
+  def similarity(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sentence-transformers' `model.similarity`: the cosine similarities [n, m] of two sets of vectors, by the
+    module's `similarity` (NumPy; a jax.Array is read to NumPy)."""
+    return similarity(a, b)
+
   def encode(
     self,
     sentences: str | Iterable[str],
@@ -197,18 +217,21 @@ class Encoder:
     normalize_embeddings: bool | None = None,
     show_progress_bar: bool | None = None,
     convert_to_numpy: bool = True,
+    convert_to_tensor: bool = False,
   ) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
     `batch_size` overrides the encoder's own for this call (sentence-transformers' keyword). One str is one
     sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives
-    [0, hidden] without running the model. `normalize` scales the vectors to unit length. `progress(n)` is called
+    [0, hidden] without running the model. `normalize` scales the vectors to unit length (None: the encoder's
+    `normalize`, False unless the model's own modules scale them: `from_pretrained`). `progress(n)` is called
     after each batch of n distinct sentences. `show_progress` shows the progress on stderr, named
     `progress_label` (e.g. the task): a bar on a terminal, and where stderr is no terminal a line every 30 s and
     one once done (`jaxemb.progress.track`); None draws the bar for more than 8 batches on a terminal and prints no
     line; False shows nothing. For code written for sentence-transformers,
     `normalize_embeddings` and `show_progress_bar` stand for `normalize` and `show_progress`, and
-    `convert_to_numpy=False` returns a JAX array (`jnp.asarray` of the NumPy result) instead of NumPy.
+    `convert_to_tensor=True` (or `convert_to_numpy=False`) returns a jax.Array on JAX's default device (the NumPy
+    result, copied there) instead of NumPy; `convert_to_tensor` wins over `convert_to_numpy`, as there.
 
     Raises:
       ConfigError: `batch_size` is given and not a positive int (a bool or a str included).
@@ -216,7 +239,8 @@ class Encoder:
         an alias and its jaxemb name are given different values.
     """
     batch_size = self.batch_size if batch_size is None else _checked_batch_size(batch_size, "encode")
-    normalize = bool(_alias("normalize", normalize, "normalize_embeddings", normalize_embeddings))
+    normalize = _alias("normalize", normalize, "normalize_embeddings", normalize_embeddings)
+    normalize = self.normalize if normalize is None else bool(normalize)
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
     if self.method.fit_source() is not None and self.fitted is None:
       raise ConfigError(
@@ -231,7 +255,7 @@ class Encoder:
       vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress, progress_label)
     if single:
       vectors = vectors[0]
-    return vectors if convert_to_numpy else jnp.asarray(vectors)
+    return jnp.asarray(vectors) if convert_to_tensor or not convert_to_numpy else vectors
 
   def _encode_list(
     self,
@@ -321,6 +345,25 @@ class Encoder:
     """The host-side rows the method reads: the sentences in the template (for static_remove_biases their filtered
     text alone)."""
     return self.method.rows(self.template, self.tokenizer, sentences, self.max_sentence_tokens, self.config.max_length)
+
+
+def _own_method(model_dir: pathlib.Path, name_or_path: Any) -> tuple[Method, dict[str, Any]]:
+  """The method, and the Encoder options, that embed as the Hugging Face model in `model_dir` does by itself: a
+  sentence-transformers model's pooling (`methods.pooled.own_pooling`), its Normalize module as `normalize` and its
+  max_seq_length as `max_sentence_tokens`; mean pooling (last_avg) for a model without modules.json, as
+  sentence-transformers pools one. Says which in one line on stderr (process 0), once: here, not per `encode`."""
+  own = pooled.own_pooling(model_dir)
+  if own is None:
+    name, options, why = "last_avg", {}, "mean pooling, as it has no sentence-transformers modules.json"
+  else:
+    name, options = own.method, {"normalize": own.normalize}
+    why = f"as its sentence-transformers modules embed: {own.mode} pooling" + (", unit length" if own.normalize else "")
+    if own.max_seq_length is not None:
+      options["max_sentence_tokens"] = own.max_seq_length - 2  # A row's [CLS] and [SEP] count in max_seq_length.
+      why += f", rows of at most {own.max_seq_length} tokens"
+  if jax.process_index() == 0:
+    print(f"{name_or_path}: method {name}, {why}; pass a method for another", file=sys.stderr, flush=True)
+  return Method(name), options
 
 
 def _checked_batch_size(batch_size: Any, caller: str) -> int:

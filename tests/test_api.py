@@ -4,6 +4,7 @@ import io
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -110,12 +111,27 @@ def test_sentence_transformers_keywords(encoder):
   np.testing.assert_array_equal(unit, plain)
   np.testing.assert_allclose(np.linalg.norm(unit, axis=-1), 1.0, rtol=1e-5)
   np.testing.assert_array_equal(encoder.encode(_SENTENCES, normalize=True, normalize_embeddings=True), plain)
-  jax_vectors = encoder.encode(_SENTENCES, convert_to_numpy=False)
-  assert not isinstance(jax_vectors, np.ndarray)
-  np.testing.assert_array_equal(np.asarray(jax_vectors), encoder.encode(_SENTENCES))
+  for tensor in (
+    {"convert_to_numpy": False},
+    {"convert_to_tensor": True},
+    {"convert_to_tensor": True, "convert_to_numpy": True},
+  ):
+    jax_vectors = encoder.encode(_SENTENCES, **tensor)  # convert_to_tensor wins, as in sentence-transformers.
+    assert isinstance(jax_vectors, jax.Array), tensor
+    np.testing.assert_array_equal(np.asarray(jax_vectors), encoder.encode(_SENTENCES))
   with pytest.raises(TypeError, match="normalize=False and its alias normalize_embeddings=True"):
     encoder.encode(_SENTENCES, normalize=False, normalize_embeddings=True)
   with pytest.raises(TypeError, match="show_progress_bar"):
     encoder.encode(_SENTENCES, show_progress=True, show_progress_bar=False)
-  with pytest.raises(TypeError, match="convert_to_tensor"):
-    encoder.encode(_SENTENCES, convert_to_tensor=True)
+  with pytest.raises(TypeError, match="precision"):  # What jaxemb does not do is refused, not ignored.
+    encoder.encode(_SENTENCES, precision="int8")
+
+
+def test_sentence_transformers_similarity_and_dimension(encoder, tiny_bert):
+  vectors = encoder.encode(_SENTENCES)
+  np.testing.assert_array_equal(encoder.similarity(vectors[:1], vectors), similarity(vectors[:1], vectors))
+  tensors = encoder.encode(_SENTENCES, convert_to_tensor=True)
+  np.testing.assert_array_equal(encoder.similarity(tensors, tensors), similarity(vectors, vectors))
+  assert encoder.get_embedding_dimension() == encoder.get_sentence_embedding_dimension() == vectors.shape[1] == 32
+  whitening = Method("whitening", whitened_method="last_avg", whitening_dims=8)  # Narrower than the model.
+  assert Encoder.from_pretrained(tiny_bert, whitening).get_sentence_embedding_dimension() == 8

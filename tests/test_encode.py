@@ -1,6 +1,8 @@
 """Every sentence-vector method against a direct HF PyTorch computation of the same definition."""
 
+import json
 import re
+import shutil
 import types
 
 import jax
@@ -41,6 +43,89 @@ def test_minilm_methods_match_hf(method):
   # Both float32, each with its own kernels: float32's rounding of MiniLM's forward and pooling (tests/support.py).
   assert_float32_close(ours, torch_reference(path, method, SENTENCES), transformer_roundings(encoder.config))
   np.testing.assert_array_equal(ours[0], ours[3])
+
+
+def test_minilm_without_a_method_embeds_as_sentence_transformers(capsys):
+  """Its modules.json's mean pooling, then its Normalize module, and its max_seq_length (256 tokens: the long
+  sentence is cut there), said in one line when it loads and not at each encode."""
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  path = str(shared_path("models", "all-MiniLM-L6-v2"))
+  encoder = Encoder.from_pretrained(path)
+  sentences = SENTENCES + [" ".join(["word"] * 300)]  # A row of 302 tokens: past max_seq_length, within 512.
+  ours = encoder.encode(sentences, batch_size=2)
+  raw = encoder.encode(sentences, batch_size=2, normalize=False)  # The same batches, without the Normalize module.
+  said = [line for line in capsys.readouterr().err.splitlines() if line.startswith(path)]
+  assert said == [
+    f"{path}: method last_avg, as its sentence-transformers modules embed: mean pooling, unit length, rows of at "
+    "most 256 tokens; pass a method for another"
+  ]
+  assert not np.allclose(np.linalg.norm(raw, axis=-1), 1.0)
+  np.testing.assert_array_equal(ours, raw / np.linalg.norm(raw, axis=-1, keepdims=True))
+  theirs = sentence_transformers.SentenceTransformer(path, device="cpu").encode(sentences)
+  # float32's rounding of the forward and the mean (tests/support.py), then the norm's: h squares summed, the root.
+  roundings = transformer_roundings(encoder.config, extra=encoder.config.hidden_size + 2)
+  assert_float32_close(ours, theirs, roundings)
+
+
+_TRANSFORMER, _POOLING, _NORMALIZE, _DENSE = (
+  {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+  for i, (path, kind) in enumerate(
+    [("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"), ("2_Dense", "Dense")]
+  )
+)
+
+
+def _sentence_transformers_folder(tiny_bert, out, modules, pooling, max_seq_length=None):
+  """A copy of the tiny BERT with sentence-transformers' `modules` (None: none) and `pooling` config."""
+  model = shutil.copytree(tiny_bert, out)
+  if modules is not None:
+    (model / "modules.json").write_text(json.dumps(modules))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+  if max_seq_length is not None:
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+  return model
+
+
+_POOLED = [_TRANSFORMER, _POOLING]
+_LEGACY_CLS = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}  # Export's form: every release's.
+
+
+@pytest.mark.parametrize(
+  "modules, pooling, max_seq_length, expected, said",
+  [
+    (None, {}, None, ("last_avg", False), "last_avg, mean pooling, as it has no sentence-transformers modules.json;"),
+    (_POOLED, _LEGACY_CLS, 16, ("cls_before_pooler", False), "embed: cls pooling, rows of at most 16 tokens;"),
+    (_POOLED + [_NORMALIZE], {"pooling_mode": "mean"}, None, ("last_avg", True), "mean pooling, unit length;"),
+    (_POOLED, {}, None, ("last_avg", False), "embed: mean pooling;"),  # No mode: mean, as sentence-transformers reads.
+  ],
+)
+def test_a_model_without_a_method_embeds_as_its_own_modules(
+  tiny_bert, tmp_path, capsys, modules, pooling, max_seq_length, expected, said
+):
+  model = _sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling, max_seq_length)
+  encoder = Encoder.from_pretrained(model)
+  assert (encoder.method.name, encoder.normalize) == expected
+  assert encoder.max_sentence_tokens == (max_seq_length and max_seq_length - 2)
+  err = capsys.readouterr().err
+  assert err.startswith(f"{model}: method {expected[0]}") and said in err and err.count("\n") == 1
+  assert Encoder.from_pretrained(model, normalize=not expected[1]).normalize is not expected[1]  # Arguments win.
+
+
+@pytest.mark.parametrize(
+  "modules, pooling, message",
+  [
+    (_POOLED, {"pooling_mode": "max"}, "1_Pooling/config.json pools by max, which no method does"),
+    (_POOLED, {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}, "by cls \\+ mean,"),
+    (_POOLED + [_DENSE], {}, "lists module 'sentence_transformers.models.Dense', which no pooled method"),
+    ([_TRANSFORMER], {}, "lists no Pooling module"),
+  ],
+)
+def test_modules_no_method_embeds_as_are_refused_in_one_line(tiny_bert, tmp_path, modules, pooling, message):
+  model = _sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling)
+  with pytest.raises(ConfigError, match=message) as raised:
+    Encoder.from_pretrained(model)
+  assert "\n" not in str(raised.value) and "name a method" in str(raised.value)
 
 
 def test_static_remove_biases_matches_hf():

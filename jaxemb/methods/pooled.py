@@ -7,6 +7,8 @@ for `cls`, a Dense+tanh module holding the pretrained pooler.
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 from typing import Any, Callable
 
 import jax
@@ -43,6 +45,19 @@ _POOLS = {
   "top2_avg": _Pool(pooling.top2_avg, True, None),
 }
 _ST_POOLING_MODES = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens")
+# sentence-transformers' pooling modes as older Pooling configs name them (pooling_mode_<key>: true, export's form)
+# -> as its Pooling module does now (pooling_mode: "mean", or a list of modes, concatenated).
+_ST_LEGACY_MODES = {
+  "cls_token": "cls",
+  "max_tokens": "max",
+  "mean_tokens": "mean",
+  "mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+  "weightedmean_tokens": "weightedmean",
+  "lasttoken": "lasttoken",
+}
+# The modes a method pools by (sentence-transformers' "cls" is the [CLS] state, without the pretrained pooler).
+_ST_MODE_METHODS = {"mean": "last_avg", "cls": "cls_before_pooler"}
+_ST_MODULES = ("Transformer", "Pooling", "Normalize")  # The modules of a model that a pooled method embeds as.
 
 
 @base.register
@@ -134,3 +149,54 @@ class Pooled(base.Tokenized):
       + (" + the pretrained pooler (dense + tanh)" if self.name == "cls" else "")
       + ".\n"
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnPooling:
+  """How a sentence-transformers model embeds a sentence, as a pooled method: `mode`, its Pooling module's, which
+  `method` pools by; `normalize`, whether a Normalize module then scales the vectors to unit length;
+  `max_seq_length`, the tokens a row keeps ([CLS] and [SEP] included; None: its folder sets none)."""
+
+  mode: str
+  method: str
+  normalize: bool
+  max_seq_length: int | None
+
+
+def own_pooling(model_dir: pathlib.Path) -> OwnPooling | None:
+  """The pooling of the sentence-transformers model in `model_dir` (its modules.json, its Pooling module's
+  config.json, its sentence_bert_config.json), or None where it has no modules.json (a plain Hugging Face model).
+
+  Raises:
+    ConfigError: a module other than Transformer, Pooling and Normalize, no Pooling module, or a pooling mode no
+      method pools by (max, weightedmean, ..., or several concatenated).
+  """
+  listed = model_dir / "modules.json"
+  if not listed.is_file():
+    return None
+  modules = {}
+  for module in json.loads(listed.read_text()):
+    kind = module["type"].rsplit(".", 1)[-1]  # sentence_transformers.models.Pooling, or a later release's path.
+    if kind not in _ST_MODULES:
+      raise ConfigError(f"{listed} lists module {module['type']!r}, which no pooled method runs: name a method")
+    modules[kind] = model_dir / module["path"]
+  if "Pooling" not in modules:
+    raise ConfigError(f"{listed} lists no Pooling module, so the model gives no sentence vector: name a method")
+  config_file = modules["Pooling"] / "config.json"
+  modes = _st_pooling_modes(json.loads(config_file.read_text()))
+  if len(modes) != 1 or modes[0] not in _ST_MODE_METHODS:
+    raise ConfigError(
+      f"{config_file} pools by {' + '.join(modes)}, which no method does: name a method (last_avg is mean pooling)"
+    )
+  sbert_file = modules.get("Transformer", model_dir) / "sentence_bert_config.json"
+  max_seq_length = json.loads(sbert_file.read_text()).get("max_seq_length") if sbert_file.is_file() else None
+  return OwnPooling(modes[0], _ST_MODE_METHODS[modes[0]], "Normalize" in modules, max_seq_length)
+
+
+def _st_pooling_modes(config: dict[str, Any]) -> tuple[str, ...]:
+  """The modes of a sentence-transformers Pooling config, in its current names; mean where it names none, as
+  sentence-transformers reads it."""
+  mode = config.get("pooling_mode")
+  if mode is None:
+    mode = [new for old, new in _ST_LEGACY_MODES.items() if config.get(f"pooling_mode_{old}")] or ["mean"]
+  return (mode,) if isinstance(mode, str) else tuple(mode)
