@@ -20,13 +20,13 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.methods import base as methods_base
-from jaxemb.models import load_tokenizer
+from jaxemb.models import load_tokenizer, run_dir
 
 
 def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
   """The Encoder of config.model.path with `method`, else config.method; a training config (one with an objective)
   whose model.path is its trained run directory reads the method the run recorded (its eval_method.json)."""
-  if method is None and "objective" not in config:
+  if method is None and ("objective" not in config or not run_dir.is_run_dir(config.model.path)):
     method = Method.from_config(config.method)
   return Encoder.from_pretrained(config.model.path, method, **common.encoder_options(config))
 

@@ -177,3 +177,16 @@ def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout
   assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}
+
+
+def test_a_training_config_embeds_with_its_method_unless_its_model_is_its_run(tiny_bert, trained_run):
+  """evaluate.py --config configs/promptbert.py: on a Hugging Face model, config.method (the prompt), not the
+  model's own pooling; on its trained run directory, the method the run recorded."""
+  from configs import promptbert  # pylint: disable=import-outside-toplevel
+  from jaxemb.methods import Method  # pylint: disable=import-outside-toplevel
+
+  config = promptbert.get_config()
+  config.model.path = str(tiny_bert)
+  assert run.encoder_from_config(config).method == Method.from_config(config.method)
+  config.model.path = str(trained_run)
+  assert run.encoder_from_config(config).method.name == "cls_before_pooler"  # The SimCSE run's, not the prompt.
