@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import math
 import numbers
 import pathlib
@@ -348,22 +349,31 @@ class Encoder:
 
 
 def _own_method(model_dir: pathlib.Path, name_or_path: Any) -> tuple[Method, dict[str, Any]]:
-  """The method, and the Encoder options, that embed as the Hugging Face model in `model_dir` does by itself: a
+  """The method, and the Encoder options, that embed as the Hugging Face model in `model_dir` does by itself
+  (`_embeds_as`). Says which in one line on stderr (process 0), once: here, not per `encode`."""
+  method, options, why = _embeds_as(model_dir)
+  if jax.process_index() == 0:
+    print(f"{name_or_path}: method {method.name}, {why}; pass a method for another", file=sys.stderr, flush=True)
+  return method, options
+
+
+def _embeds_as(model_dir: pathlib.Path) -> tuple[Method, dict[str, Any], str]:
+  """(method, Encoder options, why): a jaxemb export's recorded method (methods.base.METHOD_FILE); else a
   sentence-transformers model's pooling (`methods.pooled.own_pooling`), its Normalize module as `normalize` and its
-  max_seq_length as `max_sentence_tokens`; mean pooling (last_avg) for a model without modules.json, as
-  sentence-transformers pools one. Says which in one line on stderr (process 0), once: here, not per `encode`."""
+  max_seq_length as `max_sentence_tokens`; else mean pooling (last_avg), as sentence-transformers pools a plain
+  Hugging Face model."""
+  recorded = model_dir / methods_base.METHOD_FILE
+  if recorded.is_file():
+    return Method.from_config(json.loads(recorded.read_text())), {}, "the method its jaxemb export recorded"
   own = pooled.own_pooling(model_dir)
   if own is None:
-    name, options, why = "last_avg", {}, "mean pooling, as it has no sentence-transformers modules.json"
-  else:
-    name, options = own.method, {"normalize": own.normalize}
-    why = f"as its sentence-transformers modules embed: {own.mode} pooling" + (", unit length" if own.normalize else "")
-    if own.max_seq_length is not None:
-      options["max_sentence_tokens"] = own.max_seq_length - 2  # A row's [CLS] and [SEP] count in max_seq_length.
-      why += f", rows of at most {own.max_seq_length} tokens"
-  if jax.process_index() == 0:
-    print(f"{name_or_path}: method {name}, {why}; pass a method for another", file=sys.stderr, flush=True)
-  return Method(name), options
+    return Method("last_avg"), {}, "mean pooling, as it has no sentence-transformers modules.json"
+  options = {"normalize": own.normalize}
+  why = f"as its sentence-transformers modules embed: {own.mode} pooling" + (", unit length" if own.normalize else "")
+  if own.max_seq_length is not None:
+    options["max_sentence_tokens"] = own.max_seq_length - 2  # A row's [CLS] and [SEP] count in max_seq_length.
+    why += f", rows of at most {own.max_seq_length} tokens"
+  return Method(own.method), options, why
 
 
 def _checked_batch_size(batch_size: Any, caller: str) -> int:

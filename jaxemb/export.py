@@ -21,7 +21,7 @@ import json
 import sys
 from typing import Any
 
-from jaxemb import cli, model_card, storage, templates
+from jaxemb import atomic, cli, model_card, storage, templates
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, StorageError
 from jaxemb.methods import NotExportable, base as methods_base, exportable_names
@@ -67,6 +67,7 @@ def export_model(
     arrays = methods_base.check_fitted(saved, method, config, params)
     methods_base.save_fitted(out / methods_base.FITTED_FILE, saved)  # Encoder.from_pretrained(out) reads it.
   method.export(out, config, params, tokenizer, arrays)
+  atomic.write_json(out / methods_base.METHOD_FILE, method.config_fields())  # It loads back without restating it.
   model_card.write(out, source, method, card_facts, hub_repo)
   return out
 

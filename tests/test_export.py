@@ -203,10 +203,12 @@ def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
   assert 'SentenceTransformer("./out", trust_remote_code=True)' in text and str(tmp_path) not in text
   assert str(with_pooler["bert"]) not in text, "the exporting machine's path stays there: the card names the source"
   assert "Encoder.from_pretrained('./out', Method(" in text  # The export folder, which jaxemb reads as its source:
-  np.testing.assert_array_equal(
-    Encoder.from_pretrained(tmp_path / "out", method).encode(SENTENCES),
-    Encoder.from_pretrained(with_pooler["bert"], method).encode(SENTENCES),
-  )
+  ours = Encoder.from_pretrained(with_pooler["bert"], method).encode(SENTENCES)
+  np.testing.assert_array_equal(Encoder.from_pretrained(tmp_path / "out", method).encode(SENTENCES), ours)
+  # Without restating the template: the export recorded its method.
+  loaded = Encoder.from_pretrained(tmp_path / "out")
+  assert loaded.method == method
+  np.testing.assert_array_equal(loaded.encode(SENTENCES), ours)
   assert "gcloud" not in text, "a local folder needs no download"
   # The jaxemb line in the card rebuilds the method.
   assert f"Method('prompt', template={TEMPLATES['bert']!r}, denoise='position_offset', head='pooler')" in text

@@ -32,6 +32,7 @@ _FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registr
 # `fit_source`: the sentences of the evaluation at hand (Su et al.'s target-task setting; the papers' rows fit on NLI).
 TASK_SENTENCES = "tasks"
 FITTED_FILE = "fitted_state.npz"  # A method's fitted arrays, in a folder beside (or in) a run or an export.
+METHOD_FILE = "jaxemb_method.json"  # An export's method (its config_fields): Encoder.from_pretrained(folder) reads it.
 FITTED_FOR = "fitted_for"  # The fitted arrays' entry recording the method and model they were fitted for.
 
 
