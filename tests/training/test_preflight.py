@@ -129,8 +129,8 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
     (
       "model__path",
       "/nonexistent/model",
-      r"^config\.model\.path=/nonexistent/model: Model '/nonexistent/model' not "
-      r"found",
+      r"^config\.model\.path=/nonexistent/model: /nonexistent/model does not exist: pass a Hugging Face model "
+      r"folder \(config\.json and weights\) or a jaxemb run directory$",
     ),
   ],
 )
