@@ -31,8 +31,8 @@ from jaxemb.evaluation import evaluators
 from tests.support import REPO, shared_path
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
-ENTRY_POINTS = ("train.py", "evaluate.py", "prepare.py", "sweep.py")
-CLI = REPO / "jaxemb" / "cli.py"  # Defines --config, --verbose and --print_config for the four entry points.
+ENTRY_POINTS = ("train.py", "evaluate.py", "prepare.py", "sweep.py", "embed.py")
+CLI = REPO / "jaxemb" / "cli.py"  # Defines --config, --verbose and --print_config for the entry points.
 _FENCE = re.compile(r"^\s*```(\w*)")
 _SHELL = ("bash", "sh", "shell")
 _SEPARATORS = {"&&", "||", ";", "|"}

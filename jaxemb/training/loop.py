@@ -13,7 +13,7 @@ import jax
 from jax.experimental import multihost_utils
 import tqdm
 
-from jaxemb import atomic, sharding, storage, xla
+from jaxemb import atomic, hosts, sharding, storage, xla
 from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
@@ -34,45 +34,6 @@ def read_columns(config: Any) -> dict[str, list[str]]:
   return corpus.read_columns(
     config.data.train_file, config.data.format, cache_dir if cache_dir and not storage.is_remote(cache_dir) else None
   )
-
-
-def join_multihost_job(config: Any):
-  """Joins the multi-host job this process is one of, so every host runs the same command: at the configured
-  coordinator (config.train.distributed), else at the one of the cluster jax.distributed.initialize() detects (a
-  TPU pod slice, a SLURM job step, an Open MPI launch). A single machine, or a cluster of one process, starts none.
-  Once per process: a sweep calls train() again."""
-  if jax.distributed.is_initialized():
-    return
-  d = config.train.distributed
-  if d.coordinator_address:
-    given = dict(coordinator_address=d.coordinator_address, num_processes=d.num_processes, process_id=d.process_id)
-  elif (cluster := _detected_cluster()) is not None and cluster.get_process_count() > 1:
-    # jax fills in the coordinator, the process count and id. On SLURM, off TPU VMs, it also sets
-    # local_device_ids=[SLURM_LOCALID]: CUDA/ROCm then show that one GPU (jax's one task per GPU); the CPU backend
-    # ignores it and keeps all its devices (tests/training/test_multihost.py: two per process).
-    given = dict(cluster_detection_method=cluster.name)
-  else:
-    return
-  jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
-  jax.distributed.initialize(**given)
-
-
-# The clusters joined without flags (jax/_src/clusters names): TPU VMs of a pod slice (GCE, GKE), SLURM and Open
-# MPI. Not jax's Kubernetes detection: a plain pod (a dev container) would have every single-machine run try it.
-AUTO_CLUSTERS = ("gcetpu", "gketpu", "slurm", "ompi")
-
-
-def _detected_cluster() -> Any:
-  """The cluster environment of AUTO_CLUSTERS that jax.distributed.initialize() detects, found as jax finds it
-  (jax/_src/clusters: the first present), None when none is. Asked first since initialize() raises on a plain
-  machine and would start a coordinator for one process. A jax without the private module detects nothing."""
-  try:
-    from jax._src import clusters  # pylint: disable=import-outside-toplevel
-
-    types = clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
-  except (ImportError, AttributeError):
-    return None
-  return next((t for t in types if t.name in AUTO_CLUSTERS and t.is_env_present()), None)
 
 
 def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
@@ -210,7 +171,7 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
       (_Evaluation.keep_best).
   """
   started = time.perf_counter()
-  join_multihost_job(config)
+  hosts.join_job(**config.train.distributed)  # Once per process: a sweep calls train() again.
   xla.keep_step_memory()
   with _CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.

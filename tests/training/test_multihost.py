@@ -2,8 +2,8 @@
 each other from the variables of a SLURM job step alone, as every host of a cluster runs the same command, each
 reading its own shard of every batch, with fsdp over all four devices, so the params are split across the two
 processes. They are checked for NaNs, saved, scored on STS-B dev, preempted and resumed, and end with the params of
-one process with four devices; their checkpoints restore in a single process. Which environments start a job, and
-the configured coordinator, are checked without one."""
+one process with four devices; their checkpoints restore in a single process. Which environments start a job:
+tests/test_hosts.py."""
 
 import json
 import os
@@ -12,17 +12,14 @@ import signal
 import socket
 import subprocess
 import sys
-import warnings
 
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
 from jaxemb import storage
 from jaxemb.models import run_dir
-from jaxemb.training import loop
 from tests.support import REPO, shared_path, short_senteval
 
 
@@ -188,66 +185,3 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
       best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
       got["encoder"]["layers"]["query"]["kernel"][0],
     )
-
-
-@pytest.fixture
-def initialize_calls(monkeypatch):
-  """What join_multihost_job asks of jax (config updates and jax.distributed.initialize's arguments), recorded
-  instead of made, in an environment of no cluster: no SLURM, Open MPI or Kubernetes variables."""
-  for name in list(os.environ):
-    if name.startswith(("SLURM_", "OMPI_")) or name in ("KUBERNETES_SERVICE_HOST", "JAX_COORDINATOR_PORT"):
-      monkeypatch.delenv(name)
-  calls = []
-  monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
-  monkeypatch.setattr(jax.distributed, "initialize", lambda **given: calls.append(given))
-  return calls
-
-
-def _distributed(coordinator_address="", num_processes=1, process_id=0):
-  return ml_collections.ConfigDict(
-    {
-      "train": {
-        "distributed": {
-          "coordinator_address": coordinator_address,
-          "num_processes": num_processes,
-          "process_id": process_id,
-        }
-      }
-    }
-  )
-
-
-def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls, monkeypatch):
-  """The flags win over a detected cluster: a process of a SLURM job may join a job of its own."""
-  for name, value in _slurm(0, 4).items():
-    monkeypatch.setenv(name, value)
-  loop.join_multihost_job(_distributed("10.0.0.1:1234", num_processes=2, process_id=1))
-  assert initialize_calls == [
-    ("jax_cpu_collectives_implementation", "gloo"),
-    {"coordinator_address": "10.0.0.1:1234", "num_processes": 2, "process_id": 1},
-  ]
-
-
-@pytest.mark.parametrize(
-  "variables, joins",
-  [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True), ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
-  ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks", "a Kubernetes pod"],
-)
-def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, monkeypatch, variables, joins):
-  """A plain machine, a job step of one task or a Kubernetes pod (not a cluster jaxemb joins) starts no
-  coordinator; one of several tasks leaves jax to fill in the coordinator, the process count and id."""
-  for name, value in variables.items():
-    monkeypatch.setenv(name, value)
-  with warnings.catch_warnings():
-    warnings.simplefilter("error")  # jax's Kubernetes detection warns in a pod without the kubernetes package.
-    loop.join_multihost_job(_distributed())
-  assert initialize_calls == (
-    [("jax_cpu_collectives_implementation", "gloo"), {"cluster_detection_method": "slurm"}] if joins else []
-  )
-
-
-def test_a_process_joins_once(initialize_calls, monkeypatch):
-  """A sweep's second train() in a joined process initialises nothing again (jax would raise)."""
-  monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
-  loop.join_multihost_job(_distributed("10.0.0.1:1234", num_processes=2, process_id=1))
-  assert not initialize_calls

@@ -1,0 +1,345 @@
+"""embed.py's job: a corpus through an Encoder into the shards of jaxemb/embedding/shards.py, on every host of a
+multi-host job, continued by a rerun.
+
+Every host runs the same command. It joins the job of the cluster it runs in (jaxemb/hosts.py: a TPU pod slice, a
+SLURM job step), reads the corpus once (`reader.scan`: its records, digest and shard starts), opens the model and
+embeds a contiguous range of the shards decided from the record count alone (`host_shards`), on a mesh of its own
+devices (the Encoder splits each batch over them). Process 0 writes the manifest before any shard is written (the
+job's identity, which a rerun must match) and again once every host is done, with every shard's entry and
+`"complete": true`. A shard is three files, each written whole: its vectors, its ids, then its done record; a rerun
+skips the shards whose done record is of this job and whose vectors have the digest it records. Memory is bounded
+by a shard: the corpus is streamed and a host holds one shard's sentences and vectors at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from jaxemb import atomic, hosts, sharding, storage
+from jaxemb.embedding import reader, shards
+from jaxemb.encode import Encoder, Method
+from jaxemb.data import sts as sts_data
+from jaxemb.errors import ConfigError, DataError, WorkdirError
+from jaxemb.methods import base as methods_base
+from jaxemb.models import compute_dtype
+from jaxemb.progress import track
+
+DTYPES = ("float32", "float16")
+# The manifest's fields that say where things are, not what was embedded: a rerun may move the model or the corpus.
+_WHERE = ("model", "corpus.path", "shards", "complete")
+
+
+def embed_corpus(config: Any) -> dict[str, Any]:
+  """Embeds config.embed.corpus into config.embed.output with config.model and config.method (this host's share);
+  returns what process 0 reports: the sentences and shards embedded by this run over every host, its seconds and
+  the manifest."""
+  _check_fields(config.embed)
+  hosts.join_job()  # The job of the cluster this process runs in, if any.
+  e = config.embed
+  corpus = reader.scan(storage.local_copy(e.corpus), e.format, e.text_column, e.id_column, e.shard_rows)
+  encoder = open_encoder(config)
+  out = storage.path(e.output)
+  manifest = new_manifest(config, corpus, encoder)
+  _claim(out, manifest)
+  job = job_digest(manifest)
+  mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
+  done = finished_shards(out, mine, job, strings=bool(corpus.columns.id_column))
+  todo = [k for k in mine if k not in done]
+  start = time.perf_counter()
+  rows = _embed_shards(config, corpus, encoder, out, todo, job)
+  sentences, count = _summed([rows, len(todo)])  # Every host is done past this point.
+  seconds = time.perf_counter() - start
+  if jax.process_index() == 0:
+    manifest = {**manifest, "shards": [_entry(out, k, job) for k in range(corpus.num_shards)], "complete": True}
+    atomic.write_json(out / shards.MANIFEST, manifest)
+    print(summary_line(sentences, count, corpus.num_shards, seconds, e.output), flush=True)
+  return {"sentences": sentences, "shards": count, "seconds": seconds, "manifest": manifest}
+
+
+def _check_fields(embed: Any):
+  """The config.embed fields that no later check names."""
+  for field in ("corpus", "output"):
+    if not embed[field]:
+      raise ConfigError(f"config.embed.{field} is empty: set --config.embed.{field}=PATH (local or gs://)")
+  if isinstance(embed.shard_rows, bool) or not isinstance(embed.shard_rows, int) or embed.shard_rows < 1:
+    raise ConfigError(f"embed.shard_rows={embed.shard_rows!r}: must be a positive int, the rows of a shard")
+  if embed.dtype not in DTYPES:
+    raise ConfigError(f"embed.dtype {embed.dtype!r} is not one of {', '.join(DTYPES)}")
+
+
+def open_encoder(config: Any) -> Encoder:
+  """The Encoder of config.model.path with config.method (none named: a run directory's own), its fitted state from
+  config.embed.fitted if given, on a mesh of this host's devices when it has several."""
+  devices = jax.local_devices()
+  mesh = None if len(devices) == 1 else jax.sharding.Mesh(np.array(devices).reshape(-1, 1), sharding.BATCH_AXES)
+  encoder = Encoder.from_pretrained(
+    config.model.path,
+    _method(config.method),
+    fitted=config.embed.fitted or None,
+    mesh=mesh,
+    **encoder_options(config),
+  )
+  method = encoder.method
+  if method.fit_source() is not None and encoder.fitted is None:
+    raise ConfigError(
+      f"method {method.name!r} encodes with state fitted on sentences and {config.model.path} has none: set "
+      "--config.embed.fitted=FILE (the .npz evaluate.py writes beside its output_json)"
+    )
+  shape = method.vector_shape(encoder.config)
+  if len(shape) != 1:
+    raise ConfigError(f"method {method.name!r} gives a {list(shape)} array a sentence; embed.py writes one vector")
+  if mesh is None:
+    return encoder
+  # Every call reads the params on every device of the mesh: put there once, not sent with each batch.
+  return encoder.with_params(*jax.device_put((encoder.params, encoder.prompt), sharding.replicated(mesh)))
+
+
+def encoder_options(config: Any) -> dict[str, Any]:
+  """The Encoder keywords config.model and config.eval set, as jaxemb.evaluation.common's `encoder_options` reads
+  them: that package imports scipy (60 MB of this job's peak memory), which embedding never uses."""
+  return {
+    "dtype": compute_dtype(config.model.dtype),
+    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
+    "length_multiple": config.eval.length_multiple,
+    "batch_size": config.eval.batch_size,
+  }
+
+
+def _method(block: Any) -> Method | None:
+  """The method config.method names; None, a run directory's own, when its name is empty and no field is set."""
+  if block.name:
+    return Method.from_config(block)
+  defaults = methods_base.block_defaults()
+  given = sorted(key for key, value in block.items() if key != "name" and value != defaults.get(key))
+  if given:
+    raise ConfigError(f"config.method sets {', '.join(given)} but no name: set --config.method.name as well")
+  return None
+
+
+def new_manifest(config: Any, corpus: reader.Corpus, encoder: Encoder) -> dict[str, Any]:
+  """The manifest of the job before any shard is written: what is embedded, with what, how (shards.py)."""
+  columns = corpus.columns
+  return {
+    "format": shards.FORMAT,
+    "model": config.model.path,
+    "model_sha256": _weights_sha256(encoder),
+    "model_dtype": config.model.dtype,
+    "method": encoder.method.config_fields(),
+    "fitted_sha256": None if encoder.fitted is None else _arrays_sha256(encoder.fitted),
+    "sentences": {"add_period": config.eval.add_period, "max_sentence_tokens": config.eval.max_sentence_tokens},
+    "dim": int(encoder.method.vector_shape(encoder.config)[0]),
+    "dtype": config.embed.dtype,
+    "normalized": bool(config.embed.normalize or encoder.normalize),
+    "corpus": {
+      "path": config.embed.corpus,
+      "format": columns.format,
+      "text_column": columns.text_column,
+      "id_column": columns.id_column,
+      "lines": corpus.records,
+      "size": corpus.size,
+      "sha256": corpus.sha256,
+    },
+    "shard_rows": config.embed.shard_rows,
+    "shards": [],
+    "complete": False,
+  }
+
+
+def _weights_sha256(encoder: Encoder) -> str:
+  """A digest of the model the vectors come from: its architecture, every weight and a continuous template."""
+  digest = hashlib.sha256(json.dumps(dataclasses.asdict(encoder.config), sort_keys=True, default=str).encode())
+  for leaf in jax.tree.leaves((encoder.params, encoder.prompt)):
+    digest.update(memoryview(np.ascontiguousarray(jax.device_get(leaf))))  # No copy of the weights.
+  return digest.hexdigest()
+
+
+def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+  digest = hashlib.sha256()
+  for key in sorted(arrays):
+    digest.update(key.encode())
+    digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+  return digest.hexdigest()
+
+
+def identity(manifest: dict[str, Any]) -> dict[str, Any]:
+  """What a rerun must match of a manifest, as {dotted field: value}: all of it but where things are (_WHERE)."""
+
+  def flat(value: Any, prefix: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+      return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in flat(item, f"{prefix}{key}.").items()}
+
+  fields = {key.removesuffix("."): value for key, value in flat(manifest, "").items()}
+  return {key: value for key, value in fields.items() if key not in _WHERE}
+
+
+def job_digest(manifest: dict[str, Any]) -> str:
+  """The digest of a manifest's identity, which each shard's done record carries."""
+  return hashlib.sha256(json.dumps(identity(manifest), sort_keys=True).encode()).hexdigest()
+
+
+def _claim(out: storage.Path, manifest: dict[str, Any]):
+  """Refuses an output folder whose manifest is another job's; process 0 writes this job's where there is none.
+  Every host passes this point before any writes a shard."""
+  found = shards.read_json(out / shards.MANIFEST)
+  if found is not None:
+    theirs, ours = identity(found), identity(manifest)
+    changed = [
+      f"{key} {_shown(key, theirs.get(key))} -> {_shown(key, ours.get(key))}"
+      for key in sorted(theirs.keys() | ours.keys())
+      if theirs.get(key) != ours.get(key)
+    ]
+    if changed:
+      raise WorkdirError(
+        f"{out} holds the embeddings of another job ({'; '.join(changed)}): rerun with what it was made with, "
+        "or choose another --config.embed.output"
+      )
+  elif jax.process_index() == 0:
+    atomic.write_json(out / shards.MANIFEST, manifest)
+  _barrier("manifest")
+
+
+def _shown(key: str, value: Any) -> str:
+  """A manifest value in a line: a digest cut to 12 digits, a number with thousands separators."""
+  if key.endswith("sha256") and isinstance(value, str):
+    return value[:12]
+  if isinstance(value, int) and not isinstance(value, bool):
+    return f"{value:,}"
+  return json.dumps(value)
+
+
+def host_shards(num_shards: int, process_index: int, process_count: int) -> range:
+  """The shards host `process_index` of `process_count` embeds: a contiguous range, the ranges of all hosts
+  covering [0, num_shards) once, within one shard of the same length."""
+  return range(process_index * num_shards // process_count, (process_index + 1) * num_shards // process_count)
+
+
+def finished_shards(out: storage.Path, candidates: range, job: str, strings: bool) -> set[int]:
+  """The shards of `candidates` that are done: a done record of `job`, the ids file (`strings`: the id column's),
+  and vectors whose digest is the recorded one (the listing's MD5 in a bucket, the SHA-256 of a local file)."""
+  listed = _listing(out)
+  done = set()
+  for k in candidates:
+    record = shards.read_json(out / shards.done_file(k))
+    if not isinstance(record, dict) or record.get("job") != job:
+      continue
+    ids_name = shards.ids_file(k, strings)
+    if listed is not None:
+      vectors = listed.get(shards.vectors_file(k))
+      whole = vectors is not None and vectors.md5 == record["md5"] and ids_name in listed
+    else:
+      vectors = pathlib.Path(out / shards.vectors_file(k))
+      whole = vectors.is_file() and _file_sha256(vectors) == record["sha256"] and (out / ids_name).exists()
+    if whole:
+      done.add(k)
+  return done
+
+
+def _listing(out: storage.Path) -> dict[str, storage.Object] | None:
+  """{name under `out`: its listing} of a gs:// folder's shards, one listing for all of them; None for a local one."""
+  if not storage.is_remote(out):
+    return None
+  try:
+    return {f"{shards.SHARDS}/{name}": listed for name, listed in storage.objects(out / shards.SHARDS).items()}
+  except FileNotFoundError:
+    return {}
+
+
+def _file_sha256(path: pathlib.Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _embed_shards(
+  config: Any, corpus: reader.Corpus, encoder: Encoder, out: storage.Path, todo: list[int], job: str
+) -> int:
+  """Embeds and writes the shards `todo`, showing the progress on stderr; the sentences embedded."""
+  rows_per_shard = config.embed.shard_rows
+  rows = sum(min(rows_per_shard, corpus.records - k * rows_per_shard) for k in todo)
+  label = pathlib.PurePosixPath(config.embed.corpus).name
+  if jax.process_count() > 1:
+    label += f", process {jax.process_index()} of {jax.process_count()}"
+  preprocess = sts_data.add_period if config.eval.add_period else lambda sentence: sentence
+  with track(label, rows, "sentence", config.eval.progress) as advance:
+    for k in todo:
+      sentences, ids = reader.read_shard(corpus, k, rows_per_shard)
+      vectors = _vectors(encoder, [preprocess(s) for s in sentences], config.embed, advance)
+      _write_shard(out, k, k * rows_per_shard, vectors, ids, job)
+  return rows
+
+
+def _vectors(encoder: Encoder, sentences: list[str], embed: Any, advance: Callable[[int], None]) -> np.ndarray:
+  """The vectors of one shard's sentences as config.embed asks (normalized, dtype), the progress advanced."""
+  counted = 0
+
+  def encoded(n: int):
+    nonlocal counted
+    counted += n
+    advance(n)
+
+  # False leaves the encoder's own rule: unit length where the model's modules say so (a sentence-transformers
+  # model's Normalize, as Encoder.from_pretrained reads it).
+  vectors = encoder.encode(sentences, normalize=embed.normalize or None, progress=encoded, show_progress=False)
+  advance(len(sentences) - counted)  # Repeated sentences, which the encoder encodes once.
+  return vectors.astype(embed.dtype)
+
+
+def _write_shard(out: storage.Path, k: int, first: int, vectors: np.ndarray, ids: list[str] | None, job: str):
+  """Writes shard `k`'s vectors, its ids (`ids`, else record numbers from `first`), then its done record."""
+  data = shards.npy_bytes(vectors)
+  atomic.write(out / shards.vectors_file(k), lambda f: f.write(data))
+  if ids is None:
+    numbers = shards.npy_bytes(np.arange(first, first + len(vectors), dtype=np.int64))
+    atomic.write(out / shards.ids_file(k, strings=False), lambda f: f.write(numbers))
+  else:
+    atomic.write_text(out / shards.ids_file(k, strings=True), json.dumps(ids, ensure_ascii=False))
+  record = {
+    "index": k,
+    "rows": len(vectors),
+    "first_line": first,
+    "sha256": hashlib.sha256(data).hexdigest(),
+    "md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+    "job": job,
+    "process": jax.process_index(),
+  }
+  atomic.write_json(out / shards.done_file(k), record)
+
+
+def _entry(out: storage.Path, k: int, job: str) -> dict[str, Any]:
+  """Shard `k`'s manifest entry, from its done record once every host is done."""
+  record = shards.read_json(out / shards.done_file(k))
+  if not isinstance(record, dict) or record.get("job") != job:
+    raise DataError(f"{out / shards.done_file(k)}: missing or of another job once every host was done: rerun")
+  return {field: record[field] for field in shards.ENTRY_FIELDS}
+
+
+def _barrier(name: str):
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f"jaxemb.embedding: {name}")
+
+
+def _summed(values: list[int]) -> list[int]:
+  """`values` summed over the hosts of the job (a barrier: every host has reached it)."""
+  if jax.process_count() == 1:
+    return values
+  return [int(v) for v in np.asarray(multihost_utils.process_allgather(np.array(values, np.int32))).sum(0)]
+
+
+def summary_line(sentences: int, count: int, num_shards: int, seconds: float, output: str) -> str:
+  """ "embedded 11,914 sentences into 3 shards in 20.1 s (593/s) -> DIR", and the shards a killed run had written."""
+  rate = f" ({sentences / seconds:,.0f}/s)" if sentences and seconds > 0 else ""
+  line = f"embedded {sentences:,} sentences into {count:,} shard{'' if count == 1 else 's'} in {seconds:.1f} s{rate}"
+  line += f" -> {output}"
+  return line + (f" ({num_shards - count:,} of {num_shards:,} shards were there already)" if count < num_shards else "")

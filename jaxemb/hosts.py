@@ -1,0 +1,47 @@
+"""The multi-host job a process is one of: every host runs the same command and joins the job here, at a given
+coordinator or at the one of the cluster jax.distributed.initialize() detects (a TPU pod slice, a SLURM job step,
+an Open MPI launch): train.py's runs (config.train.distributed names a coordinator), embed.py's and search's jobs.
+A module of its own, light to import: embed.py joins a job without loading the training loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+# The clusters joined without flags (jax/_src/clusters names): TPU VMs of a pod slice (GCE, GKE), SLURM and Open
+# MPI. Not jax's Kubernetes detection: a plain pod (a dev container) would have every single-machine run try it.
+AUTO_CLUSTERS = ("gcetpu", "gketpu", "slurm", "ompi")
+
+
+def join_job(coordinator_address: str = "", num_processes: int = 1, process_id: int = 0):
+  """Joins the multi-host job this process is one of: at `coordinator_address` (host:port of process 0, with the
+  job's `num_processes` and this one's `process_id`), else at the detected cluster's. A single machine, or a
+  cluster of one process, starts none. Once per process: a second call does nothing."""
+  if jax.distributed.is_initialized():
+    return
+  if coordinator_address:
+    given = dict(coordinator_address=coordinator_address, num_processes=num_processes, process_id=process_id)
+  elif (cluster := detected_cluster()) is not None and cluster.get_process_count() > 1:
+    # jax fills in the coordinator, the process count and id. On SLURM, off TPU VMs, it also sets
+    # local_device_ids=[SLURM_LOCALID]: CUDA/ROCm then show that one GPU (jax's one task per GPU); the CPU backend
+    # ignores it and keeps all its devices (tests/test_hosts.py, tests/training/test_multihost.py: two per process).
+    given = dict(cluster_detection_method=cluster.name)
+  else:
+    return
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
+  jax.distributed.initialize(**given)
+
+
+def detected_cluster() -> Any:
+  """The cluster environment of AUTO_CLUSTERS that jax.distributed.initialize() detects, found as jax finds it
+  (jax/_src/clusters: the first present), None when none is. Asked first since initialize() raises on a plain
+  machine and would start a coordinator for one process. A jax without the private module detects nothing."""
+  try:
+    from jax._src import clusters  # pylint: disable=import-outside-toplevel
+
+    types = clusters.ClusterEnv._cluster_types  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return None
+  return next((t for t in types if t.name in AUTO_CLUSTERS and t.is_env_present()), None)

@@ -1,0 +1,216 @@
+"""embed.py's job in this process (jaxemb/embedding/job.py) on a tiny random BERT: its shards hold what
+Encoder.encode gives their sentences, bit for bit, for a pooled and a prompt method and a run directory's own
+method; a rerun continues what is missing; another job's folder is refused naming what changed. Killed runs and
+two hosts, in processes of their own: tests/test_embed.py."""
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import pytest
+
+from configs import embed as embed_config
+from jaxemb import embedding, storage
+from jaxemb.embedding import job, shards
+from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError, WorkdirError
+from jaxemb.evaluation import common
+from jaxemb.methods import base as methods_base
+from tests.support import shared_path
+
+PROMPT = 'This sentence : "[X]" means [MASK] .'
+
+
+@pytest.fixture(scope="module")
+def lines():
+  """The wiki sample's first 64 lines, one repeated and a blank line: 66 records."""
+  head = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
+  return head[:40] + [head[3], ""] + head[40:]
+
+
+@pytest.fixture
+def corpus(tmp_path, lines):
+  path = tmp_path / "corpus.txt"
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return path
+
+
+def _config(model, corpus, output, method=None, **embed):
+  """configs/embed.py on `model` with the flat `method` fields (none: the model's own), at toy scale."""
+  config = embed_config.get_config()
+  config.model.path = str(model)
+  for key, value in (method or {}).items():
+    config.method[key] = value
+  config.eval.length_multiple = 32  # Few shapes: compiling dominates on a tiny model.
+  config.eval.progress = True
+  config.embed.corpus, config.embed.output = str(corpus), str(output)
+  for key, value in embed.items():
+    config.embed[key] = value
+  return config
+
+
+def _encoder(config, method):
+  return Encoder.from_pretrained(config.model.path, method, **common.encoder_options(config))
+
+
+@pytest.mark.parametrize(
+  "method", [dict(name="last_avg"), dict(name="prompt", template=PROMPT)], ids=["last_avg", "prompt"]
+)
+def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
+  tiny_bert, corpus, lines, tmp_path, method, capsys
+):
+  config = _config(tiny_bert, corpus, tmp_path / "out", method, shard_rows=30)
+  summary = job.embed_corpus(config)
+  encoder = _encoder(config, Method.from_config(config.method))
+  vectors, ids, manifest = embedding.load(tmp_path / "out")
+  assert vectors.shape == (66, 32) and vectors.dtype == np.float32
+  for start in (0, 30, 60):  # Each shard is one encode call of its sentences.
+    np.testing.assert_array_equal(vectors[start : start + 30], encoder.encode(lines[start : start + 30]))
+  np.testing.assert_array_equal(ids[:], np.arange(66))
+  assert manifest["complete"] and manifest["corpus"]["lines"] == 66 and manifest["method"]["name"] == method["name"]
+  for entry in manifest["shards"]:
+    data = (tmp_path / "out" / shards.vectors_file(entry["index"])).read_bytes()
+    assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+  assert [(e["index"], e["rows"], e["first_line"]) for e in manifest["shards"]] == [(0, 30, 0), (1, 30, 30), (2, 6, 60)]
+  out, err = capsys.readouterr()
+  assert re.fullmatch(rf"embedded 66 sentences into 3 shards in [\d.]+ s \([\d,]+/s\) -> {tmp_path}/out\n", out)
+  assert re.fullmatch(r"corpus.txt: 66 sentences in [\d.]+ s \([\d,]+/s\)\n", err)  # stderr is no terminal here.
+  assert summary["sentences"] == 66 and summary["shards"] == 3
+  whole = _config(tiny_bert, corpus, tmp_path / "whole", method, shard_rows=1000)
+  job.embed_corpus(whole)  # One shard: the corpus in one encode call.
+  np.testing.assert_array_equal(embedding.load(tmp_path / "whole").vectors[:], encoder.encode(lines))
+
+
+def test_a_run_directory_is_embedded_with_its_own_method(trained_run, corpus, lines, tmp_path):
+  config = _config(trained_run, corpus, tmp_path / "out", shard_rows=1000)
+  manifest = job.embed_corpus(config)["manifest"]
+  encoder = _encoder(config, None)
+  assert manifest["method"] == encoder.method.config_fields() and encoder.method.name == "cls_before_pooler"
+  np.testing.assert_array_equal(embedding.load(tmp_path / "out").vectors[:], encoder.encode(lines))
+
+
+def test_a_sentence_transformers_model_without_a_method_is_embedded_as_its_modules_say(corpus, lines, tmp_path):
+  # MiniLM's modules: mean pooling, then Normalize; embed.normalize=False must not undo the latter.
+  config = _config(shared_path("models", "all-MiniLM-L6-v2"), corpus, tmp_path / "out", shard_rows=1000)
+  manifest = job.embed_corpus(config)["manifest"]
+  encoder = _encoder(config, None)
+  assert encoder.method.name == "last_avg" and encoder.normalize and manifest["normalized"] is True
+  vectors = embedding.load(tmp_path / "out").vectors[:]
+  np.testing.assert_array_equal(vectors, encoder.encode(lines))
+  norms = np.linalg.norm(vectors[np.array([bool(line.strip()) for line in lines])], axis=1)
+  np.testing.assert_allclose(norms, 1.0, rtol=0, atol=384 * np.finfo(np.float32).eps)  # A sum of 384 squares.
+
+
+def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tmp_path, capsys):
+  config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
+  job.embed_corpus(config)
+  folder = tmp_path / "out" / "shards"
+  written = {path.name: path.read_bytes() for path in folder.iterdir()}
+  (folder / "00001.done.json").unlink()  # As a kill between shard 1's vectors and its done record leaves it.
+  (folder / "00002.npy").write_bytes(b"damaged")  # Not the digest its done record gives.
+  capsys.readouterr()
+  assert job.embed_corpus(config)["sentences"] == 36
+  assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
+  assert capsys.readouterr().out.endswith(f"-> {tmp_path}/out (1 of 3 shards were there already)\n")
+  assert job.embed_corpus(config)["sentences"] == 0  # A finished job: nothing to do.
+
+
+def test_a_folder_of_another_job_is_refused_naming_what_changed(tiny_bert, corpus, lines, tmp_path):
+  job.embed_corpus(_config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  before = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
+  moved = tmp_path / "moved.txt"  # The same text elsewhere is the same corpus.
+  moved.write_bytes(corpus.read_bytes())
+  job.embed_corpus(_config(tiny_bert, moved, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  corpus.write_text("\n".join(["an edited line", *lines[1:]]) + "\n", encoding="utf-8")
+  after = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
+  cases = [
+    (dict(name="last_avg"), {"shard_rows": 30}, rf"corpus.sha256 {before} -> {after}; corpus.size "),
+    (dict(name="first_last_avg"), {"corpus": moved, "shard_rows": 30}, 'method.name "last_avg" -> "first_last_avg"'),
+    (dict(name="last_avg"), {"corpus": moved, "dtype": "float16"}, 'dtype "float32" -> "float16"; shard_rows 30 -> '),
+  ]
+  for method, embed, changed in cases:
+    config = _config(tiny_bert, embed.pop("corpus", corpus), tmp_path / "out", method, **embed)
+    with pytest.raises(WorkdirError) as raised:
+      job.embed_corpus(config)
+    message = str(raised.value)
+    assert message.startswith(f"{tmp_path}/out holds the embeddings of another job (") and "\n" not in message
+    assert re.search(changed, message) and message.endswith("or choose another --config.embed.output")
+
+
+def test_a_tsv_corpus_with_ids_in_float16_normalized(tiny_bert, lines, tmp_path):
+  path = tmp_path / "corpus.tsv"
+  rows = [f"doc-{i}\t{line}" for i, line in enumerate(lines[:40]) if line]
+  path.write_text("\n".join(["id\ttext", *rows]) + "\n", encoding="utf-8")
+  method, settings = dict(name="last_avg"), dict(format="tsv", id_column="id", dtype="float16", normalize=True)
+  config = _config(tiny_bert, path, tmp_path / "out", method, shard_rows=16, **settings)
+  job.embed_corpus(config)
+  vectors, ids, manifest = embedding.load(tmp_path / "out")
+  assert vectors.dtype == np.float16 and manifest["normalized"] and (tmp_path / "out/shards/00002.ids.json").is_file()
+  assert list(ids[:]) == [row.split("\t")[0] for row in rows]
+  expected = np.concatenate(
+    [
+      _encoder(config, Method("last_avg")).encode([r.split("\t")[1] for r in rows[i : i + 16]], normalize=True)
+      for i in (0, 16, 32)
+    ]
+  )
+  np.testing.assert_array_equal(vectors[:], expected.astype(np.float16))
+
+
+def test_whitening_embeds_with_the_state_it_was_fitted(tiny_bert, corpus, lines, tmp_path):
+  method = dict(name="whitening", whitened_method="last_avg")
+  config = _config(tiny_bert, corpus, tmp_path / "out", method)
+  with pytest.raises(ConfigError, match=r"^method 'whitening' encodes with state fitted .*--config.embed.fitted=FILE"):
+    job.embed_corpus(config)
+  encoder = _encoder(config, Method.from_config(config.method))
+  methods_base.save_fitted(tmp_path / "fitted.npz", encoder.fit(lines))
+  config.embed.fitted = str(tmp_path / "fitted.npz")
+  job.embed_corpus(config)
+  np.testing.assert_array_equal(embedding.load(tmp_path / "out").vectors[:], encoder.encode(lines))
+
+
+def test_a_corpus_and_output_in_a_bucket(tiny_bert, corpus, tmp_path, bucket, monkeypatch):
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  storage.upload(corpus, f"{bucket}/corpus.txt")
+  local = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
+  remote = _config(tiny_bert, f"{bucket}/corpus.txt", f"{bucket}/out", dict(name="last_avg"), shard_rows=30)
+  job.embed_corpus(local)
+  job.embed_corpus(remote)
+  ours, theirs = embedding.load(tmp_path / "out"), embedding.load(f"{bucket}/out")
+  np.testing.assert_array_equal(theirs.vectors[:], ours.vectors[:])
+  assert theirs.manifest["shards"] == ours.manifest["shards"]
+  storage.path(f"{bucket}/out/shards/00001.done.json").unlink()
+  assert job.embed_corpus(remote)["sentences"] == 30  # The bucket's listing tells the whole shards.
+
+
+@pytest.mark.parametrize("num_shards", [1, 2, 7, 100])
+@pytest.mark.parametrize("hosts", [1, 2, 3, 8])
+def test_the_hosts_take_contiguous_ranges_covering_every_shard_once(num_shards, hosts):
+  ranges = [job.host_shards(num_shards, i, hosts) for i in range(hosts)]
+  assert [k for r in ranges for k in r] == list(range(num_shards))
+  assert max(map(len, ranges)) - min(map(len, ranges)) <= 1
+
+
+def test_settings_that_cannot_work_are_one_line(tiny_bert, corpus, tmp_path):
+  for method, embed, message in [
+    (dict(template=PROMPT), {}, "config.method sets template but no name: set --config.method.name as well"),
+    (dict(name="last_avg"), {"output": ""}, "config.embed.output is empty: set --config.embed.output=PATH"),
+    (dict(name="last_avg"), {"shard_rows": 0}, "embed.shard_rows=0: must be a positive int"),
+    (dict(name="last_avg"), {"dtype": "int8"}, "embed.dtype 'int8' is not one of float32, float16"),
+  ]:
+    config = _config(tiny_bert, corpus, tmp_path / "out", method)
+    for key, value in embed.items():
+      config.embed[key] = value
+    with pytest.raises(ConfigError) as raised:
+      job.embed_corpus(config)
+    assert str(raised.value).startswith(message)
+  assert not (tmp_path / "out").exists()
+
+
+def test_the_manifest_records_what_a_rerun_must_match(tiny_bert, corpus, tmp_path):
+  config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"))
+  manifest = json.loads(json.dumps(job.embed_corpus(config)["manifest"]))
+  assert {"format", "model", "method", "dim", "dtype", "normalized", "corpus", "shard_rows", "shards"} < set(manifest)
+  identity = job.identity(manifest)
+  assert "model" not in identity and "corpus.path" not in identity and identity["corpus.lines"] == 66
+  assert identity["method.name"] == "last_avg" and identity["model_sha256"] == manifest["model_sha256"]

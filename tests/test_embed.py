@@ -1,0 +1,145 @@
+"""embed.py as a user starts it, in processes of its own: a corpus that cannot be embedded is one line before the
+model loads; a killed job rerun with the same command ends as an uninterrupted one, bit for bit, and a rerun on an
+edited corpus is refused in one line; two hosts on loopback (a SLURM job step, two devices each) write disjoint
+shards into a bucket, covering the corpus once, as one process writes them."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from jaxemb import embedding, storage
+from jaxemb.embedding import shards
+from tests.embedding import embed_kill
+from tests.support import REPO, shared_path
+
+
+def _embed(model, corpus, output, *flags, program=("embed.py",), env=None, wait=True):
+  """embed.py (or `program`) with last_avg on `model`, 16 records a shard: its (exit status, stdout, stderr), or the
+  process when not `wait`."""
+  command = [
+    sys.executable,
+    *program,
+    "--config",
+    "configs/embed.py",
+    f"--config.model.path={model}",
+    "--config.method.name=last_avg",
+    f"--config.embed.corpus={corpus}",
+    f"--config.embed.output={output}",
+    "--config.embed.shard_rows=16",
+    "--config.eval.length_multiple=32",
+    *flags,
+  ]
+  process = subprocess.Popen(
+    command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
+  if not wait:
+    return process
+  stdout, stderr = process.communicate(timeout=600)
+  return process.returncode, stdout, stderr
+
+
+def _error_line(status, stdout, stderr):
+  """The one line a command that failed as a user error printed (exit status 1, no traceback)."""
+  assert status == 1, stderr[-3000:]
+  assert stdout == "" and stderr.count("\n") == 1 and stderr.startswith("error: "), stderr[-3000:]
+  return stderr.removeprefix("error: ").rstrip("\n")
+
+
+def _corpus(tmp_path, name="corpus.txt"):
+  """The wiki sample's first 64 lines: 4 shards of 16."""
+  lines = shared_path("data", "wiki", "wiki1m_sample.txt").read_text(encoding="utf-8").splitlines()[:64]
+  path = tmp_path / name
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return path
+
+
+def test_a_corpus_that_cannot_be_embedded_is_one_line_before_the_model_loads(tmp_path):
+  empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
+  empty.write_bytes(b"")
+  latin1.write_bytes("one\ncafé au lait\n".encode("latin-1"))
+  missing_model = tmp_path / "no-model"  # Never opened: the corpus is read first.
+  message = _error_line(*_embed(missing_model, empty, tmp_path / "out"))
+  assert message == f"{empty}: no sentences to embed (empty file)"
+  message = _error_line(*_embed(missing_model, latin1, tmp_path / "out"))
+  assert message.startswith(f"{latin1}:2: not UTF-8 (invalid continuation byte at byte 4 of the line)")
+  assert not (tmp_path / "out").exists()
+
+
+def _files(folder):
+  return {
+    path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()
+  }
+
+
+@pytest.mark.e2e  # Four embed.py runs of a tiny model (5-10 s each).
+def test_a_killed_job_rerun_ends_as_an_uninterrupted_one_bit_for_bit(tiny_bert, tmp_path):
+  corpus, cache = _corpus(tmp_path), f"--config.compilation_cache_dir={tmp_path / 'xla'}"
+  status, stdout, stderr = _embed(tiny_bert, corpus, tmp_path / "whole", cache)
+  assert status == 0, stderr[-3000:]
+  killed = _embed(tiny_bert, corpus, tmp_path / "out", cache, program=("-m", "tests.embedding.embed_kill"))
+  assert killed[0] == embed_kill.KILLED, killed[2][-3000:]
+  left = _files(tmp_path / "out")
+  assert {"shards/00000.done.json", shards.vectors_file(1)} <= left.keys() and "shards/00001.done.json" not in left
+  status, stdout, stderr = _embed(tiny_bert, corpus, tmp_path / "out", cache)
+  assert status == 0, stderr[-3000:]
+  assert stdout.startswith("embedded 48 sentences into 3 shards in ")
+  assert stdout.endswith(f"-> {tmp_path / 'out'} (1 of 4 shards were there already)\n")
+  assert _files(tmp_path / "out") == _files(tmp_path / "whole")
+  edited = _corpus(tmp_path, "edited.txt")
+  edited.write_text(edited.read_text(encoding="utf-8").replace(" the ", " a ", 1), encoding="utf-8")
+  message = _error_line(*_embed(tiny_bert, edited, tmp_path / "out", cache))
+  assert message.startswith(f"{tmp_path / 'out'} holds the embeddings of another job (corpus.sha256 ")
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _slurm(process_id: int, port: int) -> dict[str, str]:
+  """What srun sets in task `process_id` of a job step of two tasks on this node (jax's SlurmCluster reads them),
+  and two simulated CPU devices."""
+  return {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_NODELIST": "127.0.0.1",
+    "SLURM_NTASKS": "2",
+    "SLURM_PROCID": str(process_id),
+    "SLURM_LOCALID": "0",
+    "JAX_COORDINATOR_PORT": str(port),
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "JAX_PLATFORMS": "cpu",
+  }
+
+
+@pytest.mark.e2e  # Three embed.py processes of a tiny model, two of them one job (10-20 s).
+def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_them(
+  tiny_bert, tmp_path, bucket, gcs_emulator, monkeypatch
+):
+  corpus, cache = _corpus(tmp_path), f"--config.compilation_cache_dir={tmp_path / 'xla'}"
+  one = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+  status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=one)
+  assert status == 0, stderr[-3000:]
+  port = _free_port()
+  pair = [
+    _embed(tiny_bert, corpus, f"{bucket}/out", cache, env={**gcs_emulator.env, **_slurm(i, port)}, wait=False)
+    for i in range(2)
+  ]
+  outputs = [process.communicate(timeout=600) for process in pair]
+  for process, (_, stderr) in zip(pair, outputs):
+    assert process.returncode == 0, stderr[-3000:]
+  # Gloo's C++ notices ("[Gloo] Rank 0 is connected to 1 peer ranks...") share stdout, cut at any point by ours.
+  said = [[line for line in stdout.splitlines() if "peer ranks" not in line] for stdout, _ in outputs]
+  assert len(said[0]) == 1 and said[0][0].startswith("embedded 64 sentences into 4 shards in ") and said[1] == []
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  ours, theirs = embedding.load(f"{bucket}/out"), embedding.load(tmp_path / "one")
+  np.testing.assert_array_equal(ours.vectors[:], theirs.vectors[:])
+  np.testing.assert_array_equal(ours.ids[:], np.arange(64))
+  assert ours.manifest["shards"] == theirs.manifest["shards"]
+  writers = [json.loads(storage.path(f"{bucket}/out/{shards.done_file(k)}").read_text())["process"] for k in range(4)]
+  assert writers == [0, 0, 1, 1]
