@@ -116,8 +116,15 @@ class Hosts:
 CHUNK_ROWS = 2**16
 
 
-def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
-                    cache_dir: PathLike, tokenization: str, hosts: Hosts = Hosts()) -> TemplateBatch:
+def tokenize_cached(
+  sentences: Sequence[str],
+  template: Template,
+  tokenizer: Tokenizer,
+  max_sentence_tokens: int,
+  cache_dir: PathLike,
+  tokenization: str,
+  hosts: Hosts = Hosts(),
+) -> TemplateBatch:
   """`tokenize_sentences` with every row padded to ``template.num_tokens + max_sentence_tokens``, cached on disk.
 
   Each sentence is truncated to `max_sentence_tokens` tokens (the template never is), so one width fits every
@@ -148,34 +155,41 @@ def tokenize_cached(sentences: Sequence[str], template: Template, tokenizer: Tok
   paths = [storage.path(cache_dir) / f"tokens-{key}-{i:05d}.npz" for i in range(len(starts))]
 
   def tokenize(i: int) -> TemplateBatch:
-    chunk = sentences[starts[i]:starts[i] + CHUNK_ROWS]
+    chunk = sentences[starts[i] : starts[i] + CHUNK_ROWS]
     try:
-      batch = tokenize_sentences(template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width,
-                               tokenization=tokenization)
+      batch = tokenize_sentences(
+        template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width, tokenization=tokenization
+      )
     except ValueError as e:
       raise ValueError(f"sentences {starts[i]}.. (cache chunk {i}): {e}") from e
     _save_cache(paths[i], batch)
     return batch
 
-  out = None
-  filled = set()
-
-  def put(i: int, batch: TemplateBatch):
-    nonlocal out
-    if out is None:  # Allocated once: the chunks are copied in, never concatenated.
-      out = jax.tree.map(lambda a: np.empty((len(sentences), *a.shape[1:]), a.dtype), batch)
-    jax.tree.map(lambda whole, part: whole.__setitem__(slice(starts[i], starts[i] + len(part)), part), out, batch)
-    filled.add(i)
-
+  rows = _Rows(len(sentences))
   for i in range(hosts.index, len(paths), hosts.count):
     if not paths[i].exists():
-      put(i, tokenize(i))  # Kept, not read back from its file.
+      rows.put(i, starts[i], tokenize(i))  # Kept, not read back from its file.
   hosts.barrier(f"jaxemb tokenize_cached {key}")
   for i, path in enumerate(paths):
-    if i not in filled:
+    if i not in rows.filled:
       batch = _load_cache(path, min(CHUNK_ROWS, len(sentences) - starts[i]), width)
-      put(i, tokenize(i) if batch is None else batch)
-  return out
+      rows.put(i, starts[i], tokenize(i) if batch is None else batch)
+  return rows.batch
+
+
+class _Rows:
+  """`tokenize_cached`'s batch of `num_rows` rows, filled chunk by chunk: allocated once, at the first chunk, and the
+  chunks copied in, never concatenated. `filled` holds the indices of the chunks put."""
+
+  def __init__(self, num_rows: int):
+    self.num_rows, self.batch, self.filled = num_rows, None, set()
+
+  def put(self, i: int, start: int, chunk: TemplateBatch):
+    """Copies chunk `i`, which starts at row `start`, into the batch."""
+    if self.batch is None:
+      self.batch = jax.tree.map(lambda a: np.empty((self.num_rows, *a.shape[1:]), a.dtype), chunk)
+    jax.tree.map(lambda whole, part: whole.__setitem__(slice(start, start + len(part)), part), self.batch, chunk)
+    self.filled.add(i)
 
 
 def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
@@ -193,8 +207,9 @@ def steps_per_epoch(num_examples: int, global_batch_size: int) -> int:
   return num_examples // global_batch_size
 
 
-def batch_indices(num_examples: int, global_batch_size: int, seed: int, step: int, process_index: int = 0,
-                  process_count: int = 1) -> np.ndarray:
+def batch_indices(
+  num_examples: int, global_batch_size: int, seed: int, step: int, process_index: int = 0, process_count: int = 1
+) -> np.ndarray:
   """The example indices that host `process_index` reads at global step `step`.
 
   Epoch ``e = step // steps_per_epoch`` shuffles the corpus with a NumPy Generator seeded by ``(seed, e)``; the
@@ -218,7 +233,7 @@ def batch_indices(num_examples: int, global_batch_size: int, seed: int, step: in
   epoch, step_in_epoch = divmod(step, steps_per_epoch(num_examples, global_batch_size))
   per_process = global_batch_size // process_count
   start = step_in_epoch * global_batch_size + process_index * per_process
-  return _permutation(num_examples, seed, epoch)[start:start + per_process].copy()
+  return _permutation(num_examples, seed, epoch)[start : start + per_process].copy()
 
 
 def gather(batch: TemplateBatch, indices: np.ndarray, width: int | None = None) -> TemplateBatch:
@@ -262,8 +277,9 @@ def _existing_file(path: PathLike) -> pathlib.Path:
 def _load(path: pathlib.Path, builder: str, cache_dir: PathLike | None, **config) -> dict[str, list]:
   """The file's columns through `datasets.load_dataset`, with its parse errors as a DataError naming the file."""
   try:
-    dataset = datasets.load_dataset(builder, data_files=str(path), split="train",
-                                    cache_dir=None if cache_dir is None else str(cache_dir), **config)
+    dataset = datasets.load_dataset(
+      builder, data_files=str(path), split="train", cache_dir=None if cache_dir is None else str(cache_dir), **config
+    )
   except datasets.exceptions.DatasetGenerationError as e:
     raise DataError(f"{path}: cannot be read as {builder}: {e.__cause__ or e}") from e
   return dataset.to_dict()
@@ -315,24 +331,25 @@ def _is_row(record: list[str]) -> bool:
   return len(record) > 1 or bool("".join(record).strip())
 
 
-def _cache_key(sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int,
-               tokenization: str) -> str:
+def _cache_key(
+  sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int, tokenization: str
+) -> str:
   """A hash of everything the arrays depend on."""
   backend = json.loads(tokenizer.backend_tokenizer.to_str())
   # Calls with truncation or padding leave these set on the backend; they do not change what is cached.
   backend.pop("truncation", None)
   backend.pop("padding", None)
   key = {
-      "version": _CACHE_VERSION,
-      "template": dataclasses.asdict(template),
-      "tokenizer": [type(tokenizer).__name__, backend],
-      "max_sentence_tokens": max_sentence_tokens,
-      "tokenization": tokenization,
-      "sentences": len(sentences),
+    "version": _CACHE_VERSION,
+    "template": dataclasses.asdict(template),
+    "tokenizer": [type(tokenizer).__name__, backend],
+    "max_sentence_tokens": max_sentence_tokens,
+    "tokenization": tokenization,
+    "sentences": len(sentences),
   }
   digest = hashlib.sha256(json.dumps(key, ensure_ascii=False, sort_keys=True).encode())
   for start in range(0, len(sentences), CHUNK_ROWS):  # Each sentence's UTF-8 length, then the bytes: unambiguous.
-    encoded = [s.encode("utf-8", "surrogatepass") for s in sentences[start:start + CHUNK_ROWS]]
+    encoded = [s.encode("utf-8", "surrogatepass") for s in sentences[start : start + CHUNK_ROWS]]
     digest.update(np.array([len(e) for e in encoded], np.int64).tobytes())
     digest.update(b"".join(encoded))
   return digest.hexdigest()[:32]
@@ -349,8 +366,9 @@ def _load_cache(path: storage.Path, num_rows: int, width: int) -> TemplateBatch 
     logger.warning("Token cache %s is unreadable (%s); re-tokenising.", path, e)
     return None
   if batch.input_ids.shape != (num_rows, width) or len(batch.sentence_lengths) != num_rows:
-    logger.warning("Token cache %s holds %s rows, expected (%d, %d); re-tokenising.", path,
-                   batch.input_ids.shape, num_rows, width)
+    logger.warning(
+      "Token cache %s holds %s rows, expected (%d, %d); re-tokenising.", path, batch.input_ids.shape, num_rows, width
+    )
     return None
   logger.info("Loaded %d tokenised rows from %s.", num_rows, path)
   return batch

@@ -40,7 +40,7 @@ def read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
   try:
     text = data.decode(encoding)
   except UnicodeDecodeError as e:
-    lineno = data[:e.start].count(b"\n") + 1
+    lineno = data[: e.start].count(b"\n") + 1
     raise DataError(f"{path}:{lineno}: not {encoding} ({e.reason})") from e
   # Line ends as Python's text mode reads them, as SentEval's readers do (SICK's test file has CRLF ends). Not
   # str.splitlines(): it would also break lines at U+0085, U+2028 or a form feed inside a sentence.

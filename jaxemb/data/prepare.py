@@ -72,15 +72,22 @@ class Artifact:
 # Their sizes and digests could not be learned offline (None: not checked); each run records what it fetched in the
 # lock file next to the data, and later runs check against that.
 MANIFEST = {
-    "senteval": Artifact("senteval.tar", SIMCSE_URL + "senteval.tar"),
-    "wiki1m": Artifact("wiki1m_for_simcse.txt", SIMCSE_URL + "wiki1m_for_simcse.txt"),
-    "nli": Artifact("nli_for_simcse.csv", SIMCSE_URL + "nli_for_simcse.csv"),
+  "senteval": Artifact("senteval.tar", SIMCSE_URL + "senteval.tar"),
+  "wiki1m": Artifact("wiki1m_for_simcse.txt", SIMCSE_URL + "wiki1m_for_simcse.txt"),
+  "nli": Artifact("nli_for_simcse.csv", SIMCSE_URL + "nli_for_simcse.csv"),
 }
 # The folder under SentEval's data/downstream that each task reads.
 SENTEVAL_FOLDERS = {
-    **{f"STS1{i}": f"STS/STS1{i}-en-test" for i in range(2, 7)}, "STSBenchmark": "STS/STSBenchmark",
-    "SICKRelatedness": "SICK", "MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": "SST/binary",
-    "TREC": "TREC", "MRPC": "MRPC",
+  **{f"STS1{i}": f"STS/STS1{i}-en-test" for i in range(2, 7)},
+  "STSBenchmark": "STS/STSBenchmark",
+  "SICKRelatedness": "SICK",
+  "MR": "MR",
+  "CR": "CR",
+  "SUBJ": "SUBJ",
+  "MPQA": "MPQA",
+  "SST2": "SST/binary",
+  "TREC": "TREC",
+  "MRPC": "MRPC",
 }
 _CORPUS_BY_FORMAT = {"text": "wiki1m", "nli": "nli"}
 _CHUNK = 1 << 20
@@ -114,8 +121,11 @@ def needs(config: Any) -> list[Need]:
     found.append(Need(_CORPUS_BY_FORMAT[config.data.format], storage.path(config.data.train_file)))
     found.append(_senteval(config.data.senteval_dir, ["STSBenchmark"]))
   elif config.data.get("source", "senteval") != "senteval":
-    logger.warning("config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
-                   config.data.source, config.data.senteval_dir)
+    logger.warning(
+      "config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
+      config.data.source,
+      config.data.senteval_dir,
+    )
   else:
     tasks = []
     if config.job != "transfer":  # STS-B dev is reported (or searched on) by every STS job.
@@ -139,8 +149,9 @@ def _senteval(path: str, tasks: Iterable[str]) -> Need:
   return Need("senteval", storage.path(path), tuple(dict.fromkeys(SENTEVAL_FOLDERS[task] for task in tasks)))
 
 
-def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapping[str, Artifact] = MANIFEST,
-            retries: int = 3) -> dict[str, str]:
+def prepare(
+  config: Any, source: str | os.PathLike | None = None, manifest: Mapping[str, Artifact] = MANIFEST, retries: int = 3
+) -> dict[str, str]:
   """Makes everything `config` reads exist and checks it; returns {path: what was done}.
 
   Args:
@@ -165,8 +176,9 @@ def prepare(config: Any, source: str | os.PathLike | None = None, manifest: Mapp
     prepare_one = _prepare_senteval if need.key == "senteval" else _prepare_file
     done[str(need.path)] = prepare_one(need, manifest[need.key], source, retries)
   if config.model.get("architecture"):
-    done[str(config.model.path)] = prepare_architecture(config.model.path, config.model.architecture,
-                                                        config.model.tie_word_embeddings)
+    done[str(config.model.path)] = prepare_architecture(
+      config.model.path, config.model.architecture, config.model.tie_word_embeddings
+    )
   else:
     done[str(config.model.path)] = f"model in {prepare_model(config.model.path)}"
   return done
@@ -185,8 +197,10 @@ def prepare_architecture(path: str, architecture: Any, tie_word_embeddings: bool
   out = storage.path(path)
   if (out / "config.json").is_file():
     if hf.read_config(out) != config:
-      raise PrepareError(f"{out / 'config.json'} holds another architecture than config.model.architecture and "
-                         "model.tie_word_embeddings; delete the directory or point config.model.path elsewhere")
+      raise PrepareError(
+        f"{out / 'config.json'} holds another architecture than config.model.architecture and "
+        "model.tie_word_embeddings; delete the directory or point config.model.path elsewhere"
+      )
     return f"architecture in {out} (already written)"
   hf.write_architecture(out, config, tokenizer)
   return f"architecture written to {out} (no weights: training initialises them from scratch)"
@@ -244,13 +258,16 @@ def _check_safetensors(path: pathlib.Path):
   with open(path, "rb") as f:
     length = int.from_bytes(f.read(8), "little") if size >= 8 else None
     if length is None or length > min(size - 8, _SAFETENSORS_MAX_HEADER):
-      raise _corrupt(path, f"{size} bytes, too short for its header" if length is None else
-                     f"its header length field says {length} bytes; the file has {size}")
+      raise _corrupt(
+        path,
+        f"{size} bytes, too short for its header"
+        if length is None
+        else f"its header length field says {length} bytes; the file has {size}",
+      )
     raw = f.read(length)
   try:
     header = json.loads(raw.decode("utf-8")) if raw.startswith(b"{") else None
-    end = max((int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"),
-              default=0)
+    end = max((int(entry["data_offsets"][1]) for name, entry in header.items() if name != "__metadata__"), default=0)
   except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, IndexError, TypeError, ValueError):
     raise _corrupt(path, "its header is not a safetensors JSON header") from None
   if size < 8 + length + end:
@@ -293,8 +310,9 @@ def _prepare_file(need: Need, artifact: Artifact, source: pathlib.Path | None, r
     return _fetch_file(local, path, artifact, source, retries)
 
 
-def _fetch_file(path: pathlib.Path, target: storage.Path, artifact: Artifact, source: pathlib.Path | None,
-                retries: int) -> str:
+def _fetch_file(
+  path: pathlib.Path, target: storage.Path, artifact: Artifact, source: pathlib.Path | None, retries: int
+) -> str:
   """Downloads (or copies from `source`) the local file `path`, checks it and writes its lock record; `target` is
   where it is going (`path`, or the gs:// path it is staged for)."""
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -306,8 +324,10 @@ def _fetch_file(path: pathlib.Path, target: storage.Path, artifact: Artifact, so
     names = list(dict.fromkeys([path.name, artifact.filename]))
     found = _find_local(source, names, pathlib.Path.is_file)
     if found is None:
-      raise PrepareError(f"{target}: no {' or '.join(names)} under {source} or its subfolders (a config field names "
-                         "the file to use, e.g. --config.data.train_file)")
+      raise PrepareError(
+        f"{target}: no {' or '.join(names)} under {source} or its subfolders (a config field names "
+        "the file to use, e.g. --config.data.train_file)"
+      )
     # MANIFEST describes the public file; a file under another name (a sample) has nothing to be checked against.
     origin, expected = str(found), artifact if found.name == artifact.filename else None
     _copy(found, part)
@@ -325,8 +345,11 @@ def _download(url: str, part: pathlib.Path, retries: int):
     except _RETRIABLE as e:
       have = part.stat().st_size if part.exists() else 0
       if attempt == retries:
-        hint = (f"{part} keeps the {have} bytes received, and running again resumes from there" if have else
-                "offline, copy the data from a local folder instead (prepare.py --source DIR)")
+        hint = (
+          f"{part} keeps the {have} bytes received, and running again resumes from there"
+          if have
+          else "offline, copy the data from a local folder instead (prepare.py --source DIR)"
+        )
         raise PrepareError(f"{url}: download failed ({type(e).__name__}: {e}); {hint}") from None
       logger.warning("%s: download broke off at %d bytes (%s); resuming", url, have, e)
 
@@ -352,8 +375,10 @@ def _download_once(url: str, part: pathlib.Path):
     total = offset + int(length) if length is not None else None
     logger.info("downloading %s to %s%s", url, part, f" (resuming at byte {offset})" if offset else "")
     received = 0
-    with open(part, "ab" if offset else "wb") as f, tqdm.tqdm(total=total, initial=offset, unit="B", unit_scale=True,
-                                                              desc=part.name, disable=None) as bar:
+    with (
+      open(part, "ab" if offset else "wb") as f,
+      tqdm.tqdm(total=total, initial=offset, unit="B", unit_scale=True, desc=part.name, disable=None) as bar,
+    ):
       while chunk := response.read(_CHUNK):
         f.write(chunk)
         received += len(chunk)
@@ -395,15 +420,18 @@ def _verify(path: storage.Path, expected: Mapping[str, Any]):
   _compare(path, expected, _stored(path, [""])[""], path, " (since it was fetched)")
 
 
-def _compare(file: storage.Path, expected: Mapping[str, Any], actual: Mapping[str, Any], name: storage.Path,
-             context: str):
+def _compare(
+  file: storage.Path, expected: Mapping[str, Any], actual: Mapping[str, Any], name: storage.Path, context: str
+):
   """Moves `file` to `<name>.corrupt` and raises when a size or digest that both know differs."""
   for key in ("size", "sha256", "md5"):
     if expected.get(key) is not None and actual.get(key) is not None and expected[key] != actual[key]:
       corrupt = name.with_name(name.name + ".corrupt")
       file.replace(corrupt)
-      raise PrepareError(f"{name}: {key} mismatch{context}: expected {expected[key]}, got {actual[key]}; moved "
-                         f"to {corrupt} (running again fetches it anew)")
+      raise PrepareError(
+        f"{name}: {key} mismatch{context}: expected {expected[key]}, got {actual[key]}; moved "
+        f"to {corrupt} (running again fetches it anew)"
+      )
 
 
 def _digest(path: pathlib.Path) -> dict[str, Any]:
@@ -481,16 +509,18 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
       for name, expected in record["files"].items():
         _compare(path / name, expected, found[name], path / name, " (since it was fetched)")
       return f"verified ({len(record['files'])} files)"
-    logger.warning("%s: %d files recorded in %s are missing (%s ...); fetching again", path, len(missing), lock,
-                   missing[0])
+    logger.warning(
+      "%s: %d files recorded in %s are missing (%s ...); fetching again", path, len(missing), lock, missing[0]
+    )
   elif all((path / folder).is_dir() for folder in need.folders):
     return "present (not fetched by prepare.py, so not verified)"
   with _staged(path) as local:
     return _fetch_senteval(local, need, artifact, source, retries)
 
 
-def _fetch_senteval(path: pathlib.Path, need: Need, artifact: Artifact, source: pathlib.Path | None,
-                    retries: int) -> str:
+def _fetch_senteval(
+  path: pathlib.Path, need: Need, artifact: Artifact, source: pathlib.Path | None, retries: int
+) -> str:
   """Copies an unpacked SentEval folder from `source`, or fetches and unpacks the archive, into the local folder
   `path` (`need.path`, or where the gs:// one is staged) and writes its lock record."""
   has_folders = lambda root: all((root / folder).is_dir() for folder in need.folders)
@@ -501,10 +531,13 @@ def _fetch_senteval(path: pathlib.Path, need: Need, artifact: Artifact, source: 
   else:
     archive, archive_lock = path.with_name(artifact.filename), _lock_path(path.with_name(artifact.filename))
     logger.info("%s: %s", archive, _prepare_file(Need(need.key, archive), artifact, source, retries))
-    fetched = (json.loads(archive_lock.read_text()) if archive_lock.is_file()
-               else {"source": str(archive), **_digest(archive)})
-    record = {"source": fetched["source"], "archive": {"name": archive.name, "size": fetched["size"],
-                                                      "sha256": fetched["sha256"]}}
+    fetched = (
+      json.loads(archive_lock.read_text()) if archive_lock.is_file() else {"source": str(archive), **_digest(archive)}
+    )
+    record = {
+      "source": fetched["source"],
+      "archive": {"name": archive.name, "size": fetched["size"], "sha256": fetched["sha256"]},
+    }
     tmp = path.with_name(path.name + ".unpack")
     shutil.rmtree(tmp, ignore_errors=True)
     with tarfile.open(archive) as tar:

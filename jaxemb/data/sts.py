@@ -49,24 +49,27 @@ SOURCES = ("senteval", "raw")
 
 # SentEval's subsets per year. STS13 has no SMT: its input file is licensed by the LDC and not redistributed.
 SUBSETS = {
-    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    "STS13": ("FNWN", "headlines", "OnWN"),
-    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+  "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+  "STS13": ("FNWN", "headlines", "OnWN"),
+  "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+  "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+  "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
 }
 # Raw release folder and file-name prefix of each year.
 _RAW_YEARS = {
-    "STS12": ("STS12-en-test/test-gold", "STS"),
-    "STS13": ("STS13-en-test/test-gs", "STS"),
-    "STS14": ("STS14-en-test/sts-en-test-gs-2014", "STS"),
-    "STS15": ("STS15-en-test/test_evaluation_task2a", "STS"),
-    "STS16": ("STS16-en-test/sts2016-english-with-gs-v1.0", "STS2016"),
+  "STS12": ("STS12-en-test/test-gold", "STS"),
+  "STS13": ("STS13-en-test/test-gs", "STS"),
+  "STS14": ("STS14-en-test/sts-en-test-gs-2014", "STS"),
+  "STS15": ("STS15-en-test/test_evaluation_task2a", "STS"),
+  "STS16": ("STS16-en-test/sts2016-english-with-gs-v1.0", "STS2016"),
 }
 _STSB_FOLDER = {"senteval": "STS/STSBenchmark", "raw": "STSBenchmark/stsbenchmark"}
 _SICK_FILES = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
-SPLITS = {**{name: ("test",) for name in STS_YEARS},
-          "STSBenchmark": ("train", "dev", "test"), "SICKRelatedness": tuple(_SICK_FILES)}
+SPLITS = {
+  **{name: ("test",) for name in STS_YEARS},
+  "STSBenchmark": ("train", "dev", "test"),
+  "SICKRelatedness": tuple(_SICK_FILES),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +84,10 @@ class StsSubset:
   def __post_init__(self):
     object.__setattr__(self, "scores", np.asarray(self.scores, dtype=np.float64))
     if not len(self.sentences1) == len(self.sentences2) == len(self.scores):
-      raise ValueError(f"subset {self.name!r}: {len(self.sentences1)} first sentences, "
-                       f"{len(self.sentences2)} second sentences and {len(self.scores)} scores")
+      raise ValueError(
+        f"subset {self.name!r}: {len(self.sentences1)} first sentences, "
+        f"{len(self.sentences2)} second sentences and {len(self.scores)} scores"
+      )
 
   def __len__(self) -> int:
     return len(self.scores)
@@ -143,8 +148,7 @@ def load_sts_task(root: storage.PathLike, name: str, split: str = "test", source
   return StsTask(name, split, {subset.name: subset for subset in subsets})
 
 
-def load_sts_tasks(root: storage.PathLike, names: Sequence[str] = TASKS,
-                   source: str = "senteval") -> list[StsTask]:
+def load_sts_tasks(root: storage.PathLike, names: Sequence[str] = TASKS, source: str = "senteval") -> list[StsTask]:
   """The test split of each named task: with the default names, the seven tasks the papers average."""
   return [load_sts_task(root, name, "test", source) for name in names]
 
@@ -157,17 +161,20 @@ def _load_year(root: storage.Path, name: str, source: str) -> list[StsSubset]:
     folder, prefix = _RAW_YEARS[name]
   folder = _folder(root / folder, name, source)
   columns = (4,) if source == "raw" and name == "STS16" else (2,)
-  return [_load_pairs(folder / f"{prefix}.input.{subset}.txt", folder / f"{prefix}.gs.{subset}.txt", subset,
-                      columns) for subset in SUBSETS[name]]
+  return [
+    _load_pairs(folder / f"{prefix}.input.{subset}.txt", folder / f"{prefix}.gs.{subset}.txt", subset, columns)
+    for subset in SUBSETS[name]
+  ]
 
 
-def _load_pairs(input_path: pathlib.Path, gold_path: pathlib.Path, name: str,
-                columns: tuple[int, ...]) -> StsSubset:
+def _load_pairs(input_path: pathlib.Path, gold_path: pathlib.Path, name: str, columns: tuple[int, ...]) -> StsSubset:
   """A subset kept as an input file of pairs and a gold file aligned with it line by line."""
   pairs, gold = read_lines(input_path, "UTF-8"), read_lines(gold_path, "UTF-8")
   if len(pairs) != len(gold):
-    raise DataError(f"{input_path} has {len(pairs)} lines but {gold_path} has {len(gold)}: the files differ "
-                    f"from line {min(len(pairs), len(gold)) + 1}")
+    raise DataError(
+      f"{input_path} has {len(pairs)} lines but {gold_path} has {len(gold)}: the files differ "
+      f"from line {min(len(pairs), len(gold)) + 1}"
+    )
   rows = []
   for (lineno, line), (_, score) in zip(pairs, gold):
     fields = _fields(line, input_path, lineno, columns)
@@ -176,11 +183,12 @@ def _load_pairs(input_path: pathlib.Path, gold_path: pathlib.Path, name: str,
   return _subset(name, rows)
 
 
-def _load_table(path: pathlib.Path, name: str, columns: tuple[int, ...], score: int, first: int,
-                header: bool) -> StsSubset:
+def _load_table(
+  path: pathlib.Path, name: str, columns: tuple[int, ...], score: int, first: int, header: bool
+) -> StsSubset:
   """A subset kept as one tab-separated table: the two sentences in columns `first` and `first + 1`."""
   rows = []
-  for lineno, line in read_lines(path, "UTF-8")[int(header):]:
+  for lineno, line in read_lines(path, "UTF-8")[int(header) :]:
     fields = _fields(line, path, lineno, columns)
     rows.append((fields[first], fields[first + 1], _score(fields[score], path, lineno)))
   if not rows:

@@ -38,12 +38,18 @@ from jaxemb.errors import ConfigError, DataError
 TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 BINARY_TASKS = ("MR", "CR", "SUBJ", "MPQA")
 # Folder and the files of label 1 and label 0 (SentEval passes SUBJ's objective file as its "pos").
-_BINARY_FILES = {"MR": ("rt-polarity.pos", "rt-polarity.neg"), "CR": ("custrev.pos", "custrev.neg"),
-                 "SUBJ": ("subj.objective", "subj.subjective"), "MPQA": ("mpqa.pos", "mpqa.neg")}
-CLASSES = {**{name: ("negative", "positive") for name in ("MR", "CR", "MPQA", "SST2")},
-           "SUBJ": ("subjective", "objective"),
-           "TREC": ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"),  # SentEval's class ids, in this order.
-           "MRPC": ("not paraphrase", "paraphrase")}
+_BINARY_FILES = {
+  "MR": ("rt-polarity.pos", "rt-polarity.neg"),
+  "CR": ("custrev.pos", "custrev.neg"),
+  "SUBJ": ("subj.objective", "subj.subjective"),
+  "MPQA": ("mpqa.pos", "mpqa.neg"),
+}
+CLASSES = {
+  **{name: ("negative", "positive") for name in ("MR", "CR", "MPQA", "SST2")},
+  "SUBJ": ("subjective", "objective"),
+  "TREC": ("ABBR", "DESC", "ENTY", "HUM", "LOC", "NUM"),  # SentEval's class ids, in this order.
+  "MRPC": ("not paraphrase", "paraphrase"),
+}
 _SST_FILES = {"train": "sentiment-train", "dev": "sentiment-dev", "test": "sentiment-test"}
 _TREC_FILES = {"train": "train_5500.label", "test": "TREC_10.label"}
 _MRPC_FILES = {"train": "msr_paraphrase_train.txt", "test": "msr_paraphrase_test.txt"}
@@ -90,8 +96,9 @@ def load_transfer_task(root: storage.PathLike, name: str) -> TransferTask:
     raise DataError(f"{remote}: no such directory (looked for {name} in SentEval's downstream layout)")
   if name in BINARY_TASKS:
     positive, negative = (read_lines(folder / file, "latin-1") for file in _BINARY_FILES[name])
-    splits = {"all": TransferSplit(([line for _, line in positive + negative],),
-                                   [1] * len(positive) + [0] * len(negative))}
+    splits = {
+      "all": TransferSplit(([line for _, line in positive + negative],), [1] * len(positive) + [0] * len(negative))
+    }
   elif name == "SST2":
     splits = {split: _read_table(folder / file, 2, (0,), 1, header=False) for split, file in _SST_FILES.items()}
   elif name == "TREC":
@@ -106,15 +113,18 @@ def load_transfer_tasks(root: storage.PathLike, names: Sequence[str] = TASKS) ->
   return [load_transfer_task(root, name) for name in names]
 
 
-def _read_table(path: pathlib.Path, columns: int, sentences: tuple[int, ...], label: int,
-                header: bool) -> TransferSplit:
+def _read_table(
+  path: pathlib.Path, columns: int, sentences: tuple[int, ...], label: int, header: bool
+) -> TransferSplit:
   """A tab-separated UTF-8 table (SST-2, MRPC): the sentences and the 0/1 label in the given columns."""
-  lines = read_lines(path, "utf-8")[int(header):]
+  lines = read_lines(path, "utf-8")[int(header) :]
   if not lines:
     raise DataError(f"{path}: no examples after the header line")
   rows = [(lineno, _fields(line, path, lineno, columns)) for lineno, line in lines]
-  return TransferSplit(tuple([fields[column] for _, fields in rows] for column in sentences),
-                       [_label(fields[label], path, lineno) for lineno, fields in rows])
+  return TransferSplit(
+    tuple([fields[column] for _, fields in rows] for column in sentences),
+    [_label(fields[label], path, lineno) for lineno, fields in rows],
+  )
 
 
 def _read_trec(path: pathlib.Path) -> TransferSplit:
@@ -124,8 +134,9 @@ def _read_trec(path: pathlib.Path) -> TransferSplit:
     label, _, rest = line.strip().partition(":")
     _, space, question = rest.partition(" ")
     if label not in CLASSES["TREC"] or not space:
-      raise DataError(f"{path}:{lineno}: expected 'COARSE:fine question' with COARSE one of {CLASSES['TREC']}, "
-                      f"found {line[:80]!r}")
+      raise DataError(
+        f"{path}:{lineno}: expected 'COARSE:fine question' with COARSE one of {CLASSES['TREC']}, found {line[:80]!r}"
+      )
     questions.append(question)
     labels.append(CLASSES["TREC"].index(label))
   return TransferSplit((questions,), labels)

@@ -28,8 +28,7 @@ class WordDefinition:
   definition: str
 
 
-def read_wordnet(directory: str | pathlib.Path, parts_of_speech: tuple[str, ...] = ("noun",)
-                 ) -> list[WordDefinition]:
+def read_wordnet(directory: str | pathlib.Path, parts_of_speech: tuple[str, ...] = ("noun",)) -> list[WordDefinition]:
   """Each synset's first word and its definition (the gloss before its quoted examples), in file order.
 
   Lines of a data file (wndb(5WN)): `offset lex_filenum ss_type w_cnt word lex_id [word lex_id ...] p_cnt
@@ -41,13 +40,16 @@ def read_wordnet(directory: str | pathlib.Path, parts_of_speech: tuple[str, ...]
     raise DataError(f"WordNet parts of speech {list(parts_of_speech)}: each must be one of {sorted(DATA_FILES)}")
   directory = pathlib.Path(directory)
   if not directory.is_dir():
-    raise DataError(f"{directory}: no WordNet directory (install Debian's wordnet-base: `apt-get install "
-                    f"wordnet-base`, or pass a word<TAB>definition file)")
+    raise DataError(
+      f"{directory}: no WordNet directory (install Debian's wordnet-base: `apt-get install "
+      f"wordnet-base`, or pass a word<TAB>definition file)"
+    )
   pairs = []
   for pos in parts_of_speech:
     path = directory / DATA_FILES[pos]
-    pairs += [_synset(path, lineno, line) for lineno, line in lines.read_lines(path, "utf-8")
-              if not line.startswith("  ")]
+    pairs += [
+      _synset(path, lineno, line) for lineno, line in lines.read_lines(path, "utf-8") if not line.startswith("  ")
+    ]
   return pairs
 
 
@@ -55,8 +57,10 @@ def _synset(path: pathlib.Path, lineno: int, line: str) -> WordDefinition:
   fields, bar, gloss = line.partition(" | ")
   fields = fields.split()
   if not bar or len(fields) < 6 or not re.fullmatch(r"[0-9a-f]{2}", fields[3]):
-    raise DataError(f"{path}:{lineno}: not a WordNet data line (offset lex_filenum ss_type w_cnt word lex_id ... "
-                    f"| gloss): {line[:80]!r}")
+    raise DataError(
+      f"{path}:{lineno}: not a WordNet data line (offset lex_filenum ss_type w_cnt word lex_id ... "
+      f"| gloss): {line[:80]!r}"
+    )
   word = _ADJECTIVE_MARKER.sub("", fields[4]).replace("_", " ")
   definition = gloss.split('; "')[0].strip().strip(";").strip()
   return WordDefinition(word, definition)
@@ -79,8 +83,10 @@ def read_definitions_file(path: str | pathlib.Path) -> list[WordDefinition]:
 def read_pairs(source: str | pathlib.Path, parts_of_speech: tuple[str, ...] = ("noun",)) -> list[WordDefinition]:
   """WordNet's pairs when `source` is a directory, else a `word<TAB>definition` file's."""
   if not pathlib.Path(source).exists():
-    raise DataError(f"{source}: no such file or directory; give a WordNet directory ({WORDNET_DIR} once Debian's "
-                    "wordnet-base is installed) or a word<TAB>definition file")
+    raise DataError(
+      f"{source}: no such file or directory; give a WordNet directory ({WORDNET_DIR} once Debian's "
+      "wordnet-base is installed) or a word<TAB>definition file"
+    )
   return read_wordnet(source, parts_of_speech) if pathlib.Path(source).is_dir() else read_definitions_file(source)
 
 

@@ -13,15 +13,15 @@ from tests.support import shared_path
 # PromptBERT's BERT and RoBERTa templates (kongds/Prompt-BERT run.sh) and CoT-BERT's two-mask ones (ZBWpro/CoT-BERT
 # code-for-BERT/train.py), here as spaced strings: the cache must handle any template.
 BERT_TEMPLATES = (
-    'This sentence : "[X]" means [MASK] .',
-    'This sentence of "[X]" means [MASK] .',
-    'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].',
-    'The sentence : "[X]" does not mean [MASK], so it cannot be summarized as [MASK].',
+  'This sentence : "[X]" means [MASK] .',
+  'This sentence of "[X]" means [MASK] .',
+  'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].',
+  'The sentence : "[X]" does not mean [MASK], so it cannot be summarized as [MASK].',
 )
 ROBERTA_TEMPLATES = (
-    "This sentence : ' [X] ' means [MASK] .",
-    "The sentence : ' [X] ' means [MASK] .",
-    "The sentence : '[X]' means [MASK], so it can be summarized as [MASK].",
+  "This sentence : ' [X] ' means [MASK] .",
+  "The sentence : ' [X] ' means [MASK] .",
+  "The sentence : '[X]' means [MASK], so it can be summarized as [MASK].",
 )
 MAX_TOKENS = 32
 
@@ -92,7 +92,10 @@ def test_nli_sample(tmp_path):
 def test_nli_cells_are_text(tmp_path):
   path = write(tmp_path, "n.csv", 'extra,hard_neg,sent1,sent0\n1,NA,None,"two\nlines"\n\n2,null,007,nan\n')
   assert corpus.read_nli_triples(path, tmp_path / "hf") == {
-      "sent0": ["two\nlines", "nan"], "sent1": ["None", "007"], "hard_neg": ["NA", "null"]}
+    "sent0": ["two\nlines", "nan"],
+    "sent1": ["None", "007"],
+    "hard_neg": ["NA", "null"],
+  }
 
 
 @pytest.mark.parametrize("read", [corpus.read_sentences, corpus.read_nli_triples])
@@ -115,26 +118,34 @@ def test_text_not_utf8(tmp_path):
     corpus.read_sentences(path, tmp_path / "hf")
 
 
-@pytest.mark.parametrize("text, match", [
+@pytest.mark.parametrize(
+  "text, match",
+  [
     ("", "empty file, no CSV header"),
     ("sent0,sent1,hard_neg\n", "no rows after the header line"),
-    ("sent0,hard_negative\na,b\n",
-     r"missing column\(s\) \['sent1', 'hard_neg'\]; the header has \['sent0', 'hard_negative'\]"),
+    (
+      "sent0,hard_negative\na,b\n",
+      r"missing column\(s\) \['sent1', 'hard_neg'\]; the header has \['sent0', 'hard_negative'\]",
+    ),
     ("sent0,sent1,sent0,hard_neg\na,b,c,d\n", r"column\(s\) \['sent0'\] appear more than once in the header"),
-])
+  ],
+)
 def test_bad_csv(tmp_path, text, match):
   path = write(tmp_path, "n.csv", text)
   with pytest.raises(DataError, match=f"{path}: {match}"):
     corpus.read_nli_triples(path, tmp_path / "hf")
 
 
-@pytest.mark.parametrize("rows, line, column, row", [
+@pytest.mark.parametrize(
+  "rows, line, column, row",
+  [
     ("a,b,\n", 2, "hard_neg", 1),
     ("a,b,c\n,b,c\n", 3, "sent0", 2),
     ('a,b,c\n\n"multi\nline",b,c\na,"  ",c\n', 6, "sent1", 3),  # A blank line and a two-line cell come first.
     ("a,b,c\na,b\n", 3, "hard_neg", 2),  # A row with too few fields.
     ("a,b,\n,b,c\n", 2, "hard_neg", 1),  # The first empty cell in file order.
-])
+  ],
+)
 def test_empty_cell_names_file_and_line(tmp_path, rows, line, column, row):
   path = write(tmp_path, "n.csv", "sent0,sent1,hard_neg\n" + rows)
   with pytest.raises(DataError, match=f"{path}:{line}: empty '{column}' cell \\(data row {row}\\)"):
@@ -150,15 +161,15 @@ def test_unparsable_csv_names_file(tmp_path):
 # The token cache.
 
 
-@pytest.mark.parametrize("family, text", [
-    *[("bert", text) for text in BERT_TEMPLATES], *[("roberta", text) for text in ROBERTA_TEMPLATES]])
+@pytest.mark.parametrize(
+  "family, text", [*[("bert", text) for text in BERT_TEMPLATES], *[("roberta", text) for text in ROBERTA_TEMPLATES]]
+)
 def test_tokenize_cached_rows(request, tmp_path, sentences, family, text):
   tokenizer = request.getfixturevalue(f"{family}_tokenizer")
   template = templates.Template.parse(text, tokenizer)
   width = template.num_tokens + MAX_TOKENS
   batch = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
-  expected = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
-                                        pad_to=width)
+  expected = templates.tokenize_sentences(template, tokenizer, sentences, max_sentence_tokens=MAX_TOKENS, pad_to=width)
   for name in corpus._FIELDS:
     actual = getattr(batch, name)
     np.testing.assert_array_equal(actual, getattr(expected, name), err_msg=name)
@@ -169,9 +180,9 @@ def test_tokenize_cached_rows(request, tmp_path, sentences, family, text):
   # Every row, truncated or not, holds the whole template around its sentence, and every mask survives.
   prefix, suffix = len(template.prefix_ids), len(template.suffix_ids)
   for ids, n in zip(batch.input_ids, lengths):
-    assert tuple(ids[:1 + prefix]) == (template.cls_id, *template.prefix_ids)
-    assert tuple(ids[1 + prefix + n:2 + prefix + n + suffix]) == (*template.suffix_ids, template.sep_id)
-    assert np.all(ids[2 + prefix + n + suffix:] == template.pad_id)
+    assert tuple(ids[: 1 + prefix]) == (template.cls_id, *template.prefix_ids)
+    assert tuple(ids[1 + prefix + n : 2 + prefix + n + suffix]) == (*template.suffix_ids, template.sep_id)
+    assert np.all(ids[2 + prefix + n + suffix :] == template.pad_id)
   masks = np.take_along_axis(batch.input_ids, batch.mask_positions, axis=1)
   assert batch.mask_positions.shape == (len(sentences), template.num_masks)
   assert np.all(masks == template.mask_id)
@@ -196,7 +207,9 @@ def test_cache_hit_does_not_tokenise(tmp_path, bert_tokenizer, sentences):
 def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenizer, sentences, change):
   tokenizer = CountingTokenizer(bert_tokenizer)
   text = BERT_TEMPLATES[0]
-  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
+  corpus.tokenize_cached(
+    sentences, templates.Template.parse(text, tokenizer), tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context"
+  )
   max_tokens = MAX_TOKENS
   if change == "sentences":
     sentences = sentences[:-1] + [sentences[-1] + " more"]
@@ -207,7 +220,9 @@ def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenize
   else:
     tokenizer, text = CountingTokenizer(roberta_tokenizer), ROBERTA_TEMPLATES[0]
   tokenizer.calls = 0
-  corpus.tokenize_cached(sentences, templates.Template.parse(text, tokenizer), tokenizer, max_tokens, tmp_path, tokenization="in_context")
+  corpus.tokenize_cached(
+    sentences, templates.Template.parse(text, tokenizer), tokenizer, max_tokens, tmp_path, tokenization="in_context"
+  )
   assert tokenizer.calls > 0 and len(list(tmp_path.glob("*.npz"))) == 2
 
 
@@ -218,7 +233,7 @@ def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, d
   first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   (path,) = tmp_path.glob("*.npz")
   data = path.read_bytes()
-  path.write_bytes(damage if damage is not None else data[:len(data) // 2])
+  path.write_bytes(damage if damage is not None else data[: len(data) // 2])
   tokenizer.calls = 0
   with caplog.at_level(logging.WARNING, logger=corpus.__name__):
     again = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
@@ -234,12 +249,12 @@ def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, d
 def _chunked(tmp_path, tokenizer, sentences, hosts=corpus.Hosts()):
   uncounted = tokenizer._tokenizer if isinstance(tokenizer, CountingTokenizer) else tokenizer
   template = templates.Template.parse(BERT_TEMPLATES[0], uncounted)
-  return corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="alone",
-                                hosts=hosts)
+  return corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="alone", hosts=hosts)
 
 
-def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(tmp_path, bert_tokenizer, sentences,
-                                                                         monkeypatch):
+def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(
+  tmp_path, bert_tokenizer, sentences, monkeypatch
+):
   monkeypatch.setattr(corpus, "CHUNK_ROWS", 64)
   tokenizer = CountingTokenizer(bert_tokenizer)
   batch = _chunked(tmp_path, tokenizer, sentences)
@@ -247,8 +262,14 @@ def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(tmp_path
   files = sorted(tmp_path.glob("*.npz"))
   assert [f.name[-9:] for f in files] == [f"{i:05d}.npz" for i in range(5)]
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  expected = templates.tokenize_sentences(template, bert_tokenizer, sentences, max_sentence_tokens=MAX_TOKENS,
-                                        pad_to=template.num_tokens + MAX_TOKENS, tokenization="alone")
+  expected = templates.tokenize_sentences(
+    template,
+    bert_tokenizer,
+    sentences,
+    max_sentence_tokens=MAX_TOKENS,
+    pad_to=template.num_tokens + MAX_TOKENS,
+    tokenization="alone",
+  )
   for name in corpus._FIELDS:
     np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
   files[2].unlink()  # As a run killed while writing chunk 2 leaves it.
@@ -258,8 +279,9 @@ def test_chunks_equal_one_call_and_a_killed_run_keeps_the_finished_ones(tmp_path
   np.testing.assert_array_equal(again.input_ids, expected.input_ids)
 
 
-def test_hosts_tokenise_their_share_and_read_the_rest_from_a_shared_cache(tmp_path, bert_tokenizer, sentences,
-                                                                        monkeypatch):
+def test_hosts_tokenise_their_share_and_read_the_rest_from_a_shared_cache(
+  tmp_path, bert_tokenizer, sentences, monkeypatch
+):
   monkeypatch.setattr(corpus, "CHUNK_ROWS", 64)
   chunks_at_barrier = []
   barrier = lambda name: chunks_at_barrier.append(sorted(int(p.name[-9:-4]) for p in tmp_path.glob("*.npz")))
@@ -292,8 +314,13 @@ def test_gather(tmp_path, bert_tokenizer, sentences):
   batch = corpus.tokenize_cached(sentences, template, bert_tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   indices = np.array([5, 0, len(sentences) - 1, 5])
   rows = corpus.gather(batch, indices)
-  expected = templates.tokenize_sentences(template, bert_tokenizer, [sentences[i] for i in indices],
-                                        max_sentence_tokens=MAX_TOKENS, pad_to=batch.input_ids.shape[1])
+  expected = templates.tokenize_sentences(
+    template,
+    bert_tokenizer,
+    [sentences[i] for i in indices],
+    max_sentence_tokens=MAX_TOKENS,
+    pad_to=batch.input_ids.shape[1],
+  )
   for name in corpus._FIELDS:
     np.testing.assert_array_equal(getattr(rows, name), getattr(expected, name))
 
@@ -319,16 +346,19 @@ def test_batch_indices_are_deterministic():
 def test_batch_indices_are_stable_across_versions():
   # Pinned so that a NumPy change to Generator.permutation, which would break resuming old runs, shows up.
   for step, epoch in [(0, 0), (2, 1)]:
-    np.testing.assert_array_equal(corpus.batch_indices(10, 4, seed=0, step=step),
-                                  np.random.default_rng((0, epoch)).permutation(10)[:4])
+    np.testing.assert_array_equal(
+      corpus.batch_indices(10, 4, seed=0, step=step), np.random.default_rng((0, epoch)).permutation(10)[:4]
+    )
   np.testing.assert_array_equal(corpus.batch_indices(10, 4, seed=0, step=0), [4, 6, 2, 7])
 
 
 def test_each_epoch_is_a_permutation_without_its_tail():
   num_examples, batch = 103, 10
   steps = corpus.steps_per_epoch(num_examples, batch)
-  epochs = [np.concatenate([corpus.batch_indices(num_examples, batch, 0, epoch * steps + s) for s in range(steps)])
-            for epoch in range(3)]
+  epochs = [
+    np.concatenate([corpus.batch_indices(num_examples, batch, 0, epoch * steps + s) for s in range(steps)])
+    for epoch in range(3)
+  ]
   for seen in epochs:
     assert len(seen) == len(set(seen.tolist())) == 100
     assert seen.min() >= 0 and seen.max() < num_examples
@@ -351,25 +381,31 @@ def test_resuming_gives_the_uninterrupted_run():
   np.testing.assert_array_equal(np.stack(resumed), np.stack(uninterrupted[13:]))
 
 
-@pytest.mark.parametrize("kwargs, match", [
+@pytest.mark.parametrize(
+  "kwargs, match",
+  [
     (dict(process_count=3), "process_count 3 does not divide the global batch size 8"),
     (dict(process_index=2, process_count=2), r"process_index 2 is outside \[0, 2\)"),
     (dict(step=-1), "seed and step must be non-negative"),
     (dict(num_examples=7), "the corpus has 7 examples, fewer than one global batch of 8"),
-])
+  ],
+)
 def test_batch_indices_errors(kwargs, match):
   args = dict(num_examples=100, global_batch_size=8, seed=0, step=0) | kwargs
   with pytest.raises(ValueError, match=match):
     corpus.batch_indices(**args)
 
 
-@pytest.mark.parametrize("lengths, multiple, expected", [
+@pytest.mark.parametrize(
+  "lengths, multiple, expected",
+  [
     ([9, 17, 3], 8, 24),  # The longest row, 17, rounded up to 24.
     ([16, 2], 8, 16),  # Already a multiple.
     ([45], 8, 46),  # Never past the full width.
     ([9, 17, 3], 0, 46),  # 0: the full width.
     ([9, 17, 3], 1, 17),
-])
+  ],
+)
 def test_batch_width(lengths, multiple, expected):
   assert corpus.batch_width(np.array(lengths), multiple, 46) == expected
 
@@ -381,8 +417,9 @@ def test_batch_width_rejects_a_negative_multiple():
 
 def test_gather_cuts_rows_to_a_width(bert_tokenizer, sentences):
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
-  batch = templates.tokenize_sentences(template, bert_tokenizer, sentences[:8], max_sentence_tokens=MAX_TOKENS,
-                                     pad_to=template.num_tokens + MAX_TOKENS)
+  batch = templates.tokenize_sentences(
+    template, bert_tokenizer, sentences[:8], max_sentence_tokens=MAX_TOKENS, pad_to=template.num_tokens + MAX_TOKENS
+  )
   index = np.argsort(batch.attention_mask.sum(1))[[1, 0]]  # The two shortest rows, longer first.
   width = int(batch.attention_mask[index].sum(1).max())
   assert width < batch.input_ids.shape[1]

@@ -14,10 +14,13 @@ def test_line_ends_are_text_mode_ones_and_other_breaks_stay_in_the_line(tmp_path
   assert read_lines(path, "utf-8") == [(1, "a\x85b\u2028c\fd"), (2, "e"), (3, "f"), (4, ""), (5, "g")]
 
 
-@pytest.mark.parametrize("data, encoding, message", [
+@pytest.mark.parametrize(
+  "data, encoding, message",
+  [
     (b"ok\n\xe9t\xe9\n", "UTF-8", r"t.txt:2: not UTF-8 \(invalid continuation byte\)"),
     (b"", "utf-8", r"t.txt: empty file"),
-])
+  ],
+)
 def test_errors_name_the_file_line_and_encoding(tmp_path, data, encoding, message):
   (tmp_path / "t.txt").write_bytes(data)
   with pytest.raises(DataError, match=message):

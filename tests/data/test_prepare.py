@@ -24,10 +24,10 @@ from tests.support import shared_path
 WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
 NLI = b"sent0,sent1,hard_neg\n" + b"a man sleeps .,a person rests .,a man runs .\n" * 50
 SENTEVAL = {  # A few files of each folder a test config reads, in SentEval's data/downstream layout.
-    "STS/STS12-en-test/STS.input.MSRpar.txt": b"a cat .\ta dog .\n",
-    "STS/STS12-en-test/STS.gs.MSRpar.txt": b"2.5\n",
-    "STS/STSBenchmark/sts-dev.csv": b"main-captions\tMSRvid\t2012test\t0001\t5.000\ta plane .\tan airplane .\n",
-    "SICK/SICK_test_annotated.txt": b"pair_ID\tA\tB\tscore\tlabel\n1\ta\tb\t4.5\tENTAILMENT\n",
+  "STS/STS12-en-test/STS.input.MSRpar.txt": b"a cat .\ta dog .\n",
+  "STS/STS12-en-test/STS.gs.MSRpar.txt": b"2.5\n",
+  "STS/STSBenchmark/sts-dev.csv": b"main-captions\tMSRvid\t2012test\t0001\t5.000\ta plane .\tan airplane .\n",
+  "SICK/SICK_test_annotated.txt": b"pair_ID\tA\tB\tscore\tlabel\n1\ta\tb\t4.5\tENTAILMENT\n",
 }
 STS_TASKS = "STS12,SICKRelatedness"
 
@@ -68,7 +68,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         return
       status = 206
-    body = data[start:end + 1]
+    body = data[start : end + 1]
     self.send_response(status)
     if status == 206:
       self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
@@ -91,9 +91,12 @@ def _server():
   thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)  # Quick shutdown.
   thread.start()
   url = f"http://127.0.0.1:{httpd.server_address[1]}/"
-  manifest = {key: prepare.Artifact(a.filename, url + a.filename, len(files[a.filename]),
-                                    hashlib.sha256(files[a.filename]).hexdigest())
-              for key, a in prepare.MANIFEST.items()}
+  manifest = {
+    key: prepare.Artifact(
+      a.filename, url + a.filename, len(files[a.filename]), hashlib.sha256(files[a.filename]).hexdigest()
+    )
+    for key, a in prepare.MANIFEST.items()
+  }
   yield manifest, handler
   httpd.shutdown()
   httpd.server_close()
@@ -104,11 +107,24 @@ def _model(tmp_path):
   """A model directory as prepare checks it: a readable config.json and a whole weights file."""
   out = tmp_path / "model"
   out.mkdir()
-  (out / "config.json").write_text(json.dumps(dict(model_type="bert", vocab_size=8, hidden_size=4, num_hidden_layers=1,
-                                                   num_attention_heads=1, intermediate_size=4,
-                                                   max_position_embeddings=8)))
-  safetensors.numpy.save_file({"a": np.ones((3, 4), np.float32), "b": np.zeros(5, np.float32)},
-                              out / "model.safetensors", metadata={"format": "np"})
+  (out / "config.json").write_text(
+    json.dumps(
+      dict(
+        model_type="bert",
+        vocab_size=8,
+        hidden_size=4,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=4,
+        max_position_embeddings=8,
+      )
+    )
+  )
+  safetensors.numpy.save_file(
+    {"a": np.ones((3, 4), np.float32), "b": np.zeros(5, np.float32)},
+    out / "model.safetensors",
+    metadata={"format": "np"},
+  )
   return str(out)
 
 
@@ -134,8 +150,12 @@ def test_download_checks_records_and_a_second_run_fetches_nothing(tmp_path, serv
   assert done[str(data / "wiki1m_for_simcse.txt")].startswith("fetched from http://127.0.0.1")
   assert (data / "wiki1m_for_simcse.txt").read_bytes() == WIKI
   _assert_senteval(data / "senteval")
-  assert sorted(p.name for p in data.iterdir()) == ["senteval", "senteval.lock.json", "wiki1m_for_simcse.txt",
-                                                    "wiki1m_for_simcse.txt.lock.json"]  # The archive is gone.
+  assert sorted(p.name for p in data.iterdir()) == [
+    "senteval",
+    "senteval.lock.json",
+    "wiki1m_for_simcse.txt",
+    "wiki1m_for_simcse.txt.lock.json",
+  ]  # The archive is gone.
   lock = json.loads((data / "wiki1m_for_simcse.txt.lock.json").read_text())
   assert lock["sha256"] == hashlib.sha256(WIKI).hexdigest() and lock["size"] == len(WIKI)
   senteval_lock = json.loads((data / "senteval.lock.json").read_text())
@@ -185,8 +205,11 @@ def test_corrupted_download_is_rejected(tmp_path, server, model, field):
   config = _train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv")
   nli = tmp_path / "data" / "nli_for_simcse.csv"
   actual = {"size": len(NLI), "sha256": hashlib.sha256(NLI).hexdigest()}[field]
-  with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(nli))}: {field} mismatch \(from http.*\): "
-                                                 rf"expected {wrong}, got {actual}; moved to .*\.corrupt"):
+  with pytest.raises(
+    prepare.PrepareError,
+    match=rf"{re.escape(str(nli))}: {field} mismatch \(from http.*\): "
+    rf"expected {wrong}, got {actual}; moved to .*\.corrupt",
+  ):
     prepare.prepare(config, manifest=manifest)
   assert not nli.exists() and not nli.with_name(nli.name + ".lock.json").exists()
   assert nli.with_name(nli.name + ".corrupt").read_bytes() == NLI
@@ -198,8 +221,11 @@ def test_file_changed_after_fetching_is_rejected_then_fetched_again(tmp_path, se
   prepare.prepare(config, manifest=manifest)
   wiki, dev = tmp_path / "data" / "wiki1m_for_simcse.txt", tmp_path / "data" / "senteval/STS/STSBenchmark/sts-dev.csv"
   wiki.write_bytes(WIKI.replace(b"number", b"NUMBER"))
-  with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(wiki))}: sha256 mismatch \(since it was fetched\): "
-                                                 rf"expected {hashlib.sha256(WIKI).hexdigest()}, got [0-9a-f]{{64}}"):
+  with pytest.raises(
+    prepare.PrepareError,
+    match=rf"{re.escape(str(wiki))}: sha256 mismatch \(since it was fetched\): "
+    rf"expected {hashlib.sha256(WIKI).hexdigest()}, got [0-9a-f]{{64}}",
+  ):
     prepare.prepare(config, manifest=manifest)
   dev.write_bytes(b"x")
   with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(dev))}: size mismatch .*expected \d+, got 1"):
@@ -228,14 +254,16 @@ def test_offline_copy_from_a_local_folder(tmp_path, server, model, senteval):
     manifest["senteval"] = dataclasses.replace(manifest["senteval"], size=None, sha256=None)
   data = tmp_path / "data"
   prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_sample.txt"), source=source, manifest=manifest)
-  prepare.prepare(_train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv"), source=source,
-                  manifest=manifest)
+  prepare.prepare(
+    _train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv"), source=source, manifest=manifest
+  )
   assert not handler.requests
   assert (data / "wiki1m_sample.txt").read_bytes() == WIKI[:700]
   assert (data / "nli_for_simcse.csv").read_bytes() == NLI
   _assert_senteval(data / "senteval")
-  assert json.loads((data / "nli_for_simcse.csv.lock.json").read_text())["source"] == str(source / "nli" /
-                                                                                        "nli_for_simcse.csv")
+  assert json.loads((data / "nli_for_simcse.csv.lock.json").read_text())["source"] == str(
+    source / "nli" / "nli_for_simcse.csv"
+  )
   with pytest.raises(prepare.PrepareError, match=r"no wiki1m_for_simcse.txt under .*source or its subfolders"):
     prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt"), source=source)
 
@@ -265,8 +293,9 @@ def test_data_already_in_place_is_kept_unverified(tmp_path, server, model):
   assert not handler.requests
 
 
-def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(tmp_path, server, model, bucket,
-                                                                         monkeypatch):
+def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(
+  tmp_path, server, model, bucket, monkeypatch
+):
   """The corpus, SentEval and the model in a bucket: fetched and checked in the local staging folder, uploaded with
   their lock records (no archive, part or staged file left anywhere), read from there as train.py and evaluate.py
   read them; a second run fetches and uploads nothing and reads no data object (the listing's sizes and MD5s); an
@@ -283,16 +312,24 @@ def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(tmp_p
   assert done[wiki].startswith("fetched from http://127.0.0.1")
   assert done[f"{bucket}/models/m"] == f"model in {bucket}/models/m"
   listed = storage.objects(data)
-  assert sorted(listed) == sorted(["senteval.lock.json", "wiki1m_for_simcse.txt", "wiki1m_for_simcse.txt.lock.json",
-                                   *(f"senteval/{name}" for name in SENTEVAL)])
+  assert sorted(listed) == sorted(
+    [
+      "senteval.lock.json",
+      "wiki1m_for_simcse.txt",
+      "wiki1m_for_simcse.txt.lock.json",
+      *(f"senteval/{name}" for name in SENTEVAL),
+    ]
+  )
   assert not [p for p in (tmp_path / "downloads").rglob("*") if p.is_file()], "the staging folder is emptied"
   assert storage.path(wiki).read_bytes() == WIKI
   assert sts.load_sts_task(f"{data}/senteval", "STSBenchmark", "dev").subsets["dev"].sentences2 == ["an airplane ."]
 
   opened = []
+
   def _open(fs, path, *args, open_object=gcsfs.GCSFileSystem._open, **kwargs):  # pylint: disable=protected-access
     opened.append(path)
     return open_object(fs, path, *args, **kwargs)
+
   monkeypatch.setattr(gcsfs.GCSFileSystem, "_open", _open)
   done = prepare.prepare(config, manifest=manifest)
   assert (done[wiki], done[f"{data}/senteval"]) == ("verified", f"verified ({len(SENTEVAL)} files)")
@@ -301,19 +338,25 @@ def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(tmp_p
 
   storage.path(wiki).write_bytes(WIKI.replace(b"number", b"NUMBER"))  # The same size.
   storage.path(f"{data}/senteval/SICK/SICK_test_annotated.txt").unlink()
-  with pytest.raises(prepare.PrepareError, match=rf"^{wiki}: md5 mismatch \(since it was fetched\): expected "
-                     rf"{hashlib.md5(WIKI).hexdigest()}, got [0-9a-f]{{32}}; moved to {wiki}\.corrupt \(running"):
+  with pytest.raises(
+    prepare.PrepareError,
+    match=rf"^{wiki}: md5 mismatch \(since it was fetched\): expected "
+    rf"{hashlib.md5(WIKI).hexdigest()}, got [0-9a-f]{{32}}; moved to {wiki}\.corrupt \(running",
+  ):
     prepare.prepare(config, manifest=manifest)
   prepare.prepare(config, manifest=manifest)
   assert [name for name, _ in handler.requests] == ["wiki1m_for_simcse.txt", "senteval.tar"] * 2
   assert storage.path(wiki).read_bytes() == WIKI and storage.path(f"{wiki}.corrupt").is_file()
-  assert storage.path(f"{data}/senteval/SICK/SICK_test_annotated.txt").read_bytes() == SENTEVAL[
-      "SICK/SICK_test_annotated.txt"]
+  assert (
+    storage.path(f"{data}/senteval/SICK/SICK_test_annotated.txt").read_bytes()
+    == SENTEVAL["SICK/SICK_test_annotated.txt"]
+  )
   assert not list(tmp_path.glob("gs:*"))
 
 
-def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model_there(tmp_path, model, bucket,
-                                                                                       monkeypatch):
+def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model_there(
+  tmp_path, model, bucket, monkeypatch
+):
   """prepare.py --source with SentEval and the model in a bucket: the unpacked folder copied there; the model
   checked in its bucket, where a missing config.json or weights file is one line naming it."""
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
@@ -330,8 +373,10 @@ def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model
   with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m: no weights found \(looked for model.safetensors"):
     prepare.prepare(config, source=source)
   storage.upload(pathlib.Path(model), f"{bucket}/m")
-  assert prepare.prepare(config, source=source) == {f"{bucket}/senteval": f"verified ({len(SENTEVAL)} files)",
-                                                    f"{bucket}/m": f"model in {bucket}/m"}
+  assert prepare.prepare(config, source=source) == {
+    f"{bucket}/senteval": f"verified ({len(SENTEVAL)} files)",
+    f"{bucket}/m": f"model in {bucket}/m",
+  }
   _assert_senteval(storage.path(f"{bucket}/senteval"))
   assert json.loads(storage.path(f"{bucket}/senteval.lock.json").read_text())["source"] == str(source / "senteval")
   assert not list(tmp_path.glob("gs:*"))
@@ -348,20 +393,27 @@ def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
 
 def _damaged(data: bytes, damage: str) -> bytes:
   header_end = 8 + int.from_bytes(data[:8], "little")
-  return {"last byte cut": data[:-1], "cut in the header": data[:20], "empty": b"",
-          "header length garbage": b"\xff" * 8 + data[8:],
-          "header not JSON": data[:8] + b"{" + b"\x00" * (header_end - 9) + data[header_end:],
-          "header not a dict of tensors": data[:8] + b'{"a": 1}'.ljust(header_end - 8) + data[header_end:]}[damage]
+  return {
+    "last byte cut": data[:-1],
+    "cut in the header": data[:20],
+    "empty": b"",
+    "header length garbage": b"\xff" * 8 + data[8:],
+    "header not JSON": data[:8] + b"{" + b"\x00" * (header_end - 9) + data[header_end:],
+    "header not a dict of tensors": data[:8] + b'{"a": 1}'.ljust(header_end - 8) + data[header_end:],
+  }[damage]
 
 
-@pytest.mark.parametrize("damage, detail", [
+@pytest.mark.parametrize(
+  "damage, detail",
+  [
     ("last byte cut", r"\d+ bytes, but its header places tensor bytes up to byte \d+"),
     ("cut in the header", r"its header length field says \d+ bytes; the file has 20"),
     ("empty", r"0 bytes, too short for its header"),
     ("header length garbage", r"its header length field says 18446744073709551615 bytes"),
     ("header not JSON", r"its header is not a safetensors JSON header"),
     ("header not a dict of tensors", r"its header is not a safetensors JSON header"),
-])
+  ],
+)
 def test_truncated_or_corrupt_safetensors_is_refused(model, damage, detail):
   """Case 6: prepare.py said "model in ..." (exit 0) for a truncated model.safetensors, which training then failed
   to load."""
@@ -377,8 +429,9 @@ def test_sharded_safetensors_need_every_shard_whole(model):
   whole = (model_dir / "model.safetensors").read_bytes()
   (model_dir / "model.safetensors").unlink()
   (model_dir / "model-00001-of-00002.safetensors").write_bytes(whole)
-  (model_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-      "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+  (model_dir / "model.safetensors.index.json").write_text(
+    json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}})
+  )
   with pytest.raises(DataError, match=r"model-00002-of-00002.safetensors: missing, though .*index.json lists it"):
     prepare.prepare_model(model)
   (model_dir / "model-00002-of-00002.safetensors").write_bytes(whole[:-4])
@@ -392,14 +445,18 @@ def test_sharded_safetensors_need_every_shard_whole(model):
 def test_truncated_pytorch_bin_is_refused(model, zipped):
   """torch.save's zip (since torch 1.6) and its legacy pickle both pass whole; a cut zip has no directory left."""
   import torch  # pylint: disable=g-import-not-at-top
+
   model_dir = pathlib.Path(model)
   (model_dir / "model.safetensors").unlink()
   path = model_dir / "pytorch_model.bin"
   torch.save({"a": torch.ones(3, 4)}, path, _use_new_zipfile_serialization=zipped)
   assert prepare.prepare_model(model) == model_dir
   path.write_bytes(path.read_bytes()[:-100] if zipped else b"PK\x03\x04 not a pickle")
-  with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: truncated or corrupt weights file \(neither a "
-                                      r"whole zip \(torch.save\) nor a pickle\)"):
+  with pytest.raises(
+    DataError,
+    match=rf"^{re.escape(str(path))}: truncated or corrupt weights file \(neither a "
+    r"whole zip \(torch.save\) nor a pickle\)",
+  ):
     prepare.prepare_model(model)
 
 
@@ -410,15 +467,18 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
   import logging  # pylint: disable=g-import-not-at-top
   from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
   from jaxemb.models import hf  # pylint: disable=g-import-not-at-top
+
   config = pretrain_mlm.get_config("untied")
   config.model.path = str(tmp_path / "arch")
   config.model.architecture.tokenizer = str(shared_path("tokenizers", "bert-base-uncased"))
   config.model.architecture.hidden_size = 16
-  assert "written" in prepare.prepare_architecture(config.model.path, config.model.architecture,
-                                                  config.model.tie_word_embeddings)
+  assert "written" in prepare.prepare_architecture(
+    config.model.path, config.model.architecture, config.model.tie_word_embeddings
+  )
   assert not hf.has_weights(tmp_path / "arch") and (tmp_path / "arch" / "tokenizer_config.json").is_file()
-  assert "already written" in prepare.prepare_architecture(config.model.path, config.model.architecture,
-                                                          config.model.tie_word_embeddings)
+  assert "already written" in prepare.prepare_architecture(
+    config.model.path, config.model.architecture, config.model.tie_word_embeddings
+  )
   with caplog.at_level(logging.INFO):
     model_config, params = hf.load_pretrained(tmp_path / "arch")
   assert "initialised from scratch" in caplog.text
@@ -433,6 +493,7 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
 
 def test_architecture_of_a_run_from_scratch_is_written_into_a_bucket(bucket, tmp_path, monkeypatch):
   from configs import pretrain_mlm  # pylint: disable=g-import-not-at-top
+
   monkeypatch.chdir(tmp_path)
   architecture = pretrain_mlm.get_config().model.architecture
   architecture.tokenizer, architecture.hidden_size = str(shared_path("tokenizers", "bert-base-uncased")), 16

@@ -7,8 +7,15 @@ from jaxemb.data import sts
 from tests.support import shared_path
 
 # SentEval's "all" setting: pairs with a gold score, per task (test splits).
-SIZES = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186, "STSBenchmark": 1379,
-         "SICKRelatedness": 4927}
+SIZES = {
+  "STS12": 3108,
+  "STS13": 1500,
+  "STS14": 3750,
+  "STS15": 3000,
+  "STS16": 1186,
+  "STSBenchmark": 1379,
+  "SICKRelatedness": 4927,
+}
 
 
 @pytest.fixture(scope="module")
@@ -35,12 +42,23 @@ def test_unscored_pairs_are_dropped(senteval_root):
   # STS16's input files hold 9183 pairs, of which only 1186 have a gold score.
   subsets = sts.load_sts_task(senteval_root, "STS16").subsets
   assert {name: len(s) for name, s in subsets.items()} == {
-      "answer-answer": 254, "headlines": 249, "plagiarism": 230, "postediting": 244, "question-question": 209}
+    "answer-answer": 254,
+    "headlines": 249,
+    "plagiarism": 230,
+    "postediting": 244,
+    "question-question": 209,
+  }
 
 
-@pytest.mark.parametrize("name, split, size", [
-    ("STSBenchmark", "train", 5749), ("STSBenchmark", "dev", 1500),
-    ("SICKRelatedness", "train", 4500), ("SICKRelatedness", "dev", 500)])
+@pytest.mark.parametrize(
+  "name, split, size",
+  [
+    ("STSBenchmark", "train", 5749),
+    ("STSBenchmark", "dev", 1500),
+    ("SICKRelatedness", "train", 4500),
+    ("SICKRelatedness", "dev", 500),
+  ],
+)
 def test_other_splits(senteval_root, name, split, size):
   task = sts.load_sts_task(senteval_root, name, split)
   assert (task.split, list(task.subsets), len(task)) == (split, [split], size)
@@ -49,11 +67,16 @@ def test_other_splits(senteval_root, name, split, size):
 def test_first_pairs_are_read_from_the_right_columns(senteval_root):
   stsb = sts.load_sts_task(senteval_root, "STSBenchmark").subsets["test"]
   assert (stsb.sentences1[0], stsb.sentences2[0], stsb.scores[0]) == (
-      "a girl is styling her hair .", "a girl is brushing her hair .", 2.5)
+    "a girl is styling her hair .",
+    "a girl is brushing her hair .",
+    2.5,
+  )
   sick = sts.load_sts_task(senteval_root, "SICKRelatedness").subsets["test"]
   assert (sick.sentences1[0], sick.sentences2[0], sick.scores[0]) == (
-      "There is no boy playing outdoors and there is no man smiling",
-      "A group of kids is playing in a yard and an old man is standing in the background", 3.3)
+    "There is no boy playing outdoors and there is no man smiling",
+    "A group of kids is playing in a yard and an old man is standing in the background",
+    3.3,
+  )
 
 
 @pytest.mark.parametrize("name", [*sts.STS_YEARS, "STSBenchmark"])
@@ -78,7 +101,9 @@ def test_join_tokens():
   assert sts.join_tokens("  ") == ""
 
 
-@pytest.mark.parametrize("sentence, expected", [
+@pytest.mark.parametrize(
+  "sentence, expected",
+  [
     ("a man is playing", "a man is playing."),  # Directly after the last word: no space.
     ("a man is playing .", "a man is playing ."),
     ("is he playing ?", "is he playing ?"),
@@ -86,7 +111,8 @@ def test_join_tokens():
     ("the dogs ' toys '", "the dogs ' toys '"),
     ("stop !", "stop !."),  # Only . ? " ' count as an ending.
     ("", ""),
-])
+  ],
+)
 def test_add_period(sentence, expected):
   assert sts.add_period(sentence) == expected
 
@@ -121,16 +147,25 @@ def test_small_sts13(tmp_path):
   np.testing.assert_array_equal(headlines.scores, [1.0, 3.5])
 
 
-@pytest.mark.parametrize("file, content, message", [
-    ("STS.input.OnWN.txt", "a b\tc d\ne f\ni j\tk l\n",
-     r"STS\.input\.OnWN\.txt:2: expected 2 tab-separated columns, found 1"),
+@pytest.mark.parametrize(
+  "file, content, message",
+  [
+    (
+      "STS.input.OnWN.txt",
+      "a b\tc d\ne f\ni j\tk l\n",
+      r"STS\.input\.OnWN\.txt:2: expected 2 tab-separated columns, found 1",
+    ),
     ("STS.input.OnWN.txt", "a b\tc d\ne f\tg h\tx\ni j\tk l\n", r"STS\.input\.OnWN\.txt:2: expected 2 .* found 3"),
     ("STS.gs.FNWN.txt", "1.0\n\nthree\n", r"STS\.gs\.FNWN\.txt:3: the score 'three' is not a finite number"),
     ("STS.gs.FNWN.txt", "1.0\nnan\n2\n", r"STS\.gs\.FNWN\.txt:2: the score 'nan'"),
     ("STS.gs.headlines.txt", "", r"STS\.gs\.headlines\.txt: empty file"),
-    ("STS.gs.headlines.txt", "1.0\n\n",
-     r"STS\.input\.headlines\.txt has 3 lines but .*STS\.gs\.headlines\.txt has 2: the files differ from line 3"),
-])
+    (
+      "STS.gs.headlines.txt",
+      "1.0\n\n",
+      r"STS\.input\.headlines\.txt has 3 lines but .*STS\.gs\.headlines\.txt has 2: the files differ from line 3",
+    ),
+  ],
+)
 def test_bad_sts_files(tmp_path, file, content, message):
   (write_sts13(tmp_path) / file).write_text(content, encoding="utf-8")
   with pytest.raises(sts.DataError, match=message):
@@ -163,8 +198,12 @@ SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_ju
 
 
 def test_stsb_and_sick_tables(tmp_path):
-  write_table(tmp_path, "STS/STSBenchmark", "sts-dev.csv",
-              STSB_ROW.format(score="5.000") + "\n" + STSB_ROW.format(score="1.5") + "\n")
+  write_table(
+    tmp_path,
+    "STS/STSBenchmark",
+    "sts-dev.csv",
+    STSB_ROW.format(score="5.000") + "\n" + STSB_ROW.format(score="1.5") + "\n",
+  )
   write_table(tmp_path, "SICK", "SICK_trial.txt", SICK_HEADER + "1\tA b\tC d\t3.3\tNEUTRAL\r\n")
   stsb = sts.load_sts_task(tmp_path, "STSBenchmark", "dev").subsets["dev"]
   assert stsb.sentences2 == ["an air plane is taking off ."] * 2
@@ -177,16 +216,25 @@ STSB_TEST = ("STSBenchmark", "STS/STSBenchmark", "sts-test.csv")
 SICK_TEST = ("SICKRelatedness", "SICK", "SICK_test_annotated.txt")
 
 
-@pytest.mark.parametrize("name, folder, file, text, message", [
-    (*STSB_TEST, STSB_ROW.format(score="2") + "\nmain\tMSRvid\t0\t1\t2\tx\n",
-     r"sts-test\.csv:2: expected 7 tab-separated columns, found 6"),
-    (*STSB_TEST, STSB_ROW.format(score="2") + "\n" + STSB_ROW.format(score="?"),
-     r"sts-test\.csv:2: the score '\?' is not a finite number"),
+@pytest.mark.parametrize(
+  "name, folder, file, text, message",
+  [
+    (
+      *STSB_TEST,
+      STSB_ROW.format(score="2") + "\nmain\tMSRvid\t0\t1\t2\tx\n",
+      r"sts-test\.csv:2: expected 7 tab-separated columns, found 6",
+    ),
+    (
+      *STSB_TEST,
+      STSB_ROW.format(score="2") + "\n" + STSB_ROW.format(score="?"),
+      r"sts-test\.csv:2: the score '\?' is not a finite number",
+    ),
     (*STSB_TEST, "", r"sts-test\.csv: empty file"),
     (*SICK_TEST, SICK_HEADER + "1\tA b\tC d\thigh\tNEUTRAL\n", r"SICK_test_annotated\.txt:2: the score 'high'"),
     (*SICK_TEST, SICK_HEADER + "1\tA b\tC d\n", r"SICK_test_annotated\.txt:2: expected 5 .* columns, found 3"),
     (*SICK_TEST, SICK_HEADER, r"SICK_test_annotated\.txt: no sentence pairs after the header line"),
-])
+  ],
+)
 def test_bad_tables(tmp_path, name, folder, file, text, message):
   write_table(tmp_path, folder, file, text)
   with pytest.raises(sts.DataError, match=message):

@@ -9,9 +9,15 @@ from jaxemb.data.sts import DataError
 from tests.support import shared_path
 
 # SentEval's counts (binary tasks: blank lines included, as SentEval keeps them).
-SIZES = {"MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},
-         "SST2": {"train": 67349, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
-         "MRPC": {"train": 4076, "test": 1725}}
+SIZES = {
+  "MR": {"all": 10662},
+  "CR": {"all": 3775},
+  "SUBJ": {"all": 10000},
+  "MPQA": {"all": 10606},
+  "SST2": {"train": 67349, "dev": 872, "test": 1821},
+  "TREC": {"train": 5452, "test": 500},
+  "MRPC": {"train": 4076, "test": 1725},
+}
 POSITIVES = {"MR": 5331, "CR": 2407, "SUBJ": 5000, "MPQA": 3312}  # Label 1: the first file.
 
 
@@ -45,7 +51,9 @@ def test_trec_keeps_the_six_coarse_labels(tasks):
   assert counts == {"DESC": 138, "NUM": 113, "ENTY": 94, "LOC": 81, "HUM": 65, "ABBR": 9}
   train = trec.splits["train"]
   assert (train.columns[0][0], trec.classes[train.labels[0]]) == (
-      "How did serfdom develop in and then leave Russia ?", "DESC")
+    "How did serfdom develop in and then leave Russia ?",
+    "DESC",
+  )
   assert train.columns[0][65] == "Which city has the oldest relationship as a sister\u00f0city with Los Angeles ?"
 
 
@@ -60,11 +68,13 @@ def test_mrpc_pairs_and_sst_rows(tasks):
 
 # A minimal valid folder per task, to break one file at a time.
 _VALID = {
-    "MR": {"rt-polarity.pos": "good .\n", "rt-polarity.neg": "bad .\n"},
-    "SST2": {name: "fine .\t1\nawful .\t0\n" for name in ("sentiment-train", "sentiment-dev", "sentiment-test")},
-    "TREC": {"train_5500.label": "NUM:dist How far ?\nHUM:ind Who ?\n", "TREC_10.label": "LOC:city Where ?\n"},
-    "MRPC": {name: "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta .\tan a .\n0\t3\t4\tb .\tc .\n"
-             for name in ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt")},
+  "MR": {"rt-polarity.pos": "good .\n", "rt-polarity.neg": "bad .\n"},
+  "SST2": {name: "fine .\t1\nawful .\t0\n" for name in ("sentiment-train", "sentiment-dev", "sentiment-test")},
+  "TREC": {"train_5500.label": "NUM:dist How far ?\nHUM:ind Who ?\n", "TREC_10.label": "LOC:city Where ?\n"},
+  "MRPC": {
+    name: "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\ta .\tan a .\n0\t3\t4\tb .\tc .\n"
+    for name in ("msr_paraphrase_train.txt", "msr_paraphrase_test.txt")
+  },
 }
 
 
@@ -84,18 +94,25 @@ def test_valid_minimal_layout_reads(tmp_path):
   assert loaded[2].splits["train"].columns[0] == ["How far ?", "Who ?"]
 
 
-@pytest.mark.parametrize("name, file, text, message", [
+@pytest.mark.parametrize(
+  "name, file, text, message",
+  [
     ("TREC", "train_5500.label", "NUM:dist How far ?\nWHAT:x Why ?\n", r"train_5500.label:2: expected 'COARSE:fine"),
     ("TREC", "TREC_10.label", "NUM:dist\n", r"TREC_10.label:1: expected 'COARSE:fine"),
     ("SST2", "sentiment-dev", "fine .\t1\nawful .\t0\textra\n", r"sentiment-dev:2: expected 2 tab-separated columns"),
     ("SST2", "sentiment-test", "fine .\t1\nawful .\t2\n", r"sentiment-test:2: the label '2' is not 0 or 1"),
     ("SST2", "sentiment-train", b"fine .\t1\n\xff .\t0\n", r"sentiment-train:2: not utf-8"),
     ("MRPC", "msr_paraphrase_test.txt", "header\n1\t1\t2\ta .\n", r"msr_paraphrase_test.txt:2: expected 5 tab-sep"),
-    ("MRPC", "msr_paraphrase_train.txt", "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n",
-     r"msr_paraphrase_train.txt: no examples after the header line"),
+    (
+      "MRPC",
+      "msr_paraphrase_train.txt",
+      "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n",
+      r"msr_paraphrase_train.txt: no examples after the header line",
+    ),
     ("MR", "rt-polarity.neg", "", r"rt-polarity.neg: empty file"),
     ("TREC", "TREC_10.label", "", r"TREC_10.label: empty file"),
-])
+  ],
+)
 def test_malformed_files_name_the_file_and_line(tmp_path, name, file, text, message):
   _write(tmp_path, name, **{file: text})
   with pytest.raises(DataError, match=message):

@@ -1,4 +1,5 @@
 """WordNet's data files and word<TAB>definition files as word-definition pairs."""
+
 import pathlib
 
 import pytest
@@ -6,16 +7,17 @@ import pytest
 from jaxemb.data import wordnet
 from jaxemb.errors import DataError
 
-# Lines in the format of WordNet 3.0's data files: the license header, then one synset a line.
+# Lines in the format of WordNet 3.0's data files: the license header, then one synset a line, each ending in two
+# spaces as WordNet's do (the second written \x20, which the linter's trailing-whitespace check leaves alone).
 _NOUNS = """\
-  1 This software and database is being provided to you, the LICENSEE, by  
-  2 Princeton University under the following license.  
-07747607 13 n 01 orange 0 006 @ 07747055 n 0000 #p 12708293 n 0000 | round yellow to orange fruit of any of several  
-03467517 06 n 02 guitar 0 Spanish_guitar 0 001 @ 03800933 n 0000 | a stringed instrument; played by strumming  
-09411430 17 n 01 river 0 001 @ 09448361 n 0000 | a large natural stream of water (larger than a creek); "the river"  
+  1 This software and database is being provided to you, the LICENSEE, by \x20
+  2 Princeton University under the following license. \x20
+07747607 13 n 01 orange 0 006 @ 07747055 n 0000 #p 12708293 n 0000 | round yellow to orange fruit of any of several \x20
+03467517 06 n 02 guitar 0 Spanish_guitar 0 001 @ 03800933 n 0000 | a stringed instrument; played by strumming \x20
+09411430 17 n 01 river 0 001 @ 09448361 n 0000 | a large natural stream of water (larger than a creek); "the river" \x20
 """
 _ADJECTIVES = """\
-00019731 00 s 02 ready_to_hand(p) 0 handy 0 001 & 00019131 a 0000 | easy to reach; "found a handy spot"  
+00019731 00 s 02 ready_to_hand(p) 0 handy 0 001 & 00019131 a 0000 | easy to reach; "found a handy spot" \x20
 """
 
 
@@ -29,10 +31,11 @@ def wordnet_dir(tmp_path):
 def test_reads_each_synsets_first_word_and_definition(wordnet_dir):
   pairs = wordnet.read_wordnet(wordnet_dir, ("noun", "adj"))
   assert [(p.word, p.definition) for p in pairs] == [
-      ("orange", "round yellow to orange fruit of any of several"),
-      ("guitar", "a stringed instrument; played by strumming"),  # One definition: its parts stay together.
-      ("river", "a large natural stream of water (larger than a creek)"),  # The quoted example is left out.
-      ("ready to hand", "easy to reach")]  # Underscores are spaces; the adjective marker (p) is dropped.
+    ("orange", "round yellow to orange fruit of any of several"),
+    ("guitar", "a stringed instrument; played by strumming"),  # One definition: its parts stay together.
+    ("river", "a large natural stream of water (larger than a creek)"),  # The quoted example is left out.
+    ("ready to hand", "easy to reach"),  # Underscores are spaces; the adjective marker (p) is dropped.
+  ]
   assert wordnet.read_pairs(wordnet_dir) == pairs[:3]  # A directory is WordNet, nouns by default.
 
 
