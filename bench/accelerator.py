@@ -7,7 +7,7 @@ One command, four sections, each printed as a table with the reference it is mea
    utilisation against this device's matmul peak, measured here (jax's and torch's large matmuls, the faster).
 2. train: one training step at the paper's batch (256) for PromptBERT (two views + position-offset rows),
    SimCSE and CoT-BERT: jaxemb (config.model.dtype, bfloat16 by default; the step train.py compiles) against the
-   authors' recipe: the transcription of their `cl_forward` in jaxemb/testing/reference_torch.py on the HF model,
+   authors' recipe: the transcription of their `cl_forward` in testing_support/reference_torch.py on the HF model,
    fp16 autocast with a GradScaler, torch AdamW, clipping at 1.0. Steps/s, MFU (3x the forward FLOPs of every
    row the step encodes), peak device memory, and the first step's seconds (jaxemb's includes its compile).
 3. sts: the full 7-task STS evaluation (bert-base-sized, random weights: the time, not the score), cold (compiling)
@@ -82,7 +82,7 @@ from jaxemb import sharding, sweep, xla
 from jaxemb.models import Transformer, load_pretrained
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-SETTINGS = {  # jaxemb config -> the authors' setting in jaxemb/testing/reference_torch.py.
+SETTINGS = {  # jaxemb config -> the authors' setting in testing_support/reference_torch.py.
   "promptbert": "unsup-bert",
   "simcse": "simcse-unsup",
   "cotbert": "cot-bert",
@@ -198,7 +198,7 @@ def jaxemb_train(
 
 def authors_train(name: str, model_dir: pathlib.Path, sentences) -> TrainCase:
   """The authors' step: their cl_forward (transcribed), fp16 autocast + GradScaler, AdamW, clipping at 1.0."""
-  from jaxemb.testing import reference_torch  # pylint: disable=g-import-not-at-top
+  from testing_support import reference_torch  # pylint: disable=g-import-not-at-top
 
   device = torch_device()
   with torch.device(device):  # The transcription makes its index tensors with torch's defaults.

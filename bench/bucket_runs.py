@@ -26,7 +26,7 @@ import common
 from jaxemb import storage, xla  # pylint: disable=g-bad-import-order
 from jaxemb.training import checkpoints, loop
 from jaxemb.testing.gcs import GcsEmulator
-from jaxemb.testing.shared import SHARED
+from testing_support.shared import SHARED
 
 
 def _config(workdir: str, senteval: str, model: pathlib.Path, args):

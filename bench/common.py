@@ -40,7 +40,7 @@ from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from jaxemb.testing.shared import SHARED
+from testing_support.shared import SHARED
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 transformers.logging.set_verbosity_error()  # No load reports or progress bars between the tables.

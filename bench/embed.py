@@ -27,7 +27,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 # pylint: disable=wrong-import-position
-from jaxemb.testing.shared import SHARED
+from testing_support.shared import SHARED
 
 # Torch's OpenMP threads spin-wait between ops by default, which stalls them on a shared 2-core machine (as
 # bench/common.py says); set before the worker imports torch.

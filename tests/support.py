@@ -1,6 +1,6 @@
-"""What the tests share (the benchmarks' share is jaxemb/testing/): the ../shared folder with a skip when it is not
-there, subprocesses on simulated devices, toy-scale training configs and STS jobs, the compile log, TensorBoard's
-records."""
+"""What the tests share (the benchmarks' share is jaxemb/testing/ and testing_support/): the ../shared folder with a
+skip when it is not there, subprocesses on simulated devices, toy-scale training configs and STS jobs, the compile log,
+TensorBoard's records."""
 
 import atexit
 import collections
@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from jaxemb.testing import temp_folders
-from jaxemb.testing.shared import REPO, SHARED
+from testing_support.shared import REPO, SHARED
 
 
 def python_on_devices(code: str, devices: int, *args) -> str:

@@ -50,7 +50,8 @@ LAYERS = {
   "jaxemb.cli": 4,
   "jaxemb.mteb": 4,
   "jaxemb.st_prompt_module": 4,
-  # What the tests and benchmarks share (random checkpoints, the authors' steps in PyTorch): no module imports it.
+  # What the tests and benchmarks share (random checkpoints, the GCS emulator): no module imports it. The authors'
+  # steps in PyTorch and the repository's paths are in testing_support/, outside the wheel: no module imports that.
   "jaxemb.testing": 5,
 }
 
@@ -105,8 +106,25 @@ def test_imports_are_resolved_to_modules():
   assert "jaxemb.atomic" in _imported(MODULES["jaxemb.training.workdir"])  # `from jaxemb import atomic`: the module.
 
 
+def test_no_module_imports_what_the_wheel_leaves_out():
+  """testing_support/ (the repository's paths, the PyTorch oracle) is the clone's, not the wheel's: no module of an
+  installed jaxemb may import it."""
+  found = [
+    f"{module}:{node.lineno}"
+    for module, path in MODULES.items()
+    for node in ast.walk(ast.parse(path.read_text()))
+    if isinstance(node, (ast.Import, ast.ImportFrom))
+    and any(
+      name.split(".")[0] == "testing_support"
+      for name in ([node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names])
+    )
+  ]
+  assert found == []
+
+
 def test_the_benchmarks_import_nothing_from_the_tests():
-  """bench/ shares what it shares with tests/ through jaxemb/testing/, so that a test's refactor never breaks it."""
+  """bench/ shares what it shares with tests/ through jaxemb/testing/ and testing_support/, so that a test's refactor
+  never breaks it."""
   found = [
     f"{path.relative_to(REPO)}:{node.lineno}"
     for path in sorted((pathlib.Path(REPO) / "bench").glob("*.py"))
@@ -121,9 +139,9 @@ def test_the_benchmarks_import_nothing_from_the_tests():
 
 
 def test_no_test_module_imports_another():
-  """What tests share lives in tests/*_support.py (or jaxemb/testing/), not in another test module, whose refactor
-  would otherwise break tests it does not know of. Helper programs the tests start (tests/training/checkpoint_kill.py)
-  are not test modules."""
+  """What tests share lives in tests/*_support.py (or jaxemb/testing/, testing_support/), not in another test module,
+  whose refactor would otherwise break tests it does not know of. Helper programs the tests start
+  (tests/training/checkpoint_kill.py) are not test modules."""
   found = []
   for path in sorted((pathlib.Path(REPO) / "tests").rglob("test_*.py")):
     for node in ast.walk(ast.parse(path.read_text())):

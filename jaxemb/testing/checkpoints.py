@@ -1,7 +1,12 @@
 """Tiny random checkpoints in Hugging Face format (written by HF PyTorch, as a user's checkpoint is), with the real
 vocabularies so the real tokenizers (../shared/tokenizers) fit."""
 
-from jaxemb.testing.shared import SHARED
+import os
+import pathlib
+
+# ../shared beside the clone this module is in (an editable install), or $JAXEMB_SHARED: testing_support.shared's
+# SHARED, which the tests and benchmarks read and the wheel leaves out, found the same way. Its tokenizers/ are read.
+_SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", pathlib.Path(__file__).resolve().parents[3] / "shared"))
 
 _TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
 FAMILIES = {
@@ -54,5 +59,5 @@ def write_random_checkpoint(
       if "LayerNorm.weight" in name or "layer_norm.weight" in name:
         p.add_(1.0)
   model.save_pretrained(out_dir)
-  transformers.AutoTokenizer.from_pretrained(SHARED / "tokenizers" / tokenizer_name).save_pretrained(out_dir)
+  transformers.AutoTokenizer.from_pretrained(_SHARED / "tokenizers" / tokenizer_name).save_pretrained(out_dir)
   return out_dir

@@ -10,7 +10,7 @@ import sys
 
 from jaxemb import atomic
 from jaxemb.embedding import shards
-from jaxemb.testing.shared import REPO
+from testing_support.shared import REPO
 
 KILL_AFTER = shards.vectors_file(1)
 KILLED = 77  # The exit status of a run that reached its kill point.

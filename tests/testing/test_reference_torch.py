@@ -1,4 +1,4 @@
-"""Self-checks of the PyTorch transcription of the authors' code (jaxemb/testing/reference_torch.py) alone.
+"""Self-checks of the PyTorch transcription of the authors' code (testing_support/reference_torch.py) alone.
 
 No jaxemb code here: these pin the transcription to the authors' behaviour (input rows, bias-table rows,
 OptiPrompt placement, transformers-4.2 AdamW, clipping, schedule, DataParallel grouping) so that tests
@@ -14,7 +14,7 @@ import transformers
 
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
-from jaxemb.testing import reference_torch as R
+from testing_support import reference_torch as R
 
 # Dropout 0 so a step is deterministic; 192 positions so the dev bias table (128 offset rows) fits.
 TINY = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, max_position_embeddings=192)

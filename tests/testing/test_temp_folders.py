@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 from jaxemb.testing import temp_folders
-from jaxemb.testing.shared import REPO
+from testing_support.shared import REPO
 
 # A process that makes a folder, prints it and runs until its stdin closes: another test session, still running.
 _MAKER = "from jaxemb.testing import temp_folders; print(temp_folders.make('xla'), flush=True); input()"

@@ -24,7 +24,7 @@ from jaxemb.training import loop, trainer
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
-from jaxemb.testing import reference_torch as ref
+from testing_support import reference_torch as ref
 
 STEPS, SCHEDULE, LR, ROWS = 5, 10, 2e-4, 8
 

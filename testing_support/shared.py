@@ -4,5 +4,5 @@ the tests and benchmarks read (README: Tests)."""
 import os
 import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("JAXEMB_SHARED", REPO.parent / "shared"))
