@@ -58,6 +58,7 @@ def _corpus(tmp_path, name="corpus.txt"):
   return path
 
 
+@pytest.mark.e2e  # Two embed.py processes (5 s each); jaxemb/embedding's own tests check each line in-process.
 def test_a_corpus_that_cannot_be_embedded_is_one_line_before_the_model_loads(tmp_path):
   empty, latin1 = tmp_path / "empty.txt", tmp_path / "latin1.txt"
   empty.write_bytes(b"")

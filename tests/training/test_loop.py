@@ -30,9 +30,10 @@ def dropout_free_models(tmp_path_factory):
   }
 
 
-# CI runs two settings (position-offset and [PAD] denoising); test_reference_steps.py checks every setting's first
-# five steps against the authors' step, update by update, so the others run with -m slow.
-_FALLS_IN_CI = ("promptbert", "cotbert")
+# CI runs one setting (position-offset denoising); test_reference_steps.py checks every setting's first five steps
+# against the authors' step, update by update, their loss falling included, so the others (CoT-BERT's 33 s compile
+# among them) run with -m slow.
+_FALLS_IN_CI = ("promptbert",)
 
 
 @pytest.mark.parametrize(
