@@ -15,7 +15,7 @@ from absl import flags
 
 from jaxemb import cli
 from jaxemb import sweep
-from jaxemb.training import loop
+from jaxemb.training import stopping
 
 _CONFIG = cli.define_config("Experiment file (configs/experiments/*.py).")
 _SHARD = flags.DEFINE_string("shard", "0/1", "i/n: run every n-th run of the plan, starting at the i-th.")
@@ -25,7 +25,7 @@ _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Run nothing; write the tab
 def main(config) -> int:
   try:
     print(sweep.run_experiment(config, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
-  except loop.Preempted as stopped:  # The run saved its state; the status tells the scheduler, as train.py's.
+  except stopping.Preempted as stopped:  # The run saved its state; the status tells the scheduler, as train.py's.
     return stopped.exit_code
   return 0
 

@@ -16,7 +16,7 @@ from absl import flags
 
 from jaxemb import cli
 from jaxemb import xla
-from jaxemb.training import loop
+from jaxemb.training import loop, stopping
 
 _CONFIG = cli.define_config("Training config file (configs/*.py).")
 _RESUME_CHANGED = flags.DEFINE_bool(
@@ -32,7 +32,7 @@ def main(config) -> int:
   xla.use_compilation_cache(config.compilation_cache_dir)
   try:
     loop.train(config, _RESUME_CHANGED.value)
-  except loop.Preempted as stopped:  # The loop saved its state and said so; the status tells the scheduler.
+  except stopping.Preempted as stopped:  # The loop saved its state and said so; the status tells the scheduler.
     return stopped.exit_code
   return 0
 

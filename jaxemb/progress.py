@@ -22,6 +22,12 @@ BAR_LABEL = 24  # The most characters of a label a bar shows.
 LOG_EVERY = 30.0  # Seconds between a log's lines while work goes on.
 
 
+def say(message: str):
+  """A line for the person running the job, on stdout past any bar (process 0 only): what a run did or does next."""
+  if jax.process_index() == 0:
+    tqdm.tqdm.write(message)
+
+
 @contextlib.contextmanager
 def track(label: str, total: int, unit: str, show: bool | None = True) -> Iterator[Callable[[int], None]]:
   """Shows the work named `label` ("": unnamed), `total` `unit`s, on stderr; yields `advance(n)`, to call as n more

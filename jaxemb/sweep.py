@@ -195,7 +195,7 @@ def run_experiment(
   """Runs this host's share of the unfinished runs in plan order, then writes and returns the table.
 
   Raises:
-    loop.Preempted: a run was stopped by SIGTERM or Ctrl-C after saving its state; rerunning resumes it first.
+    stopping.Preempted: a run was stopped by SIGTERM or Ctrl-C after saving its state; rerunning resumes it first.
   """
   runs = plan(experiment)
   mine = [] if table_only else shard(runs, *share)

@@ -25,7 +25,7 @@ POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] sta
 # What the (denoised) vector goes through: nothing, the fresh dense + tanh trained with the loss (params["mlp"]),
 # the MLM head's transform, the checkpoint's pooler (dense + tanh). The one list of heads: training's (an
 # Objective's projection) are all but the pooler; evaluation's (a Method's head) all but the MLP, which a run that
-# keeps it evaluates as its pooler (training.loop.eval_params).
+# keeps it evaluates as its pooler (training.selection.eval_params).
 HEADS = ("none", "mlp", "mlm_transform", "pooler")
 BIAS_POSITIONS = ("from_zero", "model")  # Position-offset rows' positions: from 0 (the authors'), or HF's numbering.
 

@@ -12,7 +12,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
-from jaxemb.training import loop, trainer
+from jaxemb.training import selection, stopping, trainer
 from tests.support import shared_path
 from tests.support import tiny_config
 
@@ -53,7 +53,7 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
       tokenizer = roberta_tokenizer if "roberta" in run.config.model.path else bert_tokenizer
       objective = trainer.build_objective(run.config, tokenizer)
       assert [view.template.text for view in objective.view_list] == list(run.config.objective.templates)
-      loop.eval_method(run.config)
+      selection.eval_method(run.config)
     else:
       assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
       Method.from_config(run.config.method)
@@ -192,11 +192,11 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   def execute(run):
     calls.append(run.seed)
     if run.seed == 2 and calls.count(2) == 1:
-      raise loop.Preempted(7)
+      raise stopping.Preempted(7)
     _fake_result(run, 70.0 + run.seed)
 
   monkeypatch.setattr(sweep, "execute", execute)
-  with pytest.raises(loop.Preempted):
+  with pytest.raises(stopping.Preempted):
     sweep.run_experiment(experiment)
   assert calls == [1, 2]
   sweep.run_experiment(experiment, share=(1, 2))  # Seeds 2 and 4.
@@ -239,7 +239,7 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   assert written["average"] == pytest.approx(summary["average"]) and written["seed"] == 5
   assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
   assert written["best_step"] == 2 and written["select_metric"] == "stsb_dev/STSBenchmark"
-  assert written["method"] == loop.eval_method(run.config).config_fields()  # The run's own, from its directory.
+  assert written["method"] == selection.eval_method(run.config).config_fields()  # The run's own, from its directory.
   encoder = Encoder.from_pretrained(
     run.directory, length_multiple=run.config.eval.length_multiple, batch_size=run.config.eval.batch_size
   )

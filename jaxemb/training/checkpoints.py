@@ -122,7 +122,7 @@ class RunCheckpoints:
     """Removes the folders of saves a kill interrupted and sets aside the step folders that do not read, before
     Orbax lists the steps: a periodic checkpoint whose small files fail (its arrays are read when it is restored), a
     best step whose arrays fail too. The run relies on its best step (its summary names it, evaluate.py reads it),
-    so one set aside is saved again (loop._Evaluation.keep_best)."""
+    so one set aside is saved again (selection.Evaluation.keep_best)."""
     partial = self._unfinished_saves()
     for path in partial:
       path.rmtree()

@@ -32,7 +32,7 @@ def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Obje
   """(the model config.model.path names, opened: its config and tokenizer; the objective of config.objective), for
   the loop to train with; raises
   ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
-  config.json and the tokenizer (the evaluators' data is read next, by loop.build_evaluators); loads no weights and
+  config.json and the tokenizer (the evaluators' data is read next, by selection.build_evaluators); loads no weights and
   writes nothing."""
   _check_counts(config, mesh)
   trainer.check_options(config)
@@ -109,7 +109,7 @@ def _check_columns(config: Any):
 
 
 def _check_files(config: Any):
-  """The corpus (loop.build_evaluators reads the evaluators' data next, each evaluator's own)."""
+  """The corpus (selection.build_evaluators reads the evaluators' data next, each evaluator's own)."""
   if not storage.path(config.data.train_file).is_file():
     raise DataError(
       f"config.data.train_file={config.data.train_file}: no such file; fetch it with prepare.py or "

@@ -13,7 +13,7 @@ from jaxemb.data import corpus
 from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, trainer
+from jaxemb.training import loop, selection, trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import TRAIN_CONFIGS, final_params, logged_steps, shared_path, tensorboard_events, tiny_config
 
@@ -192,15 +192,15 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   loop.train(config)
   recorded = Encoder.from_pretrained(tmp_path)
   tokenizer = load_tokenizer(tmp_path / "model")
-  selection = loop.selection_method(config, trainer.build_objective(config, tokenizer))
-  assert recorded.method == selection == Method.from_config(config.method)
-  assert selection.top_k == 7  # Not Method's default (200).
+  selected = selection.selection_method(config, trainer.build_objective(config, tokenizer))
+  assert recorded.method == selected == Method.from_config(config.method)
+  assert selected.top_k == 7  # Not Method's default (200).
   model_config, best, _ = run_dir.load_best(tmp_path)
   selecting = Encoder(
     model_config,
-    loop.eval_params(config, best),
+    selection.eval_params(config, best),
     tokenizer,
-    selection,
+    selected,
     dtype=compute_dtype(config.model.dtype),
     length_multiple=config.eval.length_multiple,
   )

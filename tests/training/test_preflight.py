@@ -10,7 +10,7 @@ import pytest
 from jaxemb import sharding
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import evaluators
-from jaxemb.training import loop, preflight
+from jaxemb.training import loop, preflight, selection
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import TRAIN_CONFIGS, tiny_config
 
@@ -161,7 +161,7 @@ def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_no
     match=r"^config\.evals\.stsb_dev: config\.data\.senteval_dir=.*/senteval: .*"
     r"STSBenchmark: no such directory.*; fetch SentEval with prepare\.py$",
   ):
-    loop.build_evaluators(config)
+    selection.build_evaluators(config)
   (tmp_path / "senteval" / "MR").mkdir(parents=True)
   for polarity in ("pos", "neg"):
     (tmp_path / "senteval" / "MR" / f"rt-polarity.{polarity}").write_text("a fine film .\n" * 10, encoding="latin-1")
@@ -169,7 +169,7 @@ def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_no
   config.evals.mr = evaluators.evaluator_config("transfer", every=1, tasks="MR")
   config.eval.select_metric = "mr/MR"
   preflight.check(config, sharding.make_mesh(-1, 1))  # No STS-B dev anywhere: nothing asks for it.
-  assert [e.name for e in loop.build_evaluators(config)] == ["mr"]
+  assert [e.name for e in selection.build_evaluators(config)] == ["mr"]
 
 
 def test_every_paper_config_passes(tmp_path, tiny_checkpoint):

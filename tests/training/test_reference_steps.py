@@ -20,7 +20,7 @@ from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder
 from jaxemb.evaluation import common
 from jaxemb.models import hf, load_pretrained, load_tokenizer
-from jaxemb.training import loop, trainer
+from jaxemb.training import selection, trainer
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
@@ -270,9 +270,9 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   params = train_state.merge_params(frozen, params)
   encoder = Encoder(
     model_config,
-    loop.eval_params(config, params),
+    selection.eval_params(config, params),
     tokenizer,
-    loop.selection_method(config, objective),
+    selection.selection_method(config, objective),
     prompt=params.get("prompt"),
     length_multiple=128,
   )  # One compiled shape.

@@ -5,7 +5,7 @@ import importlib
 import pytest
 
 from jaxemb.encode import Method
-from jaxemb.training import loop, trainer
+from jaxemb.training import selection, trainer
 
 OF = 'This sentence of "[X]" means[MASK].'
 COLON = 'This sentence : "[X]" means[MASK].'
@@ -37,25 +37,27 @@ EXPECTED = {
 def test_selection_method_follows_the_authors_flags(name, roberta_tokenizer, bert_tokenizer):
   config = importlib.import_module(f"configs.{name}").get_config()
   tokenizer = roberta_tokenizer if "roberta" in name else bert_tokenizer
-  assert loop.selection_method(config, trainer.build_objective(config, tokenizer)) == EXPECTED[name]
+  assert selection.selection_method(config, trainer.build_objective(config, tokenizer)) == EXPECTED[name]
 
 
 def test_selection_can_use_the_evaluation_method(bert_tokenizer):
   config = importlib.import_module("configs.promptbert").get_config()
   config.eval.selection = "eval_method"
-  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)) == Method("prompt", template=OF)
+  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)) == Method(
+    "prompt", template=OF
+  )
   config.eval.selection = "test"
   with pytest.raises(ValueError, match="eval.selection 'test' is not one of"):
-    loop.selection_method(config, trainer.build_objective(config, bert_tokenizer))
+    selection.selection_method(config, trainer.build_objective(config, bert_tokenizer))
 
 
 def test_selection_subtracts_the_objectives_pad_bias_when_asked(bert_tokenizer):
   """CoT-BERT's selection subtracts nothing (--mask_embedding_sentence_delta_no_delta_eval); select_denoise makes
   it subtract the objective's own [PAD] bias."""
   config = importlib.import_module("configs.cotbert").get_config()
-  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "none"
+  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "none"
   config.eval.select_denoise = True
-  assert loop.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "pad"
+  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "pad"
 
 
 # Each config's evaluation method (recorded in its run directory), read off the authors' evaluation flags: run.sh's
@@ -78,5 +80,5 @@ EVALUATION = {
 @pytest.mark.parametrize("name", sorted(EVALUATION))
 def test_evaluation_method_follows_the_authors_evaluation_flags(name):
   config = importlib.import_module(f"configs.{name}").get_config()
-  assert loop.eval_method(config) == EVALUATION[name]
+  assert selection.eval_method(config) == EVALUATION[name]
   assert config.eval.add_period == (EVALUATION[name].name == "prompt")  # evaluation.py's "." for prompts only.
