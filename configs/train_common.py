@@ -139,7 +139,7 @@ def get_config():
   config.eval.select_denoise = True  # CoT-BERT passes --mask_embedding_sentence_delta_no_delta_eval: False there.
   config.eval.select_metric = "stsb_dev/STSBenchmark"  # A logged evaluator key, <evaluator>/<metric>.
 
-  # The evaluators (jaxemb/evaluation/evaluators.py), by name: each scores the training params every `every` steps
+  # The evaluators (jaxemb/evaluation/evaluators/), by name: each scores the training params every `every` steps
   # and at the last one, logged as <name>/<metric> to metrics.jsonl and TensorBoard. Each entry gives its type and
   # period; its type's other fields (sts: tasks, split; transfer: tasks, mode; align_uniform: threshold) are added at
   # their defaults by the commands. Add one in a config with, e.g., config.evals.sts_test =

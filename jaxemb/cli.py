@@ -9,7 +9,7 @@ applied, and exits.
 
 A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
 `config.method` (every registered method family's, jaxemb/methods/) and each `config.evals` entry (its type's,
-jaxemb/evaluation/evaluators.py). It sets what it changes (`config.method.name = "ditto"`); the --config flag adds
+jaxemb/evaluation/evaluators/). It sets what it changes (`config.method.name = "ditto"`); the --config flag adds
 the rest at their defaults (`complete`) before it applies the command line's overrides, so every field can be
 overridden (`--config.method.ditto_head=3`), and `--config.evals.<name>.type=<type>` adds an evaluator.
 
@@ -115,7 +115,7 @@ def complete(config: ml_collections.ConfigDict, new_evaluators: Mapping[str, str
     if name not in config.evals:
       config.evals[name] = ml_collections.ConfigDict({"type": kind, "every": ml_collections.FieldReference(None, int)})
   for block in config.evals.values():
-    _add_missing(block, evaluators.FIELDS.get(block.get("type"), {}))
+    _add_missing(block, evaluators.type_defaults(block.get("type")))
 
 
 def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):

@@ -332,7 +332,8 @@ def test_every_config_field_the_docs_name_is_a_field_of_a_config():
 def _an_added_evaluators_field(field: str) -> bool:
   """Whether `field` is evals.<name>.<field> of an evaluator the command line adds (`--config.evals.<name>.type=`)."""
   match = re.fullmatch(r"evals\.\w+\.(\w+)", field)
-  return bool(match) and match.group(1) in {"type", "every", *itertools.chain(*evaluators.FIELDS.values())}
+  fields = itertools.chain(*map(evaluators.type_defaults, evaluators.types()))
+  return bool(match) and match.group(1) in {"type", "every", *fields}
 
 
 def test_a_config_field_named_alone_is_found_and_a_file_name_is_not():

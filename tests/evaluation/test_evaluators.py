@@ -95,3 +95,27 @@ def test_data_is_read_when_the_evaluator_is_built(tmp_path):
 def test_an_evaluator_is_due_every_period_and_at_the_last_step():
   evaluator = evaluators.from_config("stsb", evaluator_config("sts", every=3), SENTEVAL, sts_data.join_tokens)
   assert [step for step in range(1, 9) if evaluators.is_due(evaluator, step, last_step=8)] == [3, 6, 8]
+
+
+def test_a_registered_type_is_built_from_its_own_fields(monkeypatch):
+  """The registry as a new type meets it: registered once under its TYPE, its fields completed and checked by
+  from_config, built by its own `build`."""
+  monkeypatch.setattr(evaluators.base, "_TYPES", dict(evaluators.base._TYPES))  # pylint: disable=protected-access
+  assert evaluators.types() == ("sts", "transfer", "align_uniform")
+
+  @evaluators.base.register
+  class Constant:
+    TYPE, FIELDS = "constant", {"value": 1.0}
+
+    @classmethod
+    def build(cls, entry, fields, data):
+      del data
+      return ml_collections.ConfigDict({"name": entry.name, "every": entry.every, "value": fields["value"]})
+
+  built = evaluators.from_config("c", evaluator_config("constant", every=2, value=3.0), SENTEVAL, sts_data.join_tokens)
+  assert (built.name, built.every, built.value) == ("c", 2, 3.0)
+  assert evaluators.type_defaults("constant") == {"value": 1.0} and evaluators.type_defaults("nope") == {}
+  with pytest.raises(ConfigError, match=r"a 'constant' evaluator has \['every', 'value'\]"):
+    evaluators.from_config("c", ml_collections.ConfigDict({"type": "constant", "every": 1, "x": 0}), SENTEVAL, None)
+  with pytest.raises(ValueError, match="registered already"):
+    evaluators.base.register(Constant)
