@@ -41,6 +41,10 @@ def get_config():
   # modules do (a sentence-transformers model with a Normalize module gives unit vectors either way).
   config.embed.normalize = False
   config.embed.shard_rows = 100_000  # Records a shard: its file, the memory a host holds, the work a kill loses.
+  # The most rows x tokens of an encoder call (0: eval.batch_size rows at every width): long buckets then run with
+  # fewer rows, which bounds a call's memory (attention grows with the width squared) when long sentences and a large
+  # batch would not fit (Encoder's batch_tokens).
+  config.embed.batch_tokens = 0
   # A method's fitted state (whitening, flow): the .npz evaluate.py writes beside its output_json; "": the model
   # folder's own fitted_state.npz, if any.
   config.embed.fitted = ""

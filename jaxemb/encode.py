@@ -53,7 +53,9 @@ class Encoder:
   call gives its own; a partial batch takes the shortest, so its filler rows are short), each padded to a multiple
   of `length_multiple` tokens, so the encoder compiles once per bucket length (`compilations` counts them). Fewer
   distinct sentences than `batch_size` run as one batch of just their rows (on a mesh, rounded up to a multiple of
-  its devices): no filler beyond them.
+  its devices): no filler beyond them. `batch_tokens` (None: no limit) caps rows x width of a batch: a long bucket
+  runs with the largest power of two of rows within it (at least one; a multiple of a mesh's devices), which bounds
+  the memory of a call (the attention scores grow with the width squared) at the cost of more, smaller calls there.
   `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's
   tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   `normalize` is `encode`'s unless a call says (True where the model's own modules scale vectors: `from_pretrained`).
@@ -74,6 +76,7 @@ class Encoder:
     mesh: jax.sharding.Mesh | None = None,
     fitted: dict[str, np.ndarray] | None = None,
     normalize: bool = False,
+    batch_tokens: int | None = None,
   ):
     self.config, self.params, self.tokenizer, self.method, self.normalize = config, params, tokenizer, method, normalize
     # What an encoder of another method on this model (`fit`'s) is built with.
@@ -83,8 +86,10 @@ class Encoder:
       length_multiple=length_multiple,
       batch_size=batch_size,
       mesh=mesh,
+      batch_tokens=batch_tokens,
     )
     self.batch_size = _checked_batch_size(batch_size, "Encoder")
+    self.batch_tokens = None if batch_tokens is None else _checked_batch_size(batch_tokens, "Encoder", "batch_tokens")
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
@@ -298,10 +303,11 @@ class Encoder:
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None
-    batches = _length_batches(order, batch_size)
+    widths = self.length_multiple * -(-lengths[order] // self.length_multiple)
+    batches = _length_batches(order, widths, functools.partial(self._rows_at, batch_size))
     show = (None if len(batches) > 8 else False) if show_progress is None else show_progress
     dispatched = (
-      (index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], batch_size)) for index in batches
+      (index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], size)) for index, size in batches
     )
     with track(progress_label, len(unique), "sentence", show) as advance:
       for index, device_vectors in _one_ahead(dispatched):
@@ -318,6 +324,15 @@ class Encoder:
     """`batch_size`, or `num_sentences` when fewer (3 sentences at batch_size=32768 run as 3 rows, not 32768);
     rounded up to a multiple of the mesh's devices when `batch_size` is one, so the batch still splits over them."""
     rows = min(batch_size, num_sentences)
+    devices = self._num_devices
+    return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
+
+  def _rows_at(self, batch_size: int, width: int) -> int:
+    """The rows of a call at `width` tokens: `batch_size`, or within `batch_tokens` the largest power of two of rows
+    (a multiple of the mesh's devices when `batch_size` is one)."""
+    if self.batch_tokens is None or batch_size * width <= self.batch_tokens:
+      return batch_size
+    rows = 1 << max(0, (self.batch_tokens // width).bit_length() - 1)
     devices = self._num_devices
     return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
 
@@ -376,11 +391,12 @@ def _embeds_as(model_dir: pathlib.Path) -> tuple[Method, dict[str, Any], str]:
   return Method(own.method), options, why
 
 
-def _checked_batch_size(batch_size: Any, caller: str) -> int:
-  """`batch_size` when it is a positive int (a bool or a str is not); else ConfigError naming `caller`."""
-  if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
-    raise ConfigError(f"{caller}(batch_size={batch_size!r}): must be a positive int, the sentences per encoder call")
-  return int(batch_size)
+def _checked_batch_size(value: Any, caller: str, name: str = "batch_size") -> int:
+  """`value` when it is a positive int (a bool or a str is not); else ConfigError naming `caller` and `name`."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    what = "the sentences per encoder call" if name == "batch_size" else "the most rows x tokens per encoder call"
+    raise ConfigError(f"{caller}({name}={value!r}): must be a positive int, {what}")
+  return int(value)
 
 
 def _alias(name: str, value: Any, alias: str, alias_value: Any) -> Any:
@@ -403,11 +419,19 @@ def _sentence_list(sentences: Any) -> list[str]:
   return templates.check_sentences(sentences) if sentences else sentences
 
 
-def _length_batches(order: np.ndarray, batch_size: int) -> list[np.ndarray]:
-  """`order` (row indices sorted by length) cut into batches of `batch_size`; the partial batch, if any, comes
-  first, with the shortest rows, so the filler rows that complete it (`_pad_batch`) are the shortest."""
-  cut = len(order) % batch_size
-  return ([order[:cut]] if cut else []) + [order[i : i + batch_size] for i in range(cut, len(order), batch_size)]
+def _length_batches(
+  order: np.ndarray, widths: np.ndarray, rows_at: Callable[[int], int]
+) -> list[tuple[np.ndarray, int]]:
+  """`order` (row indices sorted by length; `widths` their padded widths, in that order) cut into (batch, rows of
+  its call) pairs, from the longest down: each batch the rows_at(width of its longest row) longest rows left. The
+  partial batch, if any, comes first, with the shortest rows, so the filler rows that complete it (`_pad_batch`)
+  are the shortest. With one size for every width: batches of that size, the remainder first."""
+  batches, end = [], len(order)
+  while end > 0:
+    size = rows_at(int(widths[end - 1]))
+    batches.append((order[max(0, end - size) : end], size))
+    end = max(0, end - size)
+  return batches[::-1]
 
 
 def _one_ahead(items: Iterator[Any]) -> Iterator[Any]:

@@ -241,9 +241,32 @@ def test_with_params_reuses_the_compiled_shapes_and_a_mesh_changes_no_vector(tin
 
 def test_partial_batch_takes_the_shortest_rows():
   order = np.array([7, 3, 9, 0, 4, 1, 8, 2, 6, 5])  # Row indices sorted by length.
-  batches = _length_batches(order, 4)
-  assert [b.tolist() for b in batches] == [[7, 3], [9, 0, 4, 1], [8, 2, 6, 5]]
-  assert [b.tolist() for b in _length_batches(order[:8], 4)] == [[7, 3, 9, 0], [4, 1, 8, 2]]
+  widths = np.array([8, 8, 8, 8, 16, 16, 16, 32, 32, 32])  # Their padded widths, in that order.
+  batches = _length_batches(order, widths, lambda width: 4)
+  assert [(b.tolist(), size) for b, size in batches] == [([7, 3], 4), ([9, 0, 4, 1], 4), ([8, 2, 6, 5], 4)]
+  assert [b.tolist() for b, _ in _length_batches(order[:8], widths[:8], lambda width: 4)] == [
+    [7, 3, 9, 0],
+    [4, 1, 8, 2],
+  ]
+  # Fewer rows for wider rows, cut from the longest down: the shortest rows are the partial batch.
+  budget = _length_batches(order, widths, lambda width: 64 // width)
+  assert [(b.tolist(), size) for b, size in budget] == [([7, 3], 8), ([9, 0, 4, 1], 4), ([8, 2], 2), ([6, 5], 2)]
+
+
+def test_a_token_budget_runs_long_buckets_with_fewer_rows(tiny_bert):
+  """batch_tokens caps rows x width: widths within it keep batch_size rows, longer ones the largest power of two
+  that fits; the vectors are the unlimited encoder's within float32 rounding (other batches)."""
+  sentences = [" ".join(["word"] * n) + f" {i}" for i, n in enumerate([1, 2, 3, 4, 5, 6, 20, 21, 22, 60, 61, 62, 63])]
+  unlimited = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=8, batch_size=4)
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=8, batch_size=4, batch_tokens=96)
+  vectors = encoder.encode(sentences)
+  largest_power_of_two = lambda n: 1 << max(0, n.bit_length() - 1)
+  for rows, width in encoder.compiled_shapes:
+    assert rows == (4 if 4 * width <= 96 else largest_power_of_two(96 // width)), (rows, width)
+  assert {rows for rows, _ in encoder.compiled_shapes} == {4, 2, 1}  # Widths of up to 24, 32-48, and longer.
+  assert_float32_close(vectors, unlimited.encode(sentences), transformer_roundings(encoder.config))
+  with pytest.raises(ConfigError, match=r"^Encoder\(batch_tokens=0\): must be a positive int"):
+    Encoder.from_pretrained(tiny_bert, Method("last_avg"), batch_tokens=0)
 
 
 def test_next_batch_is_dispatched_before_one_is_read():

@@ -105,12 +105,14 @@ def open_encoder(config: Any) -> Encoder:
 
 def encoder_options(config: Any) -> dict[str, Any]:
   """The Encoder keywords config.model and config.eval set, as jaxemb.evaluation.common's `encoder_options` reads
-  them: that package imports scipy (60 MB of this job's peak memory), which embedding never uses."""
+  them (that package imports scipy, 60 MB of this job's peak memory, which embedding never uses), and
+  config.embed.batch_tokens."""
   return {
     "dtype": compute_dtype(config.model.dtype),
     "max_sentence_tokens": config.eval.max_sentence_tokens or None,
     "length_multiple": config.eval.length_multiple,
     "batch_size": config.eval.batch_size,
+    "batch_tokens": config.embed.batch_tokens or None,
   }
 
 

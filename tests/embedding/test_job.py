@@ -15,7 +15,6 @@ from jaxemb import embedding, storage
 from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, WorkdirError
-from jaxemb.evaluation import common
 from jaxemb.methods import base as methods_base
 from tests.support import shared_path
 
@@ -51,7 +50,7 @@ def _config(model, corpus, output, method=None, **embed):
 
 
 def _encoder(config, method):
-  return Encoder.from_pretrained(config.model.path, method, **common.encoder_options(config))
+  return Encoder.from_pretrained(config.model.path, method, **job.encoder_options(config))
 
 
 @pytest.mark.parametrize(
