@@ -93,15 +93,7 @@ class Encoder:
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
-    for group, why in method.required_weights().items():
-      if params is not None and group not in params:
-        raise ConfigError(f"{why} needs the checkpoint's {group} weights; this checkpoint has none")
-    # Only a prompt method's template has tokens besides [CLS] and [SEP] for a continuous template to replace.
-    if prompt is not None and prompt.shape[0] != self.template.num_tokens - 2:
-      raise ConfigError(
-        f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
-        f"with template {method.template!r} ({self.template.num_tokens - 2} template tokens)"
-      )
+    _check_weights(method, self.template, params, prompt)
     self.fitted = fitted  # With the record of what it was fitted for (methods.base.fitted_record), as saved.
     # Arrays the method reads besides the params (TF-IDF's weights, a fitted transform).
     self.state = method.load_state(
@@ -389,6 +381,19 @@ def _embeds_as(model_dir: pathlib.Path) -> tuple[Method, dict[str, Any], str]:
     options["max_sentence_tokens"] = own.max_seq_length - 2  # A row's [CLS] and [SEP] count in max_seq_length.
     why += f", rows of at most {own.max_seq_length} tokens"
   return Method(own.method), options, why
+
+
+def _check_weights(method: Method, template: templates.Template, params: Any, prompt: jax.Array | None):
+  """ConfigError when `params` lack a group of weights `method` needs, or the continuous template `prompt` does not
+  fit `template`: only a prompt method's template has tokens besides [CLS] and [SEP] for it to replace."""
+  for group, why in method.required_weights().items():
+    if params is not None and group not in params:
+      raise ConfigError(f"{why} needs the checkpoint's {group} weights; this checkpoint has none")
+  if prompt is not None and prompt.shape[0] != template.num_tokens - 2:
+    raise ConfigError(
+      f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
+      f"with template {method.template!r} ({template.num_tokens - 2} template tokens)"
+    )
 
 
 def _checked_batch_size(value: Any, caller: str, name: str = "batch_size") -> int:
