@@ -19,7 +19,7 @@ import numpy as np
 from jaxemb import sharding, templates, xla
 from jaxemb.errors import ConfigError
 from jaxemb.methods import Method, base as methods_base, names as method_names, pooled
-from jaxemb.models import EncoderConfig, Transformer, bert, run_dir
+from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, run_dir
 from jaxemb.progress import track
 
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
@@ -44,6 +44,17 @@ def open_model(
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
   return source, method
+
+
+def encoder_options(config: Any) -> dict[str, Any]:
+  """The Encoder keywords a command's config sets: config.model's dtype, config.eval's sentence cut, length bucket
+  multiple and batch size (evaluation, training's evaluators, embed.py)."""
+  return {
+    "dtype": compute_dtype(config.model.dtype),
+    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
+    "length_multiple": config.eval.length_multiple,
+    "batch_size": config.eval.batch_size,
+  }
 
 
 class Encoder:

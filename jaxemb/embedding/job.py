@@ -24,13 +24,12 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxemb import atomic, hosts, sharding, storage
+from jaxemb import atomic, encode, hosts, sharding, storage
 from jaxemb.embedding import reader, shards
 from jaxemb.encode import Encoder, Method
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError, DataError, WorkdirError
 from jaxemb.methods import base as methods_base
-from jaxemb.models import compute_dtype
 from jaxemb.progress import track
 
 DTYPES = ("float32", "float16")
@@ -104,16 +103,8 @@ def open_encoder(config: Any) -> Encoder:
 
 
 def encoder_options(config: Any) -> dict[str, Any]:
-  """The Encoder keywords config.model and config.eval set, as jaxemb.evaluation.common's `encoder_options` reads
-  them (that package imports scipy, 60 MB of this job's peak memory, which embedding never uses), and
-  config.embed.batch_tokens."""
-  return {
-    "dtype": compute_dtype(config.model.dtype),
-    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-    "length_multiple": config.eval.length_multiple,
-    "batch_size": config.eval.batch_size,
-    "batch_tokens": config.embed.batch_tokens or None,
-  }
+  """The Encoder keywords of the job: evaluation's (`jaxemb.encode.encoder_options`) and config.embed.batch_tokens."""
+  return {**encode.encoder_options(config), "batch_tokens": config.embed.batch_tokens or None}
 
 
 def _method(block: Any) -> Method | None:

@@ -10,7 +10,6 @@ import numpy as np
 
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError
-from jaxemb.models import compute_dtype
 
 Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
 Preprocess = Callable[[str], str]
@@ -29,17 +28,6 @@ def preprocess(join_tokens: bool, add_period: bool) -> Preprocess:
 def preprocess_from_config(config: Any) -> Preprocess:
   """The test-time sentence rules the config turns on."""
   return preprocess(config.eval.join_tokens, config.eval.add_period)
-
-
-def encoder_options(config: Any) -> dict[str, Any]:
-  """The Encoder keywords config.model and config.eval set: dtype, sentence cut, length bucket multiple, batch
-  size."""
-  return {
-    "dtype": compute_dtype(config.model.dtype),
-    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-    "length_multiple": config.eval.length_multiple,
-    "batch_size": config.eval.batch_size,
-  }
 
 
 def embed_distinct(

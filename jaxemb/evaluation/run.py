@@ -16,7 +16,7 @@ from typing import Any
 from jaxemb import atomic, tfidf
 from jaxemb.data import sts as sts_data
 from jaxemb.data import transfer as transfer_data
-from jaxemb.encode import Encoder, Method
+from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.methods import base as methods_base
@@ -28,7 +28,7 @@ def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
   whose model.path is its trained run directory reads the method the run recorded (its eval_method.json)."""
   if method is None and ("objective" not in config or not run_dir.is_run_dir(config.model.path)):
     method = Method.from_config(config.method)
-  return Encoder.from_pretrained(config.model.path, method, **common.encoder_options(config))
+  return Encoder.from_pretrained(config.model.path, method, **encoder_options(config))
 
 
 def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embed:

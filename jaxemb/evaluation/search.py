@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxemb import storage
 from jaxemb.data import sts as sts_data
-from jaxemb.encode import Encoder, Method
+from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import run_dir
@@ -98,7 +98,7 @@ def run_template_search(config: Any) -> dict[str, Any]:
     base = Method.from_config(config.method)
 
     def score(template: str) -> float:
-      encoder = Encoder(*model, dataclasses.replace(base, template=template), **common.encoder_options(config))
+      encoder = Encoder(*model, dataclasses.replace(base, template=template), **encoder_options(config))
       return _dev_spearman(encoder, dev, preprocess)
 
     if config.search.templates_file:
@@ -144,7 +144,7 @@ def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int
     method = dataclasses.replace(
       Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer, ditto_head=0
     )
-    return Encoder(*model, method, **common.encoder_options(config)).encode
+    return Encoder(*model, method, **encoder_options(config)).encode
 
   return layer_embed
 

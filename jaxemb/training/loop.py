@@ -13,8 +13,8 @@ from jax.experimental import multihost_utils
 
 from jaxemb import atomic, hosts, progress, sharding, storage, xla
 from jaxemb.data import corpus, lines
-from jaxemb.encode import Encoder
-from jaxemb.evaluation import common, evaluators
+from jaxemb.encode import Encoder, encoder_options
+from jaxemb.evaluation import evaluators
 from jaxemb.models import hf, run_dir
 from jaxemb.training import batches, checkpoints, objectives, preflight, selection, stopping
 from jaxemb.training import state as train_state
@@ -110,7 +110,7 @@ def _train(
   plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
   method = selection.selection_method(config, trainer.objective)
-  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **common.encoder_options(config))
+  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **encoder_options(config))
   evaluation = selection.Evaluation(config, checked.evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
   before = _score_before_while_compiling(
