@@ -176,11 +176,10 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
       traceback.print_exc()
     print("interrupted (Ctrl-C)", file=sys.stderr)
     _exit_now(INTERRUPTED)
-  except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, below.
-    message = user_message(e)
-    if message is None or verbose:
+  except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again, by failed_status.
+    if verbose:
       raise
-    return _fail(message)
+    return failed_status(e)
 
 
 # The config fields a command writes to, by name: a run directory, caches and outputs. Every other field holding a
@@ -212,6 +211,15 @@ def user_message(error: BaseException) -> str | None:
   ):
     return f"{error.filename}: {error.strerror}" if error.filename is not None and error.strerror else str(error)
   return None
+
+
+def failed_status(error: Exception) -> int:
+  """For a command's `except` clause: an error the user can act on said in one line on stderr, and exit status 1;
+  a bug raised again (`user_message`)."""
+  message = user_message(error)
+  if message is None:
+    raise error
+  return _fail(message)
 
 
 def _exit_now(status: int):

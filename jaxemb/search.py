@@ -347,11 +347,7 @@ def main(argv: list[str] | None = None) -> int:
   try:
     _run(args)
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again.
-    message = cli.user_message(e)
-    if message is None:
-      raise
-    print(f"error: {message}", file=sys.stderr)
-    return 1
+    return cli.failed_status(e)
   return 0
 
 
