@@ -12,6 +12,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -136,6 +137,25 @@ def compiled_not_loaded(stderr: str) -> collections.Counter:
   compiled = collections.Counter(re.sub(r"\W", "_", name).rstrip("_") for name in names)
   hits = collections.Counter(re.findall(r"Persistent compilation cache hit for '([^']+)'", stderr))
   return compiled - hits
+
+
+def free_port() -> int:
+  """A TCP port on 127.0.0.1 that nothing listens on now: a coordinator's for processes of one job on loopback."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def slurm_task(process_id: int, num_processes: int) -> dict[str, str]:
+  """What srun sets in task `process_id` of a job step of `num_processes` tasks, one a node: the variables jax's
+  SlurmCluster reads (jax/_src/clusters/slurm_cluster.py), the first node being this one."""
+  return {
+    "SLURM_JOB_ID": "4242",
+    "SLURM_STEP_NODELIST": "127.0.0.1",
+    "SLURM_NTASKS": str(num_processes),
+    "SLURM_PROCID": str(process_id),
+    "SLURM_LOCALID": "0",
+  }
 
 
 def shared_path(*parts: str) -> pathlib.Path:

@@ -6,7 +6,6 @@ shards into a bucket, covering the corpus once, as one process writes them."""
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 
@@ -16,7 +15,7 @@ import pytest
 from jaxemb import embedding, storage
 from jaxemb.embedding import shards
 from tests.embedding import embed_kill
-from tests.support import REPO, shared_path
+from tests.support import REPO, free_port, shared_path, slurm_task
 
 
 def _embed(model, corpus, output, *flags, program=("embed.py",), env=None, wait=True):
@@ -98,25 +97,11 @@ def test_a_killed_job_rerun_ends_as_an_uninterrupted_one_bit_for_bit(tiny_bert, 
   assert message.startswith(f"{tmp_path / 'out'} holds the embeddings of another job (corpus.sha256 ")
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 def _slurm(process_id: int, port: int) -> dict[str, str]:
-  """What srun sets in task `process_id` of a job step of two tasks on this node (jax's SlurmCluster reads them),
-  and two simulated CPU devices."""
-  return {
-    "SLURM_JOB_ID": "4242",
-    "SLURM_STEP_NODELIST": "127.0.0.1",
-    "SLURM_NTASKS": "2",
-    "SLURM_PROCID": str(process_id),
-    "SLURM_LOCALID": "0",
-    "JAX_COORDINATOR_PORT": str(port),
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
-    "JAX_PLATFORMS": "cpu",
-  }
+  """Task `process_id` of a SLURM job step of two tasks on this node, its coordinator at `port`, two simulated CPU
+  devices."""
+  devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+  return {**slurm_task(process_id, 2), "JAX_COORDINATOR_PORT": str(port), **devices}
 
 
 @pytest.mark.e2e  # Three embed.py processes of a tiny model, two of them one job (10-20 s).
@@ -127,7 +112,7 @@ def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_the
   one = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
   status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=one)
   assert status == 0, stderr[-3000:]
-  port = _free_port()
+  port = free_port()
   pair = [
     _embed(tiny_bert, corpus, f"{bucket}/out", cache, env={**gcs_emulator.env, **_slurm(i, port)}, wait=False)
     for i in range(2)

@@ -9,17 +9,7 @@ import jax
 import pytest
 
 from jaxemb import hosts
-
-
-def _slurm(process_id: int, num_processes: int) -> dict[str, str]:
-  """What srun sets in task `process_id` of a job step of `num_processes` tasks (jax's SlurmCluster reads them)."""
-  return {
-    "SLURM_JOB_ID": "4242",
-    "SLURM_STEP_NODELIST": "127.0.0.1",
-    "SLURM_NTASKS": str(num_processes),
-    "SLURM_PROCID": str(process_id),
-    "SLURM_LOCALID": "0",
-  }
+from tests.support import slurm_task
 
 
 @pytest.fixture
@@ -37,7 +27,7 @@ def initialize_calls(monkeypatch):
 
 def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls, monkeypatch):
   """The flags win over a detected cluster: a process of a SLURM job may join a job of its own."""
-  for name, value in _slurm(0, 4).items():
+  for name, value in slurm_task(0, 4).items():
     monkeypatch.setenv(name, value)
   hosts.join_job("10.0.0.1:1234", num_processes=2, process_id=1)
   assert initialize_calls == [
@@ -48,7 +38,7 @@ def test_the_configured_coordinator_is_joined_wherever_it_runs(initialize_calls,
 
 @pytest.mark.parametrize(
   "variables, joins",
-  [({}, False), (_slurm(0, 1), False), (_slurm(1, 2), True), ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
+  [({}, False), (slurm_task(0, 1), False), (slurm_task(1, 2), True), ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, False)],
   ids=["no cluster", "SLURM, 1 task", "SLURM, 2 tasks", "a Kubernetes pod"],
 )
 def test_a_detected_cluster_of_several_processes_is_joined(initialize_calls, monkeypatch, variables, joins):

@@ -3,7 +3,6 @@ lower row across block boundaries and processes; the command over an index folde
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ from jaxemb import search
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from tests import search_host
-from tests.support import REPO
+from tests.support import REPO, free_port
 
 EPS = float(np.finfo(np.float32).eps)
 
@@ -330,12 +329,6 @@ def test_a_faiss_export_finds_the_neighbours_the_search_finds(tiny_index, tmp_pa
   np.testing.assert_allclose(scores[:, 1:], found.scores, atol=1e-5)
 
 
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
 @pytest.mark.e2e  # Processes of their own on simulated devices: 10-20 s.
 @pytest.mark.parametrize("processes, devices", [(1, 8), (2, 2)])
 def test_blocks_split_over_devices_and_rows_over_processes_give_the_brute_force(tmp_path, processes, devices):
@@ -347,7 +340,7 @@ def test_blocks_split_over_devices_and_rows_over_processes_give_the_brute_force(
   np.save(tmp_path / "corpus.npy", corpus)
   np.save(tmp_path / "queries.npy", queries)
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  port = _free_port()
+  port = free_port()
   runs = [
     subprocess.Popen(
       [sys.executable, "-m", "tests.search_host", str(tmp_path / "corpus.npy"), str(tmp_path / "queries.npy")]

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 
@@ -20,13 +19,7 @@ import pytest
 
 from jaxemb import storage
 from jaxemb.models import run_dir
-from tests.support import REPO, shared_path, short_senteval
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
+from tests.support import REPO, free_port, shared_path, short_senteval, slurm_task
 
 
 def _command(model_dir, corpus_file, workdir, cache, **train):
@@ -65,25 +58,13 @@ def _env(devices, **variables):
   }
 
 
-def _slurm(process_id: int, num_processes: int) -> dict[str, str]:
-  """What srun sets in task `process_id` of a job step of `num_processes` tasks, one per node: the variables
-  jax's SlurmCluster reads (jax/_src/clusters/slurm_cluster.py), the first node being this one."""
-  return {
-    "SLURM_JOB_ID": "4242",
-    "SLURM_STEP_NODELIST": "127.0.0.1",
-    "SLURM_NTASKS": str(num_processes),
-    "SLURM_PROCID": str(process_id),
-    "SLURM_LOCALID": "0",
-  }
-
-
 def _start_pair(*args, **train):
   """Two processes, two devices each, of one train.py job step on SLURM: the same command, no distributed flags."""
-  port = str(_free_port())  # jax's SLURM default derives it from the job id; a fixed one may be taken here.
+  port = str(free_port())  # jax's SLURM default derives it from the job id; a fixed one may be taken here.
   return [
     subprocess.Popen(
       _command(*args, **train),
-      env=_env(2, **_slurm(i, 2), JAX_COORDINATOR_PORT=port),
+      env=_env(2, **slurm_task(i, 2), JAX_COORDINATOR_PORT=port),
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,
