@@ -37,6 +37,10 @@ def get_config():
   # forward pass of compute for less activation memory), or a jax.checkpoint_policies name such as "dots_saveable"
   # (keep the matmul outputs): jaxemb.models.bert.REMAT_POLICIES.
   config.model.remat_policy = "none"
+  # Run a step's encoder passes of near shapes (the views, the bias tables; jaxemb.training.encoder_calls) as one call,
+  # each with its own dropout masks. None: per backend (jaxemb.xla.stacks_encoder_calls): yes on accelerators, no on
+  # the CPU, where it was slower. True also compiles CoT-BERT's step faster (tests at toy scale set it).
+  config.model.stack_encoder_calls = ml_collections.FieldReference(None, field_type=bool)
 
   config.data = ml_collections.ConfigDict()
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")  # Training corpus ($JAXEMB_DATA/...).

@@ -12,7 +12,7 @@ heads (the training MLP, the pooler) take the difference.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -88,17 +88,34 @@ def bias_position_offset(bias_positions: str, config: EncoderConfig) -> int:
   return 0 if bias_positions == "from_zero" else config.position_offset
 
 
+class EncoderInputs(NamedTuple):
+  """One encoder call's inputs: `forward(input_ids, attention_mask, **extra)`; `extra` holds position_ids (position-
+  offset rows) and an OptiPrompt template's inputs_embeds and inputs_embeds_mask, when they apply."""
+
+  input_ids: jax.Array
+  attention_mask: jax.Array
+  extra: dict[str, jax.Array]
+
+
+def bias_inputs(
+  view: View, config: EncoderConfig, lengths: jax.Array, max_len: int, prompt: jax.Array | None = None
+) -> tuple[EncoderInputs, jax.Array]:
+  """(the template-only rows of the view's denoising, one per length in `lengths`; their [MASK] positions)."""
+  offset = bias_position_offset(view.bias_positions, config)
+  rows = denoise.template_inputs(view.template, lengths, view.denoise, offset, max_len)
+  extra = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
+  # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
+  slot_tokens = jnp.zeros_like(lengths) if view.denoise == "position_offset" else lengths
+  extra.update(prompt_inputs(view, prompt, rows.input_ids, slot_tokens))
+  return EncoderInputs(rows.input_ids, rows.attention_mask, extra), rows.mask_positions
+
+
 def template_bias(
   view: View, model: Transformer, forward: Forward, lengths: jax.Array, max_len: int, prompt: jax.Array | None = None
 ) -> jax.Array:
   """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
-  offset = bias_position_offset(view.bias_positions, model.config)
-  rows = denoise.template_inputs(view.template, lengths, view.denoise, offset, max_len)
-  inputs = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
-  # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
-  slot_tokens = jnp.zeros_like(lengths) if view.denoise == "position_offset" else lengths
-  inputs.update(prompt_inputs(view, prompt, rows.input_ids, slot_tokens))
-  return pooling.mask_state(forward(rows.input_ids, rows.attention_mask, **inputs), rows.mask_positions)
+  inputs, mask_positions = bias_inputs(view, model.config, lengths, max_len, prompt)
+  return pooling.mask_state(forward(inputs.input_ids, inputs.attention_mask, **inputs.extra), mask_positions)
 
 
 def apply_head(
@@ -121,6 +138,13 @@ def state(view: View, out: Any, batch: templates.TemplateBatch) -> jax.Array:
   return pooling.cls_before_pooler(out) if view.pooling == "cls" else pooling.mask_state(out, batch.mask_positions)
 
 
+def sentence_inputs(view: View, batch: templates.TemplateBatch, prompt: jax.Array | None = None) -> EncoderInputs:
+  """The encoder's inputs for the view's template batch."""
+  return EncoderInputs(
+    batch.input_ids, batch.attention_mask, prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths)
+  )
+
+
 def vector(
   view: View,
   model: Transformer,
@@ -132,9 +156,8 @@ def vector(
 ) -> jax.Array:
   """[batch, hidden]: each row's vector. `bias` ([batch, hidden], e.g. rows of a per-step table) is computed here for
   the batch's lengths when the view denoises and none is given."""
-  out = forward(
-    batch.input_ids, batch.attention_mask, **prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths)
-  )
+  inputs = sentence_inputs(view, batch, prompt)
+  out = forward(inputs.input_ids, inputs.attention_mask, **inputs.extra)
   if view.denoise != "none" and bias is None:
     bias = template_bias(view, model, forward, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
   return apply_head(view, model, params, state(view, out, batch), bias)

@@ -158,6 +158,15 @@ def scan_unroll(num_layers: int, remat: bool) -> int:
   return num_layers if jax.default_backend() == "cpu" and not remat else 1
 
 
+def stacks_encoder_calls() -> bool:
+  """Whether a train step runs its encoder passes of near shapes as one call (jaxemb.training.encoder_calls): on
+  accelerators, where each call is a program of small kernels and CoT-BERT's twelve calls compiled for minutes when
+  unrolled; not on the CPU, where one call over the stacked parts was slower than a call per part (MiniLM, two
+  views of 64 x 42 tokens, forward and backward on an AMD EPYC Zen 4: 2270 ms apart, 2680 ms stacked under vmap,
+  2418 ms concatenated; the PromptBERT step 4-6% slower stacked, CoT-BERT's 5-11%)."""
+  return jax.default_backend() != "cpu"
+
+
 def steps_per_call() -> int:
   """The train loop's optimizer steps per call of the jitted steps (`config.train.steps_per_call` unset) on this
   backend: 4 on the CPU, whose client allocates a call's temporaries afresh (a MiniLM PromptBERT step on a 2-core

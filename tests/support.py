@@ -206,6 +206,7 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
   config.eval.batch_size = 512  # Few encoder calls per evaluation: their overhead dominates on a tiny model.
   config.train.batch_size = 4
   config.model.scan_unroll = 1  # The CPU's default unrolls the layers: faster steps, slower compiles.
+  config.model.stack_encoder_calls = True  # The accelerators' default: fewer encoder calls to compile.
   if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
     config.objective.loss_group_size = 2
   config.train.num_steps = 4

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 import zlib
 
 import jax
 import jax.numpy as jnp
 
-from jaxemb import losses, templates, views
+from jaxemb import losses, pooling, templates, views, xla
 from jaxemb.errors import ConfigError
-from jaxemb.models import Transformer
-from jaxemb.training import mlm
+from jaxemb.models import EncoderOutput, Transformer
+from jaxemb.training import encoder_calls, mlm
 
 POOLINGS = views.POOLINGS
 # Fresh dense+tanh, the MLM head's transform, none: views.HEADS but the checkpoint's pooler (SimCSE trains a fresh MLP).
@@ -62,6 +62,9 @@ class Objective:
       step divides the gradient by this before clipping, as that run did.
     word_starts: loss "mlm" with whole-word masking: the vocabulary's word-initial pieces (mlm.WordStarts); None:
       tokens are masked one by one.
+    stack_encoder_calls: run the step's encoder passes of near shapes as one call (encoder_calls); None: as this
+      backend does best (jaxemb.xla.stacks_encoder_calls). The same loss; a part padded to share a call draws other
+      dropout masks.
   """
 
   views: tuple[str, ...]
@@ -79,6 +82,7 @@ class Objective:
   freeze_padding_rows: bool = True
   ddp_world_size: int = 1
   word_starts: mlm.WordStarts | None = None
+  stack_encoder_calls: bool | None = None
   # Each side of the loss as a views.View (the objective's head is each view's), built in __post_init__: building it
   # checks pooling, denoise and the templates' masks.
   view_list: tuple[views.View, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -172,8 +176,8 @@ def split_trainable(objective: Objective, encoder: dict[str, Any]) -> tuple[dict
 class _TrainingForward:
   """The encoder's forward pass in training mode (dropout on) for one step. Each part of the step runs it through
   `named(part)`, whose dropout rng is the step's folded with the part's name (a loss group, a view by its position,
-  a template's bias rows), so the masks do not change when code runs the parts in another order. Calls of one part
-  each draw a fresh rng."""
+  a template's bias rows), so the masks do not change when code runs the parts in another order or in one call
+  (encoder_calls). Calls of one part each draw a fresh rng."""
 
   def __init__(self, model: Transformer, params: dict[str, Any], rng: jax.Array):
     self.model, self.params, self._rng, self._calls = model, params, rng, 0
@@ -182,48 +186,77 @@ class _TrainingForward:
     # crc32, not hash(): str hashes differ between processes, and every host must draw the same masks.
     return _TrainingForward(self.model, self.params, jax.random.fold_in(self._rng, zlib.crc32(part.encode())))
 
-  def __call__(self, input_ids, attention_mask, **kwargs):
+  def next_key(self) -> jax.Array:
+    """The dropout rng of this part's next call."""
     self._calls += 1
+    return jax.random.fold_in(self._rng, self._calls)
+
+  def __call__(self, input_ids, attention_mask, **kwargs):
     return self.model.apply(
       {"params": self.params["encoder"]},
       input_ids,
       attention_mask,
       deterministic=False,
-      rngs={"dropout": jax.random.fold_in(self._rng, self._calls)},
+      rngs={"dropout": self.next_key()},
       **kwargs,
     )
 
 
-def template_bias_table(model: Transformer, forward: _TrainingForward, view: views.View, max_len: int) -> jax.Array:
-  """The template bias for every sentence length 0..max_len: [max_len + 1, hidden], one encoder pass for all
-  lengths (kongds/Prompt-BERT `get_delta`, ZBWpro/CoT-BERT `denoising`: a table indexed by length). Gradients flow
-  through it, as in the reference."""
-  return views.template_bias(view, model, forward, jnp.arange(max_len + 1), max_len, forward.params.get("prompt"))
+@dataclasses.dataclass
+class _GroupPasses:
+  """One loss group's encoder passes: `parts` keyed ("view", i) and ("bias", template), in the order they were
+  built; `bias_masks` the [MASK] positions of each template's bias rows."""
+
+  parts: dict[tuple[str, Any], encoder_calls.Part]
+  bias_masks: dict[templates.Template, jax.Array]
+
+  def read(self, hidden: Iterator[jax.Array]) -> dict[tuple[str, Any], Any]:
+    """The parts' results from their last hidden states (taken from `hidden` in the parts' order): each view's
+    EncoderOutput, each template's bias table [max_len + 1, hidden]."""
+    results = {}
+    for name in self.parts:
+      out = EncoderOutput(last_hidden_state=next(hidden))
+      results[name] = pooling.mask_state(out, self.bias_masks[name[1]]) if name[0] == "bias" else out
+    return results
+
+
+def _group_passes(
+  objective: Objective, model: Transformer, forward: _TrainingForward, batch: dict[str, templates.TemplateBatch]
+) -> _GroupPasses:
+  """Each view's sentences, and each denoising template's bias rows for every sentence length 0..max_len the batch's
+  width holds (one table per template, shared by the views that use it: kongds/Prompt-BERT `get_delta`,
+  ZBWpro/CoT-BERT `denoising`; gradients flow through it, as in the reference). Dropout keys by part name: SimCSE's
+  two views read the same field and differ in dropout alone, so a view is named by its position."""
+  passes = _GroupPasses({}, {})
+  prompt = forward.params.get("prompt")
+  for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
+    if view.denoise != "none" and ("bias", view.template) not in passes.parts:
+      max_len = batch[field].input_ids.shape[1] - view.template.num_tokens  # What data.length_multiple's width holds.
+      inputs, passes.bias_masks[view.template] = views.bias_inputs(
+        view, model.config, jnp.arange(max_len + 1), max_len, prompt
+      )
+      key = forward.named(f"bias {view.template.text}").next_key()
+      passes.parts["bias", view.template] = encoder_calls.Part(inputs, key)
+    key = forward.named(f"view {i}").next_key()
+    passes.parts["view", i] = encoder_calls.Part(views.sentence_inputs(view, batch[field], prompt), key)
+  return passes
 
 
 def _group_loss(
   logits_of: Callable[..., jax.Array],
   objective: Objective,
   model: Transformer,
-  forward: _TrainingForward,
+  params: dict[str, Any],
   batch: dict[str, templates.TemplateBatch],
+  results: dict[tuple[str, Any], Any],
 ) -> tuple[jax.Array, jax.Array]:
-  """(loss, contrastive accuracy) over one group of rows, from the logits `logits_of` the views' vectors: each
-  template's bias table computed once, shared by the views that use it."""
-  biases = {}
+  """(loss, contrastive accuracy) over one group of rows, from the logits `logits_of` the views' vectors, given the
+  group's encoder results (_GroupPasses.read)."""
   vectors = []
   for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
-    bias = None
-    if view.denoise != "none":
-      if view.template not in biases:  # Lengths up to what the batch's width holds (data.length_multiple).
-        max_len = batch[field].input_ids.shape[1] - view.template.num_tokens
-        biases[view.template] = template_bias_table(model, forward.named(f"bias {view.template.text}"), view, max_len)
-      bias = biases[view.template][batch[field].sentence_lengths]
-    # By position: SimCSE's two views read the same field and must differ in dropout alone.
-    view_forward = forward.named(f"view {i}")
-    vectors.append(
-      views.vector(view, model, forward.params, view_forward, batch[field], forward.params.get("prompt"), bias)
-    )
+    bias = None if view.denoise == "none" else results["bias", view.template][batch[field].sentence_lengths]
+    state = views.state(view, results["view", i], batch[field])
+    vectors.append(views.apply_head(view, model, params, state, bias))
   weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
   logits = logits_of(*vectors, temperature=objective.temperature, **weight)
   return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
@@ -250,20 +283,23 @@ def _contrastive_loss(
   rng: jax.Array,
 ) -> tuple[jax.Array, dict[str, Any]]:
   """The diagonal cross-entropy of the views' logits (`logits_of`, jaxemb.losses): the mean of the losses of the
-  batch's groups of `loss_group_size` rows (one group: the global batch), and their contrastive accuracy."""
+  batch's groups of `loss_group_size` rows (one group: the global batch), and their contrastive accuracy. Every
+  group's encoder passes run together, in as few calls as their shapes allow (encoder_calls)."""
   del rng  # The forward's.
   rows = next(iter(batch.values())).input_ids.shape[0]
   size = objective.loss_group_size or rows
   if rows % size:
     raise ValueError(f"the batch of {rows} rows does not split into loss groups of {size}")
-  groups = [
-    _group_loss(
-      logits_of, objective, model, forward.named(f"group {i // size}"), jax.tree.map(lambda x: x[i : i + size], batch)
-    )
-    for i in range(0, rows, size)
+  groups = [jax.tree.map(lambda x: x[i : i + size], batch) for i in range(0, rows, size)]
+  passes = [_group_passes(objective, model, forward.named(f"group {g}"), group) for g, group in enumerate(groups)]
+  stack = xla.stacks_encoder_calls() if objective.stack_encoder_calls is None else objective.stack_encoder_calls
+  parts = [part for p in passes for part in p.parts.values()]
+  hidden = iter(encoder_calls.encode(model, forward.params["encoder"], parts, stack))
+  results = [
+    _group_loss(logits_of, objective, model, forward.params, group, p.read(hidden)) for group, p in zip(groups, passes)
   ]
-  loss = sum(loss for loss, _ in groups) / len(groups)
-  return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in groups) / len(groups)}
+  loss = sum(loss for loss, _ in results) / len(results)
+  return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in results) / len(results)}
 
 
 def _mlm_loss(

@@ -33,8 +33,8 @@ from jaxemb.training import lease
 # things are kept (the workdir itself, so a moved run directory resumes; the caches), what the run evaluates and how
 # often (config.evals), what is scored after it (eval.tasks, eval.output_json), how often it logs and saves and how
 # many checkpoints it keeps, and how the work is laid out (the mesh and hosts, prefetching, padding of batches,
-# evaluation batches, recomputation in the backward pass, the scan's unrolling: the same numbers up to rounding). A
-# name covers the fields under it.
+# evaluation batches, recomputation in the backward pass, the scan's unrolling, the encoder calls' stacking: the
+# same numbers up to rounding, or other dropout masks of the same law). A name covers the fields under it.
 NOT_FINGERPRINTED = (
   "workdir",
   "compilation_cache_dir",
@@ -42,6 +42,7 @@ NOT_FINGERPRINTED = (
   "data.length_multiple",
   "model.remat_policy",
   "model.scan_unroll",
+  "model.stack_encoder_calls",
   "evals",
   "eval.tasks",
   "eval.output_json",

@@ -83,6 +83,9 @@ def default_config(name, model_dir, **changes):
   config.train.batch_size = ROWS
   config.train.learning_rate = LR
   config.model.scan_unroll = 1  # The CPU's default unrolls the layers: faster steps, slower compiles.
+  # The accelerators' path (views stacked in one call); tests/training/test_encoder_calls.py holds it equal to the
+  # CPU's call per part with dropout on.
+  config.model.stack_encoder_calls = True
   if config.objective.loss_group_size:  # CoT's two DataParallel replicas.
     config.objective.loss_group_size = ROWS // 2
   for key, value in changes.items():

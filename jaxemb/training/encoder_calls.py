@@ -1,0 +1,106 @@
+"""A training step's encoder passes in as few calls as their shapes allow.
+
+A step encodes several parts: each view of each loss group, and each denoising template's bias rows. Each part has
+its own dropout key (objectives._TrainingForward names them). Parts of one row count and the same extra inputs whose
+widths are close are padded to the widest, stacked on a new leading axis and encoded by one call vmapped over the
+parts and their keys: one program for PromptBERT's two views, another for its two bias tables, and one for all six
+views of CoT-BERT's two loss groups, where each part was its own call before (jaxemb.xla.stacks_encoder_calls says
+where: on accelerators, not on the CPU). Under vmap each part draws its dropout
+masks from its own key exactly as its own call would, so a part that needs no padding gets the same bits; a padded
+part draws masks of its padded width. Stacking on a new axis keeps each part's rows where they were: a batch split
+over the mesh's devices stays split, with no rows moving between devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxemb import views
+from jaxemb.models import Transformer
+
+# The most padding a part takes to join a wider call, as a fraction of the call's width. Templates differ by a few
+# tokens, so a step's views join one call; position-offset bias rows, only a template wide, stay out of the
+# sentences' call (padded to it they would add 40% to the tokens of a MiniLM PromptBERT step at batch 64).
+MAX_PADDING = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """One encoder pass of a step: its inputs and its dropout key."""
+
+  inputs: views.EncoderInputs
+  dropout_key: jax.Array
+
+  @property
+  def shape(self) -> tuple[int, int]:
+    return self.inputs.input_ids.shape
+
+  @property
+  def signature(self) -> tuple[Any, ...]:
+    """What parts of one call share: the row count and the extra inputs."""
+    return self.shape[0], tuple(sorted(self.inputs.extra))
+
+
+def calls(parts: list[Part], stack: bool) -> list[list[int]]:
+  """The indices of `parts` grouped into calls: parts of one signature, each within MAX_PADDING of the widest (or,
+  not `stack`, each part alone)."""
+  if not stack:
+    return [[i] for i in range(len(parts))]
+  grouped: list[list[int]] = []
+  order = sorted(range(len(parts)), key=lambda i: (parts[i].signature, -parts[i].shape[1], i))
+  for i in order:
+    last = grouped[-1] if grouped else None
+    if (
+      last is not None
+      and parts[last[0]].signature == parts[i].signature
+      and parts[i].shape[1] >= (1 - MAX_PADDING) * parts[last[0]].shape[1]
+    ):
+      last.append(i)
+    else:
+      grouped.append([i])
+  return grouped
+
+
+def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.EncoderInputs:
+  """The inputs right-padded to `width` columns: [PAD] tokens, unattended (the position ids and continuous
+  template vectors of padding are never read)."""
+  pad = lambda x, value=0: jnp.pad(
+    x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2), constant_values=value
+  )
+  return views.EncoderInputs(
+    pad(inputs.input_ids, pad_id), pad(inputs.attention_mask), {k: pad(v) for k, v in inputs.extra.items()}
+  )
+
+
+def encode(model: Transformer, encoder_params: dict[str, Any], parts: list[Part], stack: bool) -> list[jax.Array]:
+  """Each part's last hidden states ([rows, width, hidden]), in training mode (dropout from each part's key), in the
+  calls `calls(parts, stack)` groups them into."""
+
+  def run(key, inputs):
+    out = model.apply(
+      {"params": encoder_params},
+      inputs.input_ids,
+      inputs.attention_mask,
+      deterministic=False,
+      rngs={"dropout": key},
+      **inputs.extra,
+    )
+    return out.last_hidden_state
+
+  hidden: list[jax.Array | None] = [None] * len(parts)
+  for call in calls(parts, stack):
+    if len(call) == 1:  # The plain call: no stacking axis for XLA to carry.
+      hidden[call[0]] = run(parts[call[0]].dropout_key, parts[call[0]].inputs)
+      continue
+    width = parts[call[0]].shape[1]
+    stacked = jax.tree.map(
+      lambda *xs: jnp.stack(xs), *(_padded(parts[i].inputs, width, model.config.pad_token_id) for i in call)
+    )
+    out = jax.vmap(run)(jnp.stack([parts[i].dropout_key for i in call]), stacked)
+    for j, i in enumerate(call):
+      hidden[i] = out[j, :, : parts[i].shape[1]]
+  return hidden
