@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Issue 52's measurements in one lent device window (an H100/H200; 15 minutes of device time, start included).
+#
+# Here, before asking for the machine (builds .device/, git-ignored: the wheels the device image lacks and the data
+# the bench reads; about 12 MiB):
+#   bash bench/device_session.sh prepare
+# Then one call of the device tool's run:
+#   command: bash bench/device_session.sh measure    carry: [".device"]    timeout_s: 540
+# and give the machine back unless rerunning at once. Logs land in $OUT (train-stacked.log, train-per-part.log,
+# train-unrolled.log, sts.log): the default step (encoder calls stacked), the same with a call per part, the
+# stacked step unrolled (CoT-BERT's unrolled step did not compile in 310 s with a call per part), and the cold and
+# warm 7-task STS evaluation. Each bench run is capped so that a hang cannot take the window.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+prepare() {
+  rm -rf .device && mkdir -p .device/wheels .device/shared/data/senteval .device/shared/data/wiki
+  # The device image has jax, flax, optax, orbax, transformers, torch, pyarrow, pandas (its Python is 3.12):
+  # datasets and its own two, ml_collections and tensorboardX are what it lacks.
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 -d .device/wheels \
+    datasets dill multiprocess ml_collections tensorboardX
+  cp -r ../shared/data/senteval/STS ../shared/data/senteval/SICK .device/shared/data/senteval/
+  cp ../shared/data/wiki/wiki1m_sample.txt .device/shared/data/wiki/
+  du -sh .device
+}
+
+measure() {
+  : "${OUT:?set by the device tool}"
+  python3 -m pip install --quiet --no-index --no-deps .device/wheels/*.whl 2>&1 | tail -3
+  export JAXEMB_SHARED="$PWD/.device/shared" PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/card.txt"
+  python3 -c "import jax, flax, torch; print('jax', jax.__version__, 'flax', flax.__version__, 'torch', torch.__version__, jax.devices())" | tee -a "$OUT/card.txt"
+  local bench=(python3 bench/accelerator.py --models bert-base --repeats 5)
+  timeout 170 "${bench[@]}" --sections train 2>&1 | tee "$OUT/train-stacked.log"
+  timeout 150 "${bench[@]}" --sections train --set model.stack_encoder_calls=False 2>&1 | tee "$OUT/train-per-part.log"
+  timeout 120 "${bench[@]}" --sections train --set model.scan_unroll=12 2>&1 | tee "$OUT/train-unrolled.log"
+  timeout 60 "${bench[@]}" --sections sts 2>&1 | tee "$OUT/sts.log"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  measure) measure ;;
+  *) echo "usage: bash bench/device_session.sh prepare|measure" >&2; exit 2 ;;
+esac
