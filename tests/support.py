@@ -217,6 +217,27 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
   return config
 
 
+def cot_objective(tokenizer, **changes):
+  """configs/cotbert.py's training objective (its three templates, [PAD] denoising, the MLP, extended InfoNCE over
+  views "a", "p", "n"), with `changes` to its fields."""
+  from configs import cotbert  # pylint: disable=import-outside-toplevel
+  from jaxemb import templates  # pylint: disable=import-outside-toplevel
+  from jaxemb.training import objectives  # pylint: disable=import-outside-toplevel
+
+  fields = dict(
+    views=("a", "p", "n"),
+    view_templates=tuple(
+      templates.Template.parse(t, tokenizer) for t in (cotbert.ANCHOR, cotbert.POSITIVE, cotbert.NEGATIVE)
+    ),
+    pooling="mask",
+    denoise="pad",
+    head="mlp",
+    loss="extended_info_nce",
+    temperature=0.05,
+  )
+  return objectives.Objective(**{**fields, **changes})
+
+
 def short_sts_job(model_dir, output_json, **method):
   """configs/eval_baselines.py's STS job on STS-B test cut short (short_senteval) with `model_dir`, the flat
   `config.method` fields `method` (name included) set, writing `output_json` (a fitted method's .npz beside it)."""

@@ -11,13 +11,9 @@ from jaxemb import losses, templates, views
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.training import encoder_calls, objectives
+from tests.support import cot_objective
 
 SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain falls"]
-COT = (
-  'The sentence of "[X]" means [MASK] , so it can be summarized as [MASK] .',
-  'The sentence : "[X]" means [MASK] , so it can be summarized as [MASK] .',
-  'The sentence : "[X]" does not mean [MASK] , so it cannot be summarized as [MASK] .',
-)
 
 
 @pytest.fixture(scope="module")
@@ -73,21 +69,11 @@ def test_views_in_one_call_draw_the_dropout_of_their_own_calls(tiny):
   their own), dropout on: the loss equals the one of a call per part within float32 rounding, and another step rng
   changes it by far more (the masks are the parts' own, not shared)."""
   tokenizer, model, encoder = tiny
-  parsed = tuple(templates.Template.parse(t, tokenizer) for t in COT)
-  objective = objectives.Objective(
-    views=("a", "p", "n"),
-    view_templates=parsed,
-    pooling="mask",
-    denoise="pad",
-    head="none",
-    loss="extended_info_nce",
-    temperature=0.05,
-    stack_encoder_calls=True,
-  )
-  width = max(t.num_tokens for t in parsed) + 8
+  objective = cot_objective(tokenizer, head="none", stack_encoder_calls=True)
+  width = max(t.num_tokens for t in objective.view_templates) + 8
   batch = {
     field: templates.tokenize_sentences(t, tokenizer, SENTENCES, pad_to=width, tokenization="alone")
-    for field, t in zip(objective.views, parsed)
+    for field, t in zip(objective.views, objective.view_templates)
   }
   params = {"encoder": encoder}
   loss = jax.jit(lambda rng: objectives.loss_and_metrics(objective, model, params, batch, rng)[0])

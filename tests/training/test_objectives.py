@@ -11,6 +11,7 @@ from jaxemb.data import corpus
 from jaxemb.models import Transformer, load_pretrained, load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from tests.support import cot_objective
 
 SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain falls"]
 
@@ -22,22 +23,6 @@ def tiny(tmp_path_factory):
   )
   config, params = load_pretrained(path)
   return load_tokenizer(path), Transformer(config), params
-
-
-def _cot(tokenizer, group_size):
-  from configs import cotbert  # pylint: disable=g-import-not-at-top
-
-  parsed = tuple(templates.Template.parse(t, tokenizer) for t in (cotbert.ANCHOR, cotbert.POSITIVE, cotbert.NEGATIVE))
-  return objectives.Objective(
-    views=("a", "p", "n"),
-    view_templates=parsed,
-    pooling="mask",
-    denoise="pad",
-    head="mlp",
-    loss="extended_info_nce",
-    temperature=0.05,
-    loss_group_size=group_size,
-  )
 
 
 def _batch(objective, tokenizer, sentences):
@@ -52,18 +37,21 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   as the only negatives), averaged by the Trainer. Groups of 2 of a batch of 4 = the mean of the two halves' losses,
   which is not the loss over the global batch."""
   tokenizer, model, encoder = tiny
-  grouped = _cot(tokenizer, 2)
+  grouped = cot_objective(tokenizer, loss_group_size=2)
   params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
   # One compiled loss per objective and batch shape: the two halves share theirs.
   jitted = jax.jit(
     lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0], static_argnums=0
   )
   loss = lambda objective, sentences: float(jitted(objective, params, _batch(objective, tokenizer, sentences)))
-  halves = [loss(_cot(tokenizer, 0), SENTENCES[:2]), loss(_cot(tokenizer, 0), SENTENCES[2:])]
+  halves = [
+    loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[:2]),
+    loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[2:]),
+  ]
   np.testing.assert_allclose(loss(grouped, SENTENCES), np.mean(halves), rtol=1e-6)
-  assert abs(loss(_cot(tokenizer, 0), SENTENCES) - np.mean(halves)) > 1e-3
+  assert abs(loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES) - np.mean(halves)) > 1e-3
   with pytest.raises(ValueError, match="does not split into loss groups of 3"):
-    loss(_cot(tokenizer, 3), SENTENCES)
+    loss(cot_objective(tokenizer, loss_group_size=3), SENTENCES)
 
 
 def _promptbert(tokenizer):
@@ -81,7 +69,9 @@ def _promptbert(tokenizer):
   )
 
 
-@pytest.mark.parametrize("make", [_promptbert, lambda tokenizer: _cot(tokenizer, 0)], ids=["position_offset", "pad"])
+@pytest.mark.parametrize(
+  "make", [_promptbert, lambda tokenizer: cot_objective(tokenizer, loss_group_size=0)], ids=["position_offset", "pad"]
+)
 def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(tiny, make):
   """data.length_multiple: rows cut from template + 8 to their batch's longest (and the bias table to the lengths
   that width holds) change neither the loss nor its gradient: the cut tokens are padding, masked out."""
