@@ -16,23 +16,40 @@ import socket
 import struct
 import subprocess
 import sys
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
 
+from jaxemb.data import sts as sts_data
 from jaxemb.testing import temp_folders
 from testing_support.shared import REPO, SHARED
 
 
-def python_on_devices(code: str, devices: int, *args) -> str:
+def python_on_devices(code: str, devices: int, *args, users_compiles: bool = False) -> str:
   """stdout of `python -c code args` in the repository on `devices` simulated CPU devices (a subprocess: their count
-  is fixed when JAX starts); asserts it succeeded."""
+  is fixed when JAX starts); asserts it succeeded. It compiles as this pytest process does (compiling_as_tests), or
+  with `users_compiles` as a user's process does."""
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
   result = subprocess.run(
-    [sys.executable, "-c", code, *map(str, args)], cwd=REPO, env=env, capture_output=True, text=True, check=False
+    [sys.executable, "-c", code, *map(str, args)],
+    cwd=REPO,
+    env=env if users_compiles else compiling_as_tests(env),
+    capture_output=True,
+    text=True,
+    check=False,
   )
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
+
+
+def compiling_as_tests(env: Mapping[str, str]) -> dict[str, str]:
+  """`env` for a subprocess that compiles as this pytest process does (tests/conftest.py: XLA's optimizations mostly
+  off, TEST_XLA_FLAGS), for the toy runs whose point is not the program XLA compiles for a user: they then spend less
+  time compiling (alone on 2 cores: tests/training/test_sharding.py's three sharded steps 41 -> 26 s, the multi-host
+  run 75 -> 57 s) and compute as this process does."""
+  flags = f"{env.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+  return {**env, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "XLA_FLAGS": flags}
 
 
 # XLA's fusion emitters, which tests/conftest.py turns off for the pytest process's compiles (XLA's default: on). A
@@ -168,9 +185,10 @@ def shared_path(*parts: str) -> pathlib.Path:
 
 @functools.cache
 def short_senteval() -> pathlib.Path:
-  """A SentEval folder of STS-B and SICK, each file cut to its first 40 pairs, for runs that need a selection score,
-  not a good one: scoring the 1,500 STS-B dev pairs took a toy run ~10 s of its ~23. One per process, removed when
-  it exits; a subprocess is handed its parent's."""
+  """A SentEval folder of the 7 STS tasks, each subset cut to its first 40 scored pairs, for runs that need a
+  selection score, or all seven scores, not good ones: scoring the 1,500 STS-B dev pairs took a toy run ~10 s of its
+  ~23, and a sweep's 7 tasks ~80 s of its ~100. One per process, removed when it exits; a subprocess is handed its
+  parent's."""
   root = temp_folders.make("senteval")
   atexit.register(shutil.rmtree, root, True)
   files = {
@@ -182,6 +200,17 @@ def short_senteval() -> pathlib.Path:
     for name in names:  # SICK's files start with a header line.
       lines = shared_path("data", "senteval", folder, name).read_text(encoding="utf-8").splitlines(True)
       (root / folder / name).write_text("".join(lines[: 40 + (folder == "SICK")]), encoding="utf-8")
+  for year, subsets in sts_data.SUBSETS.items():
+    folder = f"STS/{year}-en-test"
+    (root / folder).mkdir(parents=True)
+    for subset in subsets:  # A blank gold line is a pair not scored (most of STS16's first 40).
+      pairs, gold = (
+        shared_path("data", "senteval", folder, f"STS.{kind}.{subset}.txt").read_text(encoding="utf-8").splitlines()
+        for kind in ("input", "gs")
+      )
+      scored = [(pair, score) for pair, score in zip(pairs, gold, strict=True) if score.strip()][:40]
+      for kind, lines in zip(("input", "gs"), zip(*scored)):
+        (root / folder / f"STS.{kind}.{subset}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
   return root
 
 

@@ -15,7 +15,7 @@ import pytest
 from jaxemb import embedding, storage
 from jaxemb.embedding import shards
 from tests.embedding import embed_kill
-from tests.support import REPO, free_port, shared_path, slurm_task
+from tests.support import REPO, compiling_as_tests, free_port, shared_path, slurm_task
 
 
 def _embed(model, corpus, output, *flags, program=("embed.py",), env=None, wait=True):
@@ -35,7 +35,12 @@ def _embed(model, corpus, output, *flags, program=("embed.py",), env=None, wait=
     *flags,
   ]
   process = subprocess.Popen(
-    command, cwd=REPO, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    command,
+    cwd=REPO,
+    env=compiling_as_tests({**os.environ, **(env or {})}),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
   )
   if not wait:
     return process

@@ -13,7 +13,6 @@ from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import selection, stopping, trainer
-from tests.support import shared_path
 from tests.support import tiny_config
 
 EXPERIMENTS = [
@@ -217,14 +216,7 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   evaluate.py's STS job on the run directory with the run's own evaluation method."""
   experiment = _experiment("seeds", tmp_path, seeds=(5,))
   (run,) = sweep.plan(experiment)
-  base = tiny_config(
-    "promptbert",
-    tiny_bert,
-    run.directory,
-    shared_path("data", "wiki", "wiki1m_sample.txt"),
-    shared_path("data", "senteval"),
-    num_steps=2,
-  )  # The seven tasks.
+  base = tiny_config("promptbert", tiny_bert, run.directory, num_steps=2)  # The seven tasks, cut short.
   for block in ("model", "data", "eval", "train", "evals"):
     run.config[block] = base[block]
   run.config.train.seed = 5

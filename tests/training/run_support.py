@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tests.support import REPO, TEST_XLA_FLAGS, short_senteval
+from tests.support import REPO, compiling_as_tests, short_senteval
 
 
 def kill_driver(
@@ -48,10 +48,7 @@ def vm_env(vm: pathlib.Path) -> dict[str, str]:
 def driver_env(vm: pathlib.Path | None = None) -> dict[str, str]:
   """The environment of a driver of the tiny run (here, or on a new `vm`): XLA's optimizations mostly off and its
   flags as in this process (tests/conftest.py), so that its runs and this process's agree to the bit."""
-  env = {**os.environ, "PYTHONPATH": str(REPO)} if vm is None else vm_env(vm)
-  env["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
-  env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
-  return env
+  return compiling_as_tests({**os.environ, "PYTHONPATH": str(REPO)} if vm is None else vm_env(vm))
 
 
 def restore(directory: pathlib.Path, step: int | None, items=("state", "meta")):

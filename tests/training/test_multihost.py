@@ -19,7 +19,7 @@ import pytest
 
 from jaxemb import storage
 from jaxemb.models import run_dir
-from tests.support import REPO, free_port, shared_path, short_senteval, slurm_task
+from tests.support import REPO, compiling_as_tests, free_port, shared_path, short_senteval, slurm_task
 
 
 def _command(model_dir, corpus_file, workdir, cache, **train):
@@ -49,13 +49,8 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
 
 
 def _env(devices, **variables):
-  return {
-    **os.environ,
-    "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-    "JAX_PLATFORMS": "cpu",
-    "PYTHONUNBUFFERED": "1",
-    **variables,
-  }
+  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+  return compiling_as_tests({**env, "PYTHONUNBUFFERED": "1", **variables})
 
 
 def _start_pair(*args, **train):
