@@ -305,11 +305,37 @@ def _read_weights(model_dir: pathlib.Path, config: EncoderConfig, param_dtype: A
   return jax.tree.map(lambda a: jnp.asarray(a, param_dtype), state_dict_to_params(state, config, source))
 
 
+# The tokenizer class transformers (v5) registers for BERT's and RoBERTa's model types: a folder whose
+# tokenizer_config.json names it (with or without "Fast") gets it from AutoTokenizer too. ELECTRA's folders name
+# ElectraTokenizer, for which AutoTokenizer loads BertTokenizer: they are left to it.
+_TOKENIZER_CLASSES = {"bert": "BertTokenizer", "roberta": "RobertaTokenizer"}
+
+
 def load_tokenizer(name_or_path: str | pathlib.Path):
-  """The Hugging Face tokenizer saved with a model (local directory or hub id)."""
+  """The Hugging Face tokenizer saved with a model (local directory or hub id): what AutoTokenizer loads. For a
+  BERT or RoBERTa folder that names its model type's own class, that class is loaded directly, because
+  AutoTokenizer imports torch when it is installed (transformers' configuration module): 1.2 s and 200 MB of
+  memory that a JAX process does not need (tests/models/test_hf.py checks both give one tokenizer)."""
   import transformers  # pylint: disable=g-import-not-at-top
 
-  return transformers.AutoTokenizer.from_pretrained(str(resolve_model_dir(name_or_path)))
+  model_dir = resolve_model_dir(name_or_path)
+  own_class = _own_tokenizer_class(model_dir)
+  if own_class is None:
+    return transformers.AutoTokenizer.from_pretrained(str(model_dir))
+  return getattr(transformers, own_class).from_pretrained(str(model_dir))
+
+
+def _own_tokenizer_class(model_dir: pathlib.Path) -> str | None:
+  """The class name in _TOKENIZER_CLASSES that AutoTokenizer would pick for `model_dir` with nothing to reconcile
+  (tokenizer_config.json names its model type's class, no custom code), else None."""
+  try:
+    declared, config = (json.loads((model_dir / name).read_text()) for name in ("tokenizer_config.json", "config.json"))
+  except (OSError, ValueError):  # AutoTokenizer says what is missing or malformed.
+    return None
+  if not (isinstance(declared, dict) and isinstance(config, dict)) or "auto_map" in declared:
+    return None
+  own_class = _TOKENIZER_CLASSES.get(config.get("model_type"))
+  return own_class if own_class and declared.get("tokenizer_class") in (own_class, f"{own_class}Fast") else None
 
 
 def write_model_files(out_dir: str | os.PathLike, config: EncoderConfig, tokenizer, **config_fields):

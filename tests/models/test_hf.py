@@ -2,6 +2,8 @@
 
 import json
 import pathlib
+import subprocess
+import sys
 
 import huggingface_hub
 import jax
@@ -17,7 +19,14 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.models import bert, hf, hf_keys, run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import assert_float32_close, assert_same_params, param_leaves, shared_path, transformer_roundings
+from tests.support import (
+  REPO,
+  assert_float32_close,
+  assert_same_params,
+  param_leaves,
+  shared_path,
+  transformer_roundings,
+)
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta"])
@@ -328,3 +337,61 @@ def test_load_pretrained_reads_config_json_once(kind, tiny_bert, tmp_path, monke
   config, _ = load_pretrained(model_dir, tie_word_embeddings=kind == "architecture")
   assert reads.count("config.json") == 1, reads
   assert config.tie_word_embeddings == (kind == "architecture")
+
+
+def _tokenizer_folder(folder: str, tiny_bert: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
+  if folder == "roberta":
+    (tmp_path / "roberta").mkdir()
+    return write_random_checkpoint(tmp_path / "roberta", "roberta")
+  return tiny_bert if folder == "bert" else shared_path("models", "all-MiniLM-L6-v2")
+
+
+@pytest.mark.parametrize("folder", ["bert", "roberta", "minilm"])
+def test_load_tokenizer_loads_what_autotokenizer_loads_without_it(folder, tiny_bert, tmp_path):
+  """A BERT or RoBERTa folder's own class, loaded directly: the class, vocabulary, special tokens and
+  encodings (a template with its mask, accents, padding, truncation) of AutoTokenizer's."""
+  path = _tokenizer_folder(folder, tiny_bert, tmp_path)
+  ours, theirs = hf.load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(path)
+  assert hf._own_tokenizer_class(path) == type(ours).__name__  # pylint: disable=protected-access
+  assert type(ours) is type(theirs) and ours.get_vocab() == theirs.get_vocab()
+  assert ours.special_tokens_map == theirs.special_tokens_map and ours.all_special_ids == theirs.all_special_ids
+  keys = ("model_input_names", "padding_side", "truncation_side", "model_max_length")
+  assert [getattr(ours, key) for key in keys] == [getattr(theirs, key) for key in keys]
+  sentences = ("A man plays.", "Ünïcode  café\tand ’quotes’")
+  texts = [f'This sentence : "{sentence}" means {theirs.mask_token} .' for sentence in sentences]
+  for options in ({"padding": "max_length", "max_length": 40}, {"truncation": True, "max_length": 9}):
+    assert ours(texts, **options).data == theirs(texts, **options).data
+
+
+def test_other_tokenizer_folders_are_left_to_autotokenizer(tmp_path):
+  """Custom code, another class than the model type's, no class named, or another model type (ELECTRA's folders name
+  ElectraTokenizer, for which AutoTokenizer loads BertTokenizer): None, AutoTokenizer's call."""
+  cases = {
+    "custom": (
+      {"model_type": "bert"},
+      {"tokenizer_class": "BertTokenizer", "auto_map": {"AutoTokenizer": ["x", None]}},
+    ),
+    "other": ({"model_type": "bert"}, {"tokenizer_class": "RobertaTokenizer"}),
+    "unnamed": ({"model_type": "bert"}, {}),
+    "t5": ({"model_type": "t5"}, {"tokenizer_class": "T5Tokenizer"}),
+    "electra": ({"model_type": "electra"}, {"tokenizer_class": "ElectraTokenizer"}),
+    "own": ({"model_type": "roberta"}, {"tokenizer_class": "RobertaTokenizerFast"}),
+  }
+  found = {}
+  for name, (config, declared) in cases.items():
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(config))
+    (tmp_path / name / "tokenizer_config.json").write_text(json.dumps(declared))
+    found[name] = hf._own_tokenizer_class(tmp_path / name)  # pylint: disable=protected-access
+  assert found == {"own": "RobertaTokenizer"} | {name: None for name in cases if name != "own"}
+  assert hf._own_tokenizer_class(shared_path("tokenizers", "bert-base-uncased")) is None  # pylint: disable=protected-access  # No config.json.
+
+
+def test_a_bert_tokenizer_loads_without_importing_torch():
+  """torch installed (these tests' PyTorch references), a process that loads MiniLM's tokenizer has not imported it."""
+  code = (
+    "import sys; from jaxemb.models import load_tokenizer; load_tokenizer(sys.argv[1]); print('torch' in sys.modules)"
+  )
+  model = shared_path("models", "all-MiniLM-L6-v2")
+  done = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, check=True, cwd=REPO)
+  assert done.stdout.strip() == "False", done.stderr[-2000:]
