@@ -25,8 +25,9 @@ def pytest_configure(config):  # pylint: disable=unused-argument
   # XLA's optimizations mostly off in this process: its tests' tiny models spend their time compiling, not running
   # (a quarter off test_encode's and test_reference_steps' time). The dots still take the library jaxemb/xla.py
   # chooses (tests/test_xla.py), and every comparison is with a reference computed apart from XLA (PyTorch, NumPy)
-  # or with another run under the same setting. The train.py and evaluate.py runs it starts keep XLA's defaults,
-  # as a user's do (and run faster with them: a 6-step run's test took 47 s instead of 54).
+  # or with another run under the same setting. Toy runs it starts in processes of their own compile the same way
+  # (tests/support.py's compiling_as_tests) unless what they check is the user's program: those (the resumed runs'
+  # cache hits, evaluate.py's command line) keep XLA's defaults, as a user's do.
   jax.config.update("jax_disable_most_optimizations", True)
   _set_process_xla_flags(TEST_XLA_FLAGS)
 
