@@ -30,7 +30,7 @@ def python_on_devices(code: str, devices: int, *args, users_compiles: bool = Fal
   """stdout of `python -c code args` in the repository on `devices` simulated CPU devices (a subprocess: their count
   is fixed when JAX starts); asserts it succeeded. It compiles as this pytest process does (compiling_as_tests), or
   with `users_compiles` as a user's process does."""
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, **simulated_devices(devices)}
   result = subprocess.run(
     [sys.executable, "-c", code, *map(str, args)],
     cwd=REPO,
@@ -41,6 +41,11 @@ def python_on_devices(code: str, devices: int, *args, users_compiles: bool = Fal
   )
   assert result.returncode == 0, result.stderr[-3000:]
   return result.stdout
+
+
+def simulated_devices(devices: int) -> dict[str, str]:
+  """The variables that give a subprocess `devices` simulated CPU devices (their count is fixed when JAX starts)."""
+  return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
 
 
 def compiling_as_tests(env: Mapping[str, str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ import pytest
 from jaxemb import embedding, storage
 from jaxemb.embedding import shards
 from tests.embedding import embed_kill
-from tests.support import REPO, compiling_as_tests, free_port, shared_path, slurm_task
+from tests.support import REPO, compiling_as_tests, free_port, shared_path, simulated_devices, slurm_task
 
 
 def _embed(model, corpus, output, *flags, program=("embed.py",), env=None, wait=True):
@@ -105,8 +105,7 @@ def test_a_killed_job_rerun_ends_as_an_uninterrupted_one_bit_for_bit(tiny_bert, 
 def _slurm(process_id: int, port: int) -> dict[str, str]:
   """Task `process_id` of a SLURM job step of two tasks on this node, its coordinator at `port`, two simulated CPU
   devices."""
-  devices = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-  return {**slurm_task(process_id, 2), "JAX_COORDINATOR_PORT": str(port), **devices}
+  return {**slurm_task(process_id, 2), "JAX_COORDINATOR_PORT": str(port), **simulated_devices(2)}
 
 
 @pytest.mark.e2e  # Three embed.py processes of a tiny model, two of them one job (10-20 s).
@@ -114,8 +113,7 @@ def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_the
   tiny_bert, tmp_path, bucket, gcs_emulator, monkeypatch
 ):
   corpus, cache = _corpus(tmp_path), f"--config.compilation_cache_dir={tmp_path / 'xla'}"
-  one = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
-  status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=one)
+  status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=simulated_devices(2))
   assert status == 0, stderr[-3000:]
   port = free_port()
   pair = [

@@ -13,7 +13,7 @@ from jaxemb import search
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from tests import search_host
-from tests.support import REPO, free_port
+from tests.support import REPO, free_port, simulated_devices
 
 EPS = float(np.finfo(np.float32).eps)
 
@@ -339,7 +339,7 @@ def test_blocks_split_over_devices_and_rows_over_processes_give_the_brute_force(
   corpus, queries = rng.standard_normal((101, 12)).astype(np.float32), rng.standard_normal((9, 12)).astype(np.float32)
   np.save(tmp_path / "corpus.npy", corpus)
   np.save(tmp_path / "queries.npy", queries)
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, **simulated_devices(devices)}
   port = free_port()
   runs = [
     subprocess.Popen(

@@ -19,7 +19,8 @@ import pytest
 
 from jaxemb import storage
 from jaxemb.models import run_dir
-from tests.support import REPO, compiling_as_tests, free_port, shared_path, short_senteval, slurm_task
+from tests.support import REPO, compiling_as_tests, free_port, shared_path, short_senteval, simulated_devices
+from tests.support import slurm_task
 
 
 def _command(model_dir, corpus_file, workdir, cache, **train):
@@ -49,8 +50,7 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
 
 
 def _env(devices, **variables):
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}", "JAX_PLATFORMS": "cpu"}
-  return compiling_as_tests({**env, "PYTHONUNBUFFERED": "1", **variables})
+  return compiling_as_tests({**os.environ, **simulated_devices(devices), "PYTHONUNBUFFERED": "1", **variables})
 
 
 def _start_pair(*args, **train):
