@@ -14,8 +14,7 @@ on is one line and exit status 1 (see jaxemb/cli.py).
 
 from absl import flags
 
-from jaxemb import cli
-from jaxemb import xla
+from jaxemb import cli, spec, xla
 from jaxemb.training import loop, stopping
 
 _CONFIG = cli.define_config("Training config file (configs/*.py).")
@@ -29,9 +28,10 @@ _RESUME_CHANGED = flags.DEFINE_bool(
 
 
 def main(config) -> int:
-  xla.use_compilation_cache(config.compilation_cache_dir)
+  run = spec.TrainingRun.from_config(config)
+  xla.use_compilation_cache(run.compilation_cache_dir)
   try:
-    loop.train(config, _RESUME_CHANGED.value)
+    loop.train(run, _RESUME_CHANGED.value)
   except stopping.Preempted as stopped:  # The loop saved its state and said so; the status tells the scheduler.
     return stopped.exit_code
   return 0

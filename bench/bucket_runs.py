@@ -26,6 +26,7 @@ import common
 from jaxemb import storage, xla  # pylint: disable=g-bad-import-order
 from jaxemb.training import checkpoints, loop
 from jaxemb.testing.gcs import GcsEmulator
+from jaxemb.spec import TrainingRun
 from testing_support.shared import SHARED
 
 
@@ -68,7 +69,7 @@ def _run(config, blocked: list[float]) -> tuple[float, list[float]]:
   """(the median examples/s of the logged records after the first: a record with a compile in it is an outlier,
   seconds each periodic save held the loop)."""
   blocked.clear()
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   lines = (storage.path(config.workdir) / "metrics.jsonl").read_text().splitlines()
   records = [json.loads(line) for line in lines]
   rates = [r["examples_per_second"] for r in records if "examples_per_second" in r][1:]

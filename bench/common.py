@@ -40,6 +40,7 @@ from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import TrainingRun
 from testing_support.shared import SHARED
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -168,8 +169,9 @@ class JaxembTrainStep:
     self.model_config, pretrained = load_pretrained(model_dir)
     tokenizer = load_tokenizer(model_dir)
     with jax.default_prng_impl(prng_impl):
-      objective = trainer.build_objective(config, tokenizer)
-      built = trainer.build_trainer(config, self.model_config, pretrained, objective, mesh, SCHEDULE_STEPS)
+      run = TrainingRun.from_config(config)
+      objective = trainer.build_objective(run, tokenizer)
+      built = trainer.build_trainer(run, self.model_config, pretrained, objective, mesh, SCHEDULE_STEPS)
       self.state = built.initial_state(pretrained)
     self.objective, self.model, self._run = built.objective, built.model, built.run
     self.steps_per_call = built.steps_per_call

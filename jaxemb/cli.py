@@ -31,6 +31,7 @@ import pathlib
 import re
 import signal
 import sys
+import textwrap
 import traceback
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -40,7 +41,7 @@ from absl import logging as absl_logging
 import ml_collections
 from ml_collections import config_flags
 
-from jaxemb import config_fields, storage
+from jaxemb import config_fields, spec, storage
 from jaxemb.errors import ConfigError, UserError
 from jaxemb.evaluation import evaluators
 from jaxemb.methods import base as methods
@@ -314,7 +315,8 @@ def _help(argv: Sequence[str], takes: tuple[str, ...], full: bool) -> str:
     )
   else:
     config = flags.FLAGS[CONFIG].parser.parse(value)  # The file's config, completed as the flag completes it.
-    fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{_fields_text(config, '  ')}"
+    listed = _typed_fields_text(config) if config_kind(config) == TRAINING else _fields_text(config, "  ")
+    fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{listed}"
   parts = [
     (sys.modules["__main__"].__doc__ or "").strip(),
     "Flags" + ("" if full else " (--helpfull: absl's and the libraries' too)") + ":\n" + listed.strip("\n"),
@@ -367,6 +369,21 @@ def _shown(path: pathlib.Path) -> str:
 def _fields_text(config: Any, indent: str = "") -> str:
   """Every field of `config` but its groups, as `a.b = value` lines."""
   return "\n".join(f"{indent}{name} = {value!r}" for name, value in config_fields.leaves(config))
+
+
+def _typed_fields_text(config: ml_collections.ConfigDict) -> str:
+  """Every field of a training config as its spec types it (`jaxemb.spec.field_docs`): `name: type = value` and its
+  doc's first sentence; a block the spec holds whole (the method, the evaluators) with its fields' values under it."""
+  values = dict(config_fields.leaves(config))
+  lines = []
+  for name, kind, doc in spec.field_docs(spec.TrainingRun):
+    inside = [key for key in values if key.startswith(f"{name}.")]
+    said = textwrap.wrap(doc, 114, initial_indent="      ", subsequent_indent="      ")
+    if name in values:
+      lines += [f"  {name}: {kind} = {values[name]!r}", *said]
+    elif inside:
+      lines += [f"  {name}: {kind}", *said, *(f"  {key} = {values[key]!r}" for key in inside)]
+  return "\n".join(lines)
 
 
 def _unknown_override(argv: Sequence[str]) -> ConfigError | None:

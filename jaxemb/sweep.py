@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxemb import atomic
 from jaxemb import cli
-from jaxemb import config_fields
+from jaxemb import config_fields, spec
 from jaxemb import storage
 from jaxemb import xla
 from jaxemb.errors import ConfigError
@@ -174,7 +174,7 @@ def execute(run: Run) -> dict[str, Any]:
   (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last."""
   if not run.is_training:
     return eval_run.run_sts(run.config)
-  training = loop.train(run.config)
+  training = loop.train(spec.TrainingRun.from_config(run.config))
   scoring = run.config.copy_and_resolve_references()
   scoring.model.path, scoring.eval.tasks, scoring.eval.output_json = run.config.workdir, ",".join(TASK_COLUMNS), ""
   summary = {

@@ -8,6 +8,7 @@ import pytest
 
 from jaxemb.testing import temp_folders
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import TrainingRun
 from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config
 
 # What sessions killed before their pytest_unconfigure (or atexit) left in the temp dir goes first.
@@ -95,7 +96,7 @@ def trained_run(tmp_path_factory, tiny_bert):
   corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
   run = tmp_path / "run"
   config = tiny_config("simcse", tiny_bert, run, corpus, num_steps=1, eval_every=1, save_every=1)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   return run
 
 

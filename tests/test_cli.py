@@ -144,7 +144,9 @@ def test_help_with_a_config_lists_its_fields_with_their_defaults():
   status, stdout, _ = _command("train.py", "promptbert.py", "--config.train.batch_size=8", "--help")
   assert status == 0
   fields = stdout.split("and their defaults (--config.<field>=<value> sets one):\n")[1].splitlines()
-  assert "  train.batch_size = 256" in fields and "  method.ditto_head = 9" in fields
+  assert "  train.batch_size: int = 256" in fields and "  method.ditto_head = 9" in fields
+  doc = fields[fields.index("  train.batch_size: int = 256") + 1]
+  assert doc == "      Global batch: in-batch negatives come from every device."  # The spec's doc of the field.
   assert f"  method.template = {train_common.PROMPTBERT_OF!r}" in fields
 
 

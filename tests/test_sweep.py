@@ -12,7 +12,8 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
-from jaxemb.training import selection, stopping, trainer
+from jaxemb.training import stopping, trainer
+from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
 
 EXPERIMENTS = [
@@ -50,9 +51,8 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
       assert run.config.workdir == str(run.directory) and run.config.train.seed == run.seed
       assert run.config.data.cache_dir == str(tmp_path / "cache")
       tokenizer = roberta_tokenizer if "roberta" in run.config.model.path else bert_tokenizer
-      objective = trainer.build_objective(run.config, tokenizer)
+      objective = trainer.build_objective(TrainingRun.from_config(run.config), tokenizer)  # Its spec builds.
       assert [view.template.text for view in objective.view_list] == list(run.config.objective.templates)
-      selection.eval_method(run.config)
     else:
       assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
       Method.from_config(run.config.method)
@@ -231,7 +231,9 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   assert written["average"] == pytest.approx(summary["average"]) and written["seed"] == 5
   assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
   assert written["best_step"] == 2 and written["select_metric"] == "stsb_dev/STSBenchmark"
-  assert written["method"] == selection.eval_method(run.config).config_fields()  # The run's own, from its directory.
+  assert (
+    written["method"] == TrainingRun.from_config(run.config).method.config_fields()
+  )  # The run's own, from its directory.
   encoder = Encoder.from_pretrained(
     run.directory, length_multiple=run.config.eval.length_multiple, batch_size=run.config.eval.batch_size
   )

@@ -14,12 +14,13 @@ import numpy as np
 
 from jaxemb import templates
 from jaxemb.data import corpus
+from jaxemb.spec import TrainingRun
 from jaxemb.training.objectives import Objective
 from jaxemb.training.trainer import batch_field
 
 
 def tokenize_fields(
-  config: Any,
+  config: TrainingRun,
   columns: dict[str, list[str]],
   objective: Objective,
   tokenizer: Any,
@@ -57,7 +58,9 @@ class Batches:
   row_lengths: dict[str, np.ndarray]  # Tokens attended in each field's rows.
 
   @classmethod
-  def build(cls, config: Any, fields: dict[str, templates.TemplateBatch], sharding: jax.sharding.Sharding) -> Batches:
+  def build(
+    cls, config: TrainingRun, fields: dict[str, templates.TemplateBatch], sharding: jax.sharding.Sharding
+  ) -> Batches:
     return cls(
       fields,
       config.train.batch_size,

@@ -16,6 +16,7 @@ from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, encoder_options
 from jaxemb.evaluation import evaluators
 from jaxemb.models import hf, run_dir
+from jaxemb.spec import TrainingRun
 from jaxemb.training import batches, checkpoints, objectives, preflight, selection, stopping
 from jaxemb.training import state as train_state
 from jaxemb.training.metrics import StepRecorder
@@ -23,7 +24,7 @@ from jaxemb.training.trainer import Trainer, build_trainer, load_start
 from jaxemb.training.workdir import Claim, claim_workdir, data_identity, refuse_if_busy
 
 
-def read_columns(config: Any) -> dict[str, list[str]]:
+def read_columns(config: TrainingRun) -> dict[str, list[str]]:
   """config.data's training corpus by column (corpus.read_columns); `datasets` caches its tables in data.cache_dir
   when that is a local folder."""
   cache_dir = config.data.cache_dir
@@ -37,7 +38,7 @@ def _saved_encoder_shapes(saved: dict[str, Any]) -> dict[str, Any]:
   return train_state.merge_params(saved["frozen"].get("encoder", {}), saved["params"].get("encoder", {}))
 
 
-def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
+def train(config: TrainingRun, resume_changed: bool = False) -> dict[str, Any]:
   """Runs (or resumes) the configured training; returns a summary of the run. `resume_changed` continues a run
   made with other fields (train.py --resume_changed).
 
@@ -52,7 +53,7 @@ def train(config: Any, resume_changed: bool = False) -> dict[str, Any]:
       (selection.Evaluation.keep_best).
   """
   started = time.perf_counter()
-  hosts.join_job(**config.train.distributed)  # Once per process: a sweep calls train() again.
+  hosts.join_job(**dataclasses.asdict(config.train.distributed))  # Once per process: a sweep calls train() again.
   xla.keep_step_memory()
   with stopping.CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
@@ -85,7 +86,7 @@ class _Steps:
   """What the steps of a started run work with (_run_steps): `save` writes a state's checkpoint once the records up
   to it are flushed."""
 
-  config: Any
+  config: TrainingRun
   stop: stopping.CleanStop
   trainer: Trainer
   evaluation: selection.Evaluation
@@ -95,7 +96,12 @@ class _Steps:
 
 
 def _train(
-  config: Any, stop: stopping.CleanStop, mesh: jax.sharding.Mesh, checked: _Checked, started: float, claim: Claim
+  config: TrainingRun,
+  stop: stopping.CleanStop,
+  mesh: jax.sharding.Mesh,
+  checked: _Checked,
+  started: float,
+  claim: Claim,
 ) -> dict[str, Any]:
   """The run from what train() `checked`: setup, then the steps, evaluations and saves; `started`: train's
   perf_counter; `claim`: the workdir's, whose fingerprint is recorded once the run has started."""
@@ -203,7 +209,7 @@ def _shapes(batch: Any) -> list[tuple[int, ...]]:
 
 
 def _batches(
-  config: Any,
+  config: TrainingRun,
   columns: dict[str, list[str]],
   objective: objectives.Objective,
   tokenizer: Any,
@@ -219,7 +225,7 @@ def _batches(
 
 
 def _start(
-  config: Any,
+  config: TrainingRun,
   checked: _Checked,
   mesh: jax.sharding.Mesh,
   ckpt: checkpoints.RunCheckpoints,
@@ -241,7 +247,7 @@ def _start(
   # stopped before its first save left.
   if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
     hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
-    run_dir.save_eval_method(workdir.path, selection.eval_method(config).config_fields())
+    run_dir.save_eval_method(workdir.path, config.method.config_fields())
   meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None, "value_before": None}
   restored = None if resume_step is None else ckpt.restore(trainer.abstract_sharded())
   if restored is not None:

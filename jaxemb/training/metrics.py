@@ -22,6 +22,7 @@ import numpy as np
 from jaxemb import atomic, progress, storage
 from jaxemb.errors import Diverged
 from jaxemb.models import run_dir
+from jaxemb.spec import TrainingRun
 
 
 class MetricsWriter:
@@ -159,7 +160,7 @@ class StepRecorder:
   log_every steps written with the learning rate and the training throughput (the evaluations' time left out)."""
 
   def __init__(
-    self, config: Any, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int, started: float
+    self, config: TrainingRun, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int, started: float
   ):
     self.config, self.workdir, self.schedule, self.total_steps = config, workdir, schedule, total_steps
     self.started = started  # train's call: the first record's time after it is the run's time to its first step.

@@ -1,41 +1,30 @@
-"""What a training config decides, checked before train.py loads weights, reads the corpus, compiles or writes to
-its workdir: a bad value stops the run in seconds, as one line naming the field and what to do, instead of after
-the weights, the corpus and the first STS-B dev evaluation (or never, leaving a run that evaluation refuses). Once
-the corpus is read, `check_corpus_size` refuses a batch larger than it before anything is tokenised."""
+"""What a training run's spec decides against its devices, its files and its model, checked before train.py loads
+weights, reads the corpus, compiles or writes to its workdir: a bad value stops the run in seconds, as one line
+naming the field and what to do, instead of after the weights, the corpus and the first STS-B dev evaluation (or
+never, leaving a run that evaluation refuses). Each field's own type and bounds were checked when the spec was built
+(jaxemb/spec.py). Once the corpus is read, `check_corpus_size` refuses a batch larger than it before anything is
+tokenised."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from jax.sharding import Mesh
 
 from jaxemb import sharding, storage
 from jaxemb.data import corpus
-from jaxemb.encode import Method, open_model
+from jaxemb.encode import open_model
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import hf, run_dir
+from jaxemb.spec import TrainingRun
 from jaxemb.training import objectives, trainer
 
-# The fields that count something, by the least value each takes (train.num_steps 0 means "epochs instead").
-_POSITIVE = (
-  "train.save_every",
-  "train.log_every",
-  "train.keep_checkpoints",
-  "eval.batch_size",
-  "eval.length_multiple",
-  "data.max_sentence_tokens",
-)
-_NON_NEGATIVE = ("train.num_steps", "train.prefetch", "data.length_multiple")
 
-
-def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Objective]:
+def check(config: TrainingRun, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Objective]:
   """(the model config.model.path names, opened: its config and tokenizer; the objective of config.objective), for
   the loop to train with; raises
   ConfigError (or DataError for a missing file) for the first field of `config` that cannot work on `mesh`. Reads
   config.json and the tokenizer (the evaluators' data is read next, by selection.build_evaluators); loads no weights and
   writes nothing."""
-  _check_counts(config, mesh)
-  trainer.check_options(config)
+  _check_batch_size(config, mesh)
   _check_columns(config)
   _check_files(config)
   source = _check_method(config)
@@ -50,20 +39,20 @@ def check(config: Any, mesh: Mesh) -> tuple[run_dir.ModelSource, objectives.Obje
   return source, objective
 
 
-def _check_negatives(config: Any, objective: Any):
+def _check_negatives(config: TrainingRun, objective: objectives.Objective):
   """InfoNCE's negatives are the other rows of its loss group: with one row its loss is 0 and nothing trains (the
   hard-negative losses still have each row's own negative)."""
   field = "objective.loss_group_size" if objective.loss_group_size else "train.batch_size"
-  section, name = field.split(".")
+  value = objective.loss_group_size or config.train.batch_size
   least = objectives.LOSSES[objective.loss].least_group_rows
-  if config[section][name] < least:
+  if value < least:
     raise ConfigError(
-      f"config.{field}={config[section][name]}: loss {objective.loss!r} takes its negatives from the "
+      f"config.{field}={value}: loss {objective.loss!r} takes its negatives from the "
       f"other sentences of a batch, so with one its loss is 0 and nothing trains; use at least {least}"
     )
 
 
-def check_corpus_size(config: Any, num_examples: int):
+def check_corpus_size(config: TrainingRun, num_examples: int):
   """Raises ConfigError when the corpus read has no full global batch, so no step could run."""
   if num_examples < config.train.batch_size:
     raise ConfigError(
@@ -73,33 +62,15 @@ def check_corpus_size(config: Any, num_examples: int):
     )
 
 
-def _count(config: Any, field: str, least: int, hint: str = "") -> int:
-  """The int at `field` ("section.name"), at least `least`; a bool or any other type is refused."""
-  section, name = field.split(".")
-  value = config[section][name]
-  if isinstance(value, bool) or not isinstance(value, int) or value < least:
-    raise ConfigError(f"config.{field}={value!r}: " + (hint or f"must be an int >= {least}"))
-  return value
+def _check_batch_size(config: TrainingRun, mesh: Mesh):
+  if config.train.batch_size < 1:
+    raise ConfigError(
+      f"config.train.batch_size={config.train.batch_size}: must be a positive multiple of the {mesh.size} devices"
+    )
+  sharding.check_batch_size(config.train.batch_size, mesh, "config.train.batch_size")
 
 
-def _check_counts(config: Any, mesh: Mesh):
-  devices = f"must be a positive multiple of the {mesh.size} devices"
-  batch_size = _count(config, "train.batch_size", 1, devices)
-  sharding.check_batch_size(batch_size, mesh, "config.train.batch_size")
-  for field in _POSITIVE:
-    _count(config, field, 1, "must be a positive int")
-  for field in _NON_NEGATIVE:
-    _count(config, field, 0)
-  lease = config.train.lease_seconds
-  if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not lease > 0:
-    raise ConfigError(f"config.train.lease_seconds={lease!r}: must be a positive number of seconds")
-  if config.train.num_steps == 0:
-    _count(config, "train.epochs", 1, "must be a positive int when config.train.num_steps is 0 (or set num_steps)")
-
-
-def _check_columns(config: Any):
-  if config.data.format not in corpus.FORMATS:
-    raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(corpus.FORMATS)}")
+def _check_columns(config: TrainingRun):
   unknown = [c for c in config.objective.columns if c not in corpus.FORMATS[config.data.format]]
   if unknown:
     raise ConfigError(
@@ -108,7 +79,7 @@ def _check_columns(config: Any):
     )
 
 
-def _check_files(config: Any):
+def _check_files(config: TrainingRun):
   """The corpus (selection.build_evaluators reads the evaluators' data next, each evaluator's own)."""
   if not storage.path(config.data.train_file).is_file():
     raise DataError(
@@ -117,7 +88,7 @@ def _check_files(config: Any):
     )
 
 
-def _check_kept_decoder(config: Any):
+def _check_kept_decoder(config: TrainingRun):
   """A run resumes with the MLM decoder it started with (its model/config.json): a rerun (with --resume_changed)
   whose model.tie_word_embeddings says otherwise is refused."""
   tie = config.model.tie_word_embeddings
@@ -133,7 +104,7 @@ def _check_kept_decoder(config: Any):
     )
 
 
-def _check_kept_layout(config: Any):
+def _check_kept_layout(config: TrainingRun):
   """A run resumes in the layer layout its checkpoints hold: a rerun (with --resume_changed) whose model.scan_layers
   says otherwise is refused, before the change is recorded. Its params and optimizer moments would convert exactly
   (bert.stack_layers), but the steps after the switch would draw other dropout masks (the scan splits each layer's
@@ -149,11 +120,11 @@ def _check_kept_layout(config: Any):
     )
 
 
-def _check_method(config: Any) -> run_dir.ModelSource:
+def _check_method(config: TrainingRun) -> run_dir.ModelSource:
   """config.method against the model's config and tokenizer, as evaluation and export check it (open_model), so a
   run never records an evaluation method they refuse; returns the opened model, a Hugging Face checkpoint."""
   try:
-    source, _ = open_model(config.model.path, Method.from_config(config.method))
+    source, _ = open_model(config.model.path, config.method)
   except FileNotFoundError as e:
     raise ConfigError(f"config.model.path={config.model.path}: {e}") from None
   except hf.CheckpointError as e:

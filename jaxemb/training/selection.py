@@ -11,19 +11,12 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, evaluators
 from jaxemb.methods import prompt
+from jaxemb.spec import TrainingRun
 from jaxemb.training import checkpoints, objectives
 from jaxemb.training import state as train_state
 
 
-SELECTIONS = ("training_view", "eval_method")
-
-
-def eval_method(config: Any) -> Method:
-  """The run's evaluation method (config.method), recorded in its run directory."""
-  return Method.from_config(config.method)
-
-
-def selection_method(config: Any, objective: objectives.Objective) -> Method:
+def selection_method(config: TrainingRun, objective: objectives.Objective) -> Method:
   """How the STS-B dev score that picks the kept step embeds a sentence.
 
   "training_view" is the authors' trainer (kongds/Prompt-BERT `prompt_bert/trainers.py` `evaluate` + `models.py`
@@ -31,17 +24,15 @@ def selection_method(config: Any, objective: objectives.Objective) -> Method:
   ids around the sentence's own tokens, the objective's template bias subtracted when it denoises and
   config.eval.select_denoise (CoT-BERT: not), the objective's head when it is kept (`--mlp_only_train` off).
   """
-  if config.eval.selection not in SELECTIONS:
-    raise ConfigError(f"eval.selection {config.eval.selection!r} is not one of {SELECTIONS}")
   if config.eval.selection == "eval_method":
-    return eval_method(config)
+    return config.method  # The run's evaluation method, recorded in its run directory.
   (view, *_) = objective.view_list
   # A kept MLP is the run's pooler (eval_params).
   head = ("pooler" if objective.head == "mlp" else objective.head) if config.objective.keep_head else "none"
   return prompt.from_view(view, head, config.eval.select_denoise)
 
 
-def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
+def eval_params(config: TrainingRun, params: dict[str, Any]) -> dict[str, Any]:
   """The encoder params that evaluation reads from a train state's params: a kept MLP is the pooler (the authors'
   checkpoint conversion, run.sh and SimCSE's simcse_to_huggingface.py, renames mlp -> pooler)."""
   if config.objective.keep_head and "mlp" in params:
@@ -49,7 +40,7 @@ def eval_params(config: Any, params: dict[str, Any]) -> dict[str, Any]:
   return params["encoder"]
 
 
-def selection_preprocess(config: Any) -> common.Preprocess:
+def selection_preprocess(config: TrainingRun) -> common.Preprocess:
   """The sentence rules the evaluators apply: the authors' trainer batcher joins SentEval's tokens and appends no "."
   (training_view); with the evaluation method, config.eval's rules."""
   if config.eval.selection == "training_view":
@@ -57,7 +48,7 @@ def selection_preprocess(config: Any) -> common.Preprocess:
   return common.preprocess_from_config(config)
 
 
-def build_evaluators(config: Any) -> list[evaluators.Evaluator]:
+def build_evaluators(config: TrainingRun) -> list[evaluators.Evaluator]:
   """config.evals, their data read; ConfigError when config.eval.select_metric names none of them."""
   built = evaluators.from_configs(config.evals, config.data, selection_preprocess(config))
   name, _, metric = config.eval.select_metric.partition("/")
@@ -87,7 +78,7 @@ class Evaluation:
 
   def __init__(
     self,
-    config: Any,
+    config: TrainingRun,
     evals: list[evaluators.Evaluator],
     encoder: Encoder,
     ckpt: checkpoints.RunCheckpoints,

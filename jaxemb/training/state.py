@@ -13,7 +13,8 @@ import optax
 
 from jaxemb import sharding, xla
 from jaxemb.errors import ConfigError
-from jaxemb.models import Transformer
+from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.spec import Train
 from jaxemb.training import objectives
 
 
@@ -41,7 +42,7 @@ def merge_params(frozen: dict[str, Any], trained: dict[str, Any]) -> dict[str, A
   return merged
 
 
-def zero_padding_rows(config: Any, grads: dict[str, Any]) -> dict[str, Any]:
+def zero_padding_rows(config: EncoderConfig, grads: dict[str, Any]) -> dict[str, Any]:
   """Gradients without the embedding rows that HF's `nn.Embedding(padding_idx=...)` never updates: the [PAD]
   word embedding, and for RoBERTa the position row padding_idx (its pad tokens' position; the authors' position-offset
   rows, counted from 0, put their second token there). CoT-BERT's [PAD] denoising rows attend [PAD]s, which would
@@ -59,7 +60,7 @@ def zero_padding_rows(config: Any, grads: dict[str, Any]) -> dict[str, Any]:
   return {**grads, "encoder": flax.traverse_util.unflatten_dict(flat)}
 
 
-def learning_rate_schedule(config: Any, total_steps: int) -> optax.Schedule:
+def learning_rate_schedule(config: Train, total_steps: int) -> optax.Schedule:
   """Linear decay from config.learning_rate to 0 over `total_steps`, no warm-up (the HF Trainer's default)."""
   return optax.linear_schedule(config.learning_rate, 0.0, total_steps)
 
@@ -106,7 +107,7 @@ def hf_adamw(
   return optax.GradientTransformation(init, update)
 
 
-def make_optimizer(config: Any, total_steps: int) -> optax.GradientTransformation:
+def make_optimizer(config: Train, total_steps: int) -> optax.GradientTransformation:
   """Gradient clipping at config.max_grad_norm (HF Trainer's `max_grad_norm`, 1.0 in every reference; 0 = off), then
   AdamW (config.optimizer: the authors' transformers 4.2 AdamW or optax's) on the linear schedule; weight decay
   skips biases and LayerNorm scales as HF's Trainer does."""

@@ -16,8 +16,8 @@ import jax
 import optax
 
 from jaxemb import sharding, templates, xla
-from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, hf
+from jaxemb.spec import TrainingRun
 from jaxemb.training import mlm, objectives
 from jaxemb.training import state as train_state
 
@@ -27,7 +27,7 @@ HEAD_INIT_SEED_OFFSET = 1
 SCRATCH_INIT_SEED_OFFSET = 2
 
 
-def load_start(config: Any, model_dir: pathlib.Path) -> tuple[EncoderConfig, dict[str, Any]]:
+def load_start(config: TrainingRun, model_dir: pathlib.Path) -> tuple[EncoderConfig, dict[str, Any]]:
   """(config, per-layer params) of the encoder a new run starts from: the checkpoint in `model_dir` with its MLM
   decoder tied as config.model.tie_word_embeddings asks (None: as the checkpoint has it), or an architecture
   initialised from scratch with config.train.seed's key."""
@@ -36,13 +36,12 @@ def load_start(config: Any, model_dir: pathlib.Path) -> tuple[EncoderConfig, dic
   )
 
 
-def build_objective(config: Any, tokenizer: Any) -> objectives.Objective:
+def build_objective(config: TrainingRun, tokenizer: Any) -> objectives.Objective:
   """config.objective as an Objective: its fields of the same name as they are; the columns and templates as the
   views' batch fields and parsed templates, whole_word_mask as the vocabulary's word starts."""
   o = config.objective
-  if len(o.columns) != len(o.templates):
-    raise ConfigError(f"objective.columns {tuple(o.columns)} and objective.templates need one entry per view")
-  same = {field.name: o[field.name] for field in dataclasses.fields(objectives.Objective) if field.name in o}
+  shared = {field.name for field in dataclasses.fields(objectives.Objective)}
+  same = {field.name: getattr(o, field.name) for field in dataclasses.fields(o) if field.name in shared}
   return objectives.Objective(
     views=tuple(batch_field(c, t) for c, t in zip(o.columns, o.templates)),
     view_templates=tuple(templates.Template.parse(t, tokenizer) for t in o.templates),
@@ -137,19 +136,8 @@ class Trainer:
     return state, {name: values[0] for name, values in jax.device_get(metrics).items()}
 
 
-def check_options(config: Any):
-  """Raises ConfigError for a config.model field the Transformer cannot take, or a train.steps_per_call below 1."""
-  if config.model.scan_unroll is not None and config.model.scan_unroll < 1:
-    raise ConfigError(f"config.model.scan_unroll={config.model.scan_unroll}: must be at least 1 (or None: per backend)")
-  calls = config.train.steps_per_call
-  if calls is not None and calls < 1:
-    raise ConfigError(f"config.train.steps_per_call={calls}: must be at least 1 (or None: per backend)")
-  if config.model.remat_policy not in bert.REMAT_POLICIES:
-    raise ConfigError(f"config.model.remat_policy={config.model.remat_policy!r}: must be one of {bert.REMAT_POLICIES}")
-
-
 def build_trainer(
-  config: Any,
+  config: TrainingRun,
   model_config: EncoderConfig,
   pretrained: dict[str, Any],
   objective: objectives.Objective,
@@ -159,7 +147,6 @@ def build_trainer(
   """The Trainer of `config` and its `objective` (`build_objective`'s); `pretrained` may be shapes only
   (jax.ShapeDtypeStruct), as when a run resumes, and per layer or stacked (the model's layout is
   config.model.scan_layers')."""
-  check_options(config)
   dtype = compute_dtype(config.model.dtype)
   model = Transformer(
     model_config,

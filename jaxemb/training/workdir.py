@@ -24,7 +24,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxemb import atomic, config_fields, storage
+from jaxemb import atomic, spec, storage
 from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease
@@ -66,9 +66,9 @@ PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 
-def fingerprint(config: Any) -> dict[str, Any]:
-  """The fields of a training config that define its run, by dotted name, as they read back from JSON."""
-  fields = {key: value for key, value in config_fields.leaves(config) if not _excluded(key)}
+def fingerprint(config: spec.TrainingRun) -> dict[str, Any]:
+  """The fields of a training run that define it, by their config's dotted names, as they read back from JSON."""
+  fields = {key: value for key, value in spec.leaves(config) if not _excluded(key)}
   for key in PATH_FIELDS:
     if (
       key in fields
@@ -93,7 +93,7 @@ def _listing(changed: dict[str, tuple[Any, Any]]) -> str:
   return "; ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items())
 
 
-def data_identity(config: Any, evaluated: dict[pathlib.Path, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def data_identity(config: spec.TrainingRun, evaluated: dict[pathlib.Path, dict[str, Any]]) -> dict[str, dict[str, Any]]:
   """The identity of the data a run trains and selects its step on, by name: "data.train_file", the corpus's size
   and MD5 (one streaming pass over the file it was read from; a gs:// object's generation too, for information), and
   "data.senteval_dir/<file>", each file the evaluators read (`evaluated`, as jaxemb.data.lines.recording_reads
@@ -347,7 +347,7 @@ class Claim:
 
 @contextlib.contextmanager
 def claim_workdir(
-  config: Any,
+  config: spec.TrainingRun,
   resume_changed: bool = False,
   say: Callable[[str], None] = print,
   data: Callable[[], dict[str, Any]] | None = None,

@@ -15,6 +15,7 @@ from orbax.checkpoint._src.path import atomicity
 
 from jaxemb import xla
 from jaxemb.training import checkpoints, loop
+from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
 
 STAGES = tuple(f"{when} {save}" for save in ("best", "periodic") for when in ("before", "during", "after"))
@@ -75,7 +76,7 @@ def main(model_dir: str, workdir: str, train_file: str, xla_cache: str, stage: s
     checkpoints.RunCheckpoints.save = _wrap(checkpoints.RunCheckpoints.save, when, lambda state, _: int(state.step))
   config = kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir)
   xla.use_compilation_cache(config.compilation_cache_dir)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   if stage != "none":
     sys.exit(f"the run ended without reaching {stage} at step {KILL_STEP}")
 

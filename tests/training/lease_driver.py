@@ -14,6 +14,7 @@ import time
 
 from jaxemb import storage, xla
 from jaxemb.training import checkpoints, loop
+from jaxemb.spec import TrainingRun
 from tests.training.checkpoint_kill import kill_config
 
 
@@ -37,7 +38,7 @@ def main(model_dir, workdir, train_file, xla_cache, senteval_dir, host, lease_se
   config = kill_config(model_dir, workdir, train_file, xla_cache, senteval_dir)
   config.train.lease_seconds = float(lease_seconds)
   xla.use_compilation_cache(config.compilation_cache_dir)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
 
 
 if __name__ == "__main__":

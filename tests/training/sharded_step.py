@@ -13,6 +13,7 @@ from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
+from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
 
 
@@ -25,8 +26,9 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
   mesh = sharding.make_mesh(data, fsdp)
-  built = trainer.build_trainer(config, model_config, pretrained, trainer.build_objective(config, tokenizer), mesh, 10)
-  sentences = loop.read_columns(config)["text"][:8]
+  run = TrainingRun.from_config(config)
+  built = trainer.build_trainer(run, model_config, pretrained, trainer.build_objective(run, tokenizer), mesh, 10)
+  sentences = loop.read_columns(run)["text"][:8]
   batch_sharding = sharding.batch_sharding(mesh)
   batch = {
     trainer.batch_field("text", t.text): jax.tree.map(

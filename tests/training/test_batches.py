@@ -11,6 +11,7 @@ from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_tokenizer
 from jaxemb.training import batches, loop, trainer
+from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
 
 
@@ -20,11 +21,17 @@ def test_shapes_are_those_of_the_placed_batch_at_every_width(tmp_path, tiny_bert
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
   config.data.length_multiple, config.data.max_sentence_tokens = 2, 64  # Rows shorter than the width.
   tokenizer = load_tokenizer(tiny_bert)
-  objective = trainer.build_objective(config, tokenizer)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
   fields = batches.tokenize_fields(
-    config, loop.read_columns(config), objective, tokenizer, tmp_path / "cache", corpus.Hosts()
+    run,
+    loop.read_columns(run),
+    objective,
+    tokenizer,
+    tmp_path / "cache",
+    corpus.Hosts(),
   )
-  plan = batches.Batches.build(config, fields, sharding.batch_sharding(sharding.make_mesh(-1, 1)))
+  plan = batches.Batches.build(run, fields, sharding.batch_sharding(sharding.make_mesh(-1, 1)))
   widths = set()
   for step in range(12):
     placed, shapes = plan.place(step), plan.shapes(step)

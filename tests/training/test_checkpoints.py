@@ -22,6 +22,7 @@ from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
 from jaxemb.models import run_dir
 from jaxemb.training import checkpoints, loop
+from jaxemb.spec import TrainingRun
 from tests.support import REPO, short_senteval
 from tests.training import checkpoint_kill
 from tests.training.run_support import assert_same_run, kill_driver, restore, vm_env
@@ -302,7 +303,7 @@ def test_an_unreadable_best_step_is_set_aside_and_saved_again(kept, whole_run, t
   Either way the run ends as the uninterrupted one, its best step readable."""
   whole, _ = whole_run
   best = _cut_short_its_best_step(whole, tmp_path / "run", kept)
-  summary = loop.train(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, ""))
+  summary = loop.train(TrainingRun.from_config(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")))
   out = capsys.readouterr().out
   assert f"checkpoint {best} is unreadable (" in out
   assert (f"best step 2 is missing from {best.parent}: saving it again from the train state of that step" in out) == (
@@ -330,7 +331,7 @@ def test_a_best_step_gone_before_the_resume_point_stops_the_run_saying_what_to_d
     f"gone \\(the run is at step 3\\): restore {re.escape(str(best))} from a "
     "copy, or train again in another --config.workdir$",
   ):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   (aside,) = best.parent.iterdir()  # Set aside, nothing saved in its place.
   assert aside.name.startswith("corrupt-2-")
 
@@ -388,10 +389,10 @@ def test_a_full_disk_stops_the_run_with_one_line_and_the_rerun_continues(
     match=r"^cannot write checkpoint .*/run/(best|checkpoints)/2: No space left on "
     r"device \(errno 28\)$",
   ):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert "Traceback" not in capfd.readouterr().err
   subprocess.run(["mount", "-o", "remount,size=64m", str(small_disk)], check=True)
-  assert loop.train(config)["steps_run"] == 2
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 2
   out = capfd.readouterr().out
   assert "removed the unfinished saves a stopped run left" in out and "resumed from" in out
   assert not list((small_disk / "run").glob("*/*.orbax-checkpoint-tmp*"))

@@ -15,6 +15,7 @@ from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
 from jaxemb.training import loop, selection, trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import TrainingRun
 from tests.support import TRAIN_CONFIGS, final_params, logged_steps, shared_path, tensorboard_events, tiny_config
 
 
@@ -46,9 +47,10 @@ def test_loss_falls_on_a_repeated_batch(name, dropout_free_models, tmp_path):
   config.train.learning_rate = 1e-4
   tokenizer = load_tokenizer(model_dir)
   model_config, pretrained = load_pretrained(model_dir)
-  objective = trainer.build_objective(config, tokenizer)
-  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 100)
-  columns = loop.read_columns(config)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
+  built = trainer.build_trainer(run, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 100)
+  columns = loop.read_columns(run)
   batch = {}
   for column, template in zip(config.objective.columns, built.objective.view_templates):
     rows = corpus.tokenize_cached(
@@ -78,7 +80,7 @@ def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head)
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
   config.evals.sick = evaluator_config("sts", every=3, tasks="SICKRelatedness")
   config.eval.select_metric = "sick/SICKRelatedness"
-  summary = loop.train(config)
+  summary = loop.train(TrainingRun.from_config(config))
   assert summary["steps_run"] == 4 and summary["best_step"] in (3, 4)
   assert summary["select_metric"] == "sick/SICKRelatedness"
   assert np.isfinite(summary["value_before"]) and np.isfinite(summary["best_value"])
@@ -118,7 +120,7 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
     "promptbert", tiny_bert, tmp_path, wiki_head, learning_rate=1e30, save_every=save_every, eval_every=100
   )
   with pytest.raises(Diverged, match="at step 2; stopped without saving"):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   saved = sorted(int(s) for s in os.listdir(tmp_path / "checkpoints")) if (tmp_path / "checkpoints").is_dir() else []
   assert saved == ([1] if save_every == 1 else [])
   if saved:
@@ -144,14 +146,14 @@ def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, ch
     section, field = key.split(".")
     config[section][field] = value
   with pytest.raises((ValueError, FileNotFoundError), match=message):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
 
 
 def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path, tiny_bert, wiki_head):
   from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
 
   config = tiny_config("optiprompt", tiny_bert, tmp_path, wiki_head, num_steps=2)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   _, best, _ = run_dir.load_best(tmp_path)
   assert set(best) == {"encoder", "prompt"}  # The head is the encoder's own MLM transform.
   _, pretrained = load_pretrained(tiny_bert)
@@ -171,7 +173,7 @@ def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tm
   from jaxemb.encode import Encoder, Method  # pylint: disable=g-import-not-at-top
 
   config = tiny_config("promptbert_sup", tiny_bert, tmp_path, num_steps=1, eval_every=1, save_every=1)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   encoder = Encoder.from_pretrained(tmp_path)  # No method: the run's own.
   assert encoder.method == Method("prompt", template=config.method.template, denoise=True, head="mlm_transform")
   model_config, best, _ = run_dir.load_best(tmp_path)
@@ -189,16 +191,17 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=2)
   config.eval.selection = "eval_method"
   config.method.name, config.method.top_k, config.method.denoise = "prompt_mlm_top_k", 7, "position_offset"
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   recorded = Encoder.from_pretrained(tmp_path)
   tokenizer = load_tokenizer(tmp_path / "model")
-  selected = selection.selection_method(config, trainer.build_objective(config, tokenizer))
+  run = TrainingRun.from_config(config)
+  selected = selection.selection_method(run, trainer.build_objective(run, tokenizer))
   assert recorded.method == selected == Method.from_config(config.method)
   assert selected.top_k == 7  # Not Method's default (200).
   model_config, best, _ = run_dir.load_best(tmp_path)
   selecting = Encoder(
     model_config,
-    selection.eval_params(config, best),
+    selection.eval_params(run, best),
     tokenizer,
     selected,
     dtype=compute_dtype(config.model.dtype),
@@ -240,7 +243,7 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
   config.model.tie_word_embeddings = False
   config.objective.whole_word_mask = True
   config.model.scan_layers = False  # One layer: unrolled, the step compiles in half the time (test_mlm.py scans).
-  assert loop.train(config)["steps_run"] == 2
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 2
   records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
   assert all(np.isfinite(r["loss"]) and 0 <= r["mlm_accuracy"] <= 1 for r in records if "loss" in r)
   model_config, best, _ = run_dir.load_best(tmp_path / "run")
@@ -252,10 +255,10 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
   assert not config_read.tie_word_embeddings
   np.testing.assert_array_equal(params_read["mlm_head"]["decoder"], decoder)  # HF's loading: tests/models/test_hf.py.
   # Rerun, it resumes at its last step from the run's model (a tied model's state would not restore the decoder).
-  assert loop.train(config)["steps_run"] == 0
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 0
   config.model.tie_word_embeddings = True
   with pytest.raises(ConfigError, match=r"tie_word_embeddings=True: the run in .* started with False"):
-    loop.train(config, resume_changed=True)
+    loop.train(TrainingRun.from_config(config), resume_changed=True)
   fingerprint = json.loads((tmp_path / "run" / "fingerprint.json").read_text())
   assert fingerprint["fields"]["model.tie_word_embeddings"] is False  # Refused before the run recorded it.
 
@@ -267,7 +270,7 @@ def test_kept_mlp_is_the_run_directorys_pooler(name, tmp_path, dropout_free_mode
   evaluation then reads (--use_pooler, --pooler cls)."""
   model_dir = dropout_free_models["roberta" if "roberta" in name else "bert"]
   config = tiny_config(name, model_dir, tmp_path, num_steps=1, eval_every=1, save_every=1)
-  loop.train(config)
+  loop.train(TrainingRun.from_config(config))
   _, best, _ = run_dir.load_best(tmp_path)
   for leaf in ("kernel", "bias"):  # The checkpoints here have no pooler of their own: this one is the MLP.
     np.testing.assert_array_equal(best["encoder"]["pooler"]["dense"][leaf], best["mlp"]["dense"][leaf])
@@ -325,7 +328,7 @@ def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_p
   jax.config.update("jax_log_compiles", True)  # For every thread: jax.log_compiles() is the calling thread's only.
   try:
     with caplog.at_level("WARNING"):
-      summary = loop.train(config)
+      summary = loop.train(TrainingRun.from_config(config))
   finally:
     jax.config.update("jax_log_compiles", False)
   compiles = [(r.threadName, r.getMessage()) for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]

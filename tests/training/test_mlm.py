@@ -12,6 +12,7 @@ from jaxemb import sharding, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, hf
 from jaxemb.training import mlm, objectives, trainer
+from jaxemb.spec import TrainingRun
 from tests.support import assert_float32_close, cross_entropy_atol, float32_atol, shared_path, transformer_roundings
 
 TINY = EncoderConfig(
@@ -186,9 +187,15 @@ def trained(request, tmp_path_factory):
   config.train.learning_rate = 3e-3
   config.train.max_grad_norm = 0.0
   model_config = dataclasses.replace(TINY, tie_word_embeddings=request.param)
-  objective = trainer.build_objective(config, tokenizer)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
   built = trainer.build_trainer(
-    config, model_config, hf.init_params(model_config), objective, sharding.make_mesh(-1, 1), 100
+    run,
+    model_config,
+    hf.init_params(model_config),
+    objective,
+    sharding.make_mesh(-1, 1),
+    100,
   )
   _, rows = _rows(tokenizer, 32, 24)
   state = built.initial_state(hf.init_params(model_config))

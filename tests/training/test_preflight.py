@@ -12,6 +12,7 @@ from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import evaluators
 from jaxemb.training import loop, preflight, selection
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import TrainingRun
 from tests.support import TRAIN_CONFIGS, tiny_config
 
 
@@ -40,7 +41,7 @@ def test_tying_an_untied_checkpoint_is_refused_before_anything_is_loaded_or_writ
   untied = write_random_checkpoint(tmp_path / "untied", "bert", tie_word_embeddings=False)
   config = _config(untied, tmp_path, wiki_head, model__tie_word_embeddings=True)
   with pytest.raises(ConfigError, match=rf"^model\.tie_word_embeddings=True: {untied} has an untied MLM decoder"):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run").exists()
 
 
@@ -50,7 +51,7 @@ def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(
   """Case 6: train.py used to run to exit 0 and record an eval_method.json that evaluation and export refuse."""
   config = _config(tiny_bert, tmp_path, wiki_head, method__template='This sentence of "[X]" means.')
   with pytest.raises(ConfigError, match=r"^config\.method: method 'prompt' needs a template with \[MASK\] .*; got "):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run").exists()
 
 
@@ -66,7 +67,7 @@ def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(
 ):
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=batch_size)
   with pytest.raises(ConfigError, match=message):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run").exists()
 
 
@@ -76,9 +77,9 @@ def test_a_contrastive_batch_of_one_is_refused(tmp_path, tiny_bert, wiki_head, f
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: 1})
   message = rf"^config\.{field.replace('__', '.')}=1: loss 'info_nce' takes its negatives from the other sentences"
   with pytest.raises(ConfigError, match=message):
-    preflight.check(config, sharding.make_mesh(-1, 1))
+    preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: 2})
-  preflight.check(config, sharding.make_mesh(-1, 1))
+  preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
 def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
@@ -89,9 +90,9 @@ def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
     match=r"^config\.train\.batch_size 12 is not divisible by the 8 devices of the "
     r"mesh; use a multiple of 8$",
   ):
-    preflight.check(config, eight_devices)
+    preflight.check(TrainingRun.from_config(config), eight_devices)
   config.train.batch_size = 16
-  preflight.check(config, eight_devices)
+  preflight.check(TrainingRun.from_config(config), eight_devices)
 
 
 def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tiny_bert, wiki_head, monkeypatch):
@@ -105,7 +106,7 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
     match=rf"^config\.train\.batch_size=128: larger than the 64 examples of "
     rf"{wiki_head} \(no full step\)",
   ):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
@@ -137,21 +138,23 @@ def test_batch_larger_than_the_corpus_is_refused_before_tokenising(tmp_path, tin
 def test_bad_field_is_named(tmp_path, tiny_bert, wiki_head, field, value, message):
   config = _config(tiny_bert, tmp_path, wiki_head, **{field: value})
   with pytest.raises(ConfigError, match=message):
-    preflight.check(config, sharding.make_mesh(-1, 1))
+    preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
 def test_epochs_must_be_positive_when_they_decide_the_steps(tmp_path, tiny_bert, wiki_head):
   config = _config(tiny_bert, tmp_path, wiki_head, train__epochs=0)
-  preflight.check(config, sharding.make_mesh(-1, 1))  # num_steps=4 decides: epochs are not read.
+  preflight.check(
+    TrainingRun.from_config(config), sharding.make_mesh(-1, 1)
+  )  # num_steps=4 decides: epochs are not read.
   config.train.num_steps = 0
   with pytest.raises(ConfigError, match=r"config\.train\.epochs=0: must be a positive int when"):
-    preflight.check(config, sharding.make_mesh(-1, 1))
+    preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
 def test_a_missing_corpus_is_named(tmp_path, tiny_bert, wiki_head):
   config = _config(tiny_bert, tmp_path, wiki_head, data__train_file="/nonexistent/corpus.txt")
   with pytest.raises(DataError, match=r"^config\.data\.train_file=/nonexistent/corpus\.txt: no such file"):
-    preflight.check(config, sharding.make_mesh(-1, 1))
+    preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
 def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_none(tmp_path, tiny_bert, wiki_head):
@@ -161,21 +164,23 @@ def test_missing_evaluator_data_is_named_and_a_config_without_sts_b_dev_needs_no
     match=r"^config\.evals\.stsb_dev: config\.data\.senteval_dir=.*/senteval: .*"
     r"STSBenchmark: no such directory.*; fetch SentEval with prepare\.py$",
   ):
-    selection.build_evaluators(config)
+    selection.build_evaluators(TrainingRun.from_config(config))
   (tmp_path / "senteval" / "MR").mkdir(parents=True)
   for polarity in ("pos", "neg"):
     (tmp_path / "senteval" / "MR" / f"rt-polarity.{polarity}").write_text("a fine film .\n" * 10, encoding="latin-1")
   del config.evals["stsb_dev"]
   config.evals.mr = evaluators.evaluator_config("transfer", every=1, tasks="MR")
   config.eval.select_metric = "mr/MR"
-  preflight.check(config, sharding.make_mesh(-1, 1))  # No STS-B dev anywhere: nothing asks for it.
-  assert [e.name for e in selection.build_evaluators(config)] == ["mr"]
+  preflight.check(
+    TrainingRun.from_config(config), sharding.make_mesh(-1, 1)
+  )  # No STS-B dev anywhere: nothing asks for it.
+  assert [e.name for e in selection.build_evaluators(TrainingRun.from_config(config))] == ["mr"]
 
 
 def test_every_paper_config_passes(tmp_path, tiny_checkpoint):
   family, model_dir = tiny_checkpoint
   for name in [n for n in TRAIN_CONFIGS if ("roberta" in n) == (family == "roberta")]:
-    preflight.check(tiny_config(name, model_dir, tmp_path / name), sharding.make_mesh(-1, 1))
+    preflight.check(TrainingRun.from_config(tiny_config(name, model_dir, tmp_path / name)), sharding.make_mesh(-1, 1))
     assert not (tmp_path / name).exists()
 
 
@@ -184,7 +189,9 @@ def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(
 ):
   """The loop trains from the checkpoint preflight opened (its directory and tokenizer, not opened again); a run
   directory has no weights to start from."""
-  source, objective = preflight.check(_config(tiny_bert, tmp_path, wiki_head), sharding.make_mesh(-1, 1))
+  source, objective = preflight.check(
+    TrainingRun.from_config(_config(tiny_bert, tmp_path, wiki_head)), sharding.make_mesh(-1, 1)
+  )
   assert objective.loss == "info_nce" and len(objective.view_list) == 2
   assert source.run is None and source.model_dir == pathlib.Path(tiny_bert)
   assert source.tokenizer("a b")["input_ids"][0] == source.tokenizer.cls_token_id
@@ -196,7 +203,7 @@ def test_check_returns_the_opened_checkpoint_and_refuses_a_run_directory(
     match=r"^config\.model\.path=.*/old: a jaxemb run directory; training starts "
     r"from a Hugging Face checkpoint",
   ):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run").exists()
 
 
@@ -216,7 +223,7 @@ def test_a_changed_scan_layers_is_refused_before_it_is_recorded(
     match=rf"^config\.model\.scan_layers=False: the run in {run} started with True \(its "
     r"checkpoints hold the layers stacked\) and resumes so; set the field to True",
   ):
-    loop.train(config, resume_changed=True)
+    loop.train(TrainingRun.from_config(config), resume_changed=True)
   assert (run / "fingerprint.json").read_text() == recorded
   config.model.scan_layers = True
-  preflight.check(config, sharding.make_mesh(-1, 1))
+  preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))

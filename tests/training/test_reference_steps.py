@@ -23,6 +23,7 @@ from jaxemb.models import hf, load_pretrained, load_tokenizer
 from jaxemb.training import selection, trainer
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import TrainingRun
 from tests.support import shared_path
 from testing_support import reference_torch as ref
 
@@ -104,8 +105,9 @@ def jaxemb_run(config, model_dir, rows):
     else {"text": rows}
   )
   width = config.data.max_sentence_tokens
-  objective = trainer.build_objective(config, tokenizer)
-  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
+  built = trainer.build_trainer(run, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
   batch = {
     trainer.batch_field(c, t.text): templates.tokenize_sentences(
       t,
@@ -266,16 +268,17 @@ def test_selection_vectors_equal_the_authors_trainer(name, models, torch_threads
   config = default_config(name, models[family])
   tokenizer = load_tokenizer(models[family])
   model_config, pretrained = load_pretrained(models[family])
-  objective = trainer.build_objective(config, tokenizer)
-  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
+  built = trainer.build_trainer(run, model_config, pretrained, objective, sharding.make_mesh(-1, 1), SCHEDULE)
   objective = built.objective
   params, frozen = built.initial_params(pretrained)
   params = train_state.merge_params(frozen, params)
   encoder = Encoder(
     model_config,
-    selection.eval_params(config, params),
+    selection.eval_params(TrainingRun.from_config(config), params),
     tokenizer,
-    selection.selection_method(config, objective),
+    selection.selection_method(TrainingRun.from_config(config), objective),
     prompt=params.get("prompt"),
     length_multiple=128,
   )  # One compiled shape.

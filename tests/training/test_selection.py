@@ -6,6 +6,7 @@ import pytest
 
 from jaxemb.encode import Method
 from jaxemb.training import selection, trainer
+from jaxemb.spec import TrainingRun
 
 OF = 'This sentence of "[X]" means[MASK].'
 COLON = 'This sentence : "[X]" means[MASK].'
@@ -33,31 +34,34 @@ EXPECTED = {
 }
 
 
+def _selection_method(config, tokenizer):
+  run = TrainingRun.from_config(config)
+  return selection.selection_method(run, trainer.build_objective(run, tokenizer))
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_selection_method_follows_the_authors_flags(name, roberta_tokenizer, bert_tokenizer):
   config = importlib.import_module(f"configs.{name}").get_config()
   tokenizer = roberta_tokenizer if "roberta" in name else bert_tokenizer
-  assert selection.selection_method(config, trainer.build_objective(config, tokenizer)) == EXPECTED[name]
+  assert _selection_method(config, tokenizer) == EXPECTED[name]
 
 
 def test_selection_can_use_the_evaluation_method(bert_tokenizer):
   config = importlib.import_module("configs.promptbert").get_config()
   config.eval.selection = "eval_method"
-  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)) == Method(
-    "prompt", template=OF
-  )
+  assert _selection_method(config, bert_tokenizer) == Method("prompt", template=OF)
   config.eval.selection = "test"
-  with pytest.raises(ValueError, match="eval.selection 'test' is not one of"):
-    selection.selection_method(config, trainer.build_objective(config, bert_tokenizer))
+  with pytest.raises(ValueError, match=r"^config\.eval\.selection='test': must be one of"):
+    _selection_method(config, bert_tokenizer)
 
 
 def test_selection_subtracts_the_objectives_pad_bias_when_asked(bert_tokenizer):
   """CoT-BERT's selection subtracts nothing (--mask_embedding_sentence_delta_no_delta_eval); select_denoise makes
   it subtract the objective's own [PAD] bias."""
   config = importlib.import_module("configs.cotbert").get_config()
-  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "none"
+  assert _selection_method(config, bert_tokenizer).denoise == "none"
   config.eval.select_denoise = True
-  assert selection.selection_method(config, trainer.build_objective(config, bert_tokenizer)).denoise == "pad"
+  assert _selection_method(config, bert_tokenizer).denoise == "pad"
 
 
 # Each config's evaluation method (recorded in its run directory), read off the authors' evaluation flags: run.sh's
@@ -80,5 +84,5 @@ EVALUATION = {
 @pytest.mark.parametrize("name", sorted(EVALUATION))
 def test_evaluation_method_follows_the_authors_evaluation_flags(name):
   config = importlib.import_module(f"configs.{name}").get_config()
-  assert selection.eval_method(config) == EVALUATION[name]
+  assert TrainingRun.from_config(config).method == EVALUATION[name]
   assert config.eval.add_period == (EVALUATION[name].name == "prompt")  # evaluation.py's "." for prompts only.

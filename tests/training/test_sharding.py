@@ -12,6 +12,7 @@ import pytest
 from jax.sharding import AbstractMesh, PartitionSpec as P
 
 from jaxemb import sharding
+from jaxemb.spec import TrainingRun
 from tests.support import python_on_devices
 
 
@@ -109,8 +110,9 @@ def abstract_state(tiny_bert):
 
   config = tiny_config("promptbert", tiny_bert, "/tmp/unused")
   model_config, pretrained = load_pretrained(tiny_bert)
-  objective = trainer.build_objective(config, load_tokenizer(tiny_bert))
-  return trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10).abstract
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, load_tokenizer(tiny_bert))
+  return trainer.build_trainer(run, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10).abstract
 
 
 @pytest.mark.parametrize("fsdp", [2, 8])

@@ -7,6 +7,7 @@ from jaxemb import sharding
 from jaxemb.data import corpus
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
+from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
 
 
@@ -18,10 +19,11 @@ def test_how_the_steps_are_split_into_calls_changes_no_bit(tiny_bert, wiki_head,
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, adam_eps=1e-6)
   tokenizer = load_tokenizer(tiny_bert)
   model_config, pretrained = load_pretrained(tiny_bert)
-  objective = trainer.build_objective(config, tokenizer)
-  built = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
+  built = trainer.build_trainer(run, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10)
   assert built.steps_per_call == 4  # The CPU's default: a call of 3 leaves one slot unread.
-  lines = loop.read_columns(config)["text"]
+  lines = loop.read_columns(run)["text"]
   batches = [
     {
       trainer.batch_field("text", t.text): corpus.tokenize_cached(
@@ -47,7 +49,9 @@ def test_how_the_steps_are_split_into_calls_changes_no_bit(tiny_bert, wiki_head,
     jax.tree.map(np.testing.assert_array_equal, other_params, params)
 
   config.train.steps_per_call = 1  # The accelerators' default: `train_step` alone, no loop around it.
-  single = trainer.build_trainer(config, model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10)
+  single = trainer.build_trainer(
+    TrainingRun.from_config(config), model_config, pretrained, objective, sharding.make_mesh(-1, 1), 10
+  )
   state, alone = single.initial_state(pretrained), []
   for batch in batches:
     state, metrics = single.step(state, batch)

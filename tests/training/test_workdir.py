@@ -19,6 +19,7 @@ from jaxemb.data.lines import read_lines
 from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
+from jaxemb.spec import TrainingRun
 from tests.support import REPO, shared_path
 from tests.support import tiny_config
 
@@ -73,12 +74,14 @@ def test_claims_in_turn_succeed_and_a_nested_claim_is_refused(tmp_path):
   """A sweep trains its runs one after another in one process: each claim is released when its run ends."""
   config = _config(tmp_path)
   for _ in range(2):
-    with workdir.claim_workdir(config, say=print) as claim:
+    with workdir.claim_workdir(TrainingRun.from_config(config), say=print) as claim:
       with pytest.raises(WorkdirError, match="is in use by pid"):
-        with workdir.claim_workdir(config, say=print):
+        with workdir.claim_workdir(TrainingRun.from_config(config), say=print):
           pass
       claim.record_fingerprint()
-  assert json.loads(claim.run.fingerprint_file.read_text())["fields"] == workdir.fingerprint(config)
+  assert json.loads(claim.run.fingerprint_file.read_text())["fields"] == workdir.fingerprint(
+    TrainingRun.from_config(config)
+  )
 
 
 def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_paths(tmp_path, monkeypatch):
@@ -86,7 +89,7 @@ def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_pat
   # Away from the repository, whose data/senteval (after README's prepare.py) would resolve the default's path.
   monkeypatch.chdir(tmp_path)
   config = _config(tmp_path)
-  fields = workdir.fingerprint(config)
+  fields = workdir.fingerprint(TrainingRun.from_config(config))
   assert {
     "model.path",
     "data.train_file",
@@ -107,10 +110,10 @@ def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_pat
   moved.evals.stsb_dev.every = 7
   moved.workdir = "elsewhere"
   moved.model.path = tmp_path.name  # The same directory, relative to the current one.
-  assert workdir.fingerprint(moved) == fields
+  assert workdir.fingerprint(TrainingRun.from_config(moved)) == fields
   hub = _config(tmp_path)
   hub.model.path = "bert-base-uncased"  # No such local path: a hub id, kept as given.
-  assert workdir.fingerprint(hub)["model.path"] == "bert-base-uncased"
+  assert workdir.fingerprint(TrainingRun.from_config(hub))["model.path"] == "bert-base-uncased"
 
 
 def test_a_run_of_another_command_is_refused_listing_the_fields_unless_told_to_continue(tmp_path):
@@ -118,31 +121,31 @@ def test_a_run_of_another_command_is_refused_listing_the_fields_unless_told_to_c
   old = _config(tmp_path)
   run = run_dir.RunDir(old.workdir)
   said = []
-  _recorded(run, workdir.fingerprint(old), False, said.append)
+  _recorded(run, workdir.fingerprint(TrainingRun.from_config(old)), False, said.append)
   _save_a_step(run)
   recorded = run.fingerprint_file.read_text()
-  _recorded(run, workdir.fingerprint(old), False, said.append)  # The same command: resumes.
+  _recorded(run, workdir.fingerprint(TrainingRun.from_config(old)), False, said.append)  # The same command: resumes.
   assert said == [] and run.fingerprint_file.read_text() == recorded
   (tmp_path / "other").mkdir()
   new = _config(tmp_path, **{"train.seed": 43})
   new.model.path = str(tmp_path / "other")
   with pytest.raises(WorkdirError) as refused:
-    _recorded(run, workdir.fingerprint(new), False, said.append)
+    _recorded(run, workdir.fingerprint(TrainingRun.from_config(new)), False, said.append)
   message = str(refused.value)
   assert f"model.path {str(tmp_path)!r} -> {str(tmp_path / 'other')!r}; train.seed 42 -> 43." in message
   assert "--resume_changed" in message and str(run.fingerprint_file) in message
   assert run.fingerprint_file.read_text() == recorded
-  _recorded(run, workdir.fingerprint(new), True, said.append)
+  _recorded(run, workdir.fingerprint(TrainingRun.from_config(new)), True, said.append)
   assert said == [
     f"continuing {run.path} with changed fields: model.path {str(tmp_path)!r} -> "
     f"{str(tmp_path / 'other')!r}; train.seed 42 -> 43; recorded in {run.fingerprint_file}"
   ]
   written = json.loads(run.fingerprint_file.read_text())
-  assert written["fields"] == workdir.fingerprint(new)
+  assert written["fields"] == workdir.fingerprint(TrainingRun.from_config(new))
   assert written["changes"] == [
     {"model.path": {"from": str(tmp_path), "to": str(tmp_path / "other")}, "train.seed": {"from": 42, "to": 43}}
   ]
-  _recorded(run, workdir.fingerprint(new), False, said.append)  # Now the new command's run.
+  _recorded(run, workdir.fingerprint(TrainingRun.from_config(new)), False, said.append)  # Now the new command's run.
   assert len(said) == 1
 
 
@@ -150,9 +153,11 @@ def test_a_workdir_without_a_saved_step_is_no_run_its_fingerprint_replaced(tmp_p
   """A run that failed before saving a step (a bad batch size) reruns with the corrected field."""
   run = run_dir.RunDir(tmp_path / "run")
   said = []
-  _recorded(run, workdir.fingerprint(_config(tmp_path, **{"train.batch_size": 3})), False, said.append)
+  _recorded(
+    run, workdir.fingerprint(TrainingRun.from_config(_config(tmp_path, **{"train.batch_size": 3}))), False, said.append
+  )
   (run.best_dir / "4.orbax-checkpoint-tmp-1").mkdir(parents=True)  # A step being written is not a saved one.
-  fixed = workdir.fingerprint(_config(tmp_path, **{"train.batch_size": 4}))
+  fixed = workdir.fingerprint(TrainingRun.from_config(_config(tmp_path, **{"train.batch_size": 4})))
   _recorded(run, fixed, False, said.append)
   assert json.loads(run.fingerprint_file.read_text())["fields"] == fixed and said == []
   run.fingerprint_file.unlink()
@@ -177,7 +182,7 @@ def _config_on_files(tmp_path):
   def identity():
     with lines.recording_reads() as evaluated:
       read_lines(dev, "utf-8")
-    return workdir.data_identity(config, evaluated)
+    return workdir.data_identity(TrainingRun.from_config(config), evaluated)
 
   return config, identity
 
@@ -189,7 +194,7 @@ def test_a_run_on_other_data_is_refused_naming_the_file_unless_told_to_continue(
   tmp_path = tmp_path.resolve()  # As the fingerprint records paths.
   config, identity = _config_on_files(tmp_path)
   corpus, dev = tmp_path / "wiki.txt", tmp_path / "senteval" / "STS" / "STSBenchmark" / "sts-dev.csv"
-  run, fields, said = run_dir.RunDir(config.workdir), workdir.fingerprint(config), []
+  run, fields, said = run_dir.RunDir(config.workdir), workdir.fingerprint(TrainingRun.from_config(config)), []
   started = identity()
   assert sorted(started) == ["data.senteval_dir/STS/STSBenchmark/sts-dev.csv", "data.train_file"]
   _recorded(run, fields, False, said.append, started)
@@ -228,7 +233,7 @@ def test_a_run_on_other_data_is_refused_naming_the_file_unless_told_to_continue(
 def test_a_run_recorded_without_its_data_resumes_and_records_it_saying_so_once(tmp_path):
   """A run directory of an older jaxemb, whose fingerprint has fields alone."""
   config, identity = _config_on_files(tmp_path)
-  run, fields, said = run_dir.RunDir(config.workdir), workdir.fingerprint(config), []
+  run, fields, said = run_dir.RunDir(config.workdir), workdir.fingerprint(TrainingRun.from_config(config)), []
   _recorded(run, fields, False, said.append)
   _save_a_step(run)
   assert "data" not in json.loads(run.fingerprint_file.read_text())
@@ -247,15 +252,15 @@ def test_a_corpus_in_a_bucket_is_its_bytes_its_generation_informative(bucket, tm
   config = _config(tmp_path)
   config.data.train_file = f"{bucket}/data/wiki.txt"
   storage.path(config.data.train_file).write_bytes(b"one\ntwo\n")
-  first = workdir.data_identity(config, {})
+  first = workdir.data_identity(TrainingRun.from_config(config), {})
   generation = storage.objects(config.data.train_file)[""].generation
   assert first == {
     "data.train_file": {"size": 8, "md5": hashlib.md5(b"one\ntwo\n").hexdigest(), "generation": generation}
   }
   storage.path(config.data.train_file).write_bytes(b"one\ntwo\n")
-  again = workdir.data_identity(config, {})
+  again = workdir.data_identity(TrainingRun.from_config(config), {})
   assert again["data.train_file"]["generation"] != generation
-  run, fields, said = run_dir.RunDir(tmp_path / "run"), workdir.fingerprint(config), []
+  run, fields, said = run_dir.RunDir(tmp_path / "run"), workdir.fingerprint(TrainingRun.from_config(config)), []
   _recorded(run, fields, False, said.append, first)
   _save_a_step(run)
   _recorded(run, fields, False, said.append, again)
@@ -272,7 +277,7 @@ def _refused_with_the_model_moved(config, model_dir, moved):
   with pytest.raises(
     WorkdirError, match=re.escape(f"model.path {str(model_dir.resolve())!r} -> {str(moved.resolve())!r}")
   ):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
 
 
 def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_loading(tmp_path, tiny_bert, wiki_head):
@@ -282,18 +287,22 @@ def test_train_reruns_a_run_that_saved_no_step_and_refuses_a_changed_one_before_
   config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head)
   config.data.train_file = str(tmp_path / "missing.txt")
   with pytest.raises((OSError, ValueError), match="missing.txt"):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   config.data.train_file = str(wiki_head)
   config.objective.columns = ("text", "label")
   with pytest.raises(ValueError, match="'label'"):
-    loop.train(config)
+    loop.train(TrainingRun.from_config(config))
   assert not (tmp_path / "run").exists()
   config.objective.columns = ("text", "text")
   config.train.seed = 7
-  with workdir.claim_workdir(config, say=lambda _: None) as claim:  # A run killed before its first save.
+  with workdir.claim_workdir(
+    TrainingRun.from_config(config), say=lambda _: None
+  ) as claim:  # A run killed before its first save.
     claim.record_fingerprint()
   config.train.seed = 42
-  with workdir.claim_workdir(config, say=lambda _: None) as claim:  # No step saved: its fingerprint replaced.
+  with workdir.claim_workdir(
+    TrainingRun.from_config(config), say=lambda _: None
+  ) as claim:  # No step saved: its fingerprint replaced.
     claim.record_fingerprint()
   _save_a_step(run_dir.RunDir(config.workdir))
   _refused_with_the_model_moved(config, tiny_bert, tmp_path / "moved")
@@ -304,11 +313,14 @@ def test_train_continues_a_changed_run_when_told(tmp_path, tiny_bert, wiki_head)
   """A trained run rerun unchanged resumes; with another model.path (the same weights, elsewhere) it is refused,
   and continued with resume_changed, which records the new fields."""
   config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head, num_steps=2)
-  assert loop.train(config)["steps_run"] == 2
-  assert loop.train(config)["steps_run"] == 0
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 2
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 0
   _refused_with_the_model_moved(config, tiny_bert, tmp_path / "moved")
-  assert loop.train(config, resume_changed=True)["steps_run"] == 0
-  assert workdir.fingerprint(config) == json.loads((tmp_path / "run" / "fingerprint.json").read_text())["fields"]
+  assert loop.train(TrainingRun.from_config(config), resume_changed=True)["steps_run"] == 0
+  assert (
+    workdir.fingerprint(TrainingRun.from_config(config))
+    == json.loads((tmp_path / "run" / "fingerprint.json").read_text())["fields"]
+  )
   assert run_dir.RunDir(tmp_path / "run").lock_file.read_text() == ""
 
 
@@ -324,10 +336,10 @@ def test_a_changed_run_whose_restore_fails_keeps_its_fingerprint(tmp_path, train
   config = tiny_config("simcse", tiny_bert, run, corpus, num_steps=1, eval_every=1, save_every=1)
   config.train.optimizer = "optax_adamw"
   with pytest.raises(ValueError, match="tree structures do not match"):
-    loop.train(config, resume_changed=True)
+    loop.train(TrainingRun.from_config(config), resume_changed=True)
   assert (run / "fingerprint.json").read_text() == recorded
   config.train.optimizer = "hf_adamw"
-  assert loop.train(config)["steps_run"] == 0
+  assert loop.train(TrainingRun.from_config(config))["steps_run"] == 0
 
 
 def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):

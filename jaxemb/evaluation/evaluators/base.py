@@ -89,11 +89,11 @@ def from_config(name: str, block: Any, data: Any, preprocess: common.Preprocess)
   where = f"config.evals.{name}"
   if block.get("type") not in _TYPES:
     raise ConfigError(f"{where}.type={block.get('type')!r}: must be one of {sorted(_TYPES)}")
-  kind = _TYPES[block.type]
+  kind = _TYPES[block["type"]]
   unknown = set(block) - {"type", "every", *kind.FIELDS}
   if unknown:
     raise ConfigError(
-      f"{where}: unknown fields {sorted(unknown)}; a {block.type!r} evaluator has {['every', *kind.FIELDS]}"
+      f"{where}: unknown fields {sorted(unknown)}; a {kind.TYPE!r} evaluator has {['every', *kind.FIELDS]}"
     )
   every = block.get("every")
   if isinstance(every, bool) or not isinstance(every, int) or every < 1:

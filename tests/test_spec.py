@@ -1,0 +1,93 @@
+"""The typed run spec (jaxemb/spec.py): every training config builds into it with the fields and values it holds,
+and a stray, missing, mistyped or out-of-bounds field is refused in one line naming it."""
+
+import dataclasses
+import importlib
+
+import ml_collections
+import pytest
+
+from jaxemb import cli, config_fields, spec
+from jaxemb.errors import ConfigError
+from jaxemb.methods.base import Method
+from tests.support import TRAIN_CONFIGS
+
+
+def _config(name="promptbert"):
+  config = importlib.import_module(f"configs.{name}").get_config()
+  cli.complete(config)  # As the commands complete it.
+  return config
+
+
+@pytest.mark.parametrize("name", [*TRAIN_CONFIGS, "pretrain_mlm"])
+def test_every_training_config_builds_with_the_fields_and_values_it_holds(name):
+  """`leaves` gives the config's own dotted fields and values: a run's fingerprint reads the same either way."""
+  config = _config(name)
+  run = spec.TrainingRun.from_config(config)
+  assert dict(spec.leaves(run)) == dict(config_fields.leaves(config))
+  assert isinstance(run.method, Method) and run.method == Method.from_config(config.method)
+  assert isinstance(run.objective.templates, tuple) and run.train.distributed.num_processes == 1
+
+
+def test_an_absent_optional_block_is_none_and_no_field():
+  run = spec.TrainingRun.from_config(_config())
+  assert run.model.architecture is None and not any(k.startswith("model.architecture") for k, _ in spec.leaves(run))
+  assert spec.TrainingRun.from_config(_config("pretrain_mlm")).model.architecture.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize(
+  "change, message",
+  [
+    (("train", "batchsize", 8), r"^config\.train\.batchsize: no such field \(did you mean 'batch_size'\?\)$"),
+    (("train", "seed", "42"), r"^config\.train\.seed='42': must be an int$"),
+    (("train", "seed", True), r"^config\.train\.seed=True: must be an int$"),
+    (("objective", "keep_head", 1), r"^config\.objective\.keep_head=1: must be True or False$"),
+    (("objective", "columns", ("text", 3)), r"^config\.objective\.columns=\('text', 3\): must be a tuple of strings$"),
+    (("train", "save_every", 0), r"^config\.train\.save_every=0: must be a positive int$"),
+    (("train", "prefetch", -1), r"^config\.train\.prefetch=-1: must be an int >= 0$"),
+    (("train", "lease_seconds", 0.0), r"^config\.train\.lease_seconds=0\.0: must be a positive number of seconds$"),
+    (("model", "remat_policy", "dots"), r"^config\.model\.remat_policy='dots': must be one of \('none', 'full', "),
+    (("eval", "selection", "best"), r"^config\.eval\.selection='best': must be one of \('training_view', 'eval"),
+    (("data", "format", "tsv"), r"^config\.data\.format='tsv': must be one of \['nli', 'text'\]$"),
+  ],
+)
+def test_a_bad_field_is_one_line_naming_it(change, message):
+  """As a config file could set it (a file's typo escapes ml_collections' override checks)."""
+  config = _config()
+  section, name, value = change
+  with config.unlocked():  # A new block: ml_collections keeps a field's type once set.
+    config[section] = ml_collections.ConfigDict({**config[section].to_dict(), name: value})
+  with pytest.raises(ConfigError, match=message):
+    spec.TrainingRun.from_config(config)
+
+
+def test_a_missing_field_and_rules_across_fields_are_refused():
+  config = _config()
+  with config.unlocked():
+    del config.train["log_every"]
+  with pytest.raises(ConfigError, match=r"^config\.train\.log_every: missing; a config\.train block sets every one"):
+    spec.TrainingRun.from_config(config)
+  config = _config()
+  config.train.epochs, config.train.num_steps = 0, 4
+  spec.TrainingRun.from_config(config)  # The steps are num_steps: the epochs are not read.
+  config.train.num_steps = 0
+  with pytest.raises(ConfigError, match=r"^config\.train\.epochs=0: must be a positive int when"):
+    spec.TrainingRun.from_config(config)
+  config = _config()
+  config.objective.columns = ("text",)
+  with pytest.raises(ConfigError, match=r"objective\.columns \('text',\) and objective\.templates need one entry"):
+    spec.TrainingRun.from_config(config)
+
+
+def test_a_spec_is_frozen_and_every_field_has_a_type_and_a_doc():
+  run = spec.TrainingRun.from_config(_config())
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    run.train.batch_size = 8
+  docs = list(spec.field_docs(spec.TrainingRun))
+  assert ("train.batch_size", "int", "Global batch: in-batch negatives come from every device.") in docs
+  assert ("model.scan_unroll", "int | None") == next(d[:2] for d in docs if d[0] == "model.scan_unroll")
+  assert all(doc for _, _, doc in docs)
+  # Every value field of the config is one the spec documents (the method's and the evaluators' are their own).
+  documented = {name for name, _, _ in docs}
+  own = {k for k, _ in config_fields.leaves(_config()) if not k.startswith(("method.", "evals."))}
+  assert own <= documented
