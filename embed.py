@@ -10,8 +10,7 @@ corpus, model or method is refused, naming what changed. An error a user can act
 (see jaxemb/cli.py).
 """
 
-from jaxemb import cli
-from jaxemb import xla
+from jaxemb import cli, spec, xla
 from jaxemb.embedding import job
 
 _CONFIG = cli.define_config("Embedding config file (configs/embed.py).")
@@ -20,8 +19,9 @@ EMBEDDING = "embedding"
 
 
 def main(config):
-  xla.use_compilation_cache(config.compilation_cache_dir)
-  job.embed_corpus(config)
+  run = spec.EmbedRun.from_config(config)
+  xla.use_compilation_cache(run.compilation_cache_dir)
+  job.embed_corpus(run)
 
 
 if __name__ == "__main__":

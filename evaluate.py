@@ -5,8 +5,7 @@ the TF-IDF method (config.job picks which).
       --config.data.senteval_dir=../shared/data/senteval
 """
 
-from jaxemb import cli
-from jaxemb import xla
+from jaxemb import cli, spec, xla
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import analysis
 from jaxemb.evaluation import ditto_analysis
@@ -15,6 +14,7 @@ from jaxemb.evaluation import search
 from jaxemb.evaluation import template_generation
 from jaxemb.evaluation import token_embeddings
 
+# What runs each job, given the spec its config builds (jaxemb.spec.EVALUATION_JOBS).
 JOBS = {
   "sts": run.run_sts,
   "analysis": analysis.run_analysis,
@@ -34,8 +34,9 @@ _CONFIG = cli.define_config("Evaluation config file (configs/eval_*.py).")
 def main(config):
   if config.job not in JOBS:
     raise ConfigError(f"config.job {config.job!r} is not one of {sorted(JOBS)}")
-  xla.use_compilation_cache(config.compilation_cache_dir)
-  JOBS[config.job](config)
+  evaluation = spec.EVALUATION_JOBS[config.job].from_config(config)
+  xla.use_compilation_cache(evaluation.compilation_cache_dir)
+  JOBS[config.job](evaluation)
 
 
 if __name__ == "__main__":

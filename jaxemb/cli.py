@@ -315,7 +315,8 @@ def _help(argv: Sequence[str], takes: tuple[str, ...], full: bool) -> str:
     )
   else:
     config = flags.FLAGS[CONFIG].parser.parse(value)  # The file's config, completed as the flag completes it.
-    listed = _typed_fields_text(config) if config_kind(config) == TRAINING else _fields_text(config, "  ")
+    typed = spec.spec_class(config)
+    listed = _typed_fields_text(config, typed) if typed else _fields_text(config, "  ")
     fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{listed}"
   parts = [
     (sys.modules["__main__"].__doc__ or "").strip(),
@@ -371,12 +372,12 @@ def _fields_text(config: Any, indent: str = "") -> str:
   return "\n".join(f"{indent}{name} = {value!r}" for name, value in config_fields.leaves(config))
 
 
-def _typed_fields_text(config: ml_collections.ConfigDict) -> str:
-  """Every field of a training config as its spec types it (`jaxemb.spec.field_docs`): `name: type = value` and its
+def _typed_fields_text(config: ml_collections.ConfigDict, typed: type[spec.Block]) -> str:
+  """Every field of `config` as its spec `typed` types it (`jaxemb.spec.field_docs`): `name: type = value` and its
   doc's first sentence; a block the spec holds whole (the method, the evaluators) with its fields' values under it."""
   values = dict(config_fields.leaves(config))
   lines = []
-  for name, kind, doc in spec.field_docs(spec.TrainingRun):
+  for name, kind, doc in spec.field_docs(typed):
     inside = [key for key in values if key.startswith(f"{name}.")]
     said = textwrap.wrap(doc, 114, initial_indent="      ", subsequent_indent="      ")
     if name in values:

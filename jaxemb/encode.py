@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from jaxemb import sharding, templates, xla
+from jaxemb import sharding, spec, templates, xla
 from jaxemb.errors import ConfigError
 from jaxemb.methods import Method, base as methods_base, names as method_names, pooled
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, run_dir
@@ -46,14 +46,14 @@ def open_model(
   return source, method
 
 
-def encoder_options(config: Any) -> dict[str, Any]:
-  """The Encoder keywords a command's config sets: config.model's dtype, config.eval's sentence cut, length bucket
-  multiple and batch size (evaluation, training's evaluators, embed.py)."""
+def encoder_options(model: spec.Model, encoding: spec.Encoding) -> dict[str, Any]:
+  """The Encoder keywords a run's spec sets: config.model's dtype, config.eval's sentence cut, length bucket multiple
+  and batch size (evaluation, training's evaluators, embed.py)."""
   return {
-    "dtype": compute_dtype(config.model.dtype),
-    "max_sentence_tokens": config.eval.max_sentence_tokens or None,
-    "length_multiple": config.eval.length_multiple,
-    "batch_size": config.eval.batch_size,
+    "dtype": compute_dtype(model.dtype),
+    "max_sentence_tokens": encoding.max_sentence_tokens or None,
+    "length_multiple": encoding.length_multiple,
+    "batch_size": encoding.batch_size,
   }
 
 

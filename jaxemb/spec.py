@@ -25,7 +25,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 from jaxemb import templates, views
 from jaxemb.data import corpus
 from jaxemb.errors import ConfigError
-from jaxemb.methods.base import Method
+from jaxemb.methods.base import Method, block_defaults
 from jaxemb.models import bert
 
 Rule = Callable[[Any], "str | None"]  # A field's bound: why its value is refused, None when it holds.
@@ -89,11 +89,22 @@ def _typed(cls: type[Block], spec_field: dataclasses.Field, hint: Any, given: di
   if value is None and type(None) in kinds:
     return None
   kind = next(k for k in kinds if k is not type(None))
+  if kind is Method and type(None) in kinds and not value.get("name"):
+    return _no_method(value, where)
   value = _of_kind(kind, value, where)
   reason = spec_field.metadata["rule"] and spec_field.metadata["rule"](value)
   if reason:
     raise ConfigError(f"{where}={value!r}: {reason}")
   return value
+
+
+def _no_method(block: Any, where: str) -> None:
+  """A method block naming no method: None (a run directory's own, a checkpoint's own pooling), when it sets no
+  field away from its defaults either."""
+  defaults = block_defaults()
+  given = sorted(key for key, value in block.items() if key != "name" and value != defaults.get(key))
+  if given:
+    raise ConfigError(f"{where} sets {', '.join(given)} but no name: set --{where}.name as well")
 
 
 def _kinds(hint: Any) -> tuple[Any, ...]:
@@ -143,11 +154,20 @@ class Architecture(Block):
 
 @dataclasses.dataclass(frozen=True)
 class Model(Block):
-  """config.model of a training run: the checkpoint it starts from and how the encoder runs."""
+  """config.model: the encoder's checkpoint and compute dtype."""
 
   WHERE: ClassVar[str] = "config.model"
-  path: str = field("Hugging Face hub id or local directory to start from.")
-  dtype: str = field("Compute dtype (bfloat16 on accelerators); params and loss stay float32.")
+  path: str = field(
+    "A Hugging Face hub id or checkpoint directory (training starts from it); in evaluation also a run directory."
+  )
+  dtype: str = field("Compute dtype: float32, or bfloat16 (accelerators; CPUs with AVX512-BF16 or AMX).")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingModel(Model):
+  """config.model of a training run: the checkpoint it starts from and how the encoder runs (params and loss stay
+  float32 whatever the dtype)."""
+
   tie_word_embeddings: bool | None = field(
     """The MLM decoder: False gives it its own [vocab, hidden] matrix (HF `cls.predictions.decoder.weight`; a tied
     checkpoint's is initialised as a copy of its word embeddings), True ties it to the word embeddings (refused for
@@ -181,13 +201,19 @@ class Model(Block):
 
 
 @dataclasses.dataclass(frozen=True)
-class Data(Block):
-  """config.data of a training run: the corpus, how its rows are built, and SentEval's folder."""
+class SentEval(Block):
+  """config.data of an evaluation: SentEval's folder."""
 
   WHERE: ClassVar[str] = "config.data"
-  train_file: str = field("Training corpus (local or gs://; the default under $JAXEMB_DATA).")
-  senteval_dir: str = field("SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/): the evaluators' data.")
+  senteval_dir: str = field("SentEval's data/downstream folder (STS/, SICK/, MR/, ... MRPC/).")
   source: str = field('"senteval" (tokenised, lowercased files) or "raw" (the SemEval releases).')
+
+
+@dataclasses.dataclass(frozen=True)
+class Data(SentEval):
+  """config.data of a training run: the corpus, how its rows are built, and SentEval's folder (the evaluators')."""
+
+  train_file: str = field("Training corpus (local or gs://; the default under $JAXEMB_DATA).")
   format: str = field(
     '"text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.', one_of(corpus.FORMATS)
   )
@@ -317,19 +343,35 @@ class Train(Block):
 
 
 @dataclasses.dataclass(frozen=True)
-class Eval(Block):
-  """config.eval of a training run: the sentence rules and encoder batches of its evaluations, and model selection
-  (the step whose select_metric is highest is kept in best/)."""
+class Encoding(Block):
+  """config.eval of embed.py: how sentences are cut, bucketed and batched into the encoder (jaxemb.encode.Encoder)."""
 
   WHERE: ClassVar[str] = "config.eval"
-  tasks: str = field("STS tasks scored after training (sweep.py), comma-separated; STS-B dev is always reported.")
-  join_tokens: bool = field("SentEval's files are pre-tokenised: whitespace-split and re-join.")
   add_period: bool = field('Append "." to sentences without final punctuation (prompt methods).')
   batch_size: int = field("Sentences per encoder call.", at_least(1))
   length_multiple: int = field("Bucket rows to a multiple of this many tokens (padding vs compilations).", at_least(1))
   max_sentence_tokens: int = field("Truncate sentences to this many tokens; 0 = no truncation.", at_least(0))
-  output_json: str = field('Where a job writes its results as JSON; "" = print only.')
-  progress: bool = field("Show the encoding of an evaluation on stderr (a bar on a terminal, else a line every 30 s).")
+  progress: bool = field(
+    """Show the encoding on stderr: the tasks, sentences done of all, sentences/s, time left on a terminal's bar;
+    where stderr is no terminal (nohup, CI logs) a line every 30 s and one once each encoder call is done. False:
+    quiet. Training's own evaluations keep their bar on a terminal only."""
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval(Encoding):
+  """config.eval of an evaluation: which STS tasks, SentEval's sentence rules, the encoder's batches and the output."""
+
+  tasks: str = field("STS tasks, comma-separated; STS-B dev is always reported as well.")
+  join_tokens: bool = field("SentEval's files are pre-tokenised: whitespace-split and re-join.")
+  output_json: str = field('Where the job writes its results as JSON; "" = print only.')
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingEval(Eval):
+  """config.eval of a training run: its evaluations' sentence rules and encoder batches, what sweep.py scores after
+  it, and model selection (the step whose select_metric is highest is kept in best/)."""
+
   selection: str = field(
     """How the evaluators embed: "training_view", the authors' trainer (`sentemb_forward`: view 1's template around
     the sentence's own tokens, no ".", the objective's position-offset bias if select_denoise, the head if kept), or
@@ -349,7 +391,7 @@ class TrainingRun(Block):
   WHERE: ClassVar[str] = "config"
   workdir: str = field("Run directory: model/, checkpoints/, best/, metrics.jsonl, tensorboard/.")
   compilation_cache_dir: str = field('Persistent XLA compilation cache ("": none).')
-  model: Model = field("The checkpoint a run starts from and how the encoder runs.")
+  model: TrainingModel = field("The checkpoint a run starts from and how the encoder runs.")
   data: Data = field("The corpus and SentEval's folder.")
   objective: Objective = field("The loss and its views.")
   train: Train = field("Optimizer, schedule, checkpoints, devices.")
@@ -357,11 +399,260 @@ class TrainingRun(Block):
     """The run's evaluation method, recorded in its run directory (evaluate.py, Encoder.from_pretrained(workdir)):
     the authors' evaluation.py flags in run.sh (jaxemb/methods/)."""
   )
-  eval: Eval = field("Evaluation and model selection.")
+  eval: TrainingEval = field("Evaluation and model selection.")
   evals: dict[str, Any] = field(
     """The evaluators by name (jaxemb/evaluation/evaluators/): each scores the training params every `every` steps
     and at the last one, logged as <name>/<metric>; add one with --config.evals.<name>.type=<type>."""
   )
+
+
+@dataclasses.dataclass(frozen=True)
+class Transfer(Block):
+  """config.transfer: the SentEval transfer tasks (jobs transfer and sts+transfer)."""
+
+  WHERE: ClassVar[str] = "config.transfer"
+  tasks: str = field("Comma-separated, of jaxemb.data.transfer.TASKS.")
+  mode: str = field(
+    """Classifier settings of SimCSE's evaluation.py: "test" (the papers' numbers: 10 folds, Adam, batch 64,
+    tenacity 5, epoch size 4) or "fasttest" (5 folds, RMSprop, batch 128, tenacity 3, epoch size 2).""",
+    one_of(("test", "fasttest")),
+  )
+  seed: int = field("SentEval's seed: classifier init, batch order, validation split, k-fold folds.")
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluationRun(Block):
+  """An evaluation (evaluate.py; sweep.py's scoring of a trained run): configs/eval_common.py's blocks. Each job with
+  its own block is a subclass adding it; a block of another job in the config (its job overridden) is not read."""
+
+  WHERE: ClassVar[str] = "config"
+  JOB_BLOCKS: ClassVar[tuple[str, ...]] = (
+    "idf",
+    "analysis",
+    "search",
+    "ditto_analysis",
+    "generation",
+    "token_embeddings",
+  )
+  job: str = field(
+    "What evaluate.py runs: a key of EVALUATION_JOBS (sts, transfer, sts+transfer, analysis, fit_idf and more)."
+  )
+  compilation_cache_dir: str = field('Persistent XLA compilation cache ("": none).')
+  model: Model = field("The encoder's checkpoint, or a run directory (its best step).")
+  method: Method | None = field(
+    """How a sentence becomes a vector (jaxemb/methods/); a block naming no method: a run directory's own evaluation
+    method, or a sentence-transformers checkpoint's own pooling."""
+  )
+  data: SentEval = field("SentEval's folder.")
+  eval: Eval = field("The STS tasks, sentence rules, encoder batches and the output.")
+  transfer: Transfer | None = field("The transfer tasks and classifier; absent: none.")
+
+  @classmethod
+  def from_config(cls, block: Any) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return super().from_config({k: v for k, v in block.items() if k in names or k not in cls.JOB_BLOCKS})
+
+
+@dataclasses.dataclass(frozen=True)
+class Idf(Block):
+  """config.idf: the IDF table the TF-IDF method reads (job fit_idf)."""
+
+  WHERE: ClassVar[str] = "config.idf"
+  corpus: str = field("One sentence (document) per line.")
+  output: str = field("Required: the JSON table (`jaxemb.tfidf.save_idf`) to write.")
+  chunk_size: int = field("Lines tokenised per batch call (the corpus streams; memory grows with this).", at_least(1))
+
+
+@dataclasses.dataclass(frozen=True)
+class FitIdfRun(EvaluationRun):
+  idf: Idf = field("The corpus and the table written.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis(Block):
+  """config.analysis: PromptBERT's anisotropy, alignment/uniformity and [MASK] top tokens (job analysis)."""
+
+  WHERE: ClassVar[str] = "config.analysis"
+  sample_file: str = field("Anisotropy sentences, one per line.")
+  sample_size: int = field("Anisotropy over this many lines.", at_least(2))
+  sample_order: str = field('"first": the first lines (Prompt-BERT\'s code); "random": a uniform sample.')
+  sample_seed: int = field("The random sample's seed.")
+  sample_max_words: int = field("Keep this many words of each sample line; 0 = all.", at_least(0))
+  sample_lowercase: bool = field("Lowercase the sample lines.")
+  positive_threshold: float = field("Alignment positives: STS-B test pairs with gold above this.")
+  positive_inclusive: bool = field("True: gold >= threshold, not >.")
+  top_k: int = field("Tokens listed per sentence at [MASK].", at_least(1))
+  top_k_sentences: tuple[str, ...] = field("Sentences for the [MASK] top tokens; () = skip.")
+  scatter_png: str = field('Write the STS-B test cosine-vs-gold scatter here; "" = no plot.')
+  scatter_normalize: bool = field("Min-max scale the cosines to [0, 1] as CoT-BERT Fig. 3 does.")
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisRun(EvaluationRun):
+  analysis: Analysis = field("The analyses' samples and figures.")
+
+
+@dataclasses.dataclass(frozen=True)
+class DittoSearch(Block):
+  """config.search of the Ditto head grid search (job ditto_search)."""
+
+  WHERE: ClassVar[str] = "config.search"
+  show: int = field("Rows of the ranked table printed.", at_least(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class DittoSearchRun(EvaluationRun):
+  search: DittoSearch = field("The ranked table.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateSearch(DittoSearch):
+  """config.search of PromptBERT's greedy template search (job template_search)."""
+
+  relations: tuple[str, ...] = field("Stage 1: `[X] <relation> [MASK] .` (Table 4).")
+  wrappers: tuple[str, ...] = field("Stage 2: each wraps [X], before the best relation (Table 4's prefixes).")
+  templates_file: str = field(
+    """A JSON of templates ({"templates": [{"template": ...}]}, what configs/generate_templates.py writes) to score
+    instead of the greedy search; "" = the greedy search."""
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateSearchRun(EvaluationRun):
+  search: TemplateSearch = field("The candidates and the ranked table.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation(Block):
+  """config.generation: LM-BFF's T5 template generation (job generate_templates)."""
+
+  WHERE: ClassVar[str] = "config.generation"
+  t5_model: str = field("The generator: a Hugging Face T5 checkpoint (hub id or directory).")
+  pairs: str = field("Word-definition pairs: a WordNet directory or a word<TAB>definition file.")
+  parts_of_speech: tuple[str, ...] = field("WordNet's data files read: noun, verb, adj, adv.")
+  num_pairs: int = field("Pairs drawn (seeded) as the inputs of every beam; 0 = all of them.", at_least(0))
+  seed: int = field("Draws the pairs.")
+  formats: tuple[str, ...] = field("T5 inputs: the word in [MASK]'s place, the definition in [X]'s.")
+  num_beams: int = field("Beams of each format's search; each keeps num_beams // len(formats).", at_least(1))
+  max_length: int = field("Decoder tokens, the start token included.", at_least(2))
+  batch_size: int = field("Inputs per decoder call, each with every beam.", at_least(1))
+  output_json: str = field("The templates and their scores, before scoring.")
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRun(TemplateSearchRun):
+  generation: Generation = field("The generator, its inputs and beams.")
+
+
+@dataclasses.dataclass(frozen=True)
+class DittoAnalysis(Block):
+  """config.ditto_analysis: Ditto's head correlations with TF-IDF, the impact matrix and the figures."""
+
+  WHERE: ClassVar[str] = "config.ditto_analysis"
+  idf_path: str = field("Required: the IDF table (evaluate.py --config configs/fit_idf.py).")
+  sample_file: str = field("Sentences, one per line.")
+  sample_size: int = field("Sentences for the head correlations (the impact uses a prefix).", at_least(1))
+  sample_order: str = field('"random" (seeded uniform, the papers\' wording) or "first".')
+  sample_seed: int = field("The random sample's seed.")
+  tfidf_normalize: bool = field("Unit-length TF-IDF per sentence, gensim TfidfModel's default.")
+  top_heads: int = field("Heads (best on STS-B dev) also scored on the eval.tasks test sets.", at_least(0))
+  impact_size: int = field("The impact matrix of the sample's first this many sentences.", at_least(0))
+  impact_max_tokens: int = field("Truncate those to this many tokens (cost grows as N^3); 0 = all.", at_least(0))
+  impact_batch_size: int = field("Masked copies per encoder call.", at_least(1))
+  figure_sentence: str = field("The sentence of the PNGs (Ditto Figs. 1-2's).")
+  impact_png: str = field('Its impact matrix heatmap here; "" = none.')
+  attention_png: str = field('Its attention heatmap of the best STS-B dev head here; "" = none.')
+  output_md: str = field('The Markdown tables here; "" = print only.')
+
+
+@dataclasses.dataclass(frozen=True)
+class DittoAnalysisRun(EvaluationRun):
+  ditto_analysis: DittoAnalysis = field("The analysis' sample, tables and figures.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenEmbeddings(Block):
+  """config.token_embeddings: PCA figures of token rows (PromptBERT Fig. 2, Appendix figures)."""
+
+  WHERE: ClassVar[str] = "config.token_embeddings"
+  rows: str = field("The rows drawn (jaxemb.methods.static.STATIC_ROWS): word embeddings or an MLM decoder's.")
+  corpus_file: str = field("The text whose token counts colour the frequency figure (one sentence per line).")
+  max_lines: int = field("Lines of corpus_file counted; 0 = all.", at_least(0))
+  output_dir: str = field("<rows>_{frequency,subword,case}.png and the summary.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenEmbeddingsRun(EvaluationRun):
+  token_embeddings: TokenEmbeddings = field("The rows and the figures.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Embed(Block):
+  """config.embed: the corpus embed.py embeds and the shards it writes (jaxemb/embedding/)."""
+
+  WHERE: ClassVar[str] = "config.embed"
+  corpus: str = field("The file to embed (local or gs://).")
+  output: str = field("The folder of the shards and manifest.json (local or gs://); a rerun continues it.")
+  format: str = field(
+    """"text": one sentence a line (every line a record, blank ones too); "tsv" or "csv": a header line naming the
+    columns, the sentence in text_column, the record's id in id_column."""
+  )
+  text_column: str = field("The sentence's column (tsv, csv).")
+  id_column: str = field('The record\'s id column (tsv, csv); "": its number, 0-based.')
+  dtype: str = field("Of the vectors written: float32 or float16.")
+  normalize: bool = field(
+    """True: scale each vector to unit length (cosine similarity is then a dot product); False: as the model's own
+    modules do."""
+  )
+  shard_rows: int = field("Records a shard: its file, the memory a host holds, the work a kill loses.", at_least(1))
+  batch_tokens: int = field(
+    """The most rows x tokens of an encoder call (0: eval.batch_size rows at every width): long buckets then run
+    with fewer rows, which bounds a call's memory.""",
+    at_least(0),
+  )
+  fitted: str = field(
+    "A method's fitted state (whitening, flow): the .npz evaluate.py writes; \"\": the model folder's own, if any."
+  )
+
+
+@dataclasses.dataclass(frozen=True)
+class EmbedRun(Block):
+  """embed.py's job: configs/embed.py's blocks."""
+
+  WHERE: ClassVar[str] = "config"
+  compilation_cache_dir: str = field('Persistent XLA compilation cache ("": none).')
+  model: Model = field("A run directory (its best step) or a Hugging Face checkpoint.")
+  method: Method | None = field(
+    """How a sentence becomes a vector; a block naming no method: a run directory's own evaluation method, a
+    Hugging Face checkpoint's own sentence-transformers pooling."""
+  )
+  eval: Encoding = field("The encoder's batches, add_period and the progress on stderr, as in evaluation.")
+  embed: Embed = field("The corpus and the shards.")
+
+
+# evaluate.py's jobs, each with the spec its config builds: the evaluation blocks, and the job's own block.
+EVALUATION_JOBS: dict[str, type[EvaluationRun]] = {
+  "sts": EvaluationRun,
+  "transfer": EvaluationRun,
+  "sts+transfer": EvaluationRun,
+  "fit_idf": FitIdfRun,
+  "analysis": AnalysisRun,
+  "template_search": TemplateSearchRun,
+  "ditto_search": DittoSearchRun,
+  "ditto_analysis": DittoAnalysisRun,
+  "generate_templates": GenerationRun,
+  "token_embeddings": TokenEmbeddingsRun,
+}
+
+
+def spec_class(config: Any) -> type[Block] | None:
+  """The spec a command's config builds by what it holds: a training run its objective, embed.py's job its embed
+  block, an evaluation its job's; None for another (an experiment) or an unknown job."""
+  if "objective" in config:
+    return TrainingRun
+  if "embed" in config:
+    return EmbedRun
+  return EVALUATION_JOBS.get(config.get("job"))
 
 
 def leaves(spec: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -375,6 +666,8 @@ def leaves(spec: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
       yield from leaves(value, f"{prefix}{f.name}.")
     elif isinstance(value, Method):
       yield from _mapping_leaves(value.config_fields(), f"{prefix}{f.name}.")
+    elif value is None and f.name == "method":  # No method named: the block's name is "".
+      yield from _mapping_leaves({"name": "", **block_defaults()}, f"{prefix}{f.name}.")
     elif isinstance(value, dict):
       yield from _mapping_leaves(value, f"{prefix}{f.name}.")
     else:
@@ -401,9 +694,11 @@ def field_docs(cls: type[Block], prefix: str = "") -> Iterator[tuple[str, str, s
 
 
 def _type_text(hint: Any) -> str:
-  if isinstance(hint, type) and not typing.get_args(hint):
-    return hint.__name__
-  return str(hint).replace("typing.", "").replace("NoneType", "None")
+  """`int | None`, `Method`, `tuple[str, ...]`: a field's type as a user reads it."""
+  named = lambda kind: (
+    "None" if kind is type(None) else getattr(kind, "__name__", None) if not typing.get_args(kind) else None
+  )
+  return " | ".join(named(kind) or str(kind).replace("typing.", "") for kind in _kinds(hint))
 
 
 def _first_sentence(doc: str) -> str:

@@ -173,12 +173,11 @@ def execute(run: Run) -> dict[str, Any]:
   """Trains (or resumes) a training run and scores its best step on the 7 STS tasks with evaluate.py's STS job
   (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last."""
   if not run.is_training:
-    return eval_run.run_sts(run.config)
-  training = loop.train(spec.TrainingRun.from_config(run.config))
-  scoring = run.config.copy_and_resolve_references()
-  scoring.model.path, scoring.eval.tasks, scoring.eval.output_json = run.config.workdir, ",".join(TASK_COLUMNS), ""
+    return eval_run.run_sts(spec.EvaluationRun.from_config(run.config))
+  trained = spec.TrainingRun.from_config(run.config)
+  training = loop.train(trained)
   summary = {
-    **eval_run.run_sts(scoring),
+    **eval_run.run_sts(scoring_run(trained)),
     "best_step": training["best_step"],
     "select_metric": training["select_metric"],
     "selection_value": training["best_value"],
@@ -187,6 +186,21 @@ def execute(run: Run) -> dict[str, Any]:
   }
   atomic.write_json(run.directory / RESULT_FILE, summary)
   return summary
+
+
+def scoring_run(trained: spec.TrainingRun) -> spec.EvaluationRun:
+  """evaluate.py's STS job on a trained run's best step: its directory, its own method (none named), the 7 tasks,
+  the run's SentEval folder and encoder batches."""
+  shared = {f.name: getattr(trained.eval, f.name) for f in dataclasses.fields(spec.Eval)}
+  return spec.EvaluationRun(
+    job="sts",
+    compilation_cache_dir=trained.compilation_cache_dir,
+    model=spec.Model(path=trained.workdir, dtype=trained.model.dtype),
+    method=None,
+    data=spec.SentEval(senteval_dir=trained.data.senteval_dir, source=trained.data.source),
+    eval=spec.Eval(**{**shared, "tasks": ",".join(TASK_COLUMNS), "output_json": ""}),
+    transfer=None,
+  )
 
 
 def run_experiment(

@@ -37,8 +37,8 @@ LAYERS = {
   "jaxemb.data": 2,
   "jaxemb.beam_search": 2,
   "jaxemb.methods": 2,
-  "jaxemb.embedding": 2,
-  "jaxemb.spec": 2,  # A training run's typed config: its blocks' fields are the methods', the templates', the data's.  # The shard format and the corpus reader; embed.py's job, which joins hosts, is above.
+  "jaxemb.embedding": 2,  # The shard format and the corpus reader; embed.py's job, which joins hosts, is above.
+  "jaxemb.spec": 2,  # A run's typed config: its blocks' fields are the methods', the templates', the data's.
   "jaxemb.training": 3,
   "jaxemb.evaluation": 3,
   "jaxemb.embedding.job": 3,

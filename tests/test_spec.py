@@ -1,8 +1,9 @@
-"""The typed run spec (jaxemb/spec.py): every training config builds into it with the fields and values it holds,
-and a stray, missing, mistyped or out-of-bounds field is refused in one line naming it."""
+"""The typed run specs (jaxemb/spec.py): every config builds into its command's spec with the fields and values it
+holds, and a stray, missing, mistyped or out-of-bounds field is refused in one line naming it."""
 
 import dataclasses
 import importlib
+import pathlib
 
 import ml_collections
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from jaxemb import cli, config_fields, spec
 from jaxemb.errors import ConfigError
 from jaxemb.methods.base import Method
-from tests.support import TRAIN_CONFIGS
+from tests.support import REPO, TRAIN_CONFIGS
 
 
 def _config(name="promptbert"):
@@ -91,3 +92,38 @@ def test_a_spec_is_frozen_and_every_field_has_a_type_and_a_doc():
   documented = {name for name, _, _ in docs}
   own = {k for k, _ in config_fields.leaves(_config()) if not k.startswith(("method.", "evals."))}
   assert own <= documented
+
+
+def _evaluation_configs():
+  found = []
+  for path in sorted(pathlib.Path(REPO, "configs").glob("*.py")):
+    if not path.stem.startswith("_") and not path.stem.endswith("common"):
+      config = importlib.import_module(f"configs.{path.stem}").get_config()
+      found += [path.stem] if spec.spec_class(config) not in (None, spec.TrainingRun) else []
+  return found
+
+
+@pytest.mark.parametrize("name", _evaluation_configs())
+def test_every_evaluation_and_embedding_config_builds_its_jobs_spec(name):
+  config = _config(name)
+  typed = spec.spec_class(config)
+  run = typed.from_config(config)
+  assert dict(spec.leaves(run)) == dict(config_fields.leaves(config))
+  assert typed is (spec.EmbedRun if name == "embed" else spec.EVALUATION_JOBS[config.job])
+  assert (run.method is None) == (name == "embed")  # embed.py's default: the run directory's own method.
+
+
+def test_evaluate_runs_every_job_the_spec_types():
+  import evaluate  # pylint: disable=import-outside-toplevel
+
+  assert set(evaluate.JOBS) == set(spec.EVALUATION_JOBS)
+
+
+def test_a_block_of_another_job_is_not_read_and_a_method_naming_none_sets_nothing():
+  config = _config("eval_analysis")
+  config.job = "sts"  # Its analysis block stays in the config, unread.
+  assert not hasattr(spec.EvaluationRun.from_config(config), "analysis")
+  config = _config("embed")
+  config.method.template = "[X] [MASK] ."
+  with pytest.raises(ConfigError, match=r"^config\.method sets template but no name: set --config\.method\.name"):
+    spec.EmbedRun.from_config(config)

@@ -8,6 +8,7 @@ import pytest
 from configs import fit_idf
 from jaxemb import tfidf
 from jaxemb.evaluation import run
+from jaxemb.spec import FitIdfRun
 from tests.support import shared_path
 
 
@@ -58,10 +59,10 @@ def test_fit_idf_job_writes_the_table(tmp_path, bert_tokenizer):
   config = fit_idf.get_config()
   config.model.path = str(shared_path("tokenizers", "bert-base-uncased"))
   config.idf.corpus, config.idf.output, config.idf.chunk_size = str(corpus), str(tmp_path / "idf.json"), 1
-  assert run.run_fit_idf(config)["token_ids"] == 4
+  assert run.run_fit_idf(FitIdfRun.from_config(config))["token_ids"] == 4
   dog, cat = bert_tokenizer.convert_tokens_to_ids(["dog", "cat"])
   idf = tfidf.load_idf(tmp_path / "idf.json")
   assert idf[dog] == 1.0 and idf[cat] == 1.0 and len(idf) == 4  # "the", "sat": 0.
   config.idf.corpus = str(tmp_path / "missing.txt")
   with pytest.raises(FileNotFoundError, match="missing.txt"):
-    run.run_fit_idf(config)
+    run.run_fit_idf(FitIdfRun.from_config(config))

@@ -26,18 +26,18 @@ import numpy as np
 
 from jaxemb import atomic, encode, hosts, sharding, storage
 from jaxemb.embedding import reader, shards
-from jaxemb.encode import Encoder, Method
+from jaxemb.encode import Encoder
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError, DataError, WorkdirError
-from jaxemb.methods import base as methods_base
 from jaxemb.progress import track
+from jaxemb.spec import Embed, EmbedRun
 
 DTYPES = ("float32", "float16")
 # The manifest's fields that say where things are, not what was embedded: a rerun may move the model or the corpus.
 _WHERE = ("model", "corpus.path", "shards", "complete")
 
 
-def embed_corpus(config: Any) -> dict[str, Any]:
+def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   """Embeds config.embed.corpus into config.embed.output with config.model and config.method (this host's share);
   returns what process 0 reports: the sentences and shards embedded by this run over every host, its seconds and
   the manifest."""
@@ -64,25 +64,23 @@ def embed_corpus(config: Any) -> dict[str, Any]:
   return {"sentences": sentences, "shards": count, "seconds": seconds, "manifest": manifest}
 
 
-def _check_fields(embed: Any):
-  """The config.embed fields that no later check names."""
+def _check_fields(embed: Embed):
+  """The config.embed fields that no later check names (their types and bounds are the spec's)."""
   for field in ("corpus", "output"):
-    if not embed[field]:
+    if not getattr(embed, field):
       raise ConfigError(f"config.embed.{field} is empty: set --config.embed.{field}=PATH (local or gs://)")
-  if isinstance(embed.shard_rows, bool) or not isinstance(embed.shard_rows, int) or embed.shard_rows < 1:
-    raise ConfigError(f"embed.shard_rows={embed.shard_rows!r}: must be a positive int, the rows of a shard")
   if embed.dtype not in DTYPES:
     raise ConfigError(f"embed.dtype {embed.dtype!r} is not one of {', '.join(DTYPES)}")
 
 
-def open_encoder(config: Any) -> Encoder:
+def open_encoder(config: EmbedRun) -> Encoder:
   """The Encoder of config.model.path with config.method (none named: a run directory's own), its fitted state from
   config.embed.fitted if given, on a mesh of this host's devices when it has several."""
   devices = jax.local_devices()
   mesh = None if len(devices) == 1 else jax.sharding.Mesh(np.array(devices).reshape(-1, 1), sharding.BATCH_AXES)
   encoder = Encoder.from_pretrained(
     config.model.path,
-    _method(config.method),
+    config.method,
     fitted=config.embed.fitted or None,
     mesh=mesh,
     **encoder_options(config),
@@ -102,23 +100,12 @@ def open_encoder(config: Any) -> Encoder:
   return encoder.with_params(*jax.device_put((encoder.params, encoder.prompt), sharding.replicated(mesh)))
 
 
-def encoder_options(config: Any) -> dict[str, Any]:
+def encoder_options(config: EmbedRun) -> dict[str, Any]:
   """The Encoder keywords of the job: evaluation's (`jaxemb.encode.encoder_options`) and config.embed.batch_tokens."""
-  return {**encode.encoder_options(config), "batch_tokens": config.embed.batch_tokens or None}
+  return {**encode.encoder_options(config.model, config.eval), "batch_tokens": config.embed.batch_tokens or None}
 
 
-def _method(block: Any) -> Method | None:
-  """The method config.method names; None, a run directory's own, when its name is empty and no field is set."""
-  if block.name:
-    return Method.from_config(block)
-  defaults = methods_base.block_defaults()
-  given = sorted(key for key, value in block.items() if key != "name" and value != defaults.get(key))
-  if given:
-    raise ConfigError(f"config.method sets {', '.join(given)} but no name: set --config.method.name as well")
-  return None
-
-
-def new_manifest(config: Any, corpus: reader.Corpus, encoder: Encoder) -> dict[str, Any]:
+def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> dict[str, Any]:
   """The manifest of the job before any shard is written: what is embedded, with what, how (shards.py)."""
   columns = corpus.columns
   return {
@@ -256,7 +243,7 @@ def _file_sha256(path: pathlib.Path) -> str:
 
 
 def _embed_shards(
-  config: Any, corpus: reader.Corpus, encoder: Encoder, out: storage.Path, todo: list[int], job: str
+  config: EmbedRun, corpus: reader.Corpus, encoder: Encoder, out: storage.Path, todo: list[int], job: str
 ) -> int:
   """Embeds and writes the shards `todo`, showing the progress on stderr; the sentences embedded."""
   rows_per_shard = config.embed.shard_rows

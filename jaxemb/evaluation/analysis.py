@@ -29,6 +29,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.spec import AnalysisRun
 
 
 def _unit_rows(x: np.ndarray) -> np.ndarray:
@@ -231,7 +232,7 @@ def read_sample(
   return sample
 
 
-def run_analysis(config: Any) -> dict[str, Any]:
+def run_analysis(config: AnalysisRun) -> dict[str, Any]:
   """Computes every analysis for the configured model and method, prints them, returns (and optionally writes)
   them as a dict."""
   a = config.analysis
@@ -241,12 +242,12 @@ def run_analysis(config: Any) -> dict[str, Any]:
   )
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
-  preprocess = common.preprocess_from_config(config)
+  preprocess = common.preprocess_from_config(config.eval)
   first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess)
   predicted = sts.cosine(first, second)
   summary = {
     "model": config.model.path,
-    "method": config.method.to_dict(),
+    "method": encoder.method.config_fields(),
     "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample])),
     "anisotropy_sentences": len(sample),
     "token_embedding_average_cosine": token_embedding_average_cosine(encoder.params["embeddings"]["word"]["embedding"]),

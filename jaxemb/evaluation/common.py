@@ -4,10 +4,11 @@ sentences of a set of tasks, the boxed text table both print, and the task lists
 
 from __future__ import annotations
 
-from typing import Any, Callable, Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 
+from jaxemb import spec
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError
 
@@ -25,9 +26,9 @@ def preprocess(join_tokens: bool, add_period: bool) -> Preprocess:
   return apply
 
 
-def preprocess_from_config(config: Any) -> Preprocess:
-  """The test-time sentence rules the config turns on."""
-  return preprocess(config.eval.join_tokens, config.eval.add_period)
+def preprocess_from_config(rules: spec.Eval) -> Preprocess:
+  """The test-time sentence rules config.eval turns on."""
+  return preprocess(rules.join_tokens, rules.add_period)
 
 
 def embed_distinct(

@@ -33,6 +33,7 @@ from jaxemb import atomic, pooling, storage, templates, tfidf, xla
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import analysis, common, run, search
 from jaxemb.models import Transformer, run_dir
+from jaxemb.spec import DittoAnalysisRun
 
 
 def perturbed_copies(input_ids: jax.Array, mask_id: int) -> jax.Array:
@@ -170,7 +171,7 @@ def attention_heatmap(
   return _heatmap(attention, tokens, tokens, path, title, "key", "query", marked.tolist())
 
 
-def run_ditto_analysis(config: Any) -> dict[str, Any]:
+def run_ditto_analysis(config: DittoAnalysisRun) -> dict[str, Any]:
   """evaluate.py's `ditto_analysis` job: Ditto Tables 3-4 and Figs. 1-2 for the configured model; prints a
   Markdown report, writes it (ditto_analysis.output_md), the JSON (eval.output_json) and the PNGs."""
   a = config.ditto_analysis
@@ -222,13 +223,18 @@ def run_ditto_analysis(config: Any) -> dict[str, Any]:
 
 
 def _head_search(
-  config: Any, loaded: tuple[Any, Any, Any], tasks: Any, dev: Any, pearson: np.ndarray, spearman: np.ndarray
+  config: DittoAnalysisRun,
+  loaded: tuple[Any, Any, Any],
+  tasks: Any,
+  dev: Any,
+  pearson: np.ndarray,
+  spearman: np.ndarray,
 ) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
   """Ditto's grid: every (layer, head) scored on STS-B dev, the best `top_heads` on the test tasks. Returns those
   heads, and a row per head (best first) with its scores and its diagonal's correlation with TF-IDF."""
   model_config = loaded[0]
   layer_embed = search.ditto_layer_embed(config, loaded)
-  preprocess = common.preprocess_from_config(config)
+  preprocess = common.preprocess_from_config(config.eval)
   num_layers, num_heads = model_config.num_hidden_layers, model_config.num_attention_heads
   dev_scores = search.ditto_head_scores(layer_embed, num_layers, num_heads, dev, preprocess)
   grid = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
@@ -296,7 +302,7 @@ def _diagonals(model: Transformer, params: Any, rows: Sequence[np.ndarray], batc
 
 
 def _figures(
-  config: Any, model: Transformer, params: Any, tokenizer: Any, impact: Any, head: tuple[int, int]
+  config: DittoAnalysisRun, model: Transformer, params: Any, tokenizer: Any, impact: Any, head: tuple[int, int]
 ) -> dict[str, str]:
   """The configured PNGs for ditto_analysis.figure_sentence: its impact matrix, and the attention matrix of
   `head` (layer, head), the best on STS-B dev."""

@@ -20,40 +20,41 @@ from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, logreg, sts, transfer
 from jaxemb.methods import base as methods_base
-from jaxemb.models import load_tokenizer, run_dir
+from jaxemb.models import load_tokenizer
+from jaxemb.spec import EvaluationRun, FitIdfRun
 
 
-def encoder_from_config(config: Any, method: Method | None = None) -> Encoder:
-  """The Encoder of config.model.path with `method`, else config.method; a training config (one with an objective)
-  whose model.path is its trained run directory reads the method the run recorded (its eval_method.json)."""
-  if method is None and ("objective" not in config or not run_dir.is_run_dir(config.model.path)):
-    method = Method.from_config(config.method)
-  return Encoder.from_pretrained(config.model.path, method, **encoder_options(config))
+def encoder_from_config(config: EvaluationRun, method: Method | None = None) -> Encoder:
+  """The Encoder of config.model.path with `method`, else config.method; none named: a run directory's own method
+  (its eval_method.json), a sentence-transformers checkpoint's own pooling."""
+  return Encoder.from_pretrained(
+    config.model.path, method or config.method, **encoder_options(config.model, config.eval)
+  )
 
 
-def shown_encode(config: Any, encoder: Encoder, names: list[str]) -> common.Embed:
+def shown_encode(config: EvaluationRun, encoder: Encoder, names: list[str]) -> common.Embed:
   """`encoder.encode` showing its progress on stderr under the task `names` (config.eval.progress: a bar on a
   terminal, lines every 30 s and once done elsewhere; False: nothing)."""
   return functools.partial(encoder.encode, show_progress=config.eval.progress, progress_label=", ".join(names))
 
 
-def load_tasks(config: Any) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
+def load_tasks(config: EvaluationRun) -> tuple[list[sts_data.StsTask], sts_data.StsTask]:
   """(the STS test tasks config.eval.tasks names, comma-separated, under config.data.senteval_dir; STS-B dev)."""
   root, source = config.data.senteval_dir, config.data.source
   names = common.task_names(config.eval.tasks, "eval.tasks", sts_data.TASKS, allow_none=True)
   return sts_data.load_sts_tasks(root, names, source), sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
-def load_transfer_tasks(config: Any) -> list[transfer_data.TransferTask]:
+def load_transfer_tasks(config: EvaluationRun) -> list[transfer_data.TransferTask]:
   """The transfer tasks named in config.transfer.tasks, read from config.data.senteval_dir."""
+  if config.transfer is None:
+    raise ConfigError("config.transfer is missing: the transfer jobs read its tasks, mode and seed")
   names = common.task_names(config.transfer.tasks, "transfer.tasks", transfer_data.TASKS)
   return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
 
 
-def classifier_from_config(config: Any) -> logreg.LogRegConfig:
+def classifier_from_config(config: EvaluationRun) -> logreg.LogRegConfig:
   """logreg.MODES[config.transfer.mode] with config.transfer.seed."""
-  if config.transfer.mode not in logreg.MODES:
-    raise ConfigError(f"transfer.mode {config.transfer.mode!r} is not one of {sorted(logreg.MODES)}")
   return dataclasses.replace(logreg.MODES[config.transfer.mode], seed=config.transfer.seed)
 
 
@@ -75,15 +76,15 @@ def score_sts(
   return {**tests.to_dict(), "stsb_dev": dev_spearman}
 
 
-def run_sts(config: Any) -> dict[str, Any]:
-  """Encodes every distinct sentence of the STS tasks once, scores them, prints the table, returns the numbers. An
-  evaluation config or a training config whose model.path is its run directory (sweep.py's scoring of a run)."""
+def run_sts(config: EvaluationRun) -> dict[str, Any]:
+  """Encodes every distinct sentence of the STS tasks once, scores them, prints the table, returns the numbers (a
+  run directory's model.path and no method: sweep.py's scoring of a run)."""
   tasks, dev = load_tasks(config)  # Data errors surface before the model is loaded.
   encoder = encoder_from_config(config)
   start = time.perf_counter()
   fitted_on = fit_encoder(config, encoder, tasks)
   embed = shown_encode(config, encoder, sts_names(tasks, dev))
-  scores = score_sts(embed, tasks, dev, common.preprocess_from_config(config))
+  scores = score_sts(embed, tasks, dev, common.preprocess_from_config(config.eval))
   seconds = time.perf_counter() - start
   summary = {
     **scores,
@@ -98,7 +99,7 @@ def run_sts(config: Any) -> dict[str, Any]:
   return summary
 
 
-def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) -> dict[str, Any]:
+def fit_encoder(config: EvaluationRun, encoder: Encoder, tasks: list[sts_data.StsTask]) -> dict[str, Any]:
   """Fits the encoder's method when it fits state (`Method.fit_source`) and has none yet: on its corpus, or on the
   STS test `tasks`' own sentences as they are scored (Su et al.'s target-task setting; the papers' rows fit on NLI);
   prints which, writes the arrays beside config.eval.output_json (its name, .npz for .json: what
@@ -113,7 +114,7 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
         f"method {encoder.method.name!r} fits on the STS test tasks' sentences and this job scores "
         "none: name a corpus to fit on"
       )
-    sentences = sts.distinct_sentences(tasks, common.preprocess_from_config(config))
+    sentences = sts.distinct_sentences(tasks, common.preprocess_from_config(config.eval))
     fitted_on = f"the {len(sentences)} distinct sentences of the test tasks {', '.join(t.name for t in tasks)}"
   else:
     sentences = list(tfidf.corpus_sentences(source))
@@ -128,22 +129,22 @@ def fit_encoder(config: Any, encoder: Encoder, tasks: list[sts_data.StsTask]) ->
   return summary
 
 
-def run_transfer(config: Any) -> dict[str, Any]:
+def run_transfer(config: EvaluationRun) -> dict[str, Any]:
   """Job "transfer": the transfer tasks of config.transfer; prints the table, returns (and writes) the numbers."""
   return _run_transfer(config, with_sts=False)
 
 
-def run_sts_transfer(config: Any) -> dict[str, Any]:
+def run_sts_transfer(config: EvaluationRun) -> dict[str, Any]:
   """Job "sts+transfer": the STS tasks of config.eval.tasks and the transfer tasks, one encoder, one JSON."""
   return _run_transfer(config, with_sts=True)
 
 
-def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
+def _run_transfer(config: EvaluationRun, with_sts: bool) -> dict[str, Any]:
   tasks = load_transfer_tasks(config)  # Data and settings errors surface before the model is loaded.
   sts_tasks, dev = load_tasks(config) if with_sts else ([], None)
   classifier = classifier_from_config(config)
   encoder = encoder_from_config(config)
-  prepare = common.preprocess_from_config(config)
+  prepare = common.preprocess_from_config(config.eval)
   start = time.perf_counter()
   fitted_on = fit_encoder(config, encoder, sts_tasks)
   scores = {}
@@ -171,7 +172,7 @@ def _run_transfer(config: Any, with_sts: bool) -> dict[str, Any]:
   return summary
 
 
-def run_fit_idf(config: Any) -> dict[str, Any]:
+def run_fit_idf(config: FitIdfRun) -> dict[str, Any]:
   """evaluate.py's `fit_idf` job: the IDF table of config.idf.corpus with model.path's tokenizer, written to
   config.idf.output for method tfidf_first_last (`method.idf_path`) and the ditto_analysis job."""
   if not config.idf.output:
@@ -192,7 +193,7 @@ def run_fit_idf(config: Any) -> dict[str, Any]:
   return summary
 
 
-def write_summary(config: Any, summary: dict[str, Any]):
+def write_summary(config: EvaluationRun, summary: dict[str, Any]):
   """Writes a job's results as JSON to config.eval.output_json, when it is set."""
   if config.eval.output_json:
     atomic.write_json(config.eval.output_json, summary)  # A half file would pass for a finished run in sweep.py.

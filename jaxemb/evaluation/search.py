@@ -18,6 +18,7 @@ from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common, run, sts
 from jaxemb.models import run_dir
+from jaxemb.spec import DittoSearchRun, EvaluationRun, TemplateSearchRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +91,17 @@ def head_sts_results(
   return results
 
 
-def run_template_search(config: Any) -> dict[str, Any]:
+def run_template_search(config: TemplateSearchRun) -> dict[str, Any]:
   """evaluate.py's `template_search` job: greedy search with the prompt method over config.search's candidates,
   or each template of config.search.templates_file when it is set."""
 
   def search(model, dev, preprocess):
-    base = Method.from_config(config.method)
+    base = _named_method(config)
 
     def score(template: str) -> float:
-      encoder = Encoder(*model, dataclasses.replace(base, template=template), **encoder_options(config))
+      encoder = Encoder(
+        *model, dataclasses.replace(base, template=template), **encoder_options(config.model, config.eval)
+      )
       return _dev_spearman(encoder, dev, preprocess)
 
     if config.search.templates_file:
@@ -120,7 +123,7 @@ def read_templates(path: str) -> list[str]:
   return templates
 
 
-def run_ditto_search(config: Any) -> dict[str, Any]:
+def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
   """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.ditto_variant`."""
 
   def search(model, dev, preprocess):
@@ -136,15 +139,13 @@ def run_ditto_search(config: Any) -> dict[str, Any]:
   return _run_search(config, search)
 
 
-def ditto_layer_embed(config: Any, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
+def ditto_layer_embed(config: EvaluationRun, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
   """`layer -> embed`, embed giving Ditto's `method.ditto_variant` vectors of every head of `layer`
   ([n, heads, hidden]); `model` is (config, params, tokenizer)."""
 
   def layer_embed(layer: int) -> common.Embed:
-    method = dataclasses.replace(
-      Method.from_config(config.method), name="ditto_all_heads", ditto_layer=layer, ditto_head=0
-    )
-    return Encoder(*model, method, **encoder_options(config)).encode
+    method = dataclasses.replace(_named_method(config), name="ditto_all_heads", ditto_layer=layer, ditto_head=0)
+    return Encoder(*model, method, **encoder_options(config.model, config.eval)).encode
 
   return layer_embed
 
@@ -153,14 +154,21 @@ def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Pr
   return sts.evaluate_sts(encoder.encode, [dev], preprocess)[dev.name].all
 
 
-def _run_search(config: Any, search: Callable[..., list[Candidate]]) -> dict[str, Any]:
+def _named_method(config: EvaluationRun) -> Method:
+  """config.method, which a search varies: refused in one line when the block names none."""
+  if config.method is None:
+    raise ConfigError(f"config.method names no method: the {config.job} job varies one (--config.method.name)")
+  return config.method
+
+
+def _run_search(config: DittoSearchRun | TemplateSearchRun, search: Callable[..., list[Candidate]]) -> dict[str, Any]:
   """Loads the model (a Hugging Face checkpoint, or a run directory's best encoder) and STS-B dev once, runs
   `search(model, dev, preprocess)`, prints the ranking."""
   dev = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
   source = run_dir.open_source(config.model.path)
   model = (source.config, source.load_params()["encoder"], source.tokenizer)
   start = time.perf_counter()
-  scored = search(model, dev, common.preprocess_from_config(config))
+  scored = search(model, dev, common.preprocess_from_config(config.eval))
   seconds = time.perf_counter() - start
   ranked = sorted(scored, key=lambda c: -c.stsb_dev)
   print(f"{'rank':>4}  {'STS-B dev':>9}  {'stage':<8}  candidate")

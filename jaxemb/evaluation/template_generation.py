@@ -27,6 +27,7 @@ from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import search
 from jaxemb.models import run_dir, t5
 from jaxemb.templates import MASK, SLOT, Template
+from jaxemb.spec import GenerationRun
 
 _SENTINEL = re.compile(r"<extra_id_(\d+)>")
 # Tokens LM-BFF never lets a span take (ids 3, 19794, 22354 of T5's vocabulary: "a single space token, '....' and
@@ -172,7 +173,7 @@ def keep_usable(
   return usable, dropped
 
 
-def run_template_generation(config: Any) -> dict[str, Any]:
+def run_template_generation(config: GenerationRun) -> dict[str, Any]:
   """evaluate.py's `generate_templates` job: templates from T5 (config.generation) written as JSON, then each
   scored on STS-B dev by the template search (config.search.templates_file set to that JSON)."""
   g = config.generation
@@ -212,5 +213,5 @@ def run_template_generation(config: Any) -> dict[str, Any]:
   )
   if not usable:
     raise DataError(f"{g.output_json}: every generated template was dropped ({dict(dropped)})")
-  config.search.templates_file = g.output_json
-  return {**search.run_template_search(config), "generation": {"templates": len(usable), "dropped": dict(dropped)}}
+  scoring = dataclasses.replace(config, search=dataclasses.replace(config.search, templates_file=g.output_json))
+  return {**search.run_template_search(scoring), "generation": {"templates": len(usable), "dropped": dict(dropped)}}

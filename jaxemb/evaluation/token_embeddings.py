@@ -18,6 +18,7 @@ from jaxemb import atomic, storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.methods import static
 from jaxemb.models import run_dir
+from jaxemb.spec import TokenEmbeddingsRun
 
 BIASES = ("frequency", "subword", "case")  # One PNG each: <output_dir>/<rows>_<bias>.png.
 _SPACE = "Ġ"  # Byte-level BPE's mark of a word-initial piece (RoBERTa); WordPiece marks the others with "##".
@@ -97,7 +98,7 @@ def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: storage.P
   plt.close(fig)
 
 
-def run_token_embeddings(config: Any) -> dict[str, Any]:
+def run_token_embeddings(config: TokenEmbeddingsRun) -> dict[str, Any]:
   """evaluate.py's `token_embeddings` job: the three PNGs of config.model.path's token rows and summary.json in
   config.token_embeddings.output_dir; returns the summary."""
   t = config.token_embeddings

@@ -116,7 +116,7 @@ def _train(
   plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
   method = selection.selection_method(config, trainer.objective)
-  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **encoder_options(config))
+  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **encoder_options(config.model, config.eval))
   evaluation = selection.Evaluation(config, checked.evals, encoder, ckpt, meta)
   evaluation.keep_best(state, total_steps)
   before = _score_before_while_compiling(

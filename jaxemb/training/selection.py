@@ -45,7 +45,7 @@ def selection_preprocess(config: TrainingRun) -> common.Preprocess:
   (training_view); with the evaluation method, config.eval's rules."""
   if config.eval.selection == "training_view":
     return common.preprocess(join_tokens=config.eval.join_tokens, add_period=False)
-  return common.preprocess_from_config(config)
+  return common.preprocess_from_config(config.eval)
 
 
 def build_evaluators(config: TrainingRun) -> list[evaluators.Evaluator]:

@@ -16,6 +16,7 @@ from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, WorkdirError
 from jaxemb.methods import base as methods_base
+from jaxemb.spec import EmbedRun
 from tests.support import shared_path
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
@@ -50,7 +51,7 @@ def _config(model, corpus, output, method=None, **embed):
 
 
 def _encoder(config, method):
-  return Encoder.from_pretrained(config.model.path, method, **job.encoder_options(config))
+  return Encoder.from_pretrained(config.model.path, method, **job.encoder_options(EmbedRun.from_config(config)))
 
 
 @pytest.mark.parametrize(
@@ -60,7 +61,7 @@ def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
   tiny_bert, corpus, lines, tmp_path, method, capsys
 ):
   config = _config(tiny_bert, corpus, tmp_path / "out", method, shard_rows=30)
-  summary = job.embed_corpus(config)
+  summary = job.embed_corpus(EmbedRun.from_config(config))
   encoder = _encoder(config, Method.from_config(config.method))
   vectors, ids, manifest = embedding.load(tmp_path / "out")
   assert vectors.shape == (66, 32) and vectors.dtype == np.float32
@@ -77,13 +78,13 @@ def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
   assert re.fullmatch(r"corpus.txt: 66 sentences in [\d.]+ s \([\d,]+/s\)\n", err)  # stderr is no terminal here.
   assert summary["sentences"] == 66 and summary["shards"] == 3
   whole = _config(tiny_bert, corpus, tmp_path / "whole", method, shard_rows=1000)
-  job.embed_corpus(whole)  # One shard: the corpus in one encode call.
+  job.embed_corpus(EmbedRun.from_config(whole))  # One shard: the corpus in one encode call.
   np.testing.assert_array_equal(embedding.load(tmp_path / "whole").vectors[:], encoder.encode(lines))
 
 
 def test_a_run_directory_is_embedded_with_its_own_method(trained_run, corpus, lines, tmp_path):
   config = _config(trained_run, corpus, tmp_path / "out", shard_rows=1000)
-  manifest = job.embed_corpus(config)["manifest"]
+  manifest = job.embed_corpus(EmbedRun.from_config(config))["manifest"]
   encoder = _encoder(config, None)
   assert manifest["method"] == encoder.method.config_fields() and encoder.method.name == "cls_before_pooler"
   np.testing.assert_array_equal(embedding.load(tmp_path / "out").vectors[:], encoder.encode(lines))
@@ -92,7 +93,7 @@ def test_a_run_directory_is_embedded_with_its_own_method(trained_run, corpus, li
 def test_a_sentence_transformers_model_without_a_method_is_embedded_as_its_modules_say(corpus, lines, tmp_path):
   # MiniLM's modules: mean pooling, then Normalize; embed.normalize=False must not undo the latter.
   config = _config(shared_path("models", "all-MiniLM-L6-v2"), corpus, tmp_path / "out", shard_rows=1000)
-  manifest = job.embed_corpus(config)["manifest"]
+  manifest = job.embed_corpus(EmbedRun.from_config(config))["manifest"]
   encoder = _encoder(config, None)
   assert encoder.method.name == "last_avg" and encoder.normalize and manifest["normalized"] is True
   vectors = embedding.load(tmp_path / "out").vectors[:]
@@ -103,24 +104,28 @@ def test_a_sentence_transformers_model_without_a_method_is_embedded_as_its_modul
 
 def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tmp_path, capsys):
   config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
-  job.embed_corpus(config)
+  job.embed_corpus(EmbedRun.from_config(config))
   folder = tmp_path / "out" / "shards"
   written = {path.name: path.read_bytes() for path in folder.iterdir()}
   (folder / "00001.done.json").unlink()  # As a kill between shard 1's vectors and its done record leaves it.
   (folder / "00002.npy").write_bytes(b"damaged")  # Not the digest its done record gives.
   capsys.readouterr()
-  assert job.embed_corpus(config)["sentences"] == 36
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 36
   assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
   assert capsys.readouterr().out.endswith(f"-> {tmp_path}/out (1 of 3 shards were there already)\n")
-  assert job.embed_corpus(config)["sentences"] == 0  # A finished job: nothing to do.
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 0  # A finished job: nothing to do.
 
 
 def test_a_folder_of_another_job_is_refused_naming_what_changed(tiny_bert, corpus, lines, tmp_path):
-  job.embed_corpus(_config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  job.embed_corpus(
+    EmbedRun.from_config(_config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  )
   before = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
   moved = tmp_path / "moved.txt"  # The same text elsewhere is the same corpus.
   moved.write_bytes(corpus.read_bytes())
-  job.embed_corpus(_config(tiny_bert, moved, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  job.embed_corpus(
+    EmbedRun.from_config(_config(tiny_bert, moved, tmp_path / "out", dict(name="last_avg"), shard_rows=30))
+  )
   corpus.write_text("\n".join(["an edited line", *lines[1:]]) + "\n", encoding="utf-8")
   after = hashlib.sha256(corpus.read_bytes()).hexdigest()[:12]
   cases = [
@@ -131,7 +136,7 @@ def test_a_folder_of_another_job_is_refused_naming_what_changed(tiny_bert, corpu
   for method, embed, changed in cases:
     config = _config(tiny_bert, embed.pop("corpus", corpus), tmp_path / "out", method, **embed)
     with pytest.raises(WorkdirError) as raised:
-      job.embed_corpus(config)
+      job.embed_corpus(EmbedRun.from_config(config))
     message = str(raised.value)
     assert message.startswith(f"{tmp_path}/out holds the embeddings of another job (") and "\n" not in message
     assert re.search(changed, message) and message.endswith("or choose another --config.embed.output")
@@ -143,7 +148,7 @@ def test_a_tsv_corpus_with_ids_in_float16_normalized(tiny_bert, lines, tmp_path)
   path.write_text("\n".join(["id\ttext", *rows]) + "\n", encoding="utf-8")
   method, settings = dict(name="last_avg"), dict(format="tsv", id_column="id", dtype="float16", normalize=True)
   config = _config(tiny_bert, path, tmp_path / "out", method, shard_rows=16, **settings)
-  job.embed_corpus(config)
+  job.embed_corpus(EmbedRun.from_config(config))
   vectors, ids, manifest = embedding.load(tmp_path / "out")
   assert vectors.dtype == np.float16 and manifest["normalized"] and (tmp_path / "out/shards/00002.ids.json").is_file()
   assert list(ids[:]) == [row.split("\t")[0] for row in rows]
@@ -160,11 +165,11 @@ def test_whitening_embeds_with_the_state_it_was_fitted(tiny_bert, corpus, lines,
   method = dict(name="whitening", whitened_method="last_avg")
   config = _config(tiny_bert, corpus, tmp_path / "out", method)
   with pytest.raises(ConfigError, match=r"^method 'whitening' encodes with state fitted .*--config.embed.fitted=FILE"):
-    job.embed_corpus(config)
+    job.embed_corpus(EmbedRun.from_config(config))
   encoder = _encoder(config, Method.from_config(config.method))
   methods_base.save_fitted(tmp_path / "fitted.npz", encoder.fit(lines))
   config.embed.fitted = str(tmp_path / "fitted.npz")
-  job.embed_corpus(config)
+  job.embed_corpus(EmbedRun.from_config(config))
   np.testing.assert_array_equal(embedding.load(tmp_path / "out").vectors[:], encoder.encode(lines))
 
 
@@ -173,13 +178,15 @@ def test_a_corpus_and_output_in_a_bucket(tiny_bert, corpus, tmp_path, bucket, mo
   storage.upload(corpus, f"{bucket}/corpus.txt")
   local = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
   remote = _config(tiny_bert, f"{bucket}/corpus.txt", f"{bucket}/out", dict(name="last_avg"), shard_rows=30)
-  job.embed_corpus(local)
-  job.embed_corpus(remote)
+  job.embed_corpus(EmbedRun.from_config(local))
+  job.embed_corpus(EmbedRun.from_config(remote))
   ours, theirs = embedding.load(tmp_path / "out"), embedding.load(f"{bucket}/out")
   np.testing.assert_array_equal(theirs.vectors[:], ours.vectors[:])
   assert theirs.manifest["shards"] == ours.manifest["shards"]
   storage.path(f"{bucket}/out/shards/00001.done.json").unlink()
-  assert job.embed_corpus(remote)["sentences"] == 30  # The bucket's listing tells the whole shards.
+  assert (
+    job.embed_corpus(EmbedRun.from_config(remote))["sentences"] == 30
+  )  # The bucket's listing tells the whole shards.
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 7, 100])
@@ -194,21 +201,21 @@ def test_settings_that_cannot_work_are_one_line(tiny_bert, corpus, tmp_path):
   for method, embed, message in [
     (dict(template=PROMPT), {}, "config.method sets template but no name: set --config.method.name as well"),
     (dict(name="last_avg"), {"output": ""}, "config.embed.output is empty: set --config.embed.output=PATH"),
-    (dict(name="last_avg"), {"shard_rows": 0}, "embed.shard_rows=0: must be a positive int"),
+    (dict(name="last_avg"), {"shard_rows": 0}, "config.embed.shard_rows=0: must be a positive int"),
     (dict(name="last_avg"), {"dtype": "int8"}, "embed.dtype 'int8' is not one of float32, float16"),
   ]:
     config = _config(tiny_bert, corpus, tmp_path / "out", method)
     for key, value in embed.items():
       config.embed[key] = value
     with pytest.raises(ConfigError) as raised:
-      job.embed_corpus(config)
+      job.embed_corpus(EmbedRun.from_config(config))
     assert str(raised.value).startswith(message)
   assert not (tmp_path / "out").exists()
 
 
 def test_the_manifest_records_what_a_rerun_must_match(tiny_bert, corpus, tmp_path):
   config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"))
-  manifest = json.loads(json.dumps(job.embed_corpus(config)["manifest"]))
+  manifest = json.loads(json.dumps(job.embed_corpus(EmbedRun.from_config(config))["manifest"]))
   assert {"format", "model", "method", "dim", "dtype", "normalized", "corpus", "shard_rows", "shards"} < set(manifest)
   identity = job.identity(manifest)
   assert "model" not in identity and "corpus.path" not in identity and identity["corpus.lines"] == 66

@@ -13,6 +13,7 @@ import transformers
 from configs import eval_analysis
 from jaxemb.evaluation import analysis
 from jaxemb.models import load_pretrained, load_tokenizer
+from jaxemb.spec import AnalysisRun
 from tests.support import shared_path
 
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
@@ -159,7 +160,7 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
   config.analysis.scatter_png = str(tmp_path / "stsb.png") if plot else ""
   config.eval.output_json = str(tmp_path / "analysis.json")
 
-  result = analysis.run_analysis(config)
+  result = analysis.run_analysis(AnalysisRun.from_config(config))
 
   assert result["anisotropy_sentences"] == 50 and 0 < result["anisotropy"] < 1
   assert 0 < result["token_embedding_average_cosine"] < 1

@@ -18,6 +18,7 @@ from configs import eval_ditto_analysis
 from jaxemb import tfidf
 from jaxemb.evaluation import ditto_analysis
 from jaxemb.models import Transformer, load_pretrained
+from jaxemb.spec import DittoAnalysisRun
 from tests.support import assert_float32_close, float32_atol, short_senteval, transformer_roundings
 
 SENTENCE = "the quick fox jumps over the dog"
@@ -157,7 +158,7 @@ def test_run_ditto_analysis_on_a_tiny_model(tmp_path, tiny_bert, capsys):
   if importlib.util.find_spec("matplotlib"):
     config.ditto_analysis.impact_png = str(tmp_path / "impact.png")
     config.ditto_analysis.attention_png = str(tmp_path / "attention.png")
-  summary = ditto_analysis.run_ditto_analysis(config)
+  summary = ditto_analysis.run_ditto_analysis(DittoAnalysisRun.from_config(config))
   heads = summary["heads"]
   assert len(heads) == 3 * 4 and [h["stsb_dev"] for h in heads] == sorted((h["stsb_dev"] for h in heads), reverse=True)
   assert [h["sts_test_avg"] is not None for h in heads] == [True] * 2 + [False] * 10
@@ -173,4 +174,4 @@ def test_run_ditto_analysis_needs_an_idf_table(tmp_path, tiny_bert):
   config = _tiny_config(tmp_path, tiny_bert)
   config.ditto_analysis.idf_path = ""
   with pytest.raises(ValueError, match="fit_idf"):
-    ditto_analysis.run_ditto_analysis(config)
+    ditto_analysis.run_ditto_analysis(DittoAnalysisRun.from_config(config))

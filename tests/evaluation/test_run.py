@@ -13,6 +13,7 @@ from configs import eval_baselines, eval_prompt, eval_transfer
 from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
 from jaxemb import xla
+from jaxemb.spec import EvaluationRun
 from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path
 from tests.evaluation_support import STSB, TASKS, FakeEncoder
 
@@ -39,7 +40,8 @@ def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint, c
   family, path = tiny_checkpoint
   template = 'This sentence : "[X]" means [MASK] .' if family == "bert" else "This sentence : ' [X] ' means [MASK] ."
   out = tmp_path / "results.json"
-  summary = run.run_sts(_config(eval_prompt, path, **{"method.template": template, "eval.output_json": str(out)}))
+  config = _config(eval_prompt, path, **{"method.template": template, "eval.output_json": str(out)})
+  summary = run.run_sts(EvaluationRun.from_config(config))
   assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 1186
   assert -100 <= summary["stsb_dev"] <= 100 and summary["compilations"] >= 1
   assert json.loads(out.read_text())["average"] == pytest.approx(summary["average"])
@@ -69,21 +71,21 @@ def test_score_sts_embeds_once_and_reports_dev_apart(capsys):
 def test_bad_configs_are_rejected(tiny_checkpoint, overrides, message):
   _, path = tiny_checkpoint
   with pytest.raises(ValueError, match=message):
-    run.run_sts(_config(eval_prompt, path, **overrides))
+    run.run_sts(EvaluationRun.from_config(_config(eval_prompt, path, **overrides)))
 
 
 def test_ditto_head_out_of_range_is_rejected(tiny_checkpoint):
   _, path = tiny_checkpoint
   config = _config(eval_baselines, path, **{"method.name": "ditto", "method.ditto_head": 12})
   with pytest.raises(ValueError, match="out of range"):
-    run.run_sts(config)
+    run.run_sts(EvaluationRun.from_config(config))
 
 
 def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
   _, path = tiny_checkpoint
   config = _config(eval_baselines, path, **{"data.senteval_dir": str(tmp_path / "nowhere")})
   with pytest.raises(ValueError, match="nowhere"):
-    run.run_sts(config)
+    run.run_sts(EvaluationRun.from_config(config))
 
 
 def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
@@ -147,20 +149,20 @@ def _transfer_config(model_path, **overrides):
   "overrides, message",
   [
     ({"transfer.tasks": "TREC,SST5"}, r"unknown tasks \['SST5'\]"),
-    ({"transfer.mode": "quick"}, r"transfer.mode 'quick'"),
+    ({"transfer.mode": "quick"}, r"^config\.transfer\.mode='quick': must be one of"),
     ({"data.senteval_dir": "/nowhere"}, r"/nowhere/TREC: no such directory"),
   ],
 )
 def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, message):
   with pytest.raises(ValueError, match=message):
-    run.run_transfer(_transfer_config("/no/model/here", **overrides))
+    run.run_transfer(EvaluationRun.from_config(_transfer_config("/no/model/here", **overrides)))
 
 
 def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert, capsys):
   out = tmp_path / "results.json"
   config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out), "eval.progress": False})
   config.job = "sts+transfer"
-  summary = run.run_sts_transfer(config)
+  summary = run.run_sts_transfer(EvaluationRun.from_config(config))
   assert not _ANY_PROGRESS.search(capsys.readouterr().err)  # Quiet: its two encoder calls show nothing.
   assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
   trec = summary["transfer"]["tasks"]["TREC"]
@@ -179,14 +181,14 @@ def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   assert set(json.loads(out.read_text())["tasks"]["MRPC"]) >= {"acc", "f1", "devacc"}
 
 
-def test_a_training_config_embeds_with_its_method_unless_its_model_is_its_run(tiny_bert, trained_run):
-  """evaluate.py --config configs/promptbert.py: on a Hugging Face model, config.method (the prompt), not the
-  model's own pooling; on its trained run directory, the method the run recorded."""
-  from configs import promptbert  # pylint: disable=import-outside-toplevel
-  from jaxemb.methods import Method  # pylint: disable=import-outside-toplevel
+def test_a_method_block_naming_none_embeds_with_the_run_directorys_own(trained_run):
+  """No method named (sweep.py's scoring of a trained run, embed.py's default): on a run directory, the method the
+  run recorded; a method named is used as named."""
+  from configs import eval_common  # pylint: disable=import-outside-toplevel
 
-  config = promptbert.get_config()
-  config.model.path = str(tiny_bert)
-  assert run.encoder_from_config(config).method == Method.from_config(config.method)
-  config.model.path = str(trained_run)
-  assert run.encoder_from_config(config).method.name == "cls_before_pooler"  # The SimCSE run's, not the prompt.
+  config = eval_common.get_config()
+  config.model.path, config.method.name = str(trained_run), ""
+  assert EvaluationRun.from_config(config).method is None
+  assert run.encoder_from_config(EvaluationRun.from_config(config)).method.name == "cls_before_pooler"  # SimCSE's.
+  config.method.name = "last_avg"
+  assert run.encoder_from_config(EvaluationRun.from_config(config)).method.name == "last_avg"

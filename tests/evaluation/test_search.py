@@ -10,6 +10,7 @@ from jaxemb import pooling
 from jaxemb.data import sts as sts_data
 from jaxemb.evaluation import search
 from jaxemb.models import EncoderOutput
+from jaxemb import spec
 from tests.support import assert_float32_close, short_senteval
 
 
@@ -88,7 +89,8 @@ def test_search_jobs_run_on_a_tiny_model(tmp_path, tiny_bert, module):
   config.eval.output_json = str(tmp_path / "search.json")
   if module is search_template:
     config.search.relations, config.search.wrappers = ("", "means"), ('This sentence : "[X]"',)
-  summary = (search.run_ditto_search if module is search_ditto else search.run_template_search)(config)
+  run = spec.EVALUATION_JOBS[config.job].from_config(config)
+  summary = (search.run_ditto_search if module is search_ditto else search.run_template_search)(run)
   expected = 3 * 4 if module is search_ditto else 3  # Tiny BERT: 3 layers x 4 heads.
   assert len(summary["candidates"]) == expected
   assert summary["best"]["stsb_dev"] == max(c["stsb_dev"] for c in summary["candidates"])

@@ -11,6 +11,7 @@ from jaxemb.data import wordnet
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import search
 from jaxemb.evaluation import template_generation as tg
+from jaxemb.spec import GenerationRun
 from tests.support import shared_path
 from tests.t5_support import t5_tokenizer, write_tiny_t5
 
@@ -106,7 +107,7 @@ def test_generate_templates_job_end_to_end(tmp_path, tiny_senteval, capsys):
   config.data.senteval_dir = str(tiny_senteval)
   config.eval.length_multiple = 64  # One shape: compiling dominates on 24 pairs.
   config.eval.output_json = str(tmp_path / "ranked.json")
-  summary = tg.run_template_generation(config)
+  summary = tg.run_template_generation(GenerationRun.from_config(config))
   written = json.loads((tmp_path / "templates.json").read_text())
   templates = [t["template"] for t in written["templates"]]
   assert written["pairs"] == 3 and len(templates) == 3 and sum(written["dropped"].values()) == 5
@@ -121,13 +122,13 @@ def test_bad_generation_inputs_are_named(tmp_path):
   config = generate_templates.get_config()
   config.generation.pairs = str(tmp_path / "absent.tsv")
   with pytest.raises(DataError, match="absent.tsv: no such file or directory"):
-    tg.run_template_generation(config)
+    tg.run_template_generation(GenerationRun.from_config(config))
   config.generation.num_beams = 1
   with pytest.raises(ConfigError, match="num_beams"):
-    tg.run_template_generation(config)
+    tg.run_template_generation(GenerationRun.from_config(config))
   config.generation.formats = ("[X] <extra_id_0> [MASK] <extra_id_0>",)
   with pytest.raises(ConfigError, match="in order"):
-    tg.run_template_generation(config)
+    tg.run_template_generation(GenerationRun.from_config(config))
 
 
 def test_a_templates_file_that_is_not_one_is_named(tmp_path):

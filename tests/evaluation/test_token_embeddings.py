@@ -10,6 +10,7 @@ from configs import eval_token_embeddings
 from jaxemb import storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import token_embeddings
+from jaxemb.spec import TokenEmbeddingsRun
 from jaxemb.testing.checkpoints import write_random_checkpoint
 
 
@@ -47,12 +48,13 @@ def untied(tmp_path_factory):
 
 
 def _config(model, out, corpus, rows="mlm_decoder"):
+  """The job's spec, as evaluate.py builds it from configs/eval_token_embeddings.py with these fields."""
   config = eval_token_embeddings.get_config()
   config.model.path = str(model)
   config.token_embeddings = ml_collections.ConfigDict(
     dict(rows=rows, corpus_file=str(corpus), max_lines=0, output_dir=str(out))
   )
-  return config
+  return TokenEmbeddingsRun.from_config(config)
 
 
 def test_job_writes_one_png_per_bias_and_refuses_bad_input(tmp_path, untied, tiny_bert):

@@ -14,6 +14,7 @@ from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import EvaluationRun
 from tests.support import assert_float32_close, short_sts_job, transformer_roundings
 
 SENTENCES = ["a man is playing a guitar .", "a woman slices an onion", "hello", "the dog runs after the ball"]
@@ -72,7 +73,7 @@ def test_a_fitting_method_encodes_once_fitted(tiny_bert, centered, tmp_path):
 
 def test_the_sts_job_fits_on_the_test_tasks_and_keeps_the_state(tiny_bert, centered, tmp_path, capsys):
   config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="toy_centered")
-  summary = run.run_sts(config)
+  summary = run.run_sts(EvaluationRun.from_config(config))
   assert summary["fitted_on"] == "the 72 distinct sentences of the test tasks STSBenchmark"
   assert "toy_centered: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in capsys.readouterr().out
   fitted = base.read_fitted(tmp_path / "sts.npz")

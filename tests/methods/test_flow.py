@@ -15,6 +15,7 @@ from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.methods import flow as flow_method
 from jaxemb.models import flow
+from jaxemb.spec import EvaluationRun
 from tests.support import assert_float32_close, short_sts_job, short_stsb_test_sentences, transformer_roundings
 
 CONFIG = flow.FlowConfig()  # The authors' 3 levels of 3 steps, coupling width 32.
@@ -173,7 +174,7 @@ def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_
   config = short_sts_job(
     tiny_bert, tmp_path / "sts.json", name="flow", flowed_method="last_avg", flow_batch_size=16, flow_epochs=2
   )
-  summary = run.run_sts(config)
+  summary = run.run_sts(EvaluationRun.from_config(config))
   out = capsys.readouterr().out
   assert "flow: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
   assert "| STSBenchmark | test  |" in out and summary["method"]["flowed_method"] == "last_avg"

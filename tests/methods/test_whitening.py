@@ -13,6 +13,7 @@ from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.models import run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import EvaluationRun
 from tests.support import (
   EPS32,
   assert_float32_close,
@@ -195,7 +196,7 @@ def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
 
 def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
   config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="whitening", whitened_method="first_last_avg")
-  summary = run.run_sts(config)
+  summary = run.run_sts(EvaluationRun.from_config(config))
   out = capsys.readouterr().out
   assert "whitening: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
   assert "| STSBenchmark | test  |" in out and summary["method"]["whitened_method"] == "first_last_avg"
@@ -296,7 +297,7 @@ def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, senten
   config = short_sts_job(
     checkpoint, tmp_path / "sts.json", name="whitening", whitened_method="last_avg", whitening_dims=16
   )
-  run.run_sts(config)
+  run.run_sts(EvaluationRun.from_config(config))
   assert (
     export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"), "--out", str(tmp_path / "st")])
     == 0

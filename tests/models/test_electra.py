@@ -15,6 +15,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.spec import EvaluationRun
 from tests.support import assert_float32_close, assert_same_params, shared_path, short_senteval, transformer_roundings
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
 
@@ -187,5 +188,5 @@ def test_eval_ditto_config_runs_sts(electra):
   config.data.senteval_dir = str(short_senteval())  # STS-B's first 40 test pairs: the job runs, not a good score.
   config.eval.tasks = "STSBenchmark"
   config.eval.length_multiple = 32
-  summary = run.run_sts(config)
+  summary = run.run_sts(EvaluationRun.from_config(config))
   assert summary["tasks"]["STSBenchmark"]["pairs"] == 40 and -100 <= summary["average"] <= 100
