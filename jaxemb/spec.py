@@ -1,17 +1,20 @@
-"""The typed run spec: what a training run is, as frozen dataclasses built once from its ml_collections config.
+"""The typed run specs: what a command runs, as frozen dataclasses built once from its ml_collections config.
 
 A config file stays the user's form (configs/*.py, `--config.train.batch_size=8` on the command line); the command
-turns it into a `TrainingRun` (`TrainingRun.from_config`) and the library takes that, never the dict. Each block of
-the config is a dataclass here: every field with its type and its doc (`python train.py --config FILE --help`
-lists them, `field_docs`), and no default: the config files hold the values, once. Building a block refuses, in one
-line naming the field, a field the block does not have (a typo in a config file), one it lacks, a value of the wrong
-type and one outside the field's bounds; the checks that need the model, the devices or the files (preflight) come
-after. (maxtext `src/MaxText/configs/types.py`: typed, validated sections; flax examples/lm1b: one config object
-built at the entry.)
+turns it into its spec (`TrainingRun.from_config` in train.py and sweep.py, the job's `EVALUATION_JOBS` class in
+evaluate.py, `EmbedRun` in embed.py) and the library takes that, never the dict. Each block of a config is a
+dataclass here: every field with its type and its doc (a command's `--help` lists them with a config file:
+`field_docs`), and no default: the config files hold the values, once. Building a block refuses, in one line naming
+the field, a field the block does not have (a typo in a config file), one it lacks, a value of the wrong type and one
+outside the field's bounds; the checks that need the model, the devices or the files come after (preflight, the
+jobs). (maxtext `src/MaxText/configs/types.py`: typed, validated sections; flax examples/lm1b: one config object
+built at the entry; big_vision's evaluators: a block holds only its type's fields, so each evaluation job with a
+block of its own is a subclass adding it.)
 
-`config.method` becomes the `Method` it names (jaxemb/methods/); `config.evals` stays a plain mapping of blocks,
-built into evaluators with their data (jaxemb/evaluation/evaluators/). `leaves` flattens a spec into the dotted
-fields of its config, the names its run's fingerprint records.
+`config.method` becomes the `Method` it names (jaxemb/methods/), or None for a block naming none (a run directory's
+own method); `config.evals` stays a plain mapping of blocks, built into evaluators with their data
+(jaxemb/evaluation/evaluators/). `leaves` flattens a spec into the dotted fields of its config, the names a run's
+fingerprint records.
 """
 
 from __future__ import annotations
