@@ -1,4 +1,5 @@
-"""Fields shared by every evaluation config; the eval_*.py files set the method."""
+"""Fields shared by every evaluation config; the eval_*.py files set the method. Each field's type and meaning:
+jaxemb/spec.py, or `python evaluate.py --config FILE --help`."""
 
 import os
 
@@ -36,31 +37,25 @@ def eval_config() -> ml_collections.ConfigDict:
   """config.eval, the same block in evaluation and training configs: which STS tasks, the sentence rules and how
   the encoder batches (evaluate.py's jobs, training's evaluators, sweep.py's scoring of a trained run)."""
   block = ml_collections.ConfigDict()
-  block.tasks = STS_TASKS  # Comma-separated; STS-B dev is always reported as well.
-  block.join_tokens = True  # SentEval's files are pre-tokenised: whitespace-split and re-join.
-  block.add_period = False  # Append "." to sentences without final punctuation (prompt methods).
-  block.batch_size = 64  # Sentences per encoder call.
-  block.length_multiple = 4  # Bucket rows to a multiple of this many tokens (padding vs compilations).
-  block.max_sentence_tokens = 0  # Truncate sentences to this many tokens; 0 = no truncation.
-  block.output_json = ""  # Where evaluate.py's job writes its results as JSON; "" = print only.
-  # Show the encoding of the sts and transfer jobs (and sweep.py's scoring) on stderr: the tasks, sentences done of
-  # all, sentences/s, time left on a terminal's bar; where stderr is no terminal (nohup, CI logs) a line every
-  # 30 s and one once each encoder call is done. False: quiet. Training's own evaluations keep their bar on a
-  # terminal only.
+  block.tasks = STS_TASKS
+  block.join_tokens = True  # SentEval's files are pre-tokenised (SimCSE's evaluation.py re-joins them).
+  block.add_period = False
+  block.batch_size = 64
+  block.length_multiple = 4  # Padding against compiled shapes: jaxemb.encode.Encoder measures both.
+  block.max_sentence_tokens = 0
+  block.output_json = ""
   block.progress = True
   return block
 
 
 def get_config():
   config = ml_collections.ConfigDict()
-  # What evaluate.py runs: sts, transfer, sts+transfer, analysis, template_search, ditto_search, ditto_analysis
-  # or fit_idf.
   config.job = "sts"
-  config.compilation_cache_dir = "~/.cache/jaxemb/xla"  # Persistent XLA compilation cache ("": none).
+  config.compilation_cache_dir = "~/.cache/jaxemb/xla"
 
   config.model = ml_collections.ConfigDict()
-  config.model.path = "bert-base-uncased"  # Hugging Face hub id or local directory of a HF checkpoint.
-  config.model.dtype = "float32"  # Compute dtype: float32, or bfloat16 (accelerators; CPUs with AVX512-BF16 or AMX).
+  config.model.path = "bert-base-uncased"
+  config.model.dtype = "float32"
 
   config.method = method_config("cls_before_pooler")  # One of jaxemb.methods.names(); the eval_*.py files set it.
 
@@ -71,9 +66,7 @@ def get_config():
 
   # The SentEval transfer tasks (jobs transfer and sts+transfer in jaxemb.evaluation.run; jaxemb.evaluation.transfer).
   config.transfer = ml_collections.ConfigDict()
-  config.transfer.tasks = TRANSFER_TASKS  # Comma-separated, of jaxemb.data.transfer.TASKS.
-  # Classifier settings of SimCSE's evaluation.py: "test" (the papers' numbers: 10 folds, Adam, batch 64,
-  # tenacity 5, epoch size 4) or "fasttest" (5 folds, RMSprop, batch 128, tenacity 3, epoch size 2).
-  config.transfer.mode = "test"
-  config.transfer.seed = 1111  # SentEval's seed: classifier init, batch order, validation split, k-fold folds.
+  config.transfer.tasks = TRANSFER_TASKS
+  config.transfer.mode = "test"  # The papers' numbers.
+  config.transfer.seed = 1111  # SentEval's.
   return config
