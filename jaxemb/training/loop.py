@@ -151,14 +151,8 @@ def _run_steps(run: _Steps, state: train_state.TrainState, steps: Iterator[tuple
   """The steps of `steps` ((step, placed batch) pairs) from `state`, up to trainer.steps_per_call a call, with their
   evaluations and saves; the last state. A call's metrics are read once the next call is queued (no host sync per
   call); a clean stop (preemption, Ctrl-C) saves the state at the end of the call and raises Preempted."""
-  config, trainer, evaluation, recorder, total_steps = (
-    run.config,
-    run.trainer,
-    run.evaluation,
-    run.recorder,
-    run.total_steps,
-  )
-  is_save_step = lambda done: done % config.train.save_every == 0 or done == total_steps
+  trainer, evaluation, recorder, total_steps = run.trainer, run.evaluation, run.recorder, run.total_steps
+  is_save_step = lambda done: done % run.config.train.save_every == 0 or done == total_steps
   ends_call = lambda done: is_save_step(done) or bool(evaluation.due(done, total_steps))
   pending = None  # The last call's (first step done, steps, metrics), not read yet.
   for call in _calls(steps, trainer.steps_per_call, ends_call):
