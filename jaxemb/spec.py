@@ -52,6 +52,7 @@ def one_of(choices: Any) -> Rule:
 
 
 def positive(unit: str) -> Rule:
+  """A number above 0, said as "a positive number of `unit`"."""
   return lambda value: None if value > 0 else f"must be a positive number of {unit}"
 
 
