@@ -3,8 +3,10 @@ can act on printed as one line (`error: <message>`, exit status 1, no traceback)
 --help and --print_config.
 
 --help (or -h) lists the command's flags, the config files it takes (by kind: `config_kind`) and, with --config
-FILE, that file's fields and their defaults, then exits with status 0 (absl's own --help exits with 1 and lists
-only the flags the script itself defines). --print_config prints the config a command would run with, overrides
+FILE, that file's fields and their defaults (each with its type and doc where the file builds a typed spec:
+jaxemb/spec.py), then exits with status 0 (absl's own --help exits with 1 and lists only the flags the script itself
+defines). The commands build their spec from the config themselves (`<Spec>.from_config`), so a field the spec
+refuses is one line too. --print_config prints the config a command would run with, overrides
 applied, and exits.
 
 A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
