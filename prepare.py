@@ -11,8 +11,9 @@ the first fetched and fetches nothing. See jaxemb/data/prepare.py.
 
 from absl import flags
 
-from jaxemb import cli
+from jaxemb import cli, spec
 from jaxemb.data import prepare
+from jaxemb.errors import ConfigError
 
 _CONFIG = cli.define_config("Training or evaluation config file (configs/*.py).")
 _SOURCE = flags.DEFINE_string(
@@ -23,7 +24,12 @@ _SOURCE = flags.DEFINE_string(
 
 
 def main(config):
-  for path, done in prepare.prepare(config, source=_SOURCE.value).items():
+  typed = spec.spec_class(config)
+  if typed is None or typed is spec.EmbedRun:
+    raise ConfigError(
+      f"prepare.py takes a training config or an evaluation config with one of the jobs {sorted(spec.EVALUATION_JOBS)}"
+    )
+  for path, done in prepare.prepare(typed.from_config(config), source=_SOURCE.value).items():
     print(f"{path}: {done}")
 
 

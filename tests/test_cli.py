@@ -281,3 +281,16 @@ def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():
   assert not shown("absl", logging.INFO) and not shown("jax._src.xla_bridge", logging.INFO)
   assert shown("absl", logging.WARNING) and shown("jax._src.xla_bridge", logging.ERROR)
   assert shown("jaxemb.data.corpus", logging.INFO) and shown("root", logging.INFO)
+
+
+def test_a_config_file_typo_and_a_config_prepare_cannot_take_are_one_line(tmp_path):
+  """A field a config file sets that its block lacks is refused when the command builds its spec (ml_collections
+  checks only the command line's overrides); prepare.py names the configs it takes."""
+  (tmp_path / "typo.py").write_text(
+    "from configs import eval_prompt\n\n\ndef get_config():\n  config = eval_prompt.get_config()\n"
+    "  config.eval.batchsize = 8\n  return config\n"
+  )
+  message = _one_error_line(*_run("evaluate.py", "--config", str(tmp_path / "typo.py")))
+  assert message == "config.eval.batchsize: no such field (did you mean 'batch_size'?)"
+  message = _one_error_line(*_command("prepare.py", "embed.py"))
+  assert message.startswith("prepare.py takes a training config or an evaluation config with one of the jobs [")

@@ -52,6 +52,7 @@ from jaxemb import atomic, storage
 from jaxemb.errors import DataError, UserError
 from jaxemb.models import EncoderConfig, hf
 from jaxemb.models import run_dir
+from jaxemb.spec import AnalysisRun, Architecture, EvaluationRun, TrainingRun
 
 logger = logging.getLogger(__name__)
 
@@ -112,15 +113,15 @@ class Need:
   folders: tuple[str, ...] = ()
 
 
-def needs(config: Any) -> list[Need]:
-  """The data a config reads (not the model), each path once."""
+def needs(config: TrainingRun | EvaluationRun) -> list[Need]:
+  """The data a run reads (not the model), each path once."""
   found = []
-  if "train_file" in config.data:  # A training config: the corpus, and STS-B dev for model selection.
+  if isinstance(config, TrainingRun):  # The corpus, and STS-B dev for model selection.
     if config.data.format not in _CORPUS_BY_FORMAT:
       raise PrepareError(f"config.data.format {config.data.format!r} is not one of {sorted(_CORPUS_BY_FORMAT)}")
     found.append(Need(_CORPUS_BY_FORMAT[config.data.format], storage.path(config.data.train_file)))
     found.append(_senteval(config.data.senteval_dir, ["STSBenchmark"]))
-  elif config.data.get("source", "senteval") != "senteval":
+  elif config.data.source != "senteval":
     logger.warning(
       "config.data.source=%r: the SemEval releases under %s are not fetched by prepare.py",
       config.data.source,
@@ -130,10 +131,10 @@ def needs(config: Any) -> list[Need]:
     tasks = []
     if config.job != "transfer":  # STS-B dev is reported (or searched on) by every STS job.
       tasks += [*_split(config.eval.tasks), "STSBenchmark"]
-    if "transfer" in config.job:
+    if "transfer" in config.job and config.transfer is not None:
       tasks += _split(config.transfer.tasks)
     found.append(_senteval(config.data.senteval_dir, tasks))
-  if "analysis" in config and config.analysis.sample_file:
+  if isinstance(config, AnalysisRun) and config.analysis.sample_file:
     found.append(Need("wiki1m", storage.path(config.analysis.sample_file)))
   return list({need.path: need for need in found}.values())
 
@@ -150,12 +151,15 @@ def _senteval(path: str, tasks: Iterable[str]) -> Need:
 
 
 def prepare(
-  config: Any, source: str | os.PathLike | None = None, manifest: Mapping[str, Artifact] = MANIFEST, retries: int = 3
+  config: TrainingRun | EvaluationRun,
+  source: str | os.PathLike | None = None,
+  manifest: Mapping[str, Artifact] = MANIFEST,
+  retries: int = 3,
 ) -> dict[str, str]:
   """Makes everything `config` reads exist and checks it; returns {path: what was done}.
 
   Args:
-    config: a training or evaluation config (configs/*.py).
+    config: a training run's or an evaluation's spec (configs/*.py, built by jaxemb.spec).
     source: a local folder to copy the data from instead of downloading it (offline); None = the public URLs.
     manifest: where each file is downloaded from and its known size and sha256 (MANIFEST; tests point it at a
       local server).
@@ -175,7 +179,7 @@ def prepare(
   for need in wanted:
     prepare_one = _prepare_senteval if need.key == "senteval" else _prepare_file
     done[str(need.path)] = prepare_one(need, manifest[need.key], source, retries)
-  if config.model.get("architecture"):
+  if isinstance(config, TrainingRun) and config.model.architecture is not None:
     done[str(config.model.path)] = prepare_architecture(
       config.model.path, config.model.architecture, config.model.tie_word_embeddings
     )
@@ -184,13 +188,13 @@ def prepare(
   return done
 
 
-def prepare_architecture(path: str, architecture: Any, tie_word_embeddings: bool | None = None) -> str:
+def prepare_architecture(path: str, architecture: Architecture, tie_word_embeddings: bool | None = None) -> str:
   """Writes the model directory of a run from scratch (configs/pretrain_mlm.py): config.json from the config's
   `model.architecture` (the BERT fields, the vocabulary size the tokenizer's) and `model.tie_word_embeddings` (None:
   HF's default, tied), and the tokenizer files of `architecture.tokenizer`, no weights (`hf.write_architecture`:
   `hf.load_pretrained` initialises them). A directory already there must hold the same architecture."""
   tokenizer = hf.load_tokenizer(architecture.tokenizer)
-  fields = {k: v for k, v in architecture.items() if k != "tokenizer"}
+  fields = {k: v for k, v in dataclasses.asdict(architecture).items() if k != "tokenizer"}
   if tie_word_embeddings is not None:
     fields["tie_word_embeddings"] = tie_word_embeddings
   config = EncoderConfig(model_type="bert", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **fields)

@@ -19,6 +19,7 @@ from jaxemb import storage
 from jaxemb.data import prepare, sts
 from jaxemb.errors import DataError
 from jaxemb.models import hf
+from jaxemb import spec
 from tests.support import shared_path
 
 WIKI = b"".join(b"sentence number %d of the corpus .\n" % i for i in range(300))
@@ -136,6 +137,11 @@ def _train_config(module, tmp_path, model, train_file):
   return config
 
 
+def _spec(config):
+  """The run spec prepare.py builds from `config`."""
+  return spec.spec_class(config).from_config(config)
+
+
 def _assert_senteval(root):
   for name, data in SENTEVAL.items():
     assert (root / name).read_bytes() == data
@@ -145,7 +151,7 @@ def test_download_checks_records_and_a_second_run_fetches_nothing(tmp_path, serv
   manifest, handler = server
   config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
   data = tmp_path / "data"
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert sorted(name for name, _ in handler.requests) == ["senteval.tar", "wiki1m_for_simcse.txt"]  # No NLI.
   assert done[str(data / "wiki1m_for_simcse.txt")].startswith("fetched from http://127.0.0.1")
   assert (data / "wiki1m_for_simcse.txt").read_bytes() == WIKI
@@ -163,7 +169,7 @@ def test_download_checks_records_and_a_second_run_fetches_nothing(tmp_path, serv
   assert set(senteval_lock["files"]) == set(SENTEVAL)
 
   mtimes = {p: p.stat().st_mtime_ns for p in data.rglob("*")}
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert len(handler.requests) == 2
   assert done[str(data / "wiki1m_for_simcse.txt")] == "verified"
   assert done[str(data / "senteval")] == f"verified ({len(SENTEVAL)} files)"
@@ -178,9 +184,9 @@ def test_interrupted_download_resumes_with_range(tmp_path, server, model, retrie
   wiki = tmp_path / "data" / "wiki1m_for_simcse.txt"
   if not retries:
     with pytest.raises(prepare.PrepareError, match=r"keeps the 1000 bytes received, and running again resumes"):
-      prepare.prepare(config, manifest=manifest, retries=0)
+      prepare.prepare(_spec(config), manifest=manifest, retries=0)
     assert not wiki.exists() and wiki.with_name(wiki.name + ".part").stat().st_size == 1000
-  prepare.prepare(config, manifest=manifest, retries=retries)
+  prepare.prepare(_spec(config), manifest=manifest, retries=retries)
   assert [r for r in handler.requests if r[0] == wiki.name] == [(wiki.name, None), (wiki.name, "bytes=1000-")]
   assert wiki.read_bytes() == WIKI
   assert not wiki.with_name(wiki.name + ".part").exists()
@@ -192,7 +198,7 @@ def test_part_file_left_by_a_killed_run_is_continued(tmp_path, server, model, ha
   config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
   (tmp_path / "data").mkdir()
   (tmp_path / "data" / "wiki1m_for_simcse.txt.part").write_bytes(WIKI[:have])
-  prepare.prepare(config, manifest=manifest)
+  prepare.prepare(_spec(config), manifest=manifest)
   assert ("wiki1m_for_simcse.txt", f"bytes={have}-") in handler.requests  # 416 when nothing is left: kept whole.
   assert (tmp_path / "data" / "wiki1m_for_simcse.txt").read_bytes() == WIKI
 
@@ -210,7 +216,7 @@ def test_corrupted_download_is_rejected(tmp_path, server, model, field):
     match=rf"{re.escape(str(nli))}: {field} mismatch \(from http.*\): "
     rf"expected {wrong}, got {actual}; moved to .*\.corrupt",
   ):
-    prepare.prepare(config, manifest=manifest)
+    prepare.prepare(_spec(config), manifest=manifest)
   assert not nli.exists() and not nli.with_name(nli.name + ".lock.json").exists()
   assert nli.with_name(nli.name + ".corrupt").read_bytes() == NLI
 
@@ -218,7 +224,7 @@ def test_corrupted_download_is_rejected(tmp_path, server, model, field):
 def test_file_changed_after_fetching_is_rejected_then_fetched_again(tmp_path, server, model):
   manifest, handler = server
   config = _train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")
-  prepare.prepare(config, manifest=manifest)
+  prepare.prepare(_spec(config), manifest=manifest)
   wiki, dev = tmp_path / "data" / "wiki1m_for_simcse.txt", tmp_path / "data" / "senteval/STS/STSBenchmark/sts-dev.csv"
   wiki.write_bytes(WIKI.replace(b"number", b"NUMBER"))
   with pytest.raises(
@@ -226,11 +232,11 @@ def test_file_changed_after_fetching_is_rejected_then_fetched_again(tmp_path, se
     match=rf"{re.escape(str(wiki))}: sha256 mismatch \(since it was fetched\): "
     rf"expected {hashlib.sha256(WIKI).hexdigest()}, got [0-9a-f]{{64}}",
   ):
-    prepare.prepare(config, manifest=manifest)
+    prepare.prepare(_spec(config), manifest=manifest)
   dev.write_bytes(b"x")
   with pytest.raises(prepare.PrepareError, match=rf"{re.escape(str(dev))}: size mismatch .*expected \d+, got 1"):
-    prepare.prepare(config, manifest=manifest)
-  prepare.prepare(config, manifest=manifest)  # Both were moved aside: fetched anew.
+    prepare.prepare(_spec(config), manifest=manifest)
+  prepare.prepare(_spec(config), manifest=manifest)  # Both were moved aside: fetched anew.
   assert wiki.read_bytes() == WIKI
   _assert_senteval(tmp_path / "data" / "senteval")
   assert [name for name, _ in handler.requests].count("wiki1m_for_simcse.txt") == 2
@@ -253,9 +259,11 @@ def test_offline_copy_from_a_local_folder(tmp_path, server, model, senteval):
     (source / "senteval.tar").write_bytes(_tar(SENTEVAL, prefix="downstream/"))
     manifest["senteval"] = dataclasses.replace(manifest["senteval"], size=None, sha256=None)
   data = tmp_path / "data"
-  prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_sample.txt"), source=source, manifest=manifest)
   prepare.prepare(
-    _train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv"), source=source, manifest=manifest
+    _spec(_train_config(promptbert, tmp_path, model, "wiki1m_sample.txt")), source=source, manifest=manifest
+  )
+  prepare.prepare(
+    _spec(_train_config(promptbert_sup, tmp_path, model, "nli_for_simcse.csv")), source=source, manifest=manifest
   )
   assert not handler.requests
   assert (data / "wiki1m_sample.txt").read_bytes() == WIKI[:700]
@@ -265,7 +273,7 @@ def test_offline_copy_from_a_local_folder(tmp_path, server, model, senteval):
     source / "nli" / "nli_for_simcse.csv"
   )
   with pytest.raises(prepare.PrepareError, match=r"no wiki1m_for_simcse.txt under .*source or its subfolders"):
-    prepare.prepare(_train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt"), source=source)
+    prepare.prepare(_spec(_train_config(promptbert, tmp_path, model, "wiki1m_for_simcse.txt")), source=source)
 
 
 def test_evaluation_config_fetches_senteval_only(tmp_path, server, model):
@@ -274,7 +282,7 @@ def test_evaluation_config_fetches_senteval_only(tmp_path, server, model):
   config.model.path = model
   config.eval.tasks = STS_TASKS
   config.data.senteval_dir = str(tmp_path / "senteval")
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert [name for name, _ in handler.requests] == ["senteval.tar"]
   assert list(done) == [str(tmp_path / "senteval"), model]
   _assert_senteval(tmp_path / "senteval")
@@ -288,7 +296,7 @@ def test_data_already_in_place_is_kept_unverified(tmp_path, server, model):
   config.data.senteval_dir = str(tmp_path / "senteval")
   for folder in ("STS/STS12-en-test", "STS/STSBenchmark", "SICK"):
     (tmp_path / "senteval" / folder).mkdir(parents=True)
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert done[str(tmp_path / "senteval")].startswith("present (not fetched by prepare.py")
   assert not handler.requests
 
@@ -308,7 +316,7 @@ def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(
   storage.upload(pathlib.Path(model), f"{bucket}/models/m")
   config = _train_config(promptbert, tmp_path, f"{bucket}/models/m", "wiki1m_for_simcse.txt")
   config.data.train_file, config.data.senteval_dir = wiki, f"{data}/senteval"
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert done[wiki].startswith("fetched from http://127.0.0.1")
   assert done[f"{bucket}/models/m"] == f"model in {bucket}/models/m"
   listed = storage.objects(data)
@@ -331,7 +339,7 @@ def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(
     return open_object(fs, path, *args, **kwargs)
 
   monkeypatch.setattr(gcsfs.GCSFileSystem, "_open", _open)
-  done = prepare.prepare(config, manifest=manifest)
+  done = prepare.prepare(_spec(config), manifest=manifest)
   assert (done[wiki], done[f"{data}/senteval"]) == ("verified", f"verified ({len(SENTEVAL)} files)")
   assert len(handler.requests) == 2 and storage.objects(data) == listed
   assert opened and all(name.endswith((".lock.json", "/config.json")) for name in opened), opened
@@ -343,8 +351,8 @@ def test_into_a_bucket_staged_uploaded_and_verified_again_from_the_listing(
     match=rf"^{wiki}: md5 mismatch \(since it was fetched\): expected "
     rf"{hashlib.md5(WIKI).hexdigest()}, got [0-9a-f]{{32}}; moved to {wiki}\.corrupt \(running",
   ):
-    prepare.prepare(config, manifest=manifest)
-  prepare.prepare(config, manifest=manifest)
+    prepare.prepare(_spec(config), manifest=manifest)
+  prepare.prepare(_spec(config), manifest=manifest)
   assert [name for name, _ in handler.requests] == ["wiki1m_for_simcse.txt", "senteval.tar"] * 2
   assert storage.path(wiki).read_bytes() == WIKI and storage.path(f"{wiki}.corrupt").is_file()
   assert (
@@ -368,12 +376,12 @@ def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model
   config = eval_prompt.get_config()
   config.model.path, config.eval.tasks, config.data.senteval_dir = f"{bucket}/m", STS_TASKS, f"{bucket}/senteval"
   with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m holds no config.json: not a Hugging Face model folder"):
-    prepare.prepare(config, source=source)
+    prepare.prepare(_spec(config), source=source)
   storage.upload(pathlib.Path(model) / "config.json", f"{bucket}/m/config.json")
   with pytest.raises(hf.CheckpointError, match=rf"^{bucket}/m: no weights found \(looked for model.safetensors"):
-    prepare.prepare(config, source=source)
+    prepare.prepare(_spec(config), source=source)
   storage.upload(pathlib.Path(model), f"{bucket}/m")
-  assert prepare.prepare(config, source=source) == {
+  assert prepare.prepare(_spec(config), source=source) == {
     f"{bucket}/senteval": f"verified ({len(SENTEVAL)} files)",
     f"{bucket}/m": f"model in {bucket}/m",
   }
@@ -473,11 +481,11 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
   config.model.architecture.tokenizer = str(shared_path("tokenizers", "bert-base-uncased"))
   config.model.architecture.hidden_size = 16
   assert "written" in prepare.prepare_architecture(
-    config.model.path, config.model.architecture, config.model.tie_word_embeddings
+    config.model.path, spec.Architecture.from_config(config.model.architecture), config.model.tie_word_embeddings
   )
   assert not hf.has_weights(tmp_path / "arch") and (tmp_path / "arch" / "tokenizer_config.json").is_file()
   assert "already written" in prepare.prepare_architecture(
-    config.model.path, config.model.architecture, config.model.tie_word_embeddings
+    config.model.path, spec.Architecture.from_config(config.model.architecture), config.model.tie_word_embeddings
   )
   with caplog.at_level(logging.INFO):
     model_config, params = hf.load_pretrained(tmp_path / "arch")
@@ -485,10 +493,12 @@ def test_architecture_of_a_run_from_scratch_is_written_once_and_initialised_as_h
   assert not model_config.tie_word_embeddings and model_config.vocab_size == 30522
   assert params["mlm_head"]["decoder"].shape == (16, 30522) and "pooler" in params
   with pytest.raises(prepare.PrepareError, match="holds another architecture"):  # The same, tied.
-    prepare.prepare_architecture(config.model.path, config.model.architecture)
+    prepare.prepare_architecture(config.model.path, spec.Architecture.from_config(config.model.architecture))
   config.model.architecture.num_hidden_layers = 3
   with pytest.raises(prepare.PrepareError, match="holds another architecture"):
-    prepare.prepare_architecture(config.model.path, config.model.architecture, config.model.tie_word_embeddings)
+    prepare.prepare_architecture(
+      config.model.path, spec.Architecture.from_config(config.model.architecture), config.model.tie_word_embeddings
+    )
 
 
 def test_architecture_of_a_run_from_scratch_is_written_into_a_bucket(bucket, tmp_path, monkeypatch):
@@ -497,6 +507,8 @@ def test_architecture_of_a_run_from_scratch_is_written_into_a_bucket(bucket, tmp
   monkeypatch.chdir(tmp_path)
   architecture = pretrain_mlm.get_config().model.architecture
   architecture.tokenizer, architecture.hidden_size = str(shared_path("tokenizers", "bert-base-uncased")), 16
-  assert "written to" in prepare.prepare_architecture(f"{bucket}/arch", architecture)
-  assert "already written" in prepare.prepare_architecture(f"{bucket}/arch", architecture)
+  assert "written to" in prepare.prepare_architecture(f"{bucket}/arch", spec.Architecture.from_config(architecture))
+  assert "already written" in prepare.prepare_architecture(
+    f"{bucket}/arch", spec.Architecture.from_config(architecture)
+  )
   assert hf.read_config(storage.path(f"{bucket}/arch")).hidden_size == 16 and not list(tmp_path.glob("gs:*"))

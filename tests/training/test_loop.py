@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxemb import export, sharding
+from jaxemb import export, sharding, spec
 from jaxemb.data import corpus
 from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
@@ -239,7 +239,8 @@ def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decod
     intermediate_size=32,
     max_position_embeddings=64,
   )
-  prepare.prepare_architecture(config.model.path, config.model.architecture)  # HF's default: tied.
+  architecture = spec.Architecture.from_config(config.model.architecture)
+  prepare.prepare_architecture(config.model.path, architecture)  # HF's default: tied.
   config.model.tie_word_embeddings = False
   config.objective.whole_word_mask = True
   config.model.scan_layers = False  # One layer: unrolled, the step compiles in half the time (test_mlm.py scans).
