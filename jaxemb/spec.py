@@ -26,7 +26,6 @@ import typing
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from jaxemb import templates, views
-from jaxemb.data import corpus
 from jaxemb.errors import ConfigError
 from jaxemb.methods.base import Method, block_defaults
 from jaxemb.models import bert
@@ -218,9 +217,9 @@ class Data(SentEval):
   """config.data of a training run: the corpus, how its rows are built, and SentEval's folder (the evaluators')."""
 
   train_file: str = field("Training corpus (local or gs://; the default under $JAXEMB_DATA).")
-  format: str = field(
-    '"text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.', one_of(corpus.FORMATS)
-  )
+  # Its values are jaxemb.data.corpus.FORMATS', checked by preflight: this module does not import the corpus
+  # reader (and `datasets` with it) into every command that embeds.
+  format: str = field('"text": one sentence per line (column "text"); "nli": sent0,sent1,hard_neg CSV.')
   max_sentence_tokens: int = field("Sentences are truncated to this many tokens; templates never are.", at_least(1))
   tokenization: str = field(
     """How training rows are built (templates.TOKENIZATIONS): "alone", the template ids around the sentence's own

@@ -71,6 +71,8 @@ def _check_batch_size(config: TrainingRun, mesh: Mesh):
 
 
 def _check_columns(config: TrainingRun):
+  if config.data.format not in corpus.FORMATS:
+    raise ConfigError(f"config.data.format={config.data.format!r}: must be one of {sorted(corpus.FORMATS)}")
   unknown = [c for c in config.objective.columns if c not in corpus.FORMATS[config.data.format]]
   if unknown:
     raise ConfigError(
