@@ -92,6 +92,8 @@ def _typed(cls: type[Block], spec_field: dataclasses.Field, hint: Any, given: di
   if value is None and type(None) in kinds:
     return None
   kind = next(k for k in kinds if k is not type(None))
+  if (kind is Method or _block_kind(kind)) and not hasattr(value, "items"):
+    raise ConfigError(f"{where}={value!r}: must be a block of fields")
   if kind is Method and type(None) in kinds and not value.get("name"):
     return _no_method(value, where)
   value = _of_kind(kind, value, where)

@@ -49,6 +49,7 @@ def test_an_absent_optional_block_is_none_and_no_field():
     (("train", "save_every", 0), r"^config\.train\.save_every=0: must be a positive int$"),
     (("train", "prefetch", -1), r"^config\.train\.prefetch=-1: must be an int >= 0$"),
     (("train", "lease_seconds", 0.0), r"^config\.train\.lease_seconds=0\.0: must be a positive number of seconds$"),
+    (("train", "distributed", 1), r"^config\.train\.distributed=1: must be a block of fields$"),
     (("model", "remat_policy", "dots"), r"^config\.model\.remat_policy='dots': must be one of \('none', 'full', "),
     (("eval", "selection", "best"), r"^config\.eval\.selection='best': must be one of \('training_view', 'eval"),
   ],
