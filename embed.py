@@ -14,8 +14,6 @@ from jaxemb import cli, spec, xla
 from jaxemb.embedding import job
 
 _CONFIG = cli.define_config("Embedding config file (configs/embed.py).")
-# The kind of config file embed.py runs, for its --help (jaxemb.cli.config_kind does not know it yet: it lists none).
-EMBEDDING = "embedding"
 
 
 def main(config):
@@ -25,4 +23,4 @@ def main(config):
 
 
 if __name__ == "__main__":
-  cli.run(main, _CONFIG, takes=[EMBEDDING])
+  cli.run(main, _CONFIG, takes=[cli.EMBEDDING])

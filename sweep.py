@@ -13,7 +13,7 @@ does.
 
 from absl import flags
 
-from jaxemb import cli
+from jaxemb import cli, spec
 from jaxemb import sweep
 from jaxemb.training import stopping
 
@@ -24,7 +24,8 @@ _TABLE_ONLY = flags.DEFINE_bool("table_only", False, "Run nothing; write the tab
 
 def main(config) -> int:
   try:
-    print(sweep.run_experiment(config, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
+    experiment = spec.Experiment.from_config(config)
+    print(sweep.run_experiment(experiment, sweep.parse_shard(_SHARD.value), _TABLE_ONLY.value))
   except stopping.Preempted as stopped:  # The run saved its state; the status tells the scheduler, as train.py's.
     return stopped.exit_code
   return 0

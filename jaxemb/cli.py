@@ -63,7 +63,7 @@ _PRINT_CONFIG = flags.DEFINE_bool(
   "overrides applied), one `field = value` a line, and exit.",
 )
 # The kinds of config file (configs/), each run by one command; `run` is told which a command takes, for its --help.
-TRAINING, EVALUATION, EXPERIMENT = "training", "evaluation", "experiment"
+TRAINING, EVALUATION, EXPERIMENT, EMBEDDING = "training", "evaluation", "experiment", "embedding"
 # absl's help flags (--help, -?, --helpshort, --helpfull; -h too), which the commands answer themselves (`_help`).
 _HELP_FLAGS = re.compile(r"--?(h|\?|help|helpshort|helpfull)")
 
@@ -145,11 +145,10 @@ def _flag_values(argv: Sequence[str], name: str) -> Iterator[tuple[re.Match, str
 
 
 def config_kind(config: ml_collections.ConfigDict) -> str:
-  """A config's kind by what it holds: an experiment its rows (sweep.py), a training config its objective
-  (train.py, configs/train_common.py), an evaluation config its job (evaluate.py, configs/eval_common.py)."""
-  if "rows" in config:
-    return EXPERIMENT
-  return TRAINING if "objective" in config else EVALUATION
+  """A config's kind by the spec it builds (`jaxemb.spec.spec_class`): an experiment (sweep.py), a training run
+  (train.py), an embedding job (embed.py); any other an evaluation (evaluate.py, which names a job it lacks)."""
+  kinds = {spec.Experiment: EXPERIMENT, spec.TrainingRun: TRAINING, spec.EmbedRun: EMBEDDING}
+  return kinds.get(spec.spec_class(config), EVALUATION)
 
 
 def run(main: Main, config: flags.FlagHolder, takes: Sequence[str]):

@@ -129,8 +129,12 @@ def _of_kind(kind: Any, value: Any, where: str) -> Any:
   if kind is Method:
     return Method.from_config(value)
   origin = typing.get_origin(kind)
-  if origin is tuple and isinstance(value, (tuple, list)) and all(isinstance(v, str) for v in value):
-    return tuple(value)
+  if origin is tuple and isinstance(value, (tuple, list)):
+    item = typing.get_args(kind)[0]
+    if typing.get_origin(item) is dict and all(hasattr(v, "items") for v in value):
+      return tuple(dict(v.items()) for v in value)
+    if all(isinstance(v, item) and (item is bool or not isinstance(v, bool)) for v in value):
+      return tuple(value)
   if origin is dict and hasattr(value, "items"):
     return {key: dict(item.items()) if hasattr(item, "items") else item for key, item in value.items()}
   numbers = (int, float) if kind is float else (kind,)
@@ -141,7 +145,10 @@ def _of_kind(kind: Any, value: Any, where: str) -> Any:
 
 def _kind_name(kind: Any) -> str:
   names = {bool: "True or False", int: "an int", float: "a number", str: "a string"}
-  return names.get(kind, "a tuple of strings" if typing.get_origin(kind) is tuple else str(kind))
+  if typing.get_origin(kind) is tuple:
+    item = typing.get_args(kind)[0]
+    return "a tuple of " + {str: "strings", int: "ints"}.get(item, "blocks of fields")
+  return names.get(kind, str(kind))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -635,6 +642,35 @@ class EmbedRun(Block):
   embed: Embed = field("The corpus and the shards.")
 
 
+@dataclasses.dataclass(frozen=True)
+class Experiment(Block):
+  """sweep.py's experiment (configs/experiments/*.py): rows x seeds, one run directory each, and the table."""
+
+  WHERE: ClassVar[str] = "config"
+  name: str = field("The experiment's name: the table's title.")
+  description: str = field("What the table is (the paper's table and its setting), printed above it.")
+  workdir: str = field("Root of the experiment's run directories and its table.")
+  base: str = field("The config every row starts from (configs/<base>.py) unless the row names its own.")
+  seeds: tuple[int, ...] = field("Training rows run once per seed (config.train.seed); evaluation rows once.")
+  overrides: str = field(
+    """Overrides of every row's config, "field=value; field=value" (Python literals), applied after the row's
+    own."""
+  )
+  rows: tuple[dict[str, Any], ...] = field(
+    """The rows: each with "name", "paper" (the paper's number, as printed), optionally "base" and "set" (the
+    fields the row changes, {"objective.denoise": "none"})."""
+  )
+
+  def check(self):
+    names = [row.get("name") for row in self.rows]
+    if len(set(names)) != len(names):
+      raise ConfigError(f"experiment {self.name!r}: row names {names} repeat")
+    for row in self.rows:
+      unknown = set(row) - {"name", "base", "paper", "set"}
+      if unknown:
+        raise ConfigError(f"experiment {self.name!r}, row {row.get('name')!r}: unknown keys {sorted(unknown)}")
+
+
 # evaluate.py's jobs, each with the spec its config builds: the evaluation blocks, and the job's own block.
 EVALUATION_JOBS: dict[str, type[EvaluationRun]] = {
   "sts": EvaluationRun,
@@ -652,7 +688,9 @@ EVALUATION_JOBS: dict[str, type[EvaluationRun]] = {
 
 def spec_class(config: Any) -> type[Block] | None:
   """The spec a command's config builds by what it holds: a training run its objective, embed.py's job its embed
-  block, an evaluation its job's; None for another (an experiment) or an unknown job."""
+  block, an experiment its rows, an evaluation its job's; None for an unknown job."""
+  if "rows" in config:
+    return Experiment
   if "objective" in config:
     return TrainingRun
   if "embed" in config:

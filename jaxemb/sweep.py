@@ -124,18 +124,12 @@ def slug(name: str, base: str, overrides: dict[str, Any]) -> str:
   return f"{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')[:48]}-{zlib.crc32(identity.encode()):08x}"
 
 
-def plan(experiment: ml_collections.ConfigDict) -> list[Run]:
+def plan(experiment: spec.Experiment) -> list[Run]:
   """Every run of the experiment, in row order then seed order."""
   workdir = storage.path(experiment.workdir)
   common = parse_overrides(experiment.overrides)
-  names = [row["name"] for row in experiment.rows]
-  if len(set(names)) != len(names):
-    raise ConfigError(f"experiment {experiment.name!r}: row names {names} repeat")
   runs = []
   for row in experiment.rows:
-    unknown = set(row) - {"name", "base", "paper", "set"}
-    if unknown:
-      raise ConfigError(f"experiment {experiment.name!r}, row {row['name']!r}: unknown keys {sorted(unknown)}")
     base = row.get("base", experiment.base)
     config = base_config(base)
     apply_overrides(config, dict(row.get("set", {})), f"row {row['name']!r}")
@@ -203,9 +197,7 @@ def scoring_run(trained: spec.TrainingRun) -> spec.EvaluationRun:
   )
 
 
-def run_experiment(
-  experiment: ml_collections.ConfigDict, share: tuple[int, int] = (0, 1), table_only: bool = False
-) -> str:
+def run_experiment(experiment: spec.Experiment, share: tuple[int, int] = (0, 1), table_only: bool = False) -> str:
   """Runs this host's share of the unfinished runs in plan order, then writes and returns the table.
 
   Raises:
@@ -225,7 +217,7 @@ def run_experiment(
   return write_table(experiment, runs)
 
 
-def aggregate(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> list[dict[str, Any]]:
+def aggregate(experiment: spec.Experiment, runs: Sequence[Run]) -> list[dict[str, Any]]:
   """One record per row: the paper's number, and mean / std / min / max of each score over its finished runs."""
   records = []
   for row in experiment.rows:
@@ -262,7 +254,7 @@ def _stats(values: list[float]) -> dict[str, float] | None:
   }
 
 
-def markdown(experiment: ml_collections.ConfigDict, records: Sequence[dict[str, Any]]) -> str:
+def markdown(experiment: spec.Experiment, records: Sequence[dict[str, Any]]) -> str:
   """The table: one line per row, jaxemb's 7-task average as mean ± std beside the paper's number."""
   header = [
     "row",
@@ -299,7 +291,7 @@ def markdown(experiment: ml_collections.ConfigDict, records: Sequence[dict[str, 
   return "\n".join(lines) + "\n"
 
 
-def write_table(experiment: ml_collections.ConfigDict, runs: Sequence[Run]) -> str:
+def write_table(experiment: spec.Experiment, runs: Sequence[Run]) -> str:
   """Writes <workdir>/table.md and table.json (local or gs://, each whole) from the finished runs; returns the
   Markdown."""
   records = aggregate(experiment, runs)

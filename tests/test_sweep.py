@@ -14,6 +14,7 @@ from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.training import stopping, trainer
 from jaxemb.spec import TrainingRun
+from jaxemb.spec import Experiment
 from tests.support import tiny_config
 
 EXPERIMENTS = [
@@ -42,7 +43,7 @@ def _experiment(name, workdir, arg=None, **fields):
 def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, bert_tokenizer, roberta_tokenizer):
   """Each row's overrides name real fields with values of their types, and its objective or method builds."""
   experiment = _experiment(name, tmp_path)
-  runs = sweep.plan(experiment)
+  runs = sweep.plan(Experiment.from_config(experiment))
   training = [sweep.is_training_config(sweep.base_config(row.get("base", experiment.base))) for row in experiment.rows]
   assert len(runs) == sum(len(experiment.seeds) if t else 1 for t in training)
   assert len({run.directory for run in runs}) == len(runs)
@@ -66,7 +67,7 @@ def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
     seeds=(1, 2),
     overrides="train.num_steps=30; model.path='/m'; objective.temperature=0.1",
   )
-  runs = sweep.plan(experiment)
+  runs = sweep.plan(Experiment.from_config(experiment))
   assert [(run.row, run.seed) for run in runs] == [(row["name"], seed) for row in experiment.rows for seed in (1, 2)]
   same, different, default = runs[0].config, runs[2].config, runs[4].config
   assert same.objective.templates[0] == same.objective.templates[1] == default.objective.templates[0]
@@ -91,25 +92,25 @@ def test_parse_overrides_reads_python_literals_and_bare_strings():
 
 def test_bad_overrides_name_the_field_and_where_it_came_from(tmp_path):
   with pytest.raises(ValueError, match=r"overrides: 'train.num_stepz' names no config field"):
-    sweep.plan(_experiment("seeds", tmp_path, overrides="train.num_stepz=3"))
+    sweep.plan(Experiment.from_config(_experiment("seeds", tmp_path, overrides="train.num_stepz=3")))
   with pytest.raises(ValueError, match=r"overrides: train.num_steps='three'"):
-    sweep.plan(_experiment("seeds", tmp_path, overrides="train.num_steps=three"))
+    sweep.plan(Experiment.from_config(_experiment("seeds", tmp_path, overrides="train.num_steps=three")))
   experiment = _experiment("seeds", tmp_path)
   experiment.rows = ({"name": "x", "set": {"objective.denoising": "none"}},)
   with pytest.raises(ValueError, match=r"row 'x': 'objective.denoising' names no config field"):
-    sweep.plan(experiment)
+    sweep.plan(Experiment.from_config(experiment))
   experiment.rows = ({"name": "x", "sett": {}},)
   with pytest.raises(ValueError, match=r"unknown keys \['sett'\]"):
-    sweep.plan(experiment)
+    sweep.plan(Experiment.from_config(experiment))
   experiment.rows = ({"name": "x", "base": "no_such_config"},)
   with pytest.raises(ValueError, match="there is no configs/no_such_config.py"):
-    sweep.plan(experiment)
+    sweep.plan(Experiment.from_config(experiment))
   with pytest.raises(ValueError, match="is not i/n"):
     sweep.parse_shard("2/2")
 
 
 def test_shards_are_disjoint_and_cover_the_plan(tmp_path):
-  runs = sweep.plan(_experiment("promptbert_table8", tmp_path, seeds=(1, 2, 3, 4, 5)))
+  runs = sweep.plan(Experiment.from_config(_experiment("promptbert_table8", tmp_path, seeds=(1, 2, 3, 4, 5))))
   shares = [sweep.shard(runs, *sweep.parse_shard(f"{i}/4")) for i in range(4)]
   assert sorted(str(run.directory) for share in shares for run in share) == sorted(str(r.directory) for r in runs)
   assert [len(share) for share in shares] == [4, 4, 4, 3]
@@ -122,10 +123,10 @@ def _fake_result(run, average):
 
 def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
   experiment = _experiment("promptbert_table10", tmp_path, seeds=(1, 2, 3))
-  runs = sweep.plan(experiment)
+  runs = sweep.plan(Experiment.from_config(experiment))
   for run, average in zip(runs[3:], (70.0, 71.0, 75.0)):  # Every PromptBERT run; SimCSE's none.
     _fake_result(run, average)
-  text = sweep.write_table(experiment, runs)
+  text = sweep.write_table(Experiment.from_config(experiment), runs)
   records = json.loads((tmp_path / "table.json").read_text())["rows"]
   simcse, prompt = records
   assert simcse["runs"] == 0 and simcse["average"] is None
@@ -150,7 +151,9 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   runs; the same overrides however written plan the same directories."""
 
   def plan(overrides, **fields):
-    return sweep.plan(_experiment("promptbert_table8", tmp_path, seeds=(1,), overrides=overrides, **fields))
+    return sweep.plan(
+      Experiment.from_config(_experiment("promptbert_table8", tmp_path, seeds=(1,), overrides=overrides, **fields))
+    )
 
   first = plan("train.num_steps=30; model.path='/m'")
   _fake_result(first[0], 70.0)
@@ -159,7 +162,7 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   other = plan("train.num_steps=31; model.path='/m'")
   assert not {run.directory for run in other} & {run.directory for run in first}
   assert not any(run.finished for run in other)
-  records = sweep.aggregate(_experiment("promptbert_table8", tmp_path), other)
+  records = sweep.aggregate(Experiment.from_config(_experiment("promptbert_table8", tmp_path)), other)
   assert records[0]["runs"] == 0 and records[0]["average"] is None
   experiment = _experiment("seeds", tmp_path, seeds=(1,))
   directories = []
@@ -169,7 +172,7 @@ def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
     {"name": "x", "base": "promptroberta", "set": {"train.learning_rate": 3e-5}},
   ):
     experiment.rows = (row,)
-    directories.append(sweep.plan(experiment)[0].directory)
+    directories.append(sweep.plan(Experiment.from_config(experiment))[0].directory)
   assert len(set(directories)) == 3
 
 
@@ -184,7 +187,7 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   assert all(
     run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}"
     and run.config.data.cache_dir == f"{workdir}/cache"
-    for run in sweep.plan(experiment)
+    for run in sweep.plan(Experiment.from_config(experiment))
   )
   calls = []
 
@@ -196,13 +199,15 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
 
   monkeypatch.setattr(sweep, "execute", execute)
   with pytest.raises(stopping.Preempted):
-    sweep.run_experiment(experiment)
+    sweep.run_experiment(Experiment.from_config(experiment))
   assert calls == [1, 2]
-  sweep.run_experiment(experiment, share=(1, 2))  # Seeds 2 and 4.
+  sweep.run_experiment(Experiment.from_config(experiment), share=(1, 2))  # Seeds 2 and 4.
   assert calls == [1, 2, 2, 4]
-  assert "| promptbert | 78.54 ± 0.15 | 72.33 ± " in sweep.run_experiment(experiment, table_only=True)
+  assert "| promptbert | 78.54 ± 0.15 | 72.33 ± " in sweep.run_experiment(
+    Experiment.from_config(experiment), table_only=True
+  )
   assert calls == [1, 2, 2, 4]
-  sweep.run_experiment(experiment)
+  sweep.run_experiment(Experiment.from_config(experiment))
   assert calls == [1, 2, 2, 4, 3]
   record = json.loads((storage.path(workdir) / "table.json").read_text())["rows"][0]
   assert record["runs"] == 4 and record["average"]["mean"] == pytest.approx(72.5)
@@ -215,7 +220,7 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   """execute on a tiny model: train.py's run directory, then sts.json with the 7 tasks of the best step, scored by
   evaluate.py's STS job on the run directory with the run's own evaluation method."""
   experiment = _experiment("seeds", tmp_path, seeds=(5,))
-  (run,) = sweep.plan(experiment)
+  (run,) = sweep.plan(Experiment.from_config(experiment))
   base = tiny_config("promptbert", tiny_bert, run.directory, num_steps=2)  # The seven tasks, cut short.
   for block in ("model", "data", "eval", "train", "evals"):
     run.config[block] = base[block]
@@ -242,4 +247,4 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   sts16 = sts.evaluate_sts(encoder.encode, tasks, preprocess)
   # One pass over all 7 tasks and dev batches the sentences otherwise: vectors (so Spearmans) move at rounding level.
   assert written["tasks"]["STS16"]["all"] == pytest.approx(sts16["STS16"].all, abs=1e-3)
-  assert run.finished and sweep.plan(experiment)[0].finished
+  assert run.finished and sweep.plan(Experiment.from_config(experiment))[0].finished
