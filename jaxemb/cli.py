@@ -317,8 +317,8 @@ def _help(argv: Sequence[str], takes: tuple[str, ...], full: bool) -> str:
   else:
     config = flags.FLAGS[CONFIG].parser.parse(value)  # The file's config, completed as the flag completes it.
     typed = spec.spec_class(config)
-    listed = _typed_fields_text(config, typed) if typed else _fields_text(config, "  ")
-    fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{listed}"
+    field_lines = _typed_fields_text(config, typed) if typed else _fields_text(config, "  ")
+    fields = f"Fields of {value} and their defaults (--config.<field>=<value> sets one):\n{field_lines}"
   parts = [
     (sys.modules["__main__"].__doc__ or "").strip(),
     "Flags" + ("" if full else " (--helpfull: absl's and the libraries' too)") + ":\n" + listed.strip("\n"),

@@ -143,6 +143,8 @@ def test_help_with_a_config_lists_its_fields_with_their_defaults():
   """The file's values, the library's fields it leaves out, and no override the command line gives."""
   status, stdout, _ = _command("train.py", "promptbert.py", "--config.train.batch_size=8", "--help")
   assert status == 0
+  flags_listed = stdout.split("\nConfigs (")[0]
+  assert all(f"\n  {name}" in flags_listed for name in _COMMON_FLAGS) and "train.batch_size" not in flags_listed
   fields = stdout.split("and their defaults (--config.<field>=<value> sets one):\n")[1].splitlines()
   assert "  train.batch_size: int = 256" in fields and "  method.ditto_head = 9" in fields
   doc = fields[fields.index("  train.batch_size: int = 256") + 1]
