@@ -352,12 +352,7 @@ def _config_files(takes: tuple[str, ...]) -> list[tuple[str, str]]:
 def _summary(doc: str) -> str:
   """A docstring's opening: its first paragraph up to its first `: ` or `. ` outside parentheses."""
   text = " ".join(doc.strip().split("\n\n", 1)[0].split())
-  depth = 0
-  for i, char in enumerate(text):
-    depth += {"(": 1, ")": -1}.get(char, 0)
-    if depth == 0 and text.startswith((": ", ". "), i):
-      return text[:i]
-  return text.removesuffix(".")
+  return config_fields.opening(text, (": ", ". ")).removesuffix(".")
 
 
 def _shown(path: pathlib.Path) -> str:

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import ml_collections
 
 
 def leaves(config: ml_collections.ConfigDict) -> Iterator[tuple[str, Any]]:
   """(dotted name, value) of every field of `config` that is not a group of fields."""
-  yield from _flatten(config.to_dict())
+  yield from flatten(config.to_dict())
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+  """(`prefix` + dotted name, value) of every leaf of the nested mapping `tree`."""
   for key, value in tree.items():
-    if isinstance(value, dict):
-      yield from _flatten(value, f"{prefix}{key}.")
+    if isinstance(value, Mapping):
+      yield from flatten(value, f"{prefix}{key}.")
     else:
       yield f"{prefix}{key}", value
+
+
+def opening(text: str, stops: tuple[str, ...]) -> str:
+  """`text` up to the first of `stops` outside parentheses (all of it when none is): a field's or a config file's
+  doc as one line of --help."""
+  depth = 0
+  for i, char in enumerate(text):
+    depth += {"(": 1, ")": -1}.get(char, 0)
+    if depth == 0 and text.startswith(stops, i):
+      return text[:i]
+  return text
 
 
 def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:

@@ -25,7 +25,7 @@ import types
 import typing
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
-from jaxemb import templates, views
+from jaxemb import config_fields, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.methods.base import Method, block_defaults
 from jaxemb.models import bert
@@ -701,28 +701,20 @@ def spec_class(config: Any) -> type[Block] | None:
 def leaves(spec: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
   """(dotted name, value) of every field of `spec` as its config holds it: a block's fields under its name, the
   method as its flat block (`Method.config_fields`), each evaluator's fields."""
+  hints = typing.get_type_hints(type(spec))
   for f in dataclasses.fields(spec):
-    value = getattr(spec, f.name)
-    if value is None and _block_kind(typing.get_type_hints(type(spec))[f.name]):
+    value, kinds = getattr(spec, f.name), _kinds(hints[f.name])
+    if value is None and _block_kind(hints[f.name]):
       continue  # An optional block left out.
     if isinstance(value, Block):
       yield from leaves(value, f"{prefix}{f.name}.")
-    elif isinstance(value, Method):
-      yield from _mapping_leaves(value.config_fields(), f"{prefix}{f.name}.")
-    elif value is None and f.name == "method":  # No method named: the block's name is "".
-      yield from _mapping_leaves({"name": "", **block_defaults()}, f"{prefix}{f.name}.")
+    elif Method in kinds:  # None: no method named, the block's name "".
+      fields = value.config_fields() if value is not None else {"name": "", **block_defaults()}
+      yield from config_fields.flatten(fields, f"{prefix}{f.name}.")
     elif isinstance(value, dict):
-      yield from _mapping_leaves(value, f"{prefix}{f.name}.")
+      yield from config_fields.flatten(value, f"{prefix}{f.name}.")
     else:
       yield f"{prefix}{f.name}", value
-
-
-def _mapping_leaves(tree: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      yield from _mapping_leaves(value, f"{prefix}{key}.")
-    else:
-      yield f"{prefix}{key}", value
 
 
 def field_docs(cls: type[Block], prefix: str = "") -> Iterator[tuple[str, str, str]]:
@@ -745,9 +737,5 @@ def _type_text(hint: Any) -> str:
 
 
 def _first_sentence(doc: str) -> str:
-  depth = 0
-  for i, char in enumerate(doc):
-    depth += {"(": 1, ")": -1}.get(char, 0)
-    if depth == 0 and doc.startswith(". ", i):
-      return doc[: i + 1]
-  return doc
+  cut = config_fields.opening(doc, (". ",))
+  return doc if cut == doc else f"{cut}."
