@@ -17,13 +17,9 @@ def data_path(*parts: str) -> str:
 
 def method_config(name: str) -> ml_collections.ConfigDict:
   """config.method, the same block in evaluation and training configs: how a sentence becomes a vector. A config
-  sets the name and the fields it changes; the commands add the other fields of every method family of
-  jaxemb/methods/ at their defaults (jaxemb.cli.complete), each documented in its family: tokenization;
-  static_rows and static_remove_biases's four switches remove_frequent, remove_subwords, lowercase,
-  remove_punctuation of `jaxemb.bias_removal.BiasFilter`; ditto_layer/head/variant; idf_path; template, top_k,
-  denoise, head, bias_positions, prompt_placement; whitened_method, whitening_dims, whitening_corpus; flowed_method,
-  flow_*); the named method reads those set away from their defaults.
-  """
+  sets the name and the fields it changes; the commands add the named method's other fields at their defaults
+  (jaxemb.cli.complete; `python evaluate.py --config FILE --help` lists them, jaxemb/methods/ documents them). A
+  config that names another method than the one it builds on gives it a block of its own (configs/simcse.py)."""
   return ml_collections.ConfigDict({"name": name})
 
 

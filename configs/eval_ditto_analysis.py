@@ -16,7 +16,7 @@ from configs import eval_common
 def get_config():
   config = eval_common.get_config()
   config.job = "ditto_analysis"
-  config.method.name = "ditto"  # The heads are ranked by Ditto with method.ditto_variant (first_last: Table 4's).
+  config.method.name = "ditto"  # The heads are ranked by Ditto with method.variant (first_last: Table 4's).
 
   config.ditto_analysis = ml_collections.ConfigDict()
   config.ditto_analysis.idf_path = ""  # Required: the IDF table (evaluate.py --config configs/fit_idf.py).

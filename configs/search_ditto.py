@@ -13,7 +13,7 @@ def get_config():
   config = eval_common.get_config()
   config.job = "ditto_search"
   config.method.name = "ditto"
-  config.method.ditto_variant = "first_last"  # Which token vectors the diagonal weights (pooling.DITTO_VARIANTS).
+  config.method.variant = "first_last"  # Which token vectors the diagonal weights (pooling.DITTO_VARIANTS).
 
   config.search = ml_collections.ConfigDict()
   config.search.show = 20  # Rows of the ranked table printed.

@@ -1,7 +1,7 @@
 """Unsupervised SimCSE (baseline), princeton-nlp/SimCSE `run_unsup_example.sh`: the same sentence twice, dropout the
 only noise, [CLS] with the MLP in training only (76.25; batch 64, lr 3e-5, one epoch of wiki1m)."""
 
-from configs import train_common
+from configs import eval_common, train_common
 
 
 def get_config():
@@ -14,7 +14,6 @@ def get_config():
   config.objective.denoise = "none"
   config.train.batch_size = 64
   config.train.learning_rate = 3e-5
-  config.method.name = "cls_before_pooler"
-  config.method.template = "[X]"
+  config.method = eval_common.method_config("cls_before_pooler")
   config.eval.add_period = False
   return config

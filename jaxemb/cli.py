@@ -10,10 +10,11 @@ refuses is one line too. --print_config prints the config a command would run wi
 applied, and exits.
 
 A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
-`config.method` (every registered method family's, jaxemb/methods/) and each `config.evals` entry (its type's,
+`config.method` (the named method's, jaxemb/methods/) and each `config.evals` entry (its type's,
 jaxemb/evaluation/evaluators/). It sets what it changes (`config.method.name = "ditto"`); the --config flag adds
-the rest at their defaults (`complete`) before it applies the command line's overrides, so every field can be
-overridden (`--config.method.ditto_head=3`), and `--config.evals.<name>.type=<type>` adds an evaluator.
+the rest at their defaults (`complete`, for the method the command line names if it names one) before it applies
+the command line's overrides, so every field can be overridden (`--config.method.name=ditto
+--config.method.head=3`), and `--config.evals.<name>.type=<type>` adds an evaluator.
 
 An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSError` that names its path (a missing
 file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
@@ -97,7 +98,7 @@ class _CompletingParser(flags.ArgumentParser):
     except ValueError as e:  # ml_collections raises a ValueError holding the traceback, the config's as context.
       raise ConfigError(str(e.__context__ or e)) from e
     if isinstance(config, ml_collections.ConfigDict):  # Not ml_collections' stand-in for a file it could not read.
-      complete(config, _new_evaluators(sys.argv[1:]))
+      complete(config, sys.argv[1:])
       config.lock()
     return config
 
@@ -105,20 +106,40 @@ class _CompletingParser(flags.ArgumentParser):
     return self._file_parser.flag_type()
 
 
-def complete(config: ml_collections.ConfigDict, new_evaluators: Mapping[str, str] | None = None):
-  """Adds to `config` (unlocked, in place) the library's fields it leaves out: those of config.method at their
-  defaults (`jaxemb.methods.base.block_defaults`), and those of each config.evals entry's type. `new_evaluators`
-  ({name: type}, from `--config.evals.<name>.type=<type>` on a command line) adds entries to config.evals; their
-  `every` is left unset for the command line to give. A type that is not one is left for the evaluators to refuse."""
+def complete(config: ml_collections.ConfigDict, argv: Sequence[str] = ()):
+  """Adds to `config` (unlocked, in place) the library's fields it leaves out: those of the method config.method
+  names (`jaxemb.methods.base.defaults`; a transform's source block in it too), and those of each config.evals
+  entry's type. The names on the command line `argv` win over the file's: `--config.method.name=<name>` completes
+  that method's fields (the file's stay, for its spec to refuse those the method does not take), and
+  `--config.evals.<name>.type=<type>` adds an evaluator, its `every` left unset for the command line to give. A name
+  or type that is not one is left for the spec and the evaluators to refuse."""
   if "method" in config:
-    _add_missing(config.method, methods.block_defaults())
+    complete_method(config.method, _flag_value(argv, rf"{CONFIG}\.method\.name"), argv, "method")
   if "evals" not in config:
     return  # A command-line evaluator is then an unknown field, said so by the command.
-  for name, kind in (new_evaluators or {}).items():
+  for name, kind in _new_evaluators(argv).items():
     if name not in config.evals:
       config.evals[name] = ml_collections.ConfigDict({"type": kind, "every": ml_collections.FieldReference(None, int)})
   for block in config.evals.values():
     _add_missing(block, evaluators.type_defaults(block.get("type")))
+
+
+def complete_method(block: ml_collections.ConfigDict, name: str | None, argv: Sequence[str], where: str):
+  """Names method `name` (None: the block's own) in the method block `block` (config.<where>) and adds the fields of
+  that method it leaves out, a transform's nested source block completed by its own name in turn
+  (`--config.<where>.source.name`)."""
+  name = block.get("name", "") if name is None else name
+  if name not in methods.names():
+    return  # No method (a run's own), or not one: the spec says so.
+  block.name = name
+  for key, value in methods.defaults(name).items():
+    if isinstance(value, dict):  # A transform's source method.
+      if key not in block:
+        block[key] = ml_collections.ConfigDict({"name": value["name"]})
+      source = _flag_value(argv, rf"{CONFIG}\.{re.escape(where)}\.{key}\.name")
+      complete_method(block[key], source, argv, f"{where}.{key}")
+    elif key not in block:
+      block[key] = value
 
 
 def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):
@@ -132,6 +153,12 @@ def _new_evaluators(argv: Sequence[str]) -> dict[str, str]:
   overrides from sys.argv too."""
   flags_given = _flag_values(argv, rf"{CONFIG}\.evals\.(?P<evaluator>\w+)\.type")
   return {match["evaluator"]: value for match, value in flags_given if value is not None}
+
+
+def _flag_value(argv: Sequence[str], name: str) -> str | None:
+  """The last value in `argv` of the flag whose name fully matches the regex `name` (the one config_flags keeps)."""
+  values = [value for _, value in _flag_values(argv, name) if value is not None]
+  return values[-1] if values else None
 
 
 def _flag_values(argv: Sequence[str], name: str) -> Iterator[tuple[re.Match, str | None]]:

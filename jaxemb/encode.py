@@ -39,7 +39,7 @@ def open_model(
       raise ConfigError(
         f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods or method_names()})"
       )
-    method = Method.from_config(run_dir.load_eval_method(name_or_path))
+    method = Method.from_stored(run_dir.load_eval_method(name_or_path))
   method = Method(method) if isinstance(method, str) else method
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
@@ -382,7 +382,7 @@ def _embeds_as(model_dir: pathlib.Path) -> tuple[Method, dict[str, Any], str]:
   Hugging Face model."""
   recorded = model_dir / methods_base.METHOD_FILE
   if recorded.is_file():
-    return Method.from_config(json.loads(recorded.read_text())), {}, "the method its jaxemb export recorded"
+    return Method.from_stored(json.loads(recorded.read_text())), {}, "the method its jaxemb export recorded"
   own = pooled.own_pooling(model_dir)
   if own is None:
     return Method("last_avg"), {}, "mean pooling, as it has no sentence-transformers modules.json"

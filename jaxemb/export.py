@@ -67,7 +67,7 @@ def export_model(
     arrays = methods_base.check_fitted(saved, method, config, params)
     methods_base.save_fitted(out / methods_base.FITTED_FILE, saved)  # Encoder.from_pretrained(out) reads it.
   method.export(out, config, params, tokenizer, arrays)
-  atomic.write_json(out / methods_base.METHOD_FILE, method.config_fields())  # It loads back without restating it.
+  atomic.write_json(out / methods_base.METHOD_FILE, method.to_block())  # It loads back without restating it.
   model_card.write(out, source, method, card_facts, hub_repo)
   return out
 
@@ -147,23 +147,14 @@ def main(argv: list[str] | None = None) -> int:
   if args.evaluated and args.method:
     parser.error("--evaluated names the method: drop --method")
   try:
-    # As a config block: the options left at their defaults are no method's own.
-    method = (
-      None
-      if args.method is None
-      else Method.from_config(
-        {
-          "name": args.method,
-          "template": args.template,
-          "head": args.head,
-          "denoise": "position_offset" if args.denoise else "none",
-        }
-      )
-    )
+    # As a block of the options set: those left at their defaults are no method's own.
+    options = {"template": args.template, "head": args.head, "denoise": "position_offset" if args.denoise else "none"}
+    given = {key: value for key, value in options.items() if value not in (templates.SLOT, "none")}
+    method = None if args.method is None else Method.from_block({"name": args.method, **given})
     fitted = args.fitted
     if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
       summary = json.loads(storage.path(args.evaluated).read_text())
-      method, fitted = Method.from_config(summary["method"]), fitted or summary.get("fitted_state")
+      method, fitted = Method.from_stored(summary["method"]), fitted or summary.get("fitted_state")
     storage.check([args.model], writes=[args.out])
     out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub, fitted=fitted)
     print(out)

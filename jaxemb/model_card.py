@@ -166,13 +166,11 @@ def _training_text(training: dict[str, Any]) -> str:
 
 def _method_repr(method: Method) -> str:
   """Python that builds `method`: its name and the fields that differ from their defaults; a method that transforms
-  another (whitening) holds that one's as a Method of its own."""
-  source = getattr(method, "SOURCE", None)
+  another (whitening) holds that one as a Method of its own."""
   changed = method.changed_fields()
-  if source is None:
-    return f"Method({', '.join([repr(method.name), *(f'{key}={value!r}' for key, value in changed.items())])})"
-  own = [f"{key}={value!r}" for key, value in changed.items() if key in method.own_fields()]
-  return f"Method({', '.join([repr(method.name), f'{source}={_method_repr(method.source)}', *own])})"
+  source = changed.pop("source", None) and method.source
+  arguments = [repr(method.name), *([f"source={_method_repr(source)}"] if source else [])]
+  return f"Method({', '.join([*arguments, *(f'{key}={value!r}' for key, value in changed.items())])})"
 
 
 def _folder(out: storage.Path, hub_repo: str | None) -> str:

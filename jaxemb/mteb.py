@@ -24,7 +24,7 @@ from mteb.models.abs_encoder import AbsEncoder
 from mteb.models.model_meta import ScoringFunction
 import numpy as np
 
-from jaxemb import storage
+from jaxemb import config_fields, storage
 from jaxemb.data.sts import add_period as append_period
 from jaxemb.encode import Encoder, Method
 from jaxemb.models import run_dir
@@ -68,7 +68,7 @@ class JaxembModel(AbsEncoder):
       best = run_dir.read_best_meta(model_name) if run_dir.is_run_dir(model_name) else None
       revision = f"best-{best['step']}" if best else weights_revision(self.model.params)
     # The method and its fields that differ from their defaults: mteb keeps each method's results apart by them.
-    experiment = {"method": method.name, **method.changed_fields()}
+    experiment = {"method": method.name, **dict(config_fields.flatten(method.changed_fields()))}  # source.name
     if self.add_period != method.add_period:
       experiment["add_period"] = self.add_period
     self.mteb_model_meta = ModelMeta(

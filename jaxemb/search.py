@@ -328,7 +328,7 @@ def query_encoder(
   sentences = manifest["sentences"]
   encoder = Encoder.from_pretrained(
     manifest["model"],
-    Method.from_config(manifest["method"]),
+    Method.from_stored(manifest["method"]),
     fitted=fitted,
     dtype=compute_dtype(manifest["model_dtype"]),
     max_sentence_tokens=sentences["max_sentence_tokens"] or None,

@@ -27,7 +27,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from jaxemb import config_fields, templates, views
 from jaxemb.errors import ConfigError
-from jaxemb.methods.base import Method, block_defaults
+from jaxemb.methods.base import Method
 from jaxemb.models import bert
 
 Rule = Callable[[Any], "str | None"]  # A field's bound: why its value is refused, None when it holds.
@@ -105,9 +105,8 @@ def _typed(cls: type[Block], spec_field: dataclasses.Field, hint: Any, given: di
 
 def _no_method(block: Any, where: str) -> None:
   """A method block naming no method: None (a run directory's own, a checkpoint's own pooling), when it sets no
-  field away from its defaults either."""
-  defaults = block_defaults()
-  given = sorted(key for key, value in block.items() if key != "name" and value != defaults.get(key))
+  field either."""
+  given = sorted(key for key in block.keys() if key != "name")
   if given:
     raise ConfigError(f"{where} sets {', '.join(given)} but no name: set --{where}.name as well")
 
@@ -127,7 +126,10 @@ def _of_kind(kind: Any, value: Any, where: str) -> Any:
   if isinstance(kind, type) and issubclass(kind, Block):
     return kind.from_config(value)
   if kind is Method:
-    return Method.from_config(value)
+    try:
+      return Method.from_block(value)
+    except ConfigError as e:
+      raise ConfigError(f"{where}: {e}") from None
   origin = typing.get_origin(kind)
   if origin is tuple and isinstance(value, (tuple, list)):
     item = typing.get_args(kind)[0]
@@ -700,7 +702,7 @@ def spec_class(config: Any) -> type[Block] | None:
 
 def leaves(spec: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
   """(dotted name, value) of every field of `spec` as its config holds it: a block's fields under its name, the
-  method as its flat block (`Method.config_fields`), each evaluator's fields."""
+  method as its block (`Method.to_block`), each evaluator's fields."""
   hints = typing.get_type_hints(type(spec))
   for f in dataclasses.fields(spec):
     value, kinds = getattr(spec, f.name), _kinds(hints[f.name])
@@ -709,7 +711,7 @@ def leaves(spec: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(value, Block):
       yield from leaves(value, f"{prefix}{f.name}.")
     elif Method in kinds:  # None: no method named, the block's name "".
-      fields = value.config_fields() if value is not None else {"name": "", **block_defaults()}
+      fields = value.to_block() if value is not None else {"name": ""}
       yield from config_fields.flatten(fields, f"{prefix}{f.name}.")
     elif isinstance(value, dict):
       yield from config_fields.flatten(value, f"{prefix}{f.name}.")

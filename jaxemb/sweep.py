@@ -74,15 +74,16 @@ def is_training_config(config: ml_collections.ConfigDict) -> bool:
   return cli.config_kind(config) == cli.TRAINING
 
 
-def base_config(name: str) -> ml_collections.ConfigDict:
+def base_config(name: str, overrides: dict[str, Any] | None = None) -> ml_collections.ConfigDict:
   """`configs/<name>.py`'s config, e.g. "promptbert" or "eval_prompt", completed as the commands complete theirs
-  (`cli.complete`), so that a row can set any method or evaluator field."""
+  (`cli.complete`) with the method and evaluator types the `overrides` name, so that they can set any of their
+  fields."""
   try:
     module = importlib.import_module(f"configs.{name}")
   except ModuleNotFoundError as e:
     raise ConfigError(f"row base {name!r}: there is no configs/{name}.py") from e
   config = module.get_config()
-  cli.complete(config)
+  cli.complete(config, [f"--{cli.CONFIG}.{key}={value}" for key, value in (overrides or {}).items()])
   return config
 
 
@@ -131,7 +132,7 @@ def plan(experiment: spec.Experiment) -> list[Run]:
   runs = []
   for row in experiment.rows:
     base = row.get("base", experiment.base)
-    config = base_config(base)
+    config = base_config(base, {**dict(row.get("set", {})), **common})
     apply_overrides(config, dict(row.get("set", {})), f"row {row['name']!r}")
     apply_overrides(config, common, "overrides")  # The command line's, applied to every row.
     name = slug(row["name"], base, {**dict(row.get("set", {})), **common})

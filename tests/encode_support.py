@@ -32,7 +32,7 @@ def remove_continue_word(tokenizer, sentence):
 def torch_reference(path, method: Method, sentences):
   """The method's definition written out on HF PyTorch outputs (eager attention for the probabilities)."""
   tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-  head = method.name == "prompt_mlm_top_k" or getattr(method, "static_rows", None) == "mlm_decoder"
+  head = method.name == "prompt_mlm_top_k" or getattr(method, "token_rows", None) == "mlm_decoder"
   model_cls = transformers.AutoModelForMaskedLM if head else transformers.AutoModel
   model = model_cls.from_pretrained(path, attn_implementation="eager").eval()
   if method.name == "static_remove_biases":
@@ -52,7 +52,7 @@ def torch_reference(path, method: Method, sentences):
     return HIDDEN_STATE_POOLINGS[method.name](hidden, mask)
   if method.name in ("static_avg", "static_remove_biases"):
     ids = batch["input_ids"].numpy()
-    rows = model.cls.predictions.decoder if method.static_rows == "mlm_decoder" else encoder.embeddings.word_embeddings
+    rows = model.cls.predictions.decoder if method.token_rows == "mlm_decoder" else encoder.embeddings.word_embeddings
     words = rows.weight.detach().double().numpy()[ids]
     if method.name == "static_avg":
       return mean(words)
@@ -64,7 +64,7 @@ def torch_reference(path, method: Method, sentences):
     weights = np.vectorize(lambda token: idf.get(token, 0.0))(batch["input_ids"].numpy())[..., None] * mask
     return ((hidden[0] + hidden[-1]) / 2 * weights).sum(1)
   if method.name == "ditto":
-    attention = out.attentions[method.ditto_layer][:, method.ditto_head].double().numpy()
+    attention = out.attentions[method.layer][:, method.head].double().numpy()
     diagonal = np.einsum("btt->bt", attention)[..., None] * mask
     words = encoder.embeddings.word_embeddings.weight.detach().double().numpy()[batch["input_ids"].numpy()]
     # alibaba-damo-academy/SpokenNLP ditto: "static" weights the raw word-embedding rows, not h0.
@@ -73,7 +73,7 @@ def torch_reference(path, method: Method, sentences):
       "last": hidden[-1],
       "static": words,
       "embedding_output": hidden[0],
-    }[method.ditto_variant]
+    }[method.variant]
     return (states * diagonal).sum(1)
   rows = np.arange(len(texts))
   last_mask = np.array([np.flatnonzero(ids == tokenizer.mask_token_id)[-1] for ids in batch["input_ids"].numpy()])

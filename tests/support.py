@@ -273,7 +273,7 @@ def cot_objective(tokenizer, **changes):
 
 
 def short_sts_job(model_dir, output_json, **method):
-  """configs/eval_baselines.py's STS job on STS-B test cut short (short_senteval) with `model_dir`, the flat
+  """configs/eval_baselines.py's STS job on STS-B test cut short (short_senteval) with `model_dir`, the
   `config.method` fields `method` (name included) set, writing `output_json` (a fitted method's .npz beside it)."""
   config = importlib.import_module("configs.eval_baselines").get_config()
   for key, value in method.items():

@@ -85,7 +85,7 @@ def test_no_sentences_give_no_rows_without_running_the_model(encoder, tiny_bert)
     vectors = encoder.encode(empty)
     assert vectors.shape == (0, 32) and vectors.dtype == np.float32
   assert encoder.compiled_shapes == shapes
-  heads = Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", ditto_head=0))
+  heads = Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", head=0))
   assert heads.encode([]).shape == (0, 4, 32) and heads.compilations == 0
 
 
@@ -133,5 +133,5 @@ def test_sentence_transformers_similarity_and_dimension(encoder, tiny_bert):
   tensors = encoder.encode(_SENTENCES, convert_to_tensor=True)
   np.testing.assert_array_equal(encoder.similarity(tensors, tensors), similarity(vectors, vectors))
   assert encoder.get_embedding_dimension() == encoder.get_sentence_embedding_dimension() == vectors.shape[1] == 32
-  whitening = Method("whitening", whitened_method="last_avg", whitening_dims=8)  # Narrower than the model.
+  whitening = Method("whitening", source="last_avg", dims=8)  # Narrower than the model.
   assert Encoder.from_pretrained(tiny_bert, whitening).get_sentence_embedding_dimension() == 8

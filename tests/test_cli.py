@@ -62,29 +62,53 @@ def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, conf
   )
 
 
-def test_the_config_is_completed_with_the_librarys_fields_and_evaluators_added_from_the_command_line(monkeypatch):
-  """configs/promptbert.py states only the method and evaluator fields it sets; the flag adds the rest, a new
-  evaluator's too, before the overrides, then locks the config."""
-  argv = [
-    "train.py",
-    f"--config={REPO / 'configs' / 'promptbert.py'}",
-    "--config.evals.sts_test.type=sts",
-    "--config.evals.sts_test.every=7",
-    "--config.evals.sts_test.split=test",
-    "--config.method.ditto_head=3",
-  ]
-  monkeypatch.setattr(sys, "argv", argv)
+def _completed(monkeypatch, config_file, *overrides):
+  argv = ["train.py", f"--config={REPO / 'configs' / config_file}", *overrides]
+  monkeypatch.setattr(sys, "argv", argv)  # config_flags reads the overrides from sys.argv.
   values = flags.FlagValues()
   config = cli.define_config("a config", values)
   values(argv)
-  assert config.value.evals.to_dict() == {
+  return config.value
+
+
+def test_the_config_is_completed_with_the_librarys_fields_and_evaluators_added_from_the_command_line(monkeypatch):
+  """configs/promptbert.py states only the method and evaluator fields it sets; the flag adds the rest (the named
+  method's fields only), a new evaluator's too, before the overrides, then locks the config."""
+  config = _completed(
+    monkeypatch,
+    "promptbert.py",
+    "--config.evals.sts_test.type=sts",
+    "--config.evals.sts_test.every=7",
+    "--config.evals.sts_test.split=test",
+    "--config.method.denoise=pad",
+  )
+  assert config.evals.to_dict() == {
     "stsb_dev": {"type": "sts", "every": 125, "tasks": "STSBenchmark", "split": "dev"},
     "sts_test": {"type": "sts", "every": 7, "tasks": "STSBenchmark", "split": "test"},
   }
-  assert set(config.value.method) == {"name", *methods.block_defaults()}
-  assert config.value.method.ditto_head == 3 and config.value.method.template == train_common.PROMPTBERT_OF
+  assert config.method.to_dict() == {
+    **methods.defaults("prompt"),
+    "template": train_common.PROMPTBERT_OF,
+    "denoise": "pad",
+  }
   with pytest.raises(AttributeError, match="locked"):
-    config.value.method.new_field = 1
+    config.method.new_field = 1
+
+
+def test_the_method_the_command_line_names_is_the_one_completed(monkeypatch):
+  """Its fields then take overrides, a transform's source's by the source's own name."""
+  config = _completed(monkeypatch, "eval_baselines.py", "--config.method.name=ditto", "--config.method.head=3")
+  assert config.method.to_dict() == {**methods.defaults("ditto"), "head": 3}
+  config = _completed(
+    monkeypatch,
+    "eval_baselines.py",
+    "--config.method.name=whitening",
+    "--config.method.source.name=prompt",
+    "--config.method.source.template=[X] means [MASK] .",
+    "--config.method.dims=8",
+  )
+  source = {**methods.defaults("prompt"), "template": "[X] means [MASK] ."}
+  assert config.method.to_dict() == {**methods.defaults("whitening"), "dims": 8, "source": source}
 
 
 def test_a_config_files_refused_argument_is_one_line():
@@ -146,7 +170,8 @@ def test_help_with_a_config_lists_its_fields_with_their_defaults():
   flags_listed = stdout.split("\nConfigs (")[0]
   assert all(f"\n  {name}" in flags_listed for name in _COMMON_FLAGS) and "train.batch_size" not in flags_listed
   fields = stdout.split("and their defaults (--config.<field>=<value> sets one):\n")[1].splitlines()
-  assert "  train.batch_size: int = 256" in fields and "  method.ditto_head = 9" in fields
+  assert "  train.batch_size: int = 256" in fields and "  method.denoise = 'none'" in fields
+  assert not any(line.startswith("  method.layer") for line in fields)  # The prompt's fields, no other method's.
   doc = fields[fields.index("  train.batch_size: int = 256") + 1]
   assert doc == "      Global batch: in-batch negatives come from every device."  # The spec's doc of the field.
   assert f"  method.template = {train_common.PROMPTBERT_OF!r}" in fields

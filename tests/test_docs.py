@@ -3,7 +3,7 @@ flags that exist: a renamed flag fails here instead of misleading a reader.
 
 Quoted commands: the lines of fenced bash blocks (`\\` continuations joined, `#` comments dropped) and inline code
 that starts with `python`, with an entry point (`train.py --config ...`) or with a config file's name followed by
-its fields (`eval_ditto.py --config.method.ditto_layer=0`, short for `evaluate.py --config configs/eval_ditto.py`).
+its fields (`eval_ditto.py --config.method.layer=0`, short for `evaluate.py --config configs/eval_ditto.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from jaxemb import cli, config_fields
 from jaxemb import sweep
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import evaluators
+from jaxemb.methods import base as methods
 from tests.support import REPO, shared_path
 
 DOCS = (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
@@ -210,12 +211,11 @@ def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
     config = _config(config_file)
   except Exception as e:  # pylint: disable=broad-except  # get_config refused its argument: the doc's to fix.
     return found + [f"--config {config_file}: {type(e).__name__}: {e}"]
-  new_evaluators = {
-    match.group(1): value for _, field, value in fields if (match := re.fullmatch(r"evals\.(\w+)\.type", field))
-  }
-  if new_evaluators:  # --config.evals.<name>.type=<type> adds an evaluator, as the commands do.
+  # --config.evals.<name>.type=<type> adds an evaluator, --config.method.name=<name> that method's fields, as the
+  # commands do.
+  if any(re.fullmatch(r"evals\.\w+\.type|method(\.source)?\.name", field) for _, field, _ in fields):
     config = copy.deepcopy(config)
-    cli.complete(config, new_evaluators)
+    cli.complete(config, [f"--{cli.CONFIG}.{field}={value}" for _, field, value in fields if value is not None])
   found += [f"{flag}: {reason}" for flag, field, _ in fields if (reason := config_fields.unknown_field(config, field))]
   if "rows" in config:  # An experiment (sweep.py): its rows' base configs and the overrides applied to each.
     overrides = [value for _, field, value in fields if field == "overrides" and value is not None]
@@ -324,6 +324,7 @@ def test_every_config_field_the_docs_name_is_a_field_of_a_config():
     f"{where}: {field}: no config has this field"
     for where, field in fields
     if not _an_added_evaluators_field(field)
+    and not _a_methods_field(field)
     and all(config_fields.unknown_field(config, field) for config in _every_config())
   ]
   assert not found, "\n".join(found)
@@ -334,6 +335,13 @@ def _an_added_evaluators_field(field: str) -> bool:
   match = re.fullmatch(r"evals\.\w+\.(\w+)", field)
   fields = itertools.chain(*map(evaluators.type_defaults, evaluators.types()))
   return bool(match) and match.group(1) in {"type", "every", *fields}
+
+
+def _a_methods_field(field: str) -> bool:
+  """Whether `field` is method.<field> of some method's block, or method.source.<field> (`--config.method.name=`
+  and `--config.method.source.name=` complete their methods' fields)."""
+  match = re.fullmatch(r"method\.(source\.)?(\w+)", field)
+  return bool(match) and any(match.group(2) in methods.defaults(name) for name in methods.names())
 
 
 def test_a_config_field_named_alone_is_found_and_a_file_name_is_not():
@@ -416,7 +424,7 @@ def test_commands_naming_what_exists_pass():
     'python -m jaxemb.export --model m --out o --denoise\npython -m pytest -q -m "not slow"\n```\n'
     "```\n$ python train.py --config configs/promptbert.py --config.train.batchsize=8\n```\n"  # Not a shell block.
     "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
-    "`eval_ditto.py --config.method.ditto_variant=last`"
+    "`eval_ditto.py --config.method.variant=last`"
   )
 
 

@@ -74,11 +74,17 @@ def test_sentence_transformers_vectors_equal_jaxemb(with_pooler, tmp_path, famil
   [
     ("bert", dict(template=TEMPLATES["bert"])),
     ("roberta", dict(template=TEMPLATES["roberta"])),
-    ("bert", dict(template=TEMPLATES["bert"], denoise=True, head="mlm_transform")),
-    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, head="pooler")),
-    ("roberta", dict(template="This sentence : '[X]' means [MASK] .", denoise=True, head="mlm_transform")),
-    ("bert", dict(template='This sentence of "[X]" means [MASK] , so [MASK] .', denoise=True, head="pooler")),
-    ("roberta", dict(template=TEMPLATES["roberta"], denoise=True, tokenization="alone", bias_positions="model")),
+    ("bert", dict(template=TEMPLATES["bert"], denoise="position_offset", head="mlm_transform")),
+    ("roberta", dict(template=TEMPLATES["roberta"], denoise="position_offset", head="pooler")),
+    ("roberta", dict(template="This sentence : '[X]' means [MASK] .", denoise="position_offset", head="mlm_transform")),
+    (
+      "bert",
+      dict(template='This sentence of "[X]" means [MASK] , so [MASK] .', denoise="position_offset", head="pooler"),
+    ),
+    (
+      "roberta",
+      dict(template=TEMPLATES["roberta"], denoise="position_offset", tokenization="alone", bias_positions="model"),
+    ),
   ],
   ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())),
 )
@@ -97,7 +103,7 @@ def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm
 
 def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, tmp_path):
   """batch_size, normalize_embeddings, convert_to_tensor, one str, and model.similarity behave as for any model."""
-  method = Method("prompt", template=TEMPLATES["bert"], denoise=True)
+  method = Method("prompt", template=TEMPLATES["bert"], denoise="position_offset")
   out = export.export_model(with_pooler["bert"], tmp_path / "prompt", method)
   model = _sentence_transformers(out)
   encoder = Encoder.from_pretrained(with_pooler["bert"], method)
@@ -133,7 +139,7 @@ def test_trained_run_directory_exports_its_own_method_and_others(tmp_path, tiny_
   _assert_exported(theirs, trained, ours)
   untrained = Encoder.from_pretrained(tiny_bert, trained.method).encode(SENTENCES)
   assert not np.allclose(ours, untrained, atol=1e-4), "the export should hold the trained weights"
-  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
+  method = Method("prompt", template=TEMPLATES["bert"], denoise="position_offset", head="mlm_transform")
   prompt = _sentence_transformers_encode(export.export_model(trained_run, tmp_path / "prompt", method))(SENTENCES)
   encoder = Encoder.from_pretrained(trained_run, method)
   _assert_exported(prompt, encoder, encoder.encode(SENTENCES))
@@ -162,7 +168,7 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   assert [line for line in card.splitlines() if "SentenceTransformer(" in line] == [
     'model = SentenceTransformer("./x")  # This card\'s folder.'
   ]
-  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="mlm_transform")
+  method = Method("prompt", template=TEMPLATES["bert"], denoise="position_offset", head="mlm_transform")
   prompt = export.export_model(run, f"{bucket}/exported/prompt", method)
   assert (prompt / f"{PROMPT_MODULE}.py").is_file()
   encoder = Encoder.from_pretrained(trained_run, method)
@@ -193,7 +199,7 @@ def _card(out):
 
 
 def test_model_card_of_a_checkpoint(with_pooler, tmp_path):
-  method = Method("prompt", template=TEMPLATES["bert"], denoise=True, head="pooler")
+  method = Method("prompt", template=TEMPLATES["bert"], denoise="position_offset", head="pooler")
   metadata, text = _card(export.export_model(with_pooler["bert"], tmp_path / "out", method))
   assert metadata["library_name"] == "sentence-transformers" and metadata["pipeline_tag"] == "sentence-similarity"
   assert {"sentence-transformers", "jaxemb", "prompt"} <= set(metadata["tags"])
@@ -231,12 +237,9 @@ def test_model_card_of_a_run_directory(trained_run, tmp_path):
 
 def test_the_cards_method_is_python_that_builds_it():
   """A method that transforms another holds that one's own Method: its fields are not the whitening's."""
-  method = Method(
-    "whitening", whitened_method=Method("prompt", template=TEMPLATES["bert"], denoise=True), whitening_dims=16
-  )
+  method = Method("whitening", source=Method("prompt", template=TEMPLATES["bert"], denoise="position_offset"), dims=16)
   assert model_card._method_repr(method) == (  # pylint: disable=protected-access
-    f"Method('whitening', whitened_method=Method('prompt', template={TEMPLATES['bert']!r}, "
-    "denoise='position_offset'), whitening_dims=16)"
+    f"Method('whitening', source=Method('prompt', template={TEMPLATES['bert']!r}, denoise='position_offset'), dims=16)"
   )
   assert eval(model_card._method_repr(method), {"Method": Method}) == method  # pylint: disable=eval-used,protected-access
 

@@ -37,7 +37,7 @@ def _encode(model, batches):
 
 
 def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
-  method = Method("ditto", ditto_layer=1, ditto_head=2)
+  method = Method("ditto", layer=1, head=2)
   model = JaxembModel(tiny_bert, method=method)
   assert isinstance(model, mteb.models.EncoderProtocol)
   assert model.model.method == method
@@ -54,7 +54,7 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
   meta = model.mteb_model_meta
   assert (meta.name, meta.embed_dim, meta.framework) == (f"jaxemb/{tiny_bert.name}", 32, ["JAX"])
   assert re.fullmatch(r"weights-[0-9a-f]{12}", meta.revision)
-  assert meta.experiment_kwargs == {"method": "ditto", "ditto_layer": 1, "ditto_head": 2}
+  assert meta.experiment_kwargs == {"method": "ditto", "layer": 1, "head": 2}
   assert meta.n_parameters == sum(np.size(leaf) for leaf in jax.tree.leaves(model.model.params))
 
 

@@ -206,7 +206,7 @@ def _write_index(folder, vectors, corpus_file, model, method, shard_rows):
     "format": 1,
     "model": str(model),
     "model_dtype": "float32",
-    "method": method.config_fields(),
+    "method": method.to_block(),
     "sentences": {"add_period": False, "max_sentence_tokens": 0},
     "dim": vectors.shape[1],
     "dtype": str(vectors.dtype),

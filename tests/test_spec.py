@@ -28,7 +28,7 @@ def test_every_training_config_builds_with_the_fields_and_values_it_holds(name):
   config = _config(name)
   run = spec.TrainingRun.from_config(config)
   assert dict(spec.leaves(run)) == dict(config_fields.leaves(config))
-  assert isinstance(run.method, Method) and run.method == Method.from_config(config.method)
+  assert isinstance(run.method, Method) and run.method == Method.from_block(config.method)
   assert isinstance(run.objective.templates, tuple) and run.train.distributed.num_processes == 1
 
 

@@ -56,7 +56,7 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
       assert [view.template.text for view in objective.view_list] == list(run.config.objective.templates)
     else:
       assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
-      Method.from_config(run.config.method)
+      Method.from_block(run.config.method)
 
 
 def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
@@ -237,7 +237,7 @@ def test_a_training_run_trains_then_scores_its_best_step_on_the_seven_tasks(tiny
   assert sorted(written["tasks"]) == sorted(sweep.TASK_COLUMNS)
   assert written["best_step"] == 2 and written["select_metric"] == "stsb_dev/STSBenchmark"
   assert (
-    written["method"] == TrainingRun.from_config(run.config).method.config_fields()
+    written["method"] == TrainingRun.from_config(run.config).method.to_block()
   )  # The run's own, from its directory.
   encoder = Encoder.from_pretrained(
     run.directory, length_multiple=run.config.eval.length_multiple, batch_size=run.config.eval.batch_size

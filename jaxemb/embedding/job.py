@@ -29,6 +29,7 @@ from jaxemb.embedding import reader, shards
 from jaxemb.encode import Encoder
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError, DataError, WorkdirError
+from jaxemb.methods import Method
 from jaxemb.progress import track
 from jaxemb.spec import Embed, EmbedRun
 
@@ -48,7 +49,7 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   encoder = open_encoder(config)
   out = storage.path(e.output)
   manifest = new_manifest(config, corpus, encoder)
-  _claim(out, manifest)
+  manifest = _claim(out, manifest)
   job = job_digest(manifest)
   mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
   done = finished_shards(out, mine, job, strings=bool(corpus.columns.id_column))
@@ -113,7 +114,7 @@ def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> d
     "model": config.model.path,
     "model_sha256": _weights_sha256(encoder),
     "model_dtype": config.model.dtype,
-    "method": encoder.method.config_fields(),
+    "method": encoder.method.to_block(),
     "fitted_sha256": None if encoder.fitted is None else _arrays_sha256(encoder.fitted),
     "sentences": {"add_period": config.eval.add_period, "max_sentence_tokens": config.eval.max_sentence_tokens},
     "dim": int(encoder.method.vector_shape(encoder.config)[0]),
@@ -167,12 +168,15 @@ def job_digest(manifest: dict[str, Any]) -> str:
   return hashlib.sha256(json.dumps(identity(manifest), sort_keys=True).encode()).hexdigest()
 
 
-def _claim(out: storage.Path, manifest: dict[str, Any]):
-  """Refuses an output folder whose manifest is another job's; process 0 writes this job's where there is none.
-  Every host passes this point before any writes a shard."""
+def _claim(out: storage.Path, manifest: dict[str, Any]) -> dict[str, Any]:
+  """The manifest the job continues with: the folder's own, unless it is another job's (refused); else this job's,
+  which process 0 writes. Every host passes this point before any writes a shard."""
   found = shards.read_json(out / shards.MANIFEST)
   if found is not None:
-    theirs, ours = identity(found), identity(manifest)
+    # Its method read as today's block (an older jaxemb wrote the flat union) and kept as written: the records of
+    # the shards written carry the job's digest.
+    theirs = identity({**found, "method": Method.from_stored(found["method"]).to_block()})
+    ours = identity(manifest)
     changed = [
       f"{key} {_shown(key, theirs.get(key))} -> {_shown(key, ours.get(key))}"
       for key in sorted(theirs.keys() | ours.keys())
@@ -183,9 +187,12 @@ def _claim(out: storage.Path, manifest: dict[str, Any]):
         f"{out} holds the embeddings of another job ({'; '.join(changed)}): rerun with what it was made with, "
         "or choose another --config.embed.output"
       )
-  elif jax.process_index() == 0:
+    _barrier("manifest")
+    return {**manifest, "method": found["method"]}
+  if jax.process_index() == 0:
     atomic.write_json(out / shards.MANIFEST, manifest)
   _barrier("manifest")
+  return manifest
 
 
 def _shown(key: str, value: Any) -> str:

@@ -138,8 +138,8 @@ def _mask_top_ids(
   """
   model = Transformer(config)
   vectors = [
-    Method("prompt", template=template.text, denoise=denoised).vectors(model, params, batch, template=template)
-    for denoised in (False, True)
+    Method("prompt", template=template.text, denoise=denoise).vectors(model, params, batch, template=template)
+    for denoise in ("none", "position_offset")
   ]
   logits = model.apply({"params": params}, jnp.stack(vectors), method=Transformer.mlm_logits)
   return jax.lax.top_k(logits, k)[1]
@@ -247,7 +247,7 @@ def run_analysis(config: AnalysisRun) -> dict[str, Any]:
   predicted = sts.cosine(first, second)
   summary = {
     "model": config.model.path,
-    "method": encoder.method.config_fields(),
+    "method": encoder.method.to_block(),
     "anisotropy": sentence_anisotropy(encoder.encode([preprocess(s) for s in sample])),
     "anisotropy_sentences": len(sample),
     "token_embedding_average_cosine": token_embedding_average_cosine(encoder.params["embeddings"]["word"]["embedding"]),

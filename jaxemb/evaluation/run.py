@@ -88,7 +88,7 @@ def run_sts(config: EvaluationRun) -> dict[str, Any]:
   seconds = time.perf_counter() - start
   summary = {
     **scores,
-    "method": encoder.method.config_fields(),
+    "method": encoder.method.to_block(),
     "model": config.model.path,
     "seconds": seconds,
     "compilations": encoder.compilations,
@@ -162,7 +162,7 @@ def _run_transfer(config: EvaluationRun, with_sts: bool) -> dict[str, Any]:
   summary = {
     **scores,
     "classifier": dataclasses.asdict(classifier),
-    "method": encoder.method.config_fields(),
+    "method": encoder.method.to_block(),
     "model": config.model.path,
     "seconds": seconds,
     "compilations": encoder.compilations,

@@ -124,7 +124,7 @@ def read_templates(path: str) -> list[str]:
 
 
 def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
-  """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.ditto_variant`."""
+  """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.variant`."""
 
   def search(model, dev, preprocess):
     model_config = model[0]
@@ -140,11 +140,11 @@ def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
 
 
 def ditto_layer_embed(config: EvaluationRun, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
-  """`layer -> embed`, embed giving Ditto's `method.ditto_variant` vectors of every head of `layer`
+  """`layer -> embed`, embed giving Ditto's `method.variant` vectors of every head of `layer`
   ([n, heads, hidden]); `model` is (config, params, tokenizer)."""
 
   def layer_embed(layer: int) -> common.Embed:
-    method = dataclasses.replace(_named_method(config), name="ditto_all_heads", ditto_layer=layer, ditto_head=0)
+    method = dataclasses.replace(_named_method(config), name="ditto_all_heads", layer=layer, head=0)
     return Encoder(*model, method, **encoder_options(config.model, config.eval)).encode
 
   return layer_embed

@@ -5,11 +5,13 @@ method names it implements. Its fields are its options, each with a default; it 
 it reads, its vectors, their width, the weights and the state (e.g. fitted IDF weights) it needs, the state it fits on
 sentences (`fit_source`/`fit`, e.g. whitening's transform), its sentence-transformers form, its model-card text and
 its MTEB sentence rule. `Method(name, **fields)` builds the family registered under `name`, refusing in one line a
-field that family does not take.
+field that method does not take.
 
-The flat `config.method` block of every config is the serialised form: each registered family's fields (`to_flat`)
-side by side at their defaults; `from_config` hands the named family the fields set away from those defaults, so a
-block (or an older run's eval_method.json) that names one method may carry every other family's fields untouched.
+A method's serialised form is its block (`to_block`, `from_block`): its name and the fields that method takes, no
+other family's, a transformed method's block nested as `source`. A config's `config.method` is that block (the
+commands add the named method's fields the file leaves out: `defaults`), and so are the files that record a method
+(a run's eval_method.json, an export's jaxemb_method.json, an embedding job's manifest), which older jaxemb wrote as
+a flat union of every family's fields: `from_stored` reads both (jaxemb/methods/legacy.py converts).
 """
 
 from __future__ import annotations
@@ -19,20 +21,21 @@ import difflib
 import hashlib
 import io
 import json
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import numpy as np
 
-from jaxemb import atomic, storage, templates
+from jaxemb import atomic, config_fields, storage, templates
 from jaxemb.errors import ConfigError
+from jaxemb.methods import legacy
 from jaxemb.models import EncoderConfig, Transformer
 
 _FAMILIES: dict[str, type[Method]] = {}  # Method name -> its family, in registration order.
 # `fit_source`: the sentences of the evaluation at hand (Su et al.'s target-task setting; the papers' rows fit on NLI).
 TASK_SENTENCES = "tasks"
 FITTED_FILE = "fitted_state.npz"  # A method's fitted arrays, in a folder beside (or in) a run or an export.
-METHOD_FILE = "jaxemb_method.json"  # An export's method (its config_fields): Encoder.from_pretrained(folder) reads it.
+METHOD_FILE = "jaxemb_method.json"  # An export's method (its block): Encoder.from_pretrained(folder) reads it.
 FITTED_FOR = "fitted_for"  # The fitted arrays' entry recording the method and model they were fitted for.
 
 
@@ -45,17 +48,10 @@ class FittedForAnother(ConfigError):
 
 
 def register(family: type[Method]) -> type[Method]:
-  """Class decorator: registers `family` under each of its NAMES. A flat field that another family also declares
-  must have the same default there (the block holds one value per field)."""
+  """Class decorator: registers `family` under each of its NAMES."""
   clash = [name for name in family.NAMES if name in _FAMILIES]
   if clash:
     raise ValueError(f"methods {clash} are registered already")
-  defaults = family.flat_defaults()
-  for other in dict.fromkeys(_FAMILIES.values()):
-    theirs = other.flat_defaults()
-    shared = [key for key in defaults.keys() & theirs.keys() if defaults[key] != theirs[key]]
-    if shared:
-      raise ValueError(f"{family.__name__} and {other.__name__} give the fields {shared} different defaults")
   _FAMILIES.update(dict.fromkeys(family.NAMES, family))
   return family
 
@@ -72,9 +68,10 @@ def family(name: str) -> type[Method]:
   return _FAMILIES[name]
 
 
-def block_defaults() -> dict[str, Any]:
-  """The flat `config.method` block but its name, at its defaults: every registered family's flat fields."""
-  return {key: value for found in dict.fromkeys(_FAMILIES.values()) for key, value in found.flat_defaults().items()}
+def defaults(name: str) -> dict[str, Any]:
+  """The block of method `name` at its defaults: every field it takes (`jaxemb.cli.complete` adds those a config
+  file leaves out)."""
+  return Method(name).to_block()
 
 
 def exportable_names() -> tuple[str, ...]:
@@ -82,43 +79,17 @@ def exportable_names() -> tuple[str, ...]:
   return tuple(name for name in names() if Method(name).exportable)
 
 
-def _current_value(field: str, value: Any, families: Any = None) -> Any:
-  """`value` of `field` as `families` (default: every registered one) now write it (their RENAMED_VALUES)."""
-  for found in dict.fromkeys(_FAMILIES.values()) if families is None else families:
-    for old, new in found.RENAMED_VALUES.get(field, ()):
-      if type(value) is type(old) and value == old:
-        return new
-  return value
-
-
-def _takers(field: str) -> tuple[str, ...]:
-  """The methods that take `field` (a dataclass or flat field)."""
-  return tuple(
-    name
-    for name, found in _FAMILIES.items()
-    if field in found.field_names() and name in found.FIELD_OWNERS.get(field, found.NAMES)
+def _stray(name: str, takes: tuple[str, ...], field: str, value: Any, where: str = "fields") -> ConfigError:
+  """The one line refusing a `field` that method `name` does not take, naming those it does (and the field's name
+  today when it is an older jaxemb's)."""
+  renamed = legacy.RENAMED.get(field) or next(
+    (field.removeprefix(prefix) for source, prefix in legacy.TRANSFORMS.values() if field.startswith(prefix)), None
   )
-
-
-def _arguments(found: type[Method]) -> list[str]:
-  """The family's dataclass fields but its name: what `Method(name, ...)` takes in Python."""
-  return sorted(f.name for f in dataclasses.fields(found) if f.name != "name")
-
-
-def _misplaced(found: type[Method], name: str, field: str, value: Any) -> ConfigError:
-  takers = _takers(field)
-  got = f"got {field}={value!r}"
-  if name in takers:  # A flat field the family builds an argument from (static's bias switches, a transform's source).
-    return ConfigError(
-      f"method {name!r} takes {field} in a config block, not as a Python argument (its arguments: "
-      f"{', '.join(_arguments(found))}); {got}"
-    )
-  if takers:
-    return ConfigError(f"method {name!r} takes no {field} (a field of {', '.join(takers)} only); {got}")
-  # A name that starts another's first (`flowed`: `flowed_method` before the closer-scoring `flow_seed`).
-  close = sorted(difflib.get_close_matches(field, _arguments(found), n=3), key=lambda arg: not arg.startswith(field))
-  hint = f"; did you mean {' or '.join(close)}?" if close else ""
-  return ConfigError(f"method {name!r} takes no {field} (no method's field{hint}); {got}")
+  close = difflib.get_close_matches(field, takes, n=1)
+  hint = f" ({renamed!r} in today's blocks)" if renamed in takes else f" (did you mean {close[0]!r}?)" if close else ""
+  return ConfigError(
+    f"method {name!r} takes no {field}{hint}; got {field}={value!r}; its {where}: {', '.join(sorted(takes))}"
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,9 +102,6 @@ class Method:
   """
 
   NAMES: ClassVar[tuple[str, ...]] = ()  # The method names the family implements.
-  # field -> ((a value written before, its value now), ...) for a field whose values were renamed: older config
-  # blocks, eval_method.json files and callers still load (prompt's denoise was a bool).
-  RENAMED_VALUES: ClassVar[dict[str, tuple[tuple[Any, Any], ...]]] = {}
   # field -> the names among NAMES that take it, for a field only some of them read (default: all of NAMES).
   FIELD_OWNERS: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -146,64 +114,67 @@ class Method:
     found = cls if name in cls.NAMES else family(name)  # A family builds its own names before it is registered.
     if not issubclass(found, cls):
       raise ConfigError(f"method {name!r} is not one of {cls.NAMES}")
-    known = {f.name for f in dataclasses.fields(found)}
+    known = {f.name for f in dataclasses.fields(found)}  # All of them: dataclasses.replace passes every one.
     for field, value in fields.items():
       if field not in known:
-        raise _misplaced(found, name, field, value)
+        raise _stray(name, found.arguments(name), field, value, "arguments")
     return super().__new__(found)
 
   def __post_init__(self):
     if self.name not in self.NAMES:
       raise ConfigError(f"method {self.name!r} is not one of {self.NAMES}")
     for field in dataclasses.fields(self):
-      object.__setattr__(self, field.name, _current_value(field.name, getattr(self, field.name), [type(self)]))
       value = getattr(self, field.name)
-      if self.name not in self.FIELD_OWNERS.get(field.name, self.NAMES) and value != field.default:
-        raise _misplaced(type(self), self.name, field.name, value)
-
-  # The serialised form.
+      if field.name != "name" and field.name not in self.arguments(self.name) and value != field.default:
+        raise _stray(self.name, self.arguments(self.name), field.name, value, "arguments")
 
   @classmethod
-  def field_names(cls) -> set[str]:
-    """The family's dataclass fields and flat fields."""
-    return {f.name for f in dataclasses.fields(cls)} | cls.flat_defaults().keys()
+  def arguments(cls, name: str) -> tuple[str, ...]:
+    """The dataclass fields method `name` takes, its name aside: what `Method(name, ...)` takes in Python."""
+    return tuple(
+      f.name for f in dataclasses.fields(cls) if f.name != "name" and name in cls.FIELD_OWNERS.get(f.name, cls.NAMES)
+    )
+
+  # The serialised form: the block.
 
   @classmethod
-  def flat_defaults(cls) -> dict[str, Any]:
-    """This family's flat fields at their defaults."""
-    return cls(cls.NAMES[0]).to_flat()
+  def fields(cls, name: str) -> tuple[str, ...]:
+    """The fields of method `name`'s block, its name aside (by default its `arguments`)."""
+    return cls.arguments(name)
 
-  def to_flat(self) -> dict[str, Any]:
-    """This method's own fields as flat config values (JSON's types), its name aside."""
-    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "name"}
+  def to_block(self) -> dict[str, Any]:
+    """This method as its block: its name and its fields' values (JSON's types)."""
+    return {"name": self.name, **{key: getattr(self, key) for key in self.fields(self.name)}}
 
   @classmethod
-  def from_flat(cls, name: str, fields: dict[str, Any]) -> Method:
-    """The method `name` of this family from the flat fields set away from their defaults (the inverse of
-    `to_flat`)."""
+  def from_fields(cls, name: str, fields: dict[str, Any]) -> Method:
+    """Method `name` of this family from its block's fields (some or all of `fields(name)`; the inverse of
+    `to_block`)."""
     return cls(name, **fields)
 
-  def config_fields(self) -> dict[str, Any]:
-    """This method as the flat `config.method` block: every registered family's fields, this method's own at their
-    values and the others' at their defaults (`eval_common.method_config` builds every config's block from it)."""
-    return {"name": self.name, **block_defaults(), **self.to_flat()}
-
-  def changed_fields(self) -> dict[str, Any]:
-    """The flat fields set away from their defaults: what sets this method apart from `Method(self.name)`."""
-    defaults = block_defaults()
-    return {key: value for key, value in self.to_flat().items() if value != defaults[key]}
+  @staticmethod
+  def from_block(block: Mapping[str, Any]) -> Method:
+    """The method a block describes (a config's `config.method`): the named method from the fields it sets, the
+    others at their defaults; a field that method does not take is refused in one line naming those it does."""
+    fields = dict(block.items())
+    name = fields.pop("name")
+    found = family(name)
+    takes = found.fields(name)
+    for field, value in fields.items():
+      if field not in takes:
+        raise _stray(name, takes, field, value)
+    return found.from_fields(name, fields)
 
   @staticmethod
-  def from_config(block: Any) -> Method:
-    """The method a `config.method` block (or a run's eval_method.json, older ones with only some fields) describes:
-    its named family built from the fields set away from their defaults."""
-    fields = {key: _current_value(key, value) for key, value in dict(block).items()}
-    name = fields.pop("name")
-    defaults = block_defaults()
-    unknown = sorted(fields.keys() - defaults.keys())
-    if unknown:
-      raise ConfigError(f"config.method has no fields {unknown}; its fields: {sorted(defaults)}")
-    return family(name).from_flat(name, {key: value for key, value in fields.items() if value != defaults[key]})
+  def from_stored(block: Mapping[str, Any]) -> Method:
+    """The method a file records (eval_method.json, jaxemb_method.json, an embedding manifest's, a fitted state's
+    record): its block, or the flat union older jaxemb wrote (`legacy.upgrade`)."""
+    return Method.from_block(legacy.upgrade(block))
+
+  def changed_fields(self) -> dict[str, Any]:
+    """The block's fields set away from their defaults: what sets this method apart from `Method(self.name)`."""
+    default = defaults(self.name)
+    return {key: value for key, value in self.to_block().items() if value != default[key]}
 
   # What the Encoder asks.
 
@@ -238,9 +209,9 @@ class Method:
     return None
 
   def fitted_for(self) -> dict[str, Any]:
-    """What this method's fitted arrays depend on, as flat fields with its name (`fitted_record`): by default all
-    of them; a family leaves out those it applies when it loads the arrays (whitening's kept dimensions)."""
-    return {"name": self.name, **self.to_flat()}
+    """What this method's fitted arrays depend on, as its block (`fitted_record`): by default all of it; a family
+    leaves out the fields it applies when it loads the arrays (whitening's kept dimensions)."""
+    return self.to_block()
 
   def fit(self, embed: Callable[[Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """This method's fitted arrays from `sentences`; `embed(method, sentences)` gives another method's vectors on
@@ -390,8 +361,9 @@ def check_fitted(
   if FITTED_FOR not in fitted:
     return arrays
   record = json.loads(str(fitted[FITTED_FOR]))
-  if record["method"] != method.fitted_for():
-    theirs, ours = record["method"], method.fitted_for()
+  theirs, ours = Method.from_stored(record["method"]).fitted_for(), method.fitted_for()  # Older records: flat.
+  if theirs != ours:
+    theirs, ours = dict(config_fields.flatten(theirs)), dict(config_fields.flatten(ours))  # A source's fields dotted.
     differ = {key: theirs.get(key) for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)}
     raise FittedForAnother(
       f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for "

@@ -20,32 +20,32 @@ class Ditto(base.Tokenized):
   (the head search scores them all).
 
   Attributes:
-    ditto_layer: the layer whose attention weights the tokens (0-based).
-    ditto_head: ditto: the head (0-based; bert-base-uncased's best on STS-B dev is layer 0, head 9).
-    ditto_variant: which states are weighted (pooling.DITTO_VARIANTS): first_last (h0 + hL) / 2, last, static (the
+    layer: the layer whose attention weights the tokens (0-based).
+    head: ditto: the head (0-based; bert-base-uncased's best on STS-B dev is layer 0, head 9).
+    variant: which states are weighted (pooling.DITTO_VARIANTS): first_last (h0 + hL) / 2, last, static (the
       raw word-embedding rows, as the authors' code reads them) or embedding_output (h0).
   """
 
   NAMES = ("ditto", "ditto_all_heads")
 
-  ditto_layer: int = 0
-  ditto_head: int = 9
-  ditto_variant: str = "first_last"
+  layer: int = 0
+  head: int = 9
+  variant: str = "first_last"
 
   def __post_init__(self):
     super().__post_init__()
-    if self.ditto_variant not in pooling.DITTO_VARIANTS:
-      raise ConfigError(f"ditto variant {self.ditto_variant!r} is not one of {pooling.DITTO_VARIANTS}")
+    if self.variant not in pooling.DITTO_VARIANTS:
+      raise ConfigError(f"ditto variant {self.variant!r} is not one of {pooling.DITTO_VARIANTS}")
 
   def validate(self, config: EncoderConfig, num_masks: int):
-    if not (0 <= self.ditto_layer < config.num_hidden_layers and 0 <= self.ditto_head < config.num_attention_heads):
+    if not (0 <= self.layer < config.num_hidden_layers and 0 <= self.head < config.num_attention_heads):
       raise ConfigError(
-        f"ditto layer {self.ditto_layer} / head {self.ditto_head} out of range for a model with "
+        f"ditto layer {self.layer} / head {self.head} out of range for a model with "
         f"{config.num_hidden_layers} layers x {config.num_attention_heads} heads"
       )
 
   def forward_outputs(self) -> dict[str, Any]:
-    return {"output_hidden_states": True, "output_attentions": (self.ditto_layer,)}
+    return {"output_hidden_states": True, "output_attentions": (self.layer,)}
 
   def vectors(
     self,
@@ -59,13 +59,13 @@ class Ditto(base.Tokenized):
   ) -> jax.Array:
     words = params["embeddings"]["word"]["embedding"][batch.input_ids]
     heads = pooling.ditto_all_heads(
-      self.encoder_outputs(model, params, batch), batch.attention_mask, self.ditto_layer, self.ditto_variant, words
+      self.encoder_outputs(model, params, batch), batch.attention_mask, self.layer, self.variant, words
     )
-    return heads if self.name == "ditto_all_heads" else heads[:, self.ditto_head]
+    return heads if self.name == "ditto_all_heads" else heads[:, self.head]
 
   def width(self, config: EncoderConfig) -> int:
     # The static variant adds up raw word-embedding rows, as wide as they are (ELECTRA-small's: 128, not 256).
-    return config.embedding_width if self.ditto_variant == "static" else config.hidden_size
+    return config.embedding_width if self.variant == "static" else config.hidden_size
 
   def vector_shape(self, config: EncoderConfig) -> tuple[int, ...]:
     heads = (config.num_attention_heads,) if self.name == "ditto_all_heads" else ()

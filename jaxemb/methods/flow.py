@@ -29,7 +29,7 @@ import numpy as np
 import optax
 
 from jaxemb.errors import ConfigError
-from jaxemb.methods import base, pooled, transform
+from jaxemb.methods import base, transform
 from jaxemb.models import EncoderConfig
 from jaxemb.models import flow as glow
 
@@ -40,73 +40,66 @@ _PARAMS, _HISTORY = "params/", "fit/log_likelihood"  # The fitted arrays: the fl
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Flow(transform.Transform):
-  """BERT-flow of another method's vectors: `Method("flow", flowed_method=Method("prompt", template=...))`, in the
-  flat block `--config.method.name=flow --config.method.flowed_method=prompt --config.method.template=...`.
+  """BERT-flow of another method's vectors: `Method("flow", source=Method("prompt", template=...))`, in a config
+  `--config.method.name=flow --config.method.source.name=prompt --config.method.source.template=...`.
 
   Attributes:
-    flowed_method: the method whose vectors the flow maps (a Method, or a method name for that method at its
-      defaults): one vector per sentence, fitting nothing itself (default first_last_avg, the tables' rows).
-    flow_corpus: a text file, one sentence a line, to fit on; "" fits on the evaluated STS test tasks' sentences.
-    flow_levels, flow_depth, flow_width: the Glow's levels, steps per level and coupling width (the authors'
+    levels, depth, coupling_width: the Glow's levels, steps per level and coupling width (the authors'
       default config_l3_d3_w32: 3, 3, 32).
-    flow_epochs, flow_batch_size, flow_learning_rate: the fit (the authors' 1 epoch, 64 sentences, 1e-3).
-    flow_seed: the shuffling and the coupling networks' initial kernels.
+    epochs, batch_size, learning_rate: the fit (the authors' 1 epoch, 64 sentences, 1e-3).
+    seed: the shuffling and the coupling networks' initial kernels.
   """
 
   NAMES = ("flow",)
-  SOURCE = "flowed_method"
-  CORPUS = "flow_corpus"
 
-  flowed_method: base.Method | str = pooled.Pooled("first_last_avg")
-  flow_corpus: str = ""
-  flow_levels: int = 3
-  flow_depth: int = 3
-  flow_width: int = 32
-  flow_epochs: int = 1
-  flow_batch_size: int = 64
-  flow_learning_rate: float = 1e-3
-  flow_seed: int = 0
+  levels: int = 3
+  depth: int = 3
+  coupling_width: int = 32
+  epochs: int = 1
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+  seed: int = 0
 
   def __post_init__(self):
     super().__post_init__()
     sizes = {
-      "flow_levels": self.flow_levels,
-      "flow_depth": self.flow_depth,
-      "flow_width": self.flow_width,
-      "flow_epochs": self.flow_epochs,
+      "levels": self.levels,
+      "depth": self.depth,
+      "coupling_width": self.coupling_width,
+      "epochs": self.epochs,
     }
     for field, value in sizes.items():
       if value < 1:
-        raise ConfigError(f"{field} must be >= 1; got {value}")
-    if self.flow_batch_size < PAIRS or self.flow_batch_size % PAIRS:
-      raise ConfigError(f"flow_batch_size must be a positive even number (pairs); got {self.flow_batch_size}")
-    if not self.flow_learning_rate > 0:
-      raise ConfigError(f"flow_learning_rate must be > 0; got {self.flow_learning_rate}")
+        raise ConfigError(f"flow {field} must be >= 1; got {value}")
+    if self.batch_size < PAIRS or self.batch_size % PAIRS:
+      raise ConfigError(f"flow batch_size must be a positive even number (pairs); got {self.batch_size}")
+    if not self.learning_rate > 0:
+      raise ConfigError(f"flow learning_rate must be > 0; got {self.learning_rate}")
 
   @property
   def flow_config(self) -> glow.FlowConfig:
-    return glow.FlowConfig(levels=self.flow_levels, depth=self.flow_depth, width=self.flow_width)
+    return glow.FlowConfig(levels=self.levels, depth=self.depth, width=self.coupling_width)
 
   def validate(self, config: EncoderConfig, num_masks: int):
     super().validate(config, num_masks)
     try:
-      glow.check_width(self.flowed_method.width(config), self.flow_config)
+      glow.check_width(self.source.width(config), self.flow_config)
     except ValueError as e:
-      raise ConfigError(f"method {self.flowed_method.name!r}: {e}") from None
+      raise ConfigError(f"method {self.source.name!r}: {e}") from None
 
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
     """The flow's params (keys "params/...") fitted on the flowed method's vectors of `sentences`, and each step's
     mean log-likelihood in nats ("fit/log_likelihood")."""
-    x = np.asarray(embed(self.flowed_method, sentences), np.float32)
-    if len(x) < self.flow_batch_size:
-      raise ConfigError(f"flow fits on batches of {self.flow_batch_size} sentences; got {len(x)} distinct sentences")
+    x = np.asarray(embed(self.source, sentences), np.float32)
+    if len(x) < self.batch_size:
+      raise ConfigError(f"flow fits on batches of {self.batch_size} sentences; got {len(x)} distinct sentences")
     params, history = fit_flow(
       x,
       self.flow_config,
-      epochs=self.flow_epochs,
-      batch_size=self.flow_batch_size,
-      learning_rate=self.flow_learning_rate,
-      seed=self.flow_seed,
+      epochs=self.epochs,
+      batch_size=self.batch_size,
+      learning_rate=self.learning_rate,
+      seed=self.seed,
     )
     flat = flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
     return {**{_PARAMS + key: np.asarray(value) for key, value in flat.items()}, _HISTORY: np.asarray(history)}
@@ -116,10 +109,10 @@ class Flow(transform.Transform):
       {key[len(_PARAMS) :]: jnp.asarray(value) for key, value in fitted.items() if key.startswith(_PARAMS)}, sep="/"
     )
     fitted_width = np.asarray(params["level_0"]["step_0"]["actnorm"]["b"]).shape[0]
-    if fitted_width != self.flowed_method.width(config):
+    if fitted_width != self.source.width(config):
       raise ConfigError(
-        f"the fitted flow is {fitted_width}-dimensional; method {self.flowed_method.name!r} gives "
-        f"{self.flowed_method.width(config)} dimensions on this model"
+        f"the fitted flow is {fitted_width}-dimensional; method {self.source.name!r} gives "
+        f"{self.source.width(config)} dimensions on this model"
       )
     return params
 
@@ -128,7 +121,7 @@ class Flow(transform.Transform):
 
   def card_text(self) -> str:
     return (
-      self.flowed_method.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
+      self.source.card_text() + "\nThen BERT-flow (Li et al., 2020): the vectors mapped to the Gaussian latent "
       "of a Glow fitted on a set of sentences' vectors.\n"
     )
 

@@ -40,8 +40,7 @@ class Prompt(base.Tokenized):
     top_k: prompt_mlm_top_k: tokens averaged (PromptBERT Table 9 uses 200).
     denoise: the template bias subtracted, one of denoise.KINDS as training's objective.denoise names them:
       "position_offset" (supervised PromptBERT's evaluation; PromptBERT Table 9 denoises the top-k representation
-      too), "pad" (CoT-BERT's training denoising; its evaluation subtracts none) or "none". Older blocks' True and
-      False read as "position_offset" and "none".
+      too), "pad" (CoT-BERT's training denoising; its evaluation subtracts none) or "none".
     head: prompt: one of METHOD_HEADS, applied to the (denoised) [MASK] vector.
     bias_positions: denoise: the position-offset rows' positions (views.BIAS_POSITIONS).
     prompt_placement: a continuous template's placement (optiprompt.PLACEMENTS).
@@ -49,7 +48,6 @@ class Prompt(base.Tokenized):
 
   NAMES = ("prompt", "prompt_mlm_top_k")
   FIELD_OWNERS = {"head": ("prompt",), "top_k": ("prompt_mlm_top_k",)}
-  RENAMED_VALUES = {"denoise": ((True, "position_offset"), (False, "none"))}
 
   template: str = templates.SLOT
   top_k: int = 200

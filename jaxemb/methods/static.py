@@ -26,7 +26,7 @@ def static_rows(params: Any, kind: str) -> jax.Array:
   if kind == "word_embeddings":
     return params["embeddings"]["word"]["embedding"]
   if "decoder" not in params.get("mlm_head", {}):
-    raise ConfigError("static_rows 'mlm_decoder': these params have no untied MLM decoder (mlm_head/decoder)")
+    raise ConfigError("'mlm_decoder' rows: these params have no untied MLM decoder (mlm_head/decoder)")
   return params["mlm_head"]["decoder"].T
 
 
@@ -35,8 +35,8 @@ def check_static_rows(kind: str, config: EncoderConfig):
   if kind == "mlm_decoder" and (not config.is_masked_lm or config.tie_word_embeddings):
     why = "has no MLM head" if not config.is_masked_lm else "ties its MLM decoder to the word embeddings"
     raise ConfigError(
-      f"static_rows 'mlm_decoder' reads an untied MLM decoder; this model {why} (its config.json's "
-      "tie_word_embeddings); use static_rows 'word_embeddings'"
+      f"the 'mlm_decoder' rows are an untied MLM decoder's; this model {why} (its config.json's "
+      "tie_word_embeddings); use 'word_embeddings'"
     )
 
 
@@ -49,37 +49,41 @@ class Static(base.Tokenized):
   word embeddings are 128 wide, not 256: no projection).
 
   Attributes:
-    static_rows: the rows averaged, one of STATIC_ROWS.
+    token_rows: the token rows averaged, one of STATIC_ROWS.
     bias_filter: static_remove_biases: which biased tokens are dropped (default: all four, as published).
   """
 
   NAMES = ("static_avg", "static_remove_biases")
   FIELD_OWNERS = {
     "tokenization": ("static_avg",),
-    **dict.fromkeys(("bias_filter", *_BIAS_SWITCHES), ("static_remove_biases",)),
+    "bias_filter": ("static_remove_biases",),
   }
 
-  static_rows: str = "word_embeddings"
+  token_rows: str = "word_embeddings"
   bias_filter: bias_removal.BiasFilter = bias_removal.BiasFilter()
 
   def __post_init__(self):
     super().__post_init__()
-    if self.static_rows not in STATIC_ROWS:
-      raise ConfigError(f"static_rows {self.static_rows!r} is not one of {STATIC_ROWS}")
-
-  def to_flat(self) -> dict[str, Any]:
-    fields = {key: value for key, value in super().to_flat().items() if key != "bias_filter"}
-    return {**fields, **{name: getattr(self.bias_filter, name) for name in _BIAS_SWITCHES}}
+    if self.token_rows not in STATIC_ROWS:
+      raise ConfigError(f"token_rows {self.token_rows!r} is not one of {STATIC_ROWS}")
 
   @classmethod
-  def from_flat(cls, name: str, fields: dict[str, Any]) -> base.Method:
+  def fields(cls, name: str) -> tuple[str, ...]:
+    """The block holds static_remove_biases's filter as its four switches."""
+    own = tuple(key for key in cls.arguments(name) if key != "bias_filter")
+    return (*own, *_BIAS_SWITCHES) if name == "static_remove_biases" else own
+
+  def to_block(self) -> dict[str, Any]:
+    owner = lambda key: self.bias_filter if key in _BIAS_SWITCHES else self
+    return {"name": self.name, **{key: getattr(owner(key), key) for key in self.fields(self.name)}}
+
+  @classmethod
+  def from_fields(cls, name: str, fields: dict[str, Any]) -> base.Method:
     switches = {key: fields.pop(key) for key in _BIAS_SWITCHES if key in fields}
-    if name != "static_remove_biases":  # Refused by their flat names.
-      return cls(name, **fields, **switches)
-    return cls(name, **fields, bias_filter=bias_removal.BiasFilter(**switches))
+    return cls(name, **fields, **({"bias_filter": bias_removal.BiasFilter(**switches)} if switches else {}))
 
   def validate(self, config: EncoderConfig, num_masks: int):
-    check_static_rows(self.static_rows, config)
+    check_static_rows(self.token_rows, config)
 
   def rows(
     self,
@@ -103,7 +107,7 @@ class Static(base.Tokenized):
     prompt: jax.Array | None = None,
     template: templates.Template | None = None,
   ) -> jax.Array:
-    rows = static_rows(params, self.static_rows)
+    rows = static_rows(params, self.token_rows)
     if self.name == "static_avg":
       return pooling.static_avg(rows, batch.input_ids, batch.attention_mask)
     return pooling.static_sentence_avg(rows, batch.input_ids, batch.sentence_lengths)

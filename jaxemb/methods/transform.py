@@ -1,17 +1,15 @@
 """What the post-processings of the papers' baseline tables share (BERT-whitening, BERT-flow): a method that maps
 another method's vectors through a transform fitted on a set of sentences' vectors.
 
-A family here names the field holding the method it transforms (`SOURCE`, e.g. whitening's `whitened_method`) and
-its own fitted transform (`load_transform`, `transform`); this base owns the rest: the flat block (the same field
-holding the source method's name, its fields beside the transform's), the Encoder's questions answered by the source
-method, the fit set (a corpus field or the evaluated tasks' sentences), and the state (the source's and the
-transform's).
+A family here owns its fitted transform (`load_transform`, `transform`); this base owns the rest: the method it
+transforms (`source`, whose block nests in the transform's), the Encoder's questions answered by the source method,
+the fit set (`corpus`, or the evaluated tasks' sentences), and the state (the source's and the transform's).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -19,47 +17,42 @@ import numpy as np
 
 from jaxemb import templates
 from jaxemb.errors import ConfigError
-from jaxemb.methods import base
+from jaxemb.methods import base, pooled
 from jaxemb.models import EncoderConfig, Transformer
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Transform(base.Method):
-  """Another method's vectors, one per sentence, through a fitted transform (a family's base, not a method)."""
+  """Another method's vectors, one per sentence, through a fitted transform (a family's base, not a method).
 
-  # The field holding the transformed method: a Method (in Python, a method name gives that method at its defaults);
-  # in the flat block, the method's name.
-  SOURCE: ClassVar[str]
-  CORPUS: ClassVar[str]  # The field naming the fit set's corpus file ("": the evaluated STS test tasks' sentences).
+  Attributes:
+    source: the method whose vectors are transformed (a Method, or a method name for that method at its
+      defaults; in a config, its block): one vector per sentence, fitting nothing itself (default first_last_avg,
+      Su et al.'s and the tables' rows).
+    corpus: a text file, one sentence a line, to fit on; "" fits on the evaluated STS test tasks' sentences.
+  """
+
+  source: base.Method | str = pooled.Pooled("first_last_avg")
+  corpus: str = ""
 
   def __post_init__(self):
     super().__post_init__()
     if isinstance(self.source, str):
-      object.__setattr__(self, self.SOURCE, base.Method(self.source))
+      object.__setattr__(self, "source", base.Method(self.source))
     if not isinstance(self.source, base.Method) or self.source.fit_source() is not None:
       raise ConfigError(f"{self.name} transforms a method that fits nothing itself; got {self.source!r}")
 
-  @property
-  def source(self) -> base.Method:
-    return getattr(self, self.SOURCE)
+  # The block: the transform's fields, the source method's block nested.
+
+  def to_block(self) -> dict[str, Any]:
+    return {**super().to_block(), "source": self.source.to_block()}
 
   @classmethod
-  def own_fields(cls) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("name", cls.SOURCE))
-
-  # The flat block: the transform's fields and the source method's side by side.
-
-  def to_flat(self) -> dict[str, Any]:
-    own = {key: getattr(self, key) for key in self.own_fields()}
-    return {self.SOURCE: self.source.name, **own, **self.source.to_flat()}
-
-  @classmethod
-  def from_flat(cls, name: str, fields: dict[str, Any]) -> base.Method:
-    fields = dict(fields)
-    default = next(f.default for f in dataclasses.fields(cls) if f.name == cls.SOURCE)
-    source = fields.pop(cls.SOURCE, default.name)
-    own = {key: fields.pop(key) for key in cls.own_fields() if key in fields}
-    return cls(name, **{cls.SOURCE: base.family(source).from_flat(source, fields)}, **own)
+  def from_fields(cls, name: str, fields: dict[str, Any]) -> base.Method:
+    source = fields.pop("source", None)
+    if hasattr(source, "items"):  # A block (a dict, or a ConfigDict); else a Method, a name or none.
+      source = base.Method.from_block(source)
+    return cls(name, **fields, **({"source": source} if source is not None else {}))
 
   # What the Encoder asks: the source method's, its vectors then transformed.
 
@@ -89,7 +82,7 @@ class Transform(base.Method):
     return self.source.rows(template, tokenizer, sentences, max_sentence_tokens, max_length)
 
   def fit_source(self) -> str:
-    return getattr(self, self.CORPUS) or base.TASK_SENTENCES
+    return self.corpus or base.TASK_SENTENCES
 
   def load_state(self, config: EncoderConfig, fitted: dict[str, np.ndarray] | None = None) -> Any:
     """The source method's state and the transform's (`load_transform`); None before fitting."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxemb import atomic
 from jaxemb.errors import ConfigError
-from jaxemb.methods import base, pooled, transform
+from jaxemb.methods import base, transform
 from jaxemb.models import EncoderConfig
 
 _MODULE = "whitening"  # The Dense module's folder in an export, after the whitened method's modules.
@@ -30,50 +30,40 @@ _MODULE = "whitening"  # The Dense module's folder in an export, after the white
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Whitening(transform.Transform):
-  """Whitening of another method's vectors: `Method("whitening", whitened_method=Method("prompt", template=...))`;
-  in the flat `config.method` block `whitened_method` names the method and its own fields sit beside this method's
-  (`--config.method.name=whitening --config.method.whitened_method=prompt --config.method.template=...`).
+  """Whitening of another method's vectors: `Method("whitening", source=Method("prompt", template=...))`; in a
+  config the source method's block is nested in this one's
+  (`--config.method.name=whitening --config.method.source.name=prompt --config.method.source.template=...`).
 
   Attributes:
-    whitened_method: the method whose vectors are whitened (a Method, or a method name for that method at its
-      defaults): one vector per sentence, fitting nothing itself (default first_last_avg, Su et al.'s and the
-      tables' rows).
-    whitening_dims: k, the dimensions kept (Su et al.'s "-whitening-256" keeps 256); 0 keeps all, as the tables'
+    dims: k, the dimensions kept (Su et al.'s "-whitening-256" keeps 256); 0 keeps all, as the tables'
       rows.
-    whitening_corpus: a text file, one sentence a line, to fit on; "" fits on the evaluated STS test tasks'
-      sentences.
   """
 
   NAMES = ("whitening",)
-  SOURCE = "whitened_method"
-  CORPUS = "whitening_corpus"
 
-  whitened_method: base.Method | str = pooled.Pooled("first_last_avg")
-  whitening_dims: int = 0
-  whitening_corpus: str = ""
+  dims: int = 0
 
   def __post_init__(self):
     super().__post_init__()
-    if self.whitening_dims < 0:
-      raise ConfigError(f"whitening_dims must be >= 0 (0 keeps every dimension); got {self.whitening_dims}")
+    if self.dims < 0:
+      raise ConfigError(f"whitening dims must be >= 0 (0 keeps every dimension); got {self.dims}")
 
   def validate(self, config: EncoderConfig, num_masks: int):
     super().validate(config, num_masks)
-    if self.whitening_dims > self.whitened_method.width(config):
+    if self.dims > self.source.width(config):
       raise ConfigError(
-        f"whitening_dims {self.whitening_dims} exceeds the {self.whitened_method.width(config)} "
-        f"dimensions of method {self.whitened_method.name!r}"
+        f"whitening dims {self.dims} exceeds the {self.source.width(config)} dimensions of method {self.source.name!r}"
       )
 
   def fitted_for(self) -> dict[str, Any]:
     fields = super().fitted_for()
-    del fields["whitening_dims"]  # Applied at load (`load_transform`): one fit serves every k.
+    del fields["dims"]  # Applied at load (`load_transform`): one fit serves every k.
     return fields
 
   def fit(self, embed: Callable[[base.Method, list[str]], np.ndarray], sentences: list[str]) -> dict[str, np.ndarray]:
-    """{"mean": mu, "kernel": W} (all dimensions; `whitening_dims` cuts W at load) of the whitened method's
+    """{"mean": mu, "kernel": W} (all dimensions; `dims` cuts W at load) of the whitened method's
     vectors of `sentences`, in float64 as Su et al.'s `compute_kernel_bias` (np.cov, so 1/(n - 1))."""
-    x = np.asarray(embed(self.whitened_method, sentences), np.float64)
+    x = np.asarray(embed(self.source, sentences), np.float64)
     if len(x) <= x.shape[1]:  # Fewer sentences than dimensions leave zero variances, which 1/sqrt(s) cannot take.
       raise ConfigError(
         f"whitening {x.shape[1]}-dimensional vectors needs more than {x.shape[1]} distinct "
@@ -83,14 +73,14 @@ class Whitening(transform.Transform):
     return {"mean": x.mean(0), "kernel": u / np.sqrt(s)}
 
   def load_transform(self, config: EncoderConfig, fitted: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """The fitted mean and kernel, cut to `whitening_dims` columns, in float32."""
-    width = self.whitened_method.width(config)
+    """The fitted mean and kernel, cut to `dims` columns, in float32."""
+    width = self.source.width(config)
     if fitted["kernel"].shape != (width, width):
       raise ConfigError(
         f"the fitted whitening is {fitted['kernel'].shape[0]}-dimensional; method "
-        f"{self.whitened_method.name!r} gives {width} dimensions on this model"
+        f"{self.source.name!r} gives {width} dimensions on this model"
       )
-    kernel = fitted["kernel"][:, : self.whitening_dims or width]
+    kernel = fitted["kernel"][:, : self.dims or width]
     return {"mean": jnp.asarray(fitted["mean"], jnp.float32), "kernel": jnp.asarray(kernel, jnp.float32)}
 
   def transform(self, state: dict[str, jax.Array], x: jax.Array) -> jax.Array:
@@ -98,21 +88,21 @@ class Whitening(transform.Transform):
     return jnp.dot(x - state["mean"], state["kernel"], precision=jax.lax.Precision.HIGHEST)
 
   def width(self, config: EncoderConfig) -> int:
-    return self.whitening_dims or self.whitened_method.width(config)
+    return self.dims or self.source.width(config)
 
   # Export, model card.
 
   @property
   def exportable(self) -> bool:
-    return self.whitened_method.exportable
+    return self.source.exportable
 
   def check_exportable(self):
     """NotExportable naming the whitened method: whitening exports as that method's modules plus a Dense."""
     if not self.exportable:
       raise base.NotExportable(
-        f"method 'whitening' of whitened_method {self.whitened_method.name!r} has no sentence-transformers form "
+        f"method 'whitening' of source {self.source.name!r} has no sentence-transformers form "
         f"here: whitening exports over {', '.join(n for n in base.exportable_names() if n != self.name)} "
-        "(config.method.whitened_method)"
+        "(config.method.source)"
       )
 
   def export(
@@ -125,7 +115,7 @@ class Whitening(transform.Transform):
     self.check_exportable()
     if fitted is None:
       raise ConfigError("whitening exports with its fitted state; none was given")
-    self.whitened_method.export(out, config, params, tokenizer)
+    self.source.export(out, config, params, tokenizer)
     state = self.load_transform(config, fitted)
     kernel, mean = np.asarray(state["kernel"], np.float64), np.asarray(state["mean"], np.float64)
     modules = json.loads((out / "modules.json").read_text())
@@ -149,9 +139,9 @@ class Whitening(transform.Transform):
     atomic.write(out / _MODULE / "model.safetensors", lambda f: f.write(weights))
 
   def card_text(self) -> str:
-    kept = f"its top {self.whitening_dims} dimensions kept" if self.whitening_dims else "all dimensions kept"
+    kept = f"its top {self.dims} dimensions kept" if self.dims else "all dimensions kept"
     return (
-      self.whitened_method.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
+      self.source.card_text() + f"\nThen BERT-whitening (Su et al., 2021): (x - mu) W, the mean and the "
       f"SVD-based whitening matrix fitted on a set of sentences' vectors, {kept}; the last module (a Dense "
       "layer) holds them.\n"
     )

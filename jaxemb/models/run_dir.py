@@ -154,15 +154,15 @@ def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
   return json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text())
 
 
-def save_eval_method(workdir: storage.PathLike, fields: dict[str, Any]):
-  """Records the run's evaluation method, every field of its `jaxemb.methods.Method.config_fields()`, in
+def save_eval_method(workdir: storage.PathLike, block: dict[str, Any]):
+  """Records the run's evaluation method, its block (`jaxemb.methods.Method.to_block()`), in
   <workdir>/model/eval_method.json."""
-  atomic.write_json(RunDir(workdir).eval_method_file, fields)
+  atomic.write_json(RunDir(workdir).eval_method_file, block)
 
 
 def load_eval_method(workdir: storage.PathLike) -> dict[str, Any]:
-  """The run's evaluation method as `jaxemb.methods.Method.config_fields()` (or, written before those, 7 of
-  them)."""
+  """The run's evaluation method as recorded (`jaxemb.methods.Method.from_stored` reads it: older runs recorded
+  the flat block of every method family's fields)."""
   path = RunDir(workdir).eval_method_file
   if not path.is_file():
     raise FileNotFoundError(f"{path} is missing (a run from an older jaxemb?): pass the method explicitly")

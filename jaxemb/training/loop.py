@@ -241,7 +241,7 @@ def _start(
   # stopped before its first save left.
   if jax.process_index() == 0 and (resume_step is None or not workdir.config_file.is_file()):
     hf.write_model_files(workdir.model_dir, model_config, source.tokenizer)
-    run_dir.save_eval_method(workdir.path, config.method.config_fields())
+    run_dir.save_eval_method(workdir.path, config.method.to_block())
   meta = {"select_metric": config.eval.select_metric, "best_value": -math.inf, "best_step": None, "value_before": None}
   restored = None if resume_step is None else ckpt.restore(trainer.abstract_sharded())
   if restored is not None:

@@ -24,8 +24,9 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxemb import atomic, spec, storage
+from jaxemb import atomic, config_fields, spec, storage
 from jaxemb.errors import WorkdirError
+from jaxemb.methods import Method, legacy
 from jaxemb.models import run_dir
 from jaxemb.training import lease
 
@@ -227,7 +228,17 @@ def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
     raise WorkdirError(f"{run.fingerprint_file} cannot be read ({e}): restore or delete it") from None
   if not isinstance(recorded, dict) or not isinstance(recorded.get("fields"), dict):
     raise WorkdirError(f"{run.fingerprint_file} is not a jaxemb fingerprint: restore or delete it")
-  return recorded
+  return {**recorded, "fields": _method_of_today(recorded["fields"])}
+
+
+def _method_of_today(fields: dict[str, Any]) -> dict[str, Any]:
+  """A fingerprint's fields with the flat method block an older jaxemb recorded (`method.*`) as today's block."""
+  prefix = "method."
+  block = {key.removeprefix(prefix): value for key, value in fields.items() if key.startswith(prefix)}
+  if not legacy.is_flat_union(block):
+    return fields
+  others = {key: value for key, value in fields.items() if not key.startswith(prefix)}
+  return {**others, **dict(config_fields.flatten(Method.from_stored(block).to_block(), prefix))}
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, WorkdirError
 from jaxemb.methods import base as methods_base
 from jaxemb.spec import EmbedRun
-from tests.support import shared_path
+from tests.support import REPO, shared_path
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 
@@ -62,7 +62,7 @@ def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
 ):
   config = _config(tiny_bert, corpus, tmp_path / "out", method, shard_rows=30)
   summary = job.embed_corpus(EmbedRun.from_config(config))
-  encoder = _encoder(config, Method.from_config(config.method))
+  encoder = _encoder(config, Method.from_block(config.method))
   vectors, ids, manifest = embedding.load(tmp_path / "out")
   assert vectors.shape == (66, 32) and vectors.dtype == np.float32
   for start in (0, 30, 60):  # Each shard is one encode call of its sentences.
@@ -86,7 +86,7 @@ def test_a_run_directory_is_embedded_with_its_own_method(trained_run, corpus, li
   config = _config(trained_run, corpus, tmp_path / "out", shard_rows=1000)
   manifest = job.embed_corpus(EmbedRun.from_config(config))["manifest"]
   encoder = _encoder(config, None)
-  assert manifest["method"] == encoder.method.config_fields() and encoder.method.name == "cls_before_pooler"
+  assert manifest["method"] == encoder.method.to_block() and encoder.method.name == "cls_before_pooler"
   np.testing.assert_array_equal(embedding.load(tmp_path / "out").vectors[:], encoder.encode(lines))
 
 
@@ -114,6 +114,26 @@ def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tm
   assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
   assert capsys.readouterr().out.endswith(f"-> {tmp_path}/out (1 of 3 shards were there already)\n")
   assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 0  # A finished job: nothing to do.
+
+
+def test_a_job_an_older_jaxemb_began_continues(tiny_bert, corpus, tmp_path, capsys):
+  """Its manifest names the method by the flat block of every family's fields (tests/methods/legacy/), which is
+  read as today's block and kept as written: its shards' records carry its digest."""
+  config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
+  job.embed_corpus(EmbedRun.from_config(config))
+  older = json.loads((REPO / "tests/methods/legacy/eval_method_blocks.json").read_text())["last_avg"]
+  manifest_file, folder = tmp_path / "out" / "manifest.json", tmp_path / "out" / "shards"
+  manifest = {**json.loads(manifest_file.read_text()), "method": older, "complete": False}
+  done = {
+    path.name: {**json.loads(path.read_text()), "job": job.job_digest(manifest)} for path in folder.glob("*.done.json")
+  }
+  manifest_file.write_text(json.dumps(manifest))
+  for name, record in done.items():
+    (folder / name).write_text(json.dumps(record))
+  (folder / "00001.done.json").unlink()
+  capsys.readouterr()
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 30  # Shard 1 alone.
+  assert json.loads(manifest_file.read_text())["method"] == older
 
 
 def test_a_folder_of_another_job_is_refused_naming_what_changed(tiny_bert, corpus, lines, tmp_path):
@@ -162,11 +182,11 @@ def test_a_tsv_corpus_with_ids_in_float16_normalized(tiny_bert, lines, tmp_path)
 
 
 def test_whitening_embeds_with_the_state_it_was_fitted(tiny_bert, corpus, lines, tmp_path):
-  method = dict(name="whitening", whitened_method="last_avg")
+  method = dict(name="whitening", source="last_avg")
   config = _config(tiny_bert, corpus, tmp_path / "out", method)
   with pytest.raises(ConfigError, match=r"^method 'whitening' encodes with state fitted .*--config.embed.fitted=FILE"):
     job.embed_corpus(EmbedRun.from_config(config))
-  encoder = _encoder(config, Method.from_config(config.method))
+  encoder = _encoder(config, Method.from_block(config.method))
   methods_base.save_fitted(tmp_path / "fitted.npz", encoder.fit(lines))
   config.embed.fitted = str(tmp_path / "fitted.npz")
   job.embed_corpus(EmbedRun.from_config(config))

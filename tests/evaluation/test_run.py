@@ -76,7 +76,7 @@ def test_bad_configs_are_rejected(tiny_checkpoint, overrides, message):
 
 def test_ditto_head_out_of_range_is_rejected(tiny_checkpoint):
   _, path = tiny_checkpoint
-  config = _config(eval_baselines, path, **{"method.name": "ditto", "method.ditto_head": 12})
+  config = _config(eval_baselines, path, **{"method.name": "ditto", "method.head": 12})
   with pytest.raises(ValueError, match="out of range"):
     run.run_sts(EvaluationRun.from_config(config))
 

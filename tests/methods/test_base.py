@@ -1,4 +1,4 @@
-"""The registry of method families and the flat `config.method` block every config and run directory holds."""
+"""The registry of method families and the block each method is in a config and in the files that record it."""
 
 import dataclasses
 import pickle
@@ -7,28 +7,19 @@ import pytest
 
 from jaxemb import bias_removal, methods
 from jaxemb.methods import Method, base
-from jaxemb.models import run_dir
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
-# The flat block as configs and eval_method.json files have held it: its keys must stay (a new family adds its own).
-FLAT_FIELDS = {
-  "name",
-  "template",
-  "top_k",
-  "ditto_layer",
-  "ditto_head",
-  "ditto_variant",
-  "idf_path",
-  "denoise",
-  "head",
-  "tokenization",
-  "bias_positions",
-  "prompt_placement",
-  "static_rows",
-  "remove_frequent",
-  "remove_subwords",
-  "lowercase",
-  "remove_punctuation",
+# Each method's block, its name aside: what configs and run directories hold (a new field adds itself here).
+BLOCK_FIELDS = {
+  **dict.fromkeys(methods.pooled.Pooled.NAMES, ("tokenization",)),
+  "static_avg": ("tokenization", "token_rows"),
+  "static_remove_biases": ("token_rows", "remove_frequent", "remove_subwords", "lowercase", "remove_punctuation"),
+  **dict.fromkeys(("ditto", "ditto_all_heads"), ("tokenization", "layer", "head", "variant")),
+  "tfidf_first_last": ("tokenization", "idf_path"),
+  "prompt": ("tokenization", "template", "denoise", "head", "bias_positions", "prompt_placement"),
+  "prompt_mlm_top_k": ("tokenization", "template", "top_k", "denoise", "bias_positions", "prompt_placement"),
+  "whitening": ("source", "corpus", "dims"),
+  "flow": ("source", "corpus", "levels", "depth", "coupling_width", "epochs", "batch_size", "learning_rate", "seed"),
 }
 # Every registered method, and one of each family with fields away from their defaults.
 METHODS = [Method(name) for name in methods.names()] + [
@@ -36,17 +27,19 @@ METHODS = [Method(name) for name in methods.names()] + [
   Method(
     "prompt",
     template=PROMPT,
-    denoise=True,
+    denoise="position_offset",
     head="mlm_transform",
     bias_positions="model",
     prompt_placement="template",
     tokenization="alone",
   ),
-  Method("prompt_mlm_top_k", template=PROMPT, top_k=7, denoise=True),
-  Method("ditto_all_heads", ditto_layer=2, ditto_head=0, ditto_variant="static"),
-  Method("static_avg", static_rows="mlm_decoder"),
+  Method("prompt_mlm_top_k", template=PROMPT, top_k=7, denoise="pad"),
+  Method("ditto_all_heads", layer=2, head=0, variant="static"),
+  Method("static_avg", token_rows="mlm_decoder"),
   Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False, remove_frequent=False)),
   Method("tfidf_first_last", idf_path="idf.json"),
+  Method("whitening", source=Method("prompt", template=PROMPT, denoise="position_offset"), dims=2, corpus="c.txt"),
+  Method("flow", source="last_avg", levels=2, learning_rate=0.01, seed=3),
 ]
 
 
@@ -70,13 +63,21 @@ def test_every_method_of_the_papers_is_registered_in_order():
   assert methods.exportable_names() == ("cls", "cls_before_pooler", "last_avg", "prompt")
 
 
+def test_every_method_has_its_block_of_its_own_fields():
+  assert set(BLOCK_FIELDS) == set(methods.names())
+  for name, fields in BLOCK_FIELDS.items():
+    assert tuple(base.defaults(name)) == ("name", *fields), name
+  assert base.defaults("whitening")["source"] == {"name": "first_last_avg", "tokenization": "in_context"}
+
+
 @pytest.mark.parametrize("method", METHODS, ids=repr)
-def test_config_fields_round_trip_through_from_config(method):
-  fields = method.config_fields()
-  assert FLAT_FIELDS <= set(fields) == {"name", *base.block_defaults()}
-  assert Method.from_config(fields) == method
-  assert Method.from_config({"name": method.name, **method.changed_fields()}) == method
-  assert hash(method) == hash(Method.from_config(fields))  # A static jit argument.
+def test_a_block_round_trips_through_from_block(method):
+  block = method.to_block()
+  assert tuple(block) == ("name", *BLOCK_FIELDS[method.name])
+  assert Method.from_block(block) == method
+  assert Method.from_block({"name": method.name, **method.changed_fields()}) == method
+  assert Method.from_stored(block) == method  # Today's blocks are stored as they are.
+  assert hash(method) == hash(Method.from_block(block))  # A static jit argument.
   assert pickle.loads(pickle.dumps(method)) == method
 
 
@@ -86,13 +87,11 @@ def test_a_family_builds_its_own_names_only():
   with pytest.raises(ValueError, match=r"^method 'ditto' is not one of \('cls', "):
     methods.pooled.Pooled("ditto")
   # dataclasses.replace stays within the family (the ditto head search's way to every head).
-  assert dataclasses.replace(Method("ditto", ditto_head=3), name="ditto_all_heads") == Method(
-    "ditto_all_heads", ditto_head=3
-  )
+  assert dataclasses.replace(Method("ditto", head=3), name="ditto_all_heads") == Method("ditto_all_heads", head=3)
 
 
 def test_an_unknown_method_is_refused_naming_every_method():
-  for build in (lambda: Method("pooled"), lambda: Method.from_config({"name": "pooled"})):
+  for build in (lambda: Method("pooled"), lambda: Method.from_block({"name": "pooled"})):
     with pytest.raises(ValueError, match=r"^method 'pooled' is not one of \('cls', .*'prompt_mlm_top_k'.*\)$"):
       build()
 
@@ -103,125 +102,74 @@ def test_an_unknown_method_is_refused_naming_every_method():
     (
       "last_avg",
       {"template": PROMPT},
-      f"method 'last_avg' takes no template (a field of prompt, prompt_mlm_top_k only); got template={PROMPT!r}",
-    ),
-    ("prompt", {"top_k": 7}, "method 'prompt' takes no top_k (a field of prompt_mlm_top_k only); got top_k=7"),
-    (
-      "prompt_mlm_top_k",
-      {"head": "pooler"},
-      "method 'prompt_mlm_top_k' takes no head (a field of prompt only); got head='pooler'",
+      f"method 'last_avg' takes no template; got template={PROMPT!r}; its {{}}: tokenization",
     ),
     (
-      "static_avg",
-      {"lowercase": False},
-      "method 'static_avg' takes no lowercase (a field of static_remove_biases only); got lowercase=False",
+      "prompt",
+      {"top_k": 7},
+      "method 'prompt' takes no top_k; got top_k=7; its {}: bias_positions, denoise, head, "
+      "prompt_placement, template, tokenization",
     ),
     (
       "ditto",
       {"idf_path": "idf.json"},
-      "method 'ditto' takes no idf_path (a field of tfidf_first_last only); got idf_path='idf.json'",
-    ),
-    ("last_avg", {"pooling": "max"}, "method 'last_avg' takes no pooling (no method's field); got pooling='max'"),
-    (
-      "last_avg",
-      {"whitened_method": "prompt"},
-      "method 'last_avg' takes no whitened_method (a field of whitening only); got whitened_method='prompt'",
+      "method 'ditto' takes no idf_path; got idf_path='idf.json'; its {}: head, layer, tokenization, variant",
     ),
     (
-      "static_remove_biases",
-      {"lowercase": False},
-      "method 'static_remove_biases' takes lowercase in a config block, not as a Python argument (its arguments: "
-      "bias_filter, static_rows, tokenization); got lowercase=False",
+      "ditto",
+      {"ditto_head": 3},
+      "method 'ditto' takes no ditto_head ('head' in today's blocks); got ditto_head=3; "
+      "its {}: head, layer, tokenization, variant",
     ),
     (
       "whitening",
-      {"tokenization": "alone"},
-      "method 'whitening' takes tokenization in a config block, not as a Python argument (its arguments: "
-      "whitened_method, whitening_corpus, whitening_dims); got tokenization='alone'",
+      {"dim": 3},
+      "method 'whitening' takes no dim (did you mean 'dims'?); got dim=3; its {}: corpus, dims, source",
     ),
     (
       "whitening",
-      {"whitened": "prompt"},
-      "method 'whitening' takes no whitened (no method's field; did you mean whitened_method or whitening_dims?); "
-      "got whitened='prompt'",
+      {"whitening_dims": 3},
+      "method 'whitening' takes no whitening_dims ('dims' in today's blocks); got "
+      "whitening_dims=3; its {}: corpus, dims, source",
     ),
     (
       "flow",
-      {"flowed": "cls"},
-      "method 'flow' takes no flowed (no method's field; did you mean flowed_method or flow_seed or flow_width?); "
-      "got flowed='cls'",
+      {"flowed_method": "cls"},
+      "method 'flow' takes no flowed_method; got flowed_method='cls'; its {}: "
+      "batch_size, corpus, coupling_width, depth, epochs, learning_rate, levels, seed, source",
     ),
   ],
 )
-def test_a_misplaced_field_is_refused_in_one_line(name, fields, message):
-  """By its name, dataclass field or flat field. A field of a family's flat block that is not a Python argument
-  (static_remove_biases's switches are flat forms of its bias_filter, a transform's block holds its source method's
-  fields) is said to be one; an unknown one names the family's closest arguments, a prefix first."""
+def test_a_field_the_method_does_not_take_is_refused_in_one_line(name, fields, message):
+  """In Python (naming its arguments) and in a block (naming its fields), with today's name of an older field."""
   with pytest.raises(ValueError) as raised:
     Method(name, **fields)
-  assert str(raised.value) == message and "\n" not in message
+  assert str(raised.value) == message.format("arguments") and "\n" not in message
+  with pytest.raises(ValueError) as raised:
+    Method.from_block({"name": name, **fields})
+  assert str(raised.value) == message.format("fields")
 
 
-def test_a_config_block_hands_the_family_only_the_fields_away_from_their_defaults():
-  """A block naming one method carries every family's fields; those at their defaults are no method's own."""
-  block = {**Method("ditto").config_fields(), "name": "prompt", "template": PROMPT}
-  assert Method.from_config(block) == Method("prompt", template=PROMPT)
-  with pytest.raises(ValueError, match="^method 'prompt' takes no ditto_head"):
-    Method.from_config({**block, "ditto_head": 3})
-  with pytest.raises(ValueError, match=r"^config.method has no fields \['pooling'\]"):
-    Method.from_config({**block, "pooling": "max"})
+def test_static_remove_biases_takes_its_filter_as_an_argument_and_as_four_switches_in_a_block():
+  method = Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False))
+  assert Method.from_block({"name": "static_remove_biases", "lowercase": False}) == method
+  with pytest.raises(
+    ValueError,
+    match=r"^method 'static_remove_biases' takes no lowercase; .*its arguments: "
+    r"bias_filter, token_rows$",
+  ):
+    Method("static_remove_biases", lowercase=False)
+  with pytest.raises(ValueError, match=r"^method 'static_remove_biases' takes no bias_filter; .*its fields: "):
+    Method.from_block({"name": "static_remove_biases", "bias_filter": bias_removal.BiasFilter()})
 
 
-def test_an_old_partial_eval_method_json_still_loads():
-  """A run directory's eval_method.json written before it held every field has 7; an older static one none of the
-  bias switches."""
-  seven = {
-    "name": "prompt_mlm_top_k",
-    "template": PROMPT,
-    "denoise": True,
-    "head": "none",
-    "tokenization": "alone",
-    "bias_positions": "from_zero",
-    "prompt_placement": "last_occurrence",
-  }
-  assert (
-    Method.from_config(seven)
-    == Method(**seven)
-    == Method("prompt_mlm_top_k", template=PROMPT, denoise=True, tokenization="alone")
-  )
-  assert Method.from_config({"name": "static_remove_biases", "lowercase": False}) == Method(
-    "static_remove_biases", bias_filter=bias_removal.BiasFilter(lowercase=False)
-  )
-  assert Method.from_config({"name": "last_avg", "idf_path": ""}) == Method("last_avg")
-
-
-def test_eval_method_json_files_written_before_the_families_load(tmp_path):
-  """Every field as `config_fields` wrote them (the static switches flat, no idf_path as ""), read back from a run
-  directory."""
-  old = {
-    "name": "static_remove_biases",
-    "template": "[X]",
-    "top_k": 200,
-    "ditto_layer": 0,
-    "ditto_head": 9,
-    "ditto_variant": "first_last",
-    "idf_path": "",
-    "denoise": False,
-    "head": "none",
-    "tokenization": "in_context",
-    "bias_positions": "from_zero",
-    "prompt_placement": "last_occurrence",
-    "static_rows": "word_embeddings",
-    "remove_frequent": True,
-    "remove_subwords": False,
-    "lowercase": True,
-    "remove_punctuation": True,
-  }
-  run_dir.save_eval_method(tmp_path, old)
-  method = Method.from_config(run_dir.load_eval_method(tmp_path))
-  assert method == Method("static_remove_biases", bias_filter=bias_removal.BiasFilter(remove_subwords=False))
-  # Families added since at their defaults; denoise as it is named now.
-  assert method.config_fields() == {**base.block_defaults(), **old, "denoise": "none"}
+def test_a_transform_nests_its_source_methods_block():
+  block = {"name": "whitening", "source": {"name": "prompt", "template": PROMPT}, "dims": 4}
+  method = Method.from_block(block)
+  assert method == Method("whitening", source=Method("prompt", template=PROMPT), dims=4)
+  assert method.to_block()["source"] == Method("prompt", template=PROMPT).to_block()
+  with pytest.raises(ValueError, match=r"^method 'prompt' takes no top_k; "):
+    Method.from_block({**block, "source": {"name": "prompt", "top_k": 3}})
 
 
 def test_a_family_that_clashes_with_the_registry_is_refused():
@@ -229,13 +177,5 @@ def test_a_family_that_clashes_with_the_registry_is_refused():
   class Clash(base.Tokenized):
     NAMES = ("last_avg",)
 
-  @dataclasses.dataclass(frozen=True, kw_only=True)
-  class OtherDefault(base.Tokenized):
-    NAMES = ("other_default",)
-    top_k: int = 5
-
   with pytest.raises(ValueError, match=r"methods \['last_avg'\] are registered already"):
     base.register(Clash)
-  with pytest.raises(ValueError, match=r"give the fields \['top_k'\] different defaults"):
-    base.register(OtherDefault)
-  assert "other_default" not in methods.names()

@@ -24,7 +24,7 @@ ELECTRA = EncoderConfig(
 def test_forward_outputs_are_just_what_the_vectors_read():
   assert Method("last_avg").forward_outputs() == {"output_hidden_states": False}
   assert Method("first_last_avg").forward_outputs() == {"output_hidden_states": True}
-  assert Method("ditto", ditto_layer=1).forward_outputs() == {"output_hidden_states": True, "output_attentions": (1,)}
+  assert Method("ditto", layer=1).forward_outputs() == {"output_hidden_states": True, "output_attentions": (1,)}
   assert Method("tfidf_first_last").forward_outputs() == {"output_hidden_states": True}
 
 
@@ -34,9 +34,9 @@ def test_forward_outputs_are_just_what_the_vectors_read():
     (Method("last_avg"), (64,)),
     (Method("static_avg"), (32,)),
     (Method("static_remove_biases"), (32,)),
-    (Method("ditto", ditto_variant="static"), (32,)),
+    (Method("ditto", variant="static"), (32,)),
     (Method("ditto"), (64,)),
-    (Method("ditto_all_heads", ditto_variant="static"), (4, 32)),
+    (Method("ditto_all_heads", variant="static"), (4, 32)),
     (Method("prompt", template=PROMPT), (64,)),
   ],
 )
@@ -64,7 +64,7 @@ def test_methods_without_a_sentence_transformers_form_say_so():
 
 
 def test_model_card_and_mteb_rules():
-  method = Method("prompt", template=PROMPT, denoise=True, head="pooler")
+  method = Method("prompt", template=PROMPT, denoise="position_offset", head="pooler")
   assert method.card_tags() == ("prompt", "promptbert") and method.remote_code and method.add_period
   assert "minus the same state of the template alone" in method.card_text()
   assert "through the pretrained pooler" in method.card_text()
@@ -73,19 +73,16 @@ def test_model_card_and_mteb_rules():
   assert "+ the pretrained pooler (dense + tanh)" in cls.card_text()
 
 
-def test_denoise_takes_trainings_kinds_and_reads_the_old_bools():
-  """The prompt family's denoise is named as objective.denoise is; blocks, eval_method.json files and callers from
-  when it was a bool still load, and a method that takes no denoise still refuses it."""
-  assert Method("prompt", template=PROMPT, denoise=True) == Method("prompt", template=PROMPT, denoise="position_offset")
-  assert Method("prompt", template=PROMPT, denoise=False) == Method("prompt", template=PROMPT)
-  old_block = {**Method("cls").config_fields(), "denoise": False}  # An older run's eval_method.json: every field.
-  assert Method.from_config(old_block) == Method("cls")
-  assert Method.from_config({"name": "prompt", "template": PROMPT, "denoise": True}).denoise == "position_offset"
-  assert Method("prompt", template=PROMPT, denoise="pad").to_flat()["denoise"] == "pad"
+def test_denoise_takes_trainings_kinds():
+  """The prompt family's denoise is named as objective.denoise is (the bools of older files: test_legacy.py), and a
+  method that takes no denoise refuses it."""
+  assert Method("prompt", template=PROMPT, denoise="pad").to_block()["denoise"] == "pad"
   with pytest.raises(ValueError, match=r"denoise 'yes' is not one of \('none', 'position_offset', 'pad'\)"):
     Method("prompt", template=PROMPT, denoise="yes")
+  with pytest.raises(ValueError, match=r"denoise True is not one of"):
+    Method("prompt", template=PROMPT, denoise=True)
   with pytest.raises(ValueError, match="method 'last_avg' takes no denoise"):
-    Method.from_config({"name": "last_avg", "denoise": True})
+    Method.from_block({"name": "last_avg", "denoise": "none"})
   with pytest.raises(NotExportable, match="denoise 'pad' has no sentence-transformers form"):
     Method("prompt", template=PROMPT, denoise="pad").check_exportable()
 
@@ -95,7 +92,7 @@ def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
   template = Template.parse(PROMPT, bert_tokenizer)
   view = views.View(template, denoise="position_offset", head="mlp", bias_positions="model")
   assert prompt.from_view(view, "pooler", denoised=True) == Method(
-    "prompt", template=PROMPT, head="pooler", denoise=True, bias_positions="model", tokenization="alone"
+    "prompt", template=PROMPT, head="pooler", denoise="position_offset", bias_positions="model", tokenization="alone"
   )
   assert prompt.from_view(view, "none", denoised=False) == Method(
     "prompt", template=PROMPT, bias_positions="model", tokenization="alone"
@@ -103,6 +100,6 @@ def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
   cls_view = views.View(Template.parse("[X]", bert_tokenizer), pooling="cls")
   assert prompt.from_view(cls_view, "pooler", denoised=True) == Method("cls")
   assert prompt.from_view(cls_view, "mlm_transform", denoised=True) == Method("cls_before_pooler")
-  assert Method("prompt", template=PROMPT, denoise=True).view(template) == views.View(
+  assert Method("prompt", template=PROMPT, denoise="position_offset").view(template) == views.View(
     template, denoise="position_offset"
   )

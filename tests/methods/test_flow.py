@@ -171,16 +171,14 @@ def test_fitting_raises_the_likelihood(fitted):
 def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_vectors(
   tiny_bert, sentences, tmp_path, capsys
 ):
-  config = short_sts_job(
-    tiny_bert, tmp_path / "sts.json", name="flow", flowed_method="last_avg", flow_batch_size=16, flow_epochs=2
-  )
+  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="flow", source="last_avg", batch_size=16, epochs=2)
   summary = run.run_sts(EvaluationRun.from_config(config))
   out = capsys.readouterr().out
   assert "flow: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
-  assert "| STSBenchmark | test  |" in out and summary["method"]["flowed_method"] == "last_avg"
+  assert "| STSBenchmark | test  |" in out and summary["method"]["source"]["name"] == "last_avg"
   fitted = base.read_fitted(tmp_path / "sts.npz")
   assert fitted["fit/log_likelihood"].shape == (2 * (72 // 16),)
-  method = Method.from_config(config.method)
+  method = Method.from_block(config.method)
   encoder = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "sts.npz")
   raw = Encoder.from_pretrained(tiny_bert, "last_avg").encode(sentences)
   params = jax.device_get(method.load_transform(encoder.config, fitted))
@@ -190,25 +188,22 @@ def test_the_sts_job_fits_on_the_test_tasks_and_its_state_gives_the_flow_of_the_
   assert_float32_close(encoder.encode(sentences), numpy_flow(params, raw)[0], roundings)
 
 
-def test_the_flat_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentences):
-  method = Method(
-    "flow", flowed_method=Method("prompt", template='This sentence : "[X]" means [MASK] .'), flow_width=16
-  )
-  assert Method.from_config(method.config_fields()) == method
-  assert Method.from_config({"name": "flow"}) == Method("flow", flowed_method=Method("first_last_avg"))
-  # The block's spelling (configs, eval_method.json files written before the Python argument was renamed from
-  # `flowed`) is Python's; there a method name stands for that method at its defaults.
-  block = {"name": "flow", "flowed_method": "last_avg", "flow_width": 16}
-  assert Method.from_config(block) == Method(**block) == Method("flow", flowed_method=Method("last_avg"), flow_width=16)
-  with pytest.raises(ConfigError, match="^flow_batch_size must be a positive even number"):
-    Method("flow", flow_batch_size=7)
-  with pytest.raises(ConfigError, match="^flow_levels must be >= 1; got 0$"):
-    Method("flow", flow_levels=0)
+def test_the_block_round_trips_and_bad_input_is_one_line(tiny_bert, sentences):
+  method = Method("flow", source=Method("prompt", template='This sentence : "[X]" means [MASK] .'), coupling_width=16)
+  assert Method.from_block(method.to_block()) == method
+  assert Method.from_block({"name": "flow"}) == Method("flow", source=Method("first_last_avg"))
+  # In a block the source is a block; in Python a method name stands for that method at its defaults.
+  block = {"name": "flow", "source": {"name": "last_avg"}, "coupling_width": 16}
+  assert Method.from_block(block) == Method("flow", source="last_avg", coupling_width=16)
+  with pytest.raises(ConfigError, match="^flow batch_size must be a positive even number"):
+    Method("flow", batch_size=7)
+  with pytest.raises(ConfigError, match="^flow levels must be >= 1; got 0$"):
+    Method("flow", levels=0)
   with pytest.raises(ConfigError, match="^method 'first_last_avg': a 6-level flow halves the channels 6 times; 32 "):
-    Encoder.from_pretrained(tiny_bert, Method("flow", flow_levels=6))
+    Encoder.from_pretrained(tiny_bert, Method("flow", levels=6))
   with pytest.raises(ConfigError, match="^flow transforms a method that fits nothing itself"):
-    Method("flow", flowed_method=Method("whitening"))
-  with pytest.raises(ConfigError, match="^method 'flow' takes no whitening_dims"):
-    Method("flow", whitening_dims=3)
+    Method("flow", source=Method("whitening"))
+  with pytest.raises(ConfigError, match="^method 'flow' takes no dims"):
+    Method("flow", dims=3)
   with pytest.raises(ConfigError, match="^flow fits on batches of 64 sentences; got 10 distinct sentences$"):
     Encoder.from_pretrained(tiny_bert, "flow").fit(sentences[:10])

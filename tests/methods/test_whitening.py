@@ -11,7 +11,6 @@ from jaxemb.encode import Encoder
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
-from jaxemb.models import run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.spec import EvaluationRun
 from tests.support import (
@@ -45,7 +44,7 @@ def whitened_inputs(encoder: Encoder, sentences: list[str]) -> np.ndarray:
   zero mean and a kernel of k identity columns gives k of x's components exactly (x - 0 is x; x e_j sums x_j and
   zeros), for every k columns in turn."""
   fitted = encoder.state
-  width, k = encoder.method.whitened_method.width(encoder.config), encoder.method.width(encoder.config)
+  width, k = encoder.method.source.width(encoder.config), encoder.method.width(encoder.config)
   x = np.zeros((len(sentences), width), np.float32)
   try:
     for start in range(0, width, k):
@@ -105,7 +104,7 @@ def assert_exported_whitening(model, encoder: Encoder, sentences: list[str], fit
 )
 def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
   raw = Encoder.from_pretrained(tiny_bert, whitened).encode(sentences)
-  encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", whitened_method=whitened, whitening_dims=k))
+  encoder = Encoder.from_pretrained(tiny_bert, Method("whitening", source=whitened, dims=k))
   fitted = encoder.fit(sentences)
   np.testing.assert_array_equal(fitted["mean"], raw.astype(np.float64).mean(0))  # The fit's vectors are raw's.
   vectors = encoder.encode(sentences[::-1])[::-1]
@@ -134,16 +133,14 @@ def test_vectors_equal_a_numpy_whitening(tiny_bert, sentences, whitened, k):
 
 
 def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
-  method = Method("whitening", whitened_method=Method("prompt", template=PROMPT), whitening_dims=16)
+  method = Method("whitening", source=Method("prompt", template=PROMPT), dims=16)
   encoder = Encoder.from_pretrained(tiny_bert, method)
   fitted = encoder.fit(sentences)
   base.save_fitted(tmp_path / "whitening.npz", fitted)
   again = Encoder.from_pretrained(tiny_bert, method, fitted=tmp_path / "whitening.npz")
   np.testing.assert_array_equal(again.encode(sentences), encoder.encode(sentences))
   # The kept dimensions are cut at load: the same state serves another k, not another whitened method.
-  fewer = Encoder.from_pretrained(
-    tiny_bert, dataclasses.replace(method, whitening_dims=8), fitted=tmp_path / "whitening.npz"
-  )
+  fewer = Encoder.from_pretrained(tiny_bert, dataclasses.replace(method, dims=8), fitted=tmp_path / "whitening.npz")
   # Both whiten the same sentences' vectors (two programs' x, each read back) with the state's first 8 columns.
   x, fewer_x = whitened_inputs(encoder, sentences), whitened_inputs(fewer, sentences)
   assert_float32_close(fewer_x, x, transformer_roundings(encoder.config))
@@ -152,10 +149,10 @@ def test_the_saved_state_gives_the_same_vectors(tiny_bert, sentences, tmp_path):
   with pytest.raises(
     ConfigError,
     match=r"whitening.npz: the fitted state was fitted for method 'whitening' with "
-    r"\{.*'whitened_method': 'prompt'\}, not for this method 'whitening'",
+    r"\{.*'source.name': 'prompt', .*\}, not for this method 'whitening'",
   ):
     Encoder.from_pretrained(
-      tiny_bert, Method("whitening", whitened_method=Method("last_avg")), fitted=tmp_path / "whitening.npz"
+      tiny_bert, Method("whitening", source=Method("last_avg")), fitted=tmp_path / "whitening.npz"
     )
 
 
@@ -163,7 +160,7 @@ def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
   """evaluate.py scores the very sentences a method fits on: with keep_vectors their vectors come from the fit's own
   embedding (no model run), equal to encoding them with the fitted state; other sentences, and the same encoder on
   other params, run the model."""
-  method = Method("whitening", whitened_method=Method("first_last_avg"), whitening_dims=16)
+  method = Method("whitening", source=Method("first_last_avg"), dims=16)
   kept = Encoder.from_pretrained(tiny_bert, method)
   fitted = kept.fit(sentences, keep_vectors=True)
   encoding = Encoder(kept.config, kept.params, kept.tokenizer, method, fitted=fitted)
@@ -174,7 +171,7 @@ def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
   assert 0 < kept.real_tokens < encoding.real_tokens
   # Equal up to float32's rounding: the kept vectors whiten the fit's x (raw: the same encoder's, bit for bit), the
   # others their own program's x (other batches, read back), each within whitening_gap.
-  raw = Encoder(kept.config, kept.params, kept.tokenizer, method.whitened_method).encode(sentences)
+  raw = Encoder(kept.config, kept.params, kept.tokenizer, method.source).encode(sentences)
   np.testing.assert_array_equal(fitted["mean"], raw.astype(np.float64).mean(0))  # The fit's vectors are raw's.
   forward = transformer_roundings(kept.config)
   for got, expected, kept_x, encoded_x in (
@@ -195,11 +192,11 @@ def test_the_fit_sentences_are_not_encoded_again(tiny_bert, sentences):
 
 
 def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
-  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="whitening", whitened_method="first_last_avg")
+  config = short_sts_job(tiny_bert, tmp_path / "sts.json", name="whitening", source="first_last_avg")
   summary = run.run_sts(EvaluationRun.from_config(config))
   out = capsys.readouterr().out
   assert "whitening: fitted on the 72 distinct sentences of the test tasks STSBenchmark (" in out
-  assert "| STSBenchmark | test  |" in out and summary["method"]["whitened_method"] == "first_last_avg"
+  assert "| STSBenchmark | test  |" in out and summary["method"]["source"]["name"] == "first_last_avg"
   fitted = base.read_fitted(tmp_path / "sts.npz")
   assert fitted["mean"].shape == (32,) and fitted["kernel"].shape == (32, 32)
 
@@ -210,7 +207,7 @@ def test_the_sts_job_fits_on_the_test_tasks(tiny_bert, tmp_path, capsys):
 def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family, whitened):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", family, head=False)
-  method = Method("whitening", whitened_method=whitened, whitening_dims=16)
+  method = Method("whitening", source=whitened, dims=16)
   encoder = Encoder.from_pretrained(checkpoint, method)
   fitted = encoder.fit(sentences)
   base.save_fitted(tmp_path / "whitening.npz", fitted)
@@ -222,68 +219,24 @@ def test_sentence_transformers_vectors_equal_jaxemb(tmp_path, sentences, family,
   np.testing.assert_array_equal(Encoder.from_pretrained(str(out), method).encode(sentences), encoder.encode(sentences))
 
 
-def test_flat_block_round_trip():
-  method = Method("whitening", whitened_method=Method("prompt", template=PROMPT, denoise=True), whitening_dims=256)
-  block = method.config_fields()
-  assert block["whitened_method"] == "prompt" and block["template"] == PROMPT and block["whitening_dims"] == 256
-  assert Method.from_config(block) == method and method.add_period and method.template == PROMPT
-  assert Method.from_config({"name": "whitening"}) == Method("whitening", whitened_method=Method("first_last_avg"))
-  assert Method("whitening", whitened_method="last_avg") == Method("whitening", whitened_method=Method("last_avg"))
-
-
-# An eval_method.json as jaxemb wrote it when the Python argument was still `whitened` (the block always said
-# whitened_method), for whitening_dims=16 of the denoised prompt.
-WRITTEN_BEFORE_THE_RENAME = {
-  "bias_positions": "from_zero",
-  "denoise": "position_offset",
-  "ditto_head": 9,
-  "ditto_layer": 0,
-  "ditto_variant": "first_last",
-  "flow_batch_size": 64,
-  "flow_corpus": "",
-  "flow_depth": 3,
-  "flow_epochs": 1,
-  "flow_learning_rate": 0.001,
-  "flow_levels": 3,
-  "flow_seed": 0,
-  "flow_width": 32,
-  "flowed_method": "first_last_avg",
-  "head": "none",
-  "idf_path": "",
-  "lowercase": True,
-  "name": "whitening",
-  "prompt_placement": "last_occurrence",
-  "remove_frequent": True,
-  "remove_punctuation": True,
-  "remove_subwords": True,
-  "static_rows": "word_embeddings",
-  "template": PROMPT,
-  "tokenization": "in_context",
-  "top_k": 200,
-  "whitened_method": "prompt",
-  "whitening_corpus": "",
-  "whitening_dims": 16,
-}
-
-
-def test_an_eval_method_json_written_before_the_rename_loads_and_is_written_the_same(tmp_path):
-  run_dir.save_eval_method(tmp_path, WRITTEN_BEFORE_THE_RENAME)
-  method = Method.from_config(run_dir.load_eval_method(tmp_path))
-  assert method == Method(
-    "whitening", whitened_method=Method("prompt", template=PROMPT, denoise=True), whitening_dims=16
-  )
-  assert method.config_fields() == {**base.block_defaults(), **WRITTEN_BEFORE_THE_RENAME}  # Families added since.
+def test_the_block_nests_the_whitened_methods():
+  method = Method("whitening", source=Method("prompt", template=PROMPT, denoise="position_offset"), dims=256)
+  block = method.to_block()
+  assert block["source"]["name"] == "prompt" and block["source"]["template"] == PROMPT and block["dims"] == 256
+  assert Method.from_block(block) == method and method.add_period and method.template == PROMPT
+  assert Method.from_block({"name": "whitening"}) == Method("whitening", source=Method("first_last_avg"))
+  assert Method("whitening", source="last_avg") == Method("whitening", source=Method("last_avg"))
 
 
 def test_bad_input_is_one_line(tiny_bert, sentences):
-  with pytest.raises(ConfigError, match="^whitening_dims must be >= 0"):
-    Method("whitening", whitening_dims=-1)
-  with pytest.raises(ConfigError, match="^whitening_dims 64 exceeds the 32 dimensions of method 'first_last_avg'$"):
-    Encoder.from_pretrained(tiny_bert, Method("whitening", whitening_dims=64))
+  with pytest.raises(ConfigError, match="^whitening dims must be >= 0"):
+    Method("whitening", dims=-1)
+  with pytest.raises(ConfigError, match="^whitening dims 64 exceeds the 32 dimensions of method 'first_last_avg'$"):
+    Encoder.from_pretrained(tiny_bert, Method("whitening", dims=64))
   with pytest.raises(ConfigError, match="^whitening maps one vector per sentence; method 'ditto_all_heads'"):
-    Encoder.from_pretrained(tiny_bert, Method("whitening", whitened_method=Method("ditto_all_heads", ditto_head=0)))
+    Encoder.from_pretrained(tiny_bert, Method("whitening", source=Method("ditto_all_heads", head=0)))
   with pytest.raises(ConfigError, match="^whitening transforms a method that fits nothing itself"):
-    Method("whitening", whitened_method=Method("whitening"))
+    Method("whitening", source=Method("whitening"))
   encoder = Encoder.from_pretrained(tiny_bert, "whitening")
   with pytest.raises(ConfigError, match="^method 'whitening' encodes with state fitted on sentences"):
     encoder.encode(sentences)
@@ -294,14 +247,12 @@ def test_bad_input_is_one_line(tiny_bert, sentences):
 def test_the_export_command_takes_the_sts_jobs_method_and_state(tmp_path, sentences):
   sentence_transformers = pytest.importorskip("sentence_transformers")
   checkpoint = write_random_checkpoint(tmp_path / "model", "bert", head=False)
-  config = short_sts_job(
-    checkpoint, tmp_path / "sts.json", name="whitening", whitened_method="last_avg", whitening_dims=16
-  )
+  config = short_sts_job(checkpoint, tmp_path / "sts.json", name="whitening", source="last_avg", dims=16)
   run.run_sts(EvaluationRun.from_config(config))
   assert (
     export.main(["--model", str(checkpoint), "--evaluated", str(tmp_path / "sts.json"), "--out", str(tmp_path / "st")])
     == 0
   )
-  ours = Encoder.from_pretrained(checkpoint, Method.from_config(config.method), fitted=tmp_path / "sts.npz")
+  ours = Encoder.from_pretrained(checkpoint, Method.from_block(config.method), fitted=tmp_path / "sts.npz")
   theirs = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu")
   assert_exported_whitening(theirs, ours, sentences, base.read_fitted(tmp_path / "sts.npz"))

@@ -98,10 +98,7 @@ ELECTRA_METHODS = [
   Method("top2_avg"),
   Method("static_avg"),
   Method("static_remove_biases"),
-  *(
-    Method("ditto", ditto_layer=1, ditto_head=2, ditto_variant=v)
-    for v in ("first_last", "last", "static", "embedding_output")
-  ),
+  *(Method("ditto", layer=1, head=2, variant=v) for v in ("first_last", "last", "static", "embedding_output")),
 ]
 
 
@@ -121,7 +118,7 @@ def _encode_against_hf(path, method):
 
 
 @pytest.mark.parametrize(
-  "method", ELECTRA_METHODS, ids=lambda m: m.name + (f"-{m.ditto_variant}" if m.name == "ditto" else "")
+  "method", ELECTRA_METHODS, ids=lambda m: m.name + (f"-{m.variant}" if m.name == "ditto" else "")
 )
 def test_methods_match_hf(electra, method):
   """Static vectors are the raw word rows, embedding_size wide (16 for the projected model); the rest hidden_size."""
@@ -143,7 +140,7 @@ def test_empty_input_has_the_methods_width(electra):
   widths = {
     Method("static_avg"): config.embedding_size,
     Method("last_avg"): HIDDEN,
-    Method("ditto_all_heads", ditto_head=0, ditto_variant="static"): config.embedding_size,
+    Method("ditto_all_heads", head=0, variant="static"): config.embedding_size,
   }
   for method, width in widths.items():
     assert Encoder.from_pretrained(electra, method).encode([]).shape[-1] == width
@@ -154,7 +151,7 @@ def test_empty_input_has_the_methods_width(electra):
   [
     (Method("prompt", template=PROMPT), r"trained without \[MASK\] tokens.*Ditto §4"),
     (Method("prompt_mlm_top_k", template=PROMPT), r"reads the state at \[MASK\].*no MLM head"),
-    (Method("prompt", template=PROMPT, denoise=True, head="mlm_transform"), r"trained without \[MASK\]"),
+    (Method("prompt", template=PROMPT, denoise="position_offset", head="mlm_transform"), r"trained without \[MASK\]"),
     (Method("cls"), r"needs the pretrained pooler, which ELECTRA does not have.*cls_before_pooler"),
   ],
 )
@@ -184,7 +181,7 @@ def test_eval_ditto_config_runs_sts(electra):
   tiny model has 4 heads)."""
   config = eval_ditto.get_config()
   config.model.path = str(electra)
-  config.method.ditto_head = 3
+  config.method.head = 3
   config.data.senteval_dir = str(short_senteval())  # STS-B's first 40 test pairs: the job runs, not a good score.
   config.eval.tasks = "STSBenchmark"
   config.eval.length_multiple = 32

@@ -175,7 +175,9 @@ def test_supervised_run_directory_encodes_with_its_recorded_evaluation_method(tm
   config = tiny_config("promptbert_sup", tiny_bert, tmp_path, num_steps=1, eval_every=1, save_every=1)
   loop.train(TrainingRun.from_config(config))
   encoder = Encoder.from_pretrained(tmp_path)  # No method: the run's own.
-  assert encoder.method == Method("prompt", template=config.method.template, denoise=True, head="mlm_transform")
+  assert encoder.method == Method(
+    "prompt", template=config.method.template, denoise="position_offset", head="mlm_transform"
+  )
   model_config, best, _ = run_dir.load_best(tmp_path)
   explicit = Encoder(model_config, best["encoder"], load_tokenizer(tmp_path / "model"), encoder.method)
   sentences = ["a man plays a guitar .", "two dogs run"]
@@ -196,7 +198,7 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
   tokenizer = load_tokenizer(tmp_path / "model")
   run = TrainingRun.from_config(config)
   selected = selection.selection_method(run, trainer.build_objective(run, tokenizer))
-  assert recorded.method == selected == Method.from_config(config.method)
+  assert recorded.method == selected == Method.from_block(config.method)
   assert selected.top_k == 7  # Not Method's default (200).
   model_config, best, _ = run_dir.load_best(tmp_path)
   selecting = Encoder(
@@ -220,7 +222,9 @@ def test_run_directory_records_the_complete_selection_method(tmp_path, tiny_bert
     "prompt_placement": "last_occurrence",
   }
   run_dir.save_eval_method(tmp_path, seven)
-  assert Encoder.from_pretrained(tmp_path).method == Method(**seven)
+  assert Encoder.from_pretrained(tmp_path).method == Method(
+    "prompt_mlm_top_k", template=config.method.template, denoise="position_offset", tokenization="alone"
+  )
 
 
 def test_mlm_pretraining_from_scratch_untied_saves_resumes_and_exports_its_decoder(tmp_path, wiki_head):

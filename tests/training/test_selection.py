@@ -22,10 +22,11 @@ def _prompt(template, **fields):
 # unless --mask_embedding_sentence_delta_no_delta_eval (CoT-BERT); --mlp_only_train (no head at dev time), else
 # the trained MLP (`sentemb_forward` applies `cls.mlp`) or with --mask_embedding_sentence_org_mlp the MLM transform.
 EXPECTED = {
-  "promptbert": _prompt(OF, denoise=True),  # run.sh unsup-bert
-  "promptroberta": _prompt(ROBERTA, denoise=True),  # run.sh unsup-roberta
-  "promptbert_sup": _prompt(OF, denoise=True, head="mlm_transform"),  # run.sh sup-bert
-  "promptroberta_sup": _prompt(ROBERTA, denoise=True, head="pooler"),  # run.sh sup-roberta: the trained MLP
+  "promptbert": _prompt(OF, denoise="position_offset"),  # run.sh unsup-bert
+  "promptroberta": _prompt(ROBERTA, denoise="position_offset"),  # run.sh unsup-roberta
+  "promptbert_sup": _prompt(OF, denoise="position_offset", head="mlm_transform"),  # run.sh sup-bert
+  # run.sh sup-roberta: the trained MLP.
+  "promptroberta_sup": _prompt(ROBERTA, denoise="position_offset", head="pooler"),
   "cotbert": _prompt(COT),  # code-for-BERT/train.py
   "cotroberta": _prompt(COT.replace('"[X]"', "' [X] '") + " "),  # code-for-RoBERTa/train.py
   "simcse": Method("cls_before_pooler"),  # run_unsup_example.sh: --mlp_only_train
@@ -71,8 +72,8 @@ def test_selection_subtracts_the_objectives_pad_bias_when_asked(bert_tokenizer):
 EVALUATION = {
   "promptbert": Method("prompt", template=OF),
   "promptroberta": Method("prompt", template=ROBERTA),
-  "promptbert_sup": Method("prompt", template=OF, denoise=True, head="mlm_transform"),
-  "promptroberta_sup": Method("prompt", template=ROBERTA, denoise=True, head="pooler"),
+  "promptbert_sup": Method("prompt", template=OF, denoise="position_offset", head="mlm_transform"),
+  "promptroberta_sup": Method("prompt", template=ROBERTA, denoise="position_offset", head="pooler"),
   "cotbert": Method("prompt", template=COT),
   "cotroberta": Method("prompt", template=COT.replace('"[X]"', "' [X] '")),
   "simcse": Method("cls_before_pooler"),
