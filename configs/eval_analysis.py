@@ -20,24 +20,23 @@ def get_config():
   config.method.template = 'This sentence : "[X]" means [MASK] .'  # RoBERTa: "This sentence : ' [X] ' means [MASK] ."
   config.eval.add_period = True  # Prompt-BERT's evaluation appends "." to sentences without final punctuation.
 
+  # Each field's meaning: jaxemb/spec.py's Analysis (or --help); here the values and where they come from.
   config.analysis = ml_collections.ConfigDict()
-  # Anisotropy sentences, one per line (SimCSE's wiki1m).
-  config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")
-  config.analysis.sample_size = 100_000  # Anisotropy over this many lines (PromptBERT: 100,000).
-  # "first": the first lines (kongds/Prompt-BERT's code); "random": a uniform sample (the papers' wording).
-  config.analysis.sample_order = "first"
-  config.analysis.sample_seed = 0  # The random sample's seed.
-  config.analysis.sample_max_words = 32  # Keep this many words of each sample line (Prompt-BERT's code); 0 = all.
-  config.analysis.sample_lowercase = True  # Lowercase the sample lines, as Prompt-BERT's code does.
-  config.analysis.positive_threshold = 4.0  # Alignment positives: STS-B test pairs with gold above this.
-  config.analysis.positive_inclusive = False  # True: gold >= threshold (code posted in SimCSE issue #41), not >.
-  config.analysis.top_k = 5  # Tokens listed per sentence at [MASK] (PromptBERT Table 7: 5).
-  config.analysis.top_k_sentences = (  # Sentences for the [MASK] top tokens (Table 7's); () = skip.
+  config.analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")  # SimCSE's wiki1m.
+  config.analysis.sample_size = 100_000  # PromptBERT's.
+  config.analysis.sample_order = "first"  # kongds/Prompt-BERT's code ("random": the papers' wording).
+  config.analysis.sample_seed = 0
+  config.analysis.sample_max_words = 32  # Prompt-BERT's code.
+  config.analysis.sample_lowercase = True  # Prompt-BERT's code.
+  config.analysis.positive_threshold = 4.0
+  config.analysis.positive_inclusive = False  # > 4 (True: >= 4, the code posted in SimCSE issue #41).
+  config.analysis.top_k = 5  # PromptBERT Table 7.
+  config.analysis.top_k_sentences = (  # PromptBERT Table 7's.
     "i am sad.",
     "i am not happy.",
     "the man is playing the guitar.",
     "the man is playing the piano.",
   )
-  config.analysis.scatter_png = ""  # Write the STS-B test cosine-vs-gold scatter here; "" = no plot.
-  config.analysis.scatter_normalize = False  # Min-max scale the cosines to [0, 1] as CoT-BERT Fig. 3 does.
+  config.analysis.scatter_png = ""
+  config.analysis.scatter_normalize = False  # True: as CoT-BERT Fig. 3.
   return config

@@ -18,23 +18,23 @@ def get_config():
   config.job = "ditto_analysis"
   config.method.name = "ditto"  # The heads are ranked by Ditto with method.variant (first_last: Table 4's).
 
+  # Each field's meaning: jaxemb/spec.py's DittoAnalysis (or --help); here the values and where they come from.
   config.ditto_analysis = ml_collections.ConfigDict()
-  config.ditto_analysis.idf_path = ""  # Required: the IDF table (evaluate.py --config configs/fit_idf.py).
-  # Sentences, one per line. Ditto uses STS-B's for Table 4 and 1K English PUD treebank ones for Table 3.
+  config.ditto_analysis.idf_path = ""  # Required: evaluate.py --config configs/fit_idf.py writes it.
+  # Ditto uses STS-B's sentences for Table 4 and 1K English PUD treebank ones for Table 3; neither is offline.
   config.ditto_analysis.sample_file = eval_common.data_path("wiki1m_for_simcse.txt")
-  config.ditto_analysis.sample_size = 200  # Sentences for the head correlations (the impact uses a prefix).
-  config.ditto_analysis.sample_order = "random"  # "random" (seeded uniform, the papers' wording) or "first".
-  config.ditto_analysis.sample_seed = 0  # The random sample's seed.
-  config.ditto_analysis.tfidf_normalize = True  # Unit-length TF-IDF per sentence, gensim TfidfModel's default.
-  config.ditto_analysis.top_heads = 4  # Heads (best on STS-B dev) also scored on the eval.tasks test sets.
-  config.ditto_analysis.impact_size = 100  # The impact matrix of the sample's first this many sentences.
-  config.ditto_analysis.impact_max_tokens = 32  # Truncate those to this many tokens (cost grows as N^3); 0 = all.
-  config.ditto_analysis.impact_batch_size = 256  # Masked copies per encoder call.
-  # The sentence of the PNGs (Ditto Figs. 1-2's).
-  config.ditto_analysis.figure_sentence = (
+  config.ditto_analysis.sample_size = 200
+  config.ditto_analysis.sample_order = "random"  # The papers' wording.
+  config.ditto_analysis.sample_seed = 0
+  config.ditto_analysis.tfidf_normalize = True  # gensim TfidfModel's default.
+  config.ditto_analysis.top_heads = 4
+  config.ditto_analysis.impact_size = 100
+  config.ditto_analysis.impact_max_tokens = 32
+  config.ditto_analysis.impact_batch_size = 256
+  config.ditto_analysis.figure_sentence = (  # Ditto Figs. 1-2's.
     "For those who follow social media transitions on Capitol Hill, this will be a little different."
   )
-  config.ditto_analysis.impact_png = ""  # Its impact matrix heatmap here; "" = none.
-  config.ditto_analysis.attention_png = ""  # Its attention heatmap of the best STS-B dev head here; "" = none.
-  config.ditto_analysis.output_md = ""  # The Markdown tables here; "" = print only.
+  config.ditto_analysis.impact_png = ""
+  config.ditto_analysis.attention_png = ""
+  config.ditto_analysis.output_md = ""
   return config

@@ -13,11 +13,9 @@ from configs import eval_common
 def get_config():
   config = eval_common.get_config()
   config.job = "token_embeddings"
-  config.token_embeddings = ml_collections.ConfigDict()
-  # The rows drawn (jaxemb.methods.static.STATIC_ROWS): the word embeddings, or an untied MLM decoder's rows.
+  config.token_embeddings = ml_collections.ConfigDict()  # The fields' meaning: jaxemb/spec.py (or --help).
   config.token_embeddings.rows = "word_embeddings"
-  # The text whose token counts colour the frequency figure (one sentence per line).
   config.token_embeddings.corpus_file = eval_common.data_path("wiki1m_for_simcse.txt")
-  config.token_embeddings.max_lines = 100000  # Lines of corpus_file counted; 0 = all.
-  config.token_embeddings.output_dir = "outputs/token_embeddings"  # <rows>_{frequency,subword,case}.png, summary.
+  config.token_embeddings.max_lines = 100000
+  config.token_embeddings.output_dir = "outputs/token_embeddings"
   return config

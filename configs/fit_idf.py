@@ -14,8 +14,8 @@ def get_config():
   config = eval_common.get_config()  # Reads model.path (its tokenizer) and compilation_cache_dir.
   config.job = "fit_idf"
 
-  config.idf = ml_collections.ConfigDict()
-  config.idf.corpus = eval_common.data_path("wiki1m_for_simcse.txt")  # One sentence (document) per line.
-  config.idf.output = ""  # Required: the JSON table (`jaxemb.tfidf.save_idf`) to write.
-  config.idf.chunk_size = 10_000  # Lines tokenised per batch call (the corpus streams; memory grows with this).
+  config.idf = ml_collections.ConfigDict()  # Each field's meaning: jaxemb/spec.py's Idf (or --help).
+  config.idf.corpus = eval_common.data_path("wiki1m_for_simcse.txt")
+  config.idf.output = ""  # Required.
+  config.idf.chunk_size = 10_000
   return config

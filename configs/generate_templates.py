@@ -14,23 +14,17 @@ def get_config():
   config = search_template.get_config()  # config.method and config.search score the templates.
   config.job = "generate_templates"
 
-  config.generation = ml_collections.ConfigDict()
-  # The generator: a Hugging Face T5 checkpoint (hub id or directory); LM-BFF's default (tools/generate_template.py
-  # --t5_model). PromptBERT does not name theirs.
+  config.generation = ml_collections.ConfigDict()  # The fields' meaning: jaxemb/spec.py (or --help).
+  # LM-BFF's default (tools/generate_template.py --t5_model); PromptBERT does not name theirs.
   config.generation.t5_model = "t5-3b"
-  # Word-definition pairs: a WordNet directory (Debian's wordnet-base installs /usr/share/wordnet) or a
-  # word<TAB>definition file.
-  config.generation.pairs = "/usr/share/wordnet"
-  config.generation.parts_of_speech = ("noun",)  # WordNet's data files read: noun, verb, adj, adv.
-  config.generation.num_pairs = 32  # Pairs drawn (seeded) as the inputs of every beam; 0 = all of them.
-  config.generation.seed = 42  # Draws the pairs.
-  # T5 inputs: the word in [MASK]'s place, the definition in [X]'s; T5 fills the <extra_id_N> spans. LM-BFF's two
-  # single-sentence formats: [MASK] after the sentence, and before it.
+  config.generation.pairs = "/usr/share/wordnet"  # Where Debian's wordnet-base installs WordNet.
+  config.generation.parts_of_speech = ("noun",)
+  config.generation.num_pairs = 32
+  config.generation.seed = 42
+  # LM-BFF's two single-sentence formats: [MASK] after the sentence, and before it; T5 fills the <extra_id_N> spans.
   config.generation.formats = ("[X] <extra_id_0> [MASK] <extra_id_1>", "<extra_id_0> [MASK] <extra_id_1> [X]")
-  # Beams of each format's search; each keeps num_beams // len(formats) (LM-BFF: beam // 2 of each of two formats).
-  # PromptBERT generated 500 templates.
-  config.generation.num_beams = 500
-  config.generation.max_length = 20  # Decoder tokens, the start token included (LM-BFF's 20: 18 steps).
-  config.generation.batch_size = 32  # Inputs per decoder call, each with every beam (LM-BFF's 32).
-  config.generation.output_json = "generated_templates.json"  # The templates and their scores, before scoring.
+  config.generation.num_beams = 500  # PromptBERT generated 500 templates (LM-BFF keeps beam // 2 of each format).
+  config.generation.max_length = 20  # LM-BFF's 20: 18 steps.
+  config.generation.batch_size = 32  # LM-BFF's 32.
+  config.generation.output_json = "generated_templates.json"
   return config

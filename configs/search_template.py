@@ -16,16 +16,14 @@ def get_config():
   config.method.template = "[X] [MASK] ."  # Replaced by each candidate.
   config.eval.add_period = True  # Prompt-BERT's evaluation appends "." to sentences without final punctuation.
 
-  config.search = ml_collections.ConfigDict()
-  config.search.relations = ("", "is", "mean", "means")  # Stage 1: `[X] <relation> [MASK] .` (Table 4).
-  config.search.wrappers = (  # Stage 2: each wraps [X], before the best relation (Table 4's prefixes).
+  config.search = ml_collections.ConfigDict()  # The fields' meaning: jaxemb/spec.py (or --help).
+  config.search.relations = ("", "is", "mean", "means")  # PromptBERT Table 4's relations.
+  config.search.wrappers = (  # PromptBERT Table 4's prefixes.
     "This [X]",
     "This sentence of [X]",
     'This sentence of "[X]"',
     'This sentence : "[X]"',
   )
-  config.search.show = 20  # Rows of the ranked table printed.
-  # A JSON of templates ({"templates": [{"template": ...}]}, what configs/generate_templates.py writes) to score
-  # instead of the greedy search; "" = the greedy search.
+  config.search.show = 20
   config.search.templates_file = ""
   return config
