@@ -82,10 +82,7 @@ def exportable_names() -> tuple[str, ...]:
 def _stray(name: str, takes: tuple[str, ...], field: str, value: Any, where: str = "fields") -> ConfigError:
   """The one line refusing a `field` that method `name` does not take, naming those it does (and the field's name
   today when it is an older jaxemb's)."""
-  renamed = legacy.RENAMED.get(field) or next(
-    (field.removeprefix(prefix) for source, prefix in legacy.TRANSFORMS.values() if field.startswith(prefix)), None
-  )
-  close = difflib.get_close_matches(field, takes, n=1)
+  renamed, close = legacy.today_name(field), difflib.get_close_matches(field, takes, n=1)
   hint = f" ({renamed!r} in today's blocks)" if renamed in takes else f" (did you mean {close[0]!r}?)" if close else ""
   return ConfigError(
     f"method {name!r} takes no {field}{hint}; got {field}={value!r}; its {where}: {', '.join(sorted(takes))}"

@@ -55,6 +55,7 @@ RENAMED = {
 TRANSFORMS = {"whitening": ("whitened_method", "whitening_"), "flow": ("flowed_method", "flow_")}
 # Before 429d0ba the prompt family's denoise was a bool.
 _DENOISE = {True: "position_offset", False: "none"}
+_NO_DEFAULT = object()  # A field the union did not have (the name) is always set.
 
 
 def is_flat_union(block: Mapping[str, Any]) -> bool:
@@ -69,7 +70,15 @@ def upgrade(block: Mapping[str, Any]) -> dict[str, Any]:
   if not is_flat_union(block):
     return dict(block)
   fields = {key: _DENOISE.get(value, value) if key == "denoise" else value for key, value in block.items()}
-  return _converted(fields.pop("name"), {key: value for key, value in fields.items() if value != _default(key)})
+  changed = {key: value for key, value in fields.items() if value != UNION_DEFAULTS.get(key, _NO_DEFAULT)}
+  return _converted(changed.pop("name"), changed)
+
+
+def today_name(field: str) -> str | None:
+  """The name today's blocks give an older block's field of a family's own (`ditto_head` -> `head`), None for a field
+  that kept its name."""
+  prefix = next((prefix for _, prefix in TRANSFORMS.values() if field.startswith(prefix)), "")
+  return RENAMED.get(field) or (field.removeprefix(prefix) if prefix else None)
 
 
 def _converted(name: str, changed: dict[str, Any]) -> dict[str, Any]:
@@ -77,18 +86,9 @@ def _converted(name: str, changed: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, **{RENAMED.get(key, key): value for key, value in changed.items()}}
   source_field, prefix = TRANSFORMS[name]
   source = changed.pop(source_field, UNION_DEFAULTS[source_field])
-  own = {
-    RENAMED.get(key, key.removeprefix(prefix)): changed.pop(key) for key in list(changed) if key.startswith(prefix)
-  }
+  own = {today_name(key): changed.pop(key) for key in list(changed) if key.startswith(prefix)}
   return {"name": name, **own, "source": _converted(source, changed)}
 
 
 def _transform_fields() -> set[str]:
   return {key for source, prefix in TRANSFORMS.values() for key in UNION_DEFAULTS if key.startswith((source, prefix))}
-
-
-def _default(key: str) -> Any:
-  return UNION_DEFAULTS.get(key, _NO_DEFAULT)
-
-
-_NO_DEFAULT = object()
