@@ -71,6 +71,9 @@ class Transform(base.Method):
   def required_weights(self) -> dict[str, str]:
     return self.source.required_weights()
 
+  def width(self, config: EncoderConfig) -> int:
+    return self.source.width(config)  # The transform maps d dimensions to d.
+
   def rows(
     self,
     template: templates.Template,

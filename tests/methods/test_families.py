@@ -38,10 +38,14 @@ def test_forward_outputs_are_just_what_the_vectors_read():
     (Method("ditto"), (64,)),
     (Method("ditto_all_heads", variant="static"), (4, 32)),
     (Method("prompt", template=PROMPT), (64,)),
+    (Method("whitening", source="static_avg"), (32,)),
+    (Method("whitening", source="static_avg", dims=8), (8,)),
+    (Method("flow", source="static_avg"), (32,)),
   ],
 )
 def test_vector_shapes(method, shape):
-  """Raw word-embedding rows are as wide as ELECTRA's embeddings (no projection), the head search's are per head."""
+  """Raw word-embedding rows are as wide as ELECTRA's embeddings (no projection), the head search's are per head; a
+  transform keeps its source's width (whitening's dims cut it)."""
   assert method.vector_shape(ELECTRA) == shape
 
 
