@@ -268,7 +268,7 @@ class Objective(Block):
     """Keep the head for model selection and evaluation (the authors' --mlp_only_train off): a trained MLP becomes
     the checkpoint's pooler, as run.sh and SimCSE's simcse_to_huggingface.py rename mlp -> pooler."""
   )
-  loss: str = field("info_nce, info_nce_with_hard_negatives, extended_info_nce, or mlm.")
+  loss: str = field("A name in jaxemb/training/objectives.py's LOSSES (another is refused naming them).")
   temperature: float = field("tau of the cosine logits.")
   whole_word_mask: bool = field(
     """loss "mlm": select whole words (all the WordPiece / byte-level pieces of a word together,
