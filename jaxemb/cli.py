@@ -132,14 +132,14 @@ def complete_method(block: ml_collections.ConfigDict, name: str | None, argv: Se
   if name not in methods.names():
     return  # No method (a run's own), or not one: the spec says so.
   block.name = name
-  for key, value in methods.defaults(name).items():
+  defaults = methods.defaults(name)
+  _add_missing(block, {key: value for key, value in defaults.items() if not isinstance(value, dict)})
+  for key, value in defaults.items():
     if isinstance(value, dict):  # A transform's source method.
       if key not in block:
         block[key] = ml_collections.ConfigDict({"name": value["name"]})
       source = _flag_value(argv, rf"{CONFIG}\.{re.escape(where)}\.{key}\.name")
       complete_method(block[key], source, argv, f"{where}.{key}")
-    elif key not in block:
-      block[key] = value
 
 
 def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):

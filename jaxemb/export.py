@@ -142,15 +142,17 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--fitted", help="a method's fitted state: the .npz evaluate.py wrote beside its output_json")
   parser.add_argument("--push_to_hub", metavar="REPO", help="then upload the folder to this Hub model repository")
   args = parser.parse_args(argv)
-  if args.method is None and (args.template != templates.SLOT or args.denoise or args.head != "none"):
+  # The prompt options set away from their defaults: the method's block (the others are no method's own).
+  given = {
+    key: getattr(args, key) for key in ("template", "head", "denoise") if getattr(args, key) != parser.get_default(key)
+  }
+  if args.method is None and given:
     parser.error("--template, --denoise and --head need --method")
   if args.evaluated and args.method:
     parser.error("--evaluated names the method: drop --method")
   try:
-    # As a block of the options set: those left at their defaults are no method's own.
-    options = {"template": args.template, "head": args.head, "denoise": "position_offset" if args.denoise else "none"}
-    given = {key: value for key, value in options.items() if value not in (templates.SLOT, "none")}
-    method = None if args.method is None else Method.from_block({"name": args.method, **given})
+    denoise = {"denoise": "position_offset"} if args.denoise else {}
+    method = None if args.method is None else Method.from_block({"name": args.method, **given, **denoise})
     fitted = args.fitted
     if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
       summary = json.loads(storage.path(args.evaluated).read_text())

@@ -172,7 +172,10 @@ def _claim(out: storage.Path, manifest: dict[str, Any]) -> dict[str, Any]:
   """The manifest the job continues with: the folder's own, unless it is another job's (refused); else this job's,
   which process 0 writes. Every host passes this point before any writes a shard."""
   found = shards.read_json(out / shards.MANIFEST)
-  if found is not None:
+  if found is None:
+    if jax.process_index() == 0:
+      atomic.write_json(out / shards.MANIFEST, manifest)
+  else:
     # Its method read as today's block (an older jaxemb wrote the flat union) and kept as written: the records of
     # the shards written carry the job's digest.
     theirs = identity({**found, "method": Method.from_stored(found["method"]).to_block()})
@@ -187,12 +190,8 @@ def _claim(out: storage.Path, manifest: dict[str, Any]) -> dict[str, Any]:
         f"{out} holds the embeddings of another job ({'; '.join(changed)}): rerun with what it was made with, "
         "or choose another --config.embed.output"
       )
-    _barrier("manifest")
-    return {**manifest, "method": found["method"]}
-  if jax.process_index() == 0:
-    atomic.write_json(out / shards.MANIFEST, manifest)
   _barrier("manifest")
-  return manifest
+  return manifest if found is None else {**manifest, "method": found["method"]}
 
 
 def _shown(key: str, value: Any) -> str:

@@ -120,10 +120,11 @@ class Method:
   def __post_init__(self):
     if self.name not in self.NAMES:
       raise ConfigError(f"method {self.name!r} is not one of {self.NAMES}")
+    arguments = self.arguments(self.name)
     for field in dataclasses.fields(self):
       value = getattr(self, field.name)
-      if field.name != "name" and field.name not in self.arguments(self.name) and value != field.default:
-        raise _stray(self.name, self.arguments(self.name), field.name, value, "arguments")
+      if field.name not in ("name", *arguments) and value != field.default:
+        raise _stray(self.name, arguments, field.name, value, "arguments")
 
   @classmethod
   def arguments(cls, name: str) -> tuple[str, ...]:
