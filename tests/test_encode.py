@@ -3,9 +3,11 @@
 import json
 import re
 import shutil
+import threading
 import types
 
 import jax
+from jax import monitoring
 import numpy as np
 import pytest
 import torch
@@ -281,6 +283,47 @@ def test_next_batch_is_dispatched_before_one_is_read():
     log.append(f"read {i}")
   assert log == ["dispatch 0", "dispatch 1", "read 0", "dispatch 2", "read 1", "read 2"]
   assert not list(_one_ahead(iter([])))
+
+
+def _lowerings(record: list[str]):
+  """A JAX listener appending the thread's name to `record` each time the Encoder's function is lowered (once a
+  compile, whether the persistent cache then holds its program or XLA compiles it)."""
+
+  def listener(event: str, _: float, fun_name: str = "", **__):
+    if event == "/jax/core/compile/jaxpr_to_mlir_module_duration" and fun_name == "jit(vectors)":
+      record.append(threading.current_thread().name)
+
+  return listener
+
+
+def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_calls(tiny_bert):
+  """An encode call queues its bucket shapes' compiles on the compile thread, the calls then find them in jit's
+  cache: one compile a shape, none on the calling thread, and a later call compiles only its new shapes. A call
+  interrupted leaves no compile queued that a later call would wait for in vain: it queues what it needs again."""
+  sentences = [" ".join(["word"] * n) + f" {n}" for n in range(1, 30)]
+  reference = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=4, batch_size=2)
+  with jax.disable_jit():
+    expected = reference.encode(sentences[:8])
+  lowered = []
+  listener = _lowerings(lowered)
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=4, batch_size=2)
+    vectors = encoder.encode(sentences[:8])
+    first = encoder.compilations
+    assert lowered == ["jaxemb-compile_0"] * first and first == 2  # Rows of 4-11 tokens, widths 8 and 12.
+    np.testing.assert_array_equal(vectors, reference.encode(sentences[:8]))
+
+    def interrupt(_):
+      raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+      encoder.encode(sentences, progress=interrupt)
+    np.testing.assert_array_equal(encoder.encode(sentences)[:8], vectors)
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  assert lowered == ["jaxemb-compile_0"] * encoder.compilations and encoder.compilations == 2 + 6  # Up to 32 tokens.
+  assert_float32_close(vectors, expected, transformer_roundings(encoder.config))
 
 
 def test_token_counters_measure_the_padding(tiny_checkpoint):
