@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import numbers
+import os
 import pathlib
 import sys
 from typing import Any, Callable, Iterable, Iterator
@@ -24,8 +25,12 @@ from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, run_d
 from jaxemb.progress import track
 
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
-# The thread that compiles an encode call's bucket shapes ahead of its calls (Encoder._compile_ahead).
-_COMPILER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxemb-compile")
+# The threads that compile an encode call's bucket shapes ahead of its calls (Encoder._compile_ahead): one per core
+# this process may run on, as XLA's compiles are CPU work that runs outside Python's lock.
+_COMPILER = concurrent.futures.ThreadPoolExecutor(
+  max_workers=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+  thread_name_prefix="jaxemb-compile",
+)
 
 
 def open_model(
@@ -339,9 +344,9 @@ class Encoder:
     """Queues the compiles of the bucket shapes of `batches` that no earlier call queued, in the order the calls
     need them, on a thread of their own (_COMPILER), where each lowers and compiles the jitted function as its call
     will, which then finds the program in jit's cache: the host compiles the next shapes while the device runs the
-    calls before (on an accelerator the compiles hide behind its work; on a 2-core CPU the wiki sample's 20 shapes
-    cost 2.6 s of 47.7 s instead of 9.5 s, docs/embedding.md). The calls' results do not depend on it: a compile
-    that fails or does not match is done again by the call itself."""
+    calls before, which on an accelerator hides the compiles behind its work (on a 2-core CPU, whose cores the calls
+    already keep busy, it changed nothing measurable: docs/embedding.md). The calls' results do not depend on it: a
+    compile that fails or does not match is done again by the call itself."""
     queued = {}
     for index, size in batches:
       width = self._width(lengths[index])
