@@ -69,14 +69,14 @@ class Encoder:
   """Encodes lists of sentences with one method; each distinct sentence is encoded once.
 
   Sentences are sorted by tokenised length and cut into batches of `batch_size` (the encoder's, unless an `encode`
-  call gives its own; a partial batch takes the shortest, so its filler rows are short), each padded to a multiple
-  of `length_multiple` tokens, so the encoder compiles once per bucket length (`compilations` counts them). Fewer
-  distinct sentences than `batch_size` run as one batch of just their rows (on a mesh, rounded up to a multiple of
-  its devices): no filler beyond them. `batch_tokens` (None: no limit) caps rows x width of a batch: a long bucket
-  runs with the largest power of two of rows within it (at least one; a multiple of a mesh's devices), which bounds
-  the memory of a call (the attention scores grow with the width squared) at the cost of more, smaller calls there.
-  `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with the default multiple 4 (MiniLM's
-  tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
+  call gives its own; a partial batch takes the shortest, so its filler rows are short), each padded to a multiple of
+  `length_multiple` tokens, so the encoder compiles once per bucket length (`compilations` counts them), ahead of the
+  calls that need it (`_compile_ahead`). Fewer distinct sentences than `batch_size` run as one batch of just their
+  rows (on a mesh, rounded up to a multiple of its devices): no filler beyond them. `batch_tokens` (None: no limit)
+  caps rows x width of a batch: a long bucket runs with the largest power of two of rows within it (at least one; a
+  multiple of a mesh's devices), which bounds the memory of a call (the attention scores grow with the width squared)
+  at the cost of more, smaller calls there. `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with
+  the default multiple 4 (MiniLM's tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   `normalize` is `encode`'s unless a call says (True where the model's own modules scale vectors: `from_pretrained`).
   """
 
@@ -315,7 +315,7 @@ class Encoder:
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None
-    widths = self.length_multiple * -(-lengths[order] // self.length_multiple)
+    widths = self._widths(lengths[order])
     batches = _length_batches(order, widths, functools.partial(self._rows_at, batch_size))
     show = (None if len(batches) > 8 else False) if show_progress is None else show_progress
     dispatched = (
@@ -342,14 +342,14 @@ class Encoder:
     self, rows: templates.TemplateBatch, lengths: np.ndarray, batches: list[tuple[np.ndarray, int]]
   ) -> dict[tuple[int, int], concurrent.futures.Future]:
     """Queues the compiles of the bucket shapes of `batches` that no earlier call queued, in the order the calls
-    need them, on a thread of their own (_COMPILER), where each lowers and compiles the jitted function as its call
+    need them, on the compile threads (_COMPILER), where each lowers and compiles the jitted function as its call
     will, which then finds the program in jit's cache: the host compiles the next shapes while the device runs the
     calls before, which on an accelerator hides the compiles behind its work (on a 2-core CPU, whose cores the calls
     already keep busy, it changed nothing measurable: docs/embedding.md). The calls' results do not depend on it: a
     compile that fails or does not match is done again by the call itself."""
     queued = {}
     for index, size in batches:
-      width = self._width(lengths[index])
+      width = int(self._widths(lengths[index]).max())
       if (size, width) in self._compiles:
         continue
       example = _pad_batch(jax.tree.map(lambda a: a[index[:1]], rows), size, width, self.template.pad_id)
@@ -385,7 +385,7 @@ class Encoder:
   def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int) -> jax.Array:
     """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, a multiple of
     length_multiple]; returns without waiting for the vectors."""
-    width = self._width(lengths)
+    width = int(self._widths(lengths).max())
     self.real_tokens += int(lengths.sum())
     self.padded_tokens += batch_size * width
     self.compiled_shapes.add((batch_size, width))
@@ -396,9 +396,9 @@ class Encoder:
       concurrent.futures.wait([self._compiles[batch_size, width]])
     return self._program(batch_size, width)(self.params, batch=batch, state=self.state, prompt=self.prompt)
 
-  def _width(self, lengths: np.ndarray) -> int:
-    """The padded width of a bucket of rows of `lengths` tokens: the longest, up to a multiple of length_multiple."""
-    return self.length_multiple * math.ceil(lengths.max() / self.length_multiple)
+  def _widths(self, lengths: np.ndarray) -> np.ndarray:
+    """Rows of `lengths` tokens padded to multiples of length_multiple: a bucket's width is its longest's."""
+    return self.length_multiple * -(-lengths // self.length_multiple)
 
   def _splits(self, batch_size: int) -> bool:
     """Whether a batch of `batch_size` rows is split over the mesh's devices (a multiple of them)."""
