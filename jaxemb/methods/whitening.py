@@ -35,8 +35,7 @@ class Whitening(transform.Transform):
   (`--config.method.name=whitening --config.method.source.name=prompt --config.method.source.template=...`).
 
   Attributes:
-    dims: k, the dimensions kept (Su et al.'s "-whitening-256" keeps 256); 0 keeps all, as the tables'
-      rows.
+    dims: k, the dimensions kept (Su et al.'s "-whitening-256" keeps 256); 0 keeps all, as the tables' rows.
   """
 
   NAMES = ("whitening",)
