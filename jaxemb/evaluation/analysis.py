@@ -21,13 +21,12 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import stats
 
 from jaxemb import atomic, storage, templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
-from jaxemb.evaluation import common, run, sts
+from jaxemb.evaluation import common, correlation, run, sts
 from jaxemb.models import EncoderConfig, Transformer
 from jaxemb.spec import AnalysisRun
 
@@ -253,7 +252,7 @@ def run_analysis(config: AnalysisRun) -> dict[str, Any]:
     "token_embedding_average_cosine": token_embedding_average_cosine(encoder.params["embeddings"]["word"]["embedding"]),
     "stsb_test": {
       **pair_alignment_uniformity(first, second, gold, a.positive_threshold, a.positive_inclusive),
-      "spearman": 100 * float(stats.spearmanr(predicted, gold).statistic),
+      "spearman": 100 * float(correlation.spearman(predicted, gold)),
     },
     "mask_top_tokens": _top_tokens_if_possible(encoder, [preprocess(s) for s in a.top_k_sentences], a.top_k),
     "scatter_png": "",

@@ -27,11 +27,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import stats
 
 from jaxemb import atomic, pooling, storage, templates, tfidf, xla
 from jaxemb.errors import ConfigError
-from jaxemb.evaluation import analysis, common, run, search
+from jaxemb.evaluation import analysis, common, correlation, run, search
 from jaxemb.models import Transformer, run_dir
 from jaxemb.spec import DittoAnalysisRun
 
@@ -98,15 +97,7 @@ def tfidf_correlation(scores: Sequence[np.ndarray], weights: Sequence[np.ndarray
   """
   x = np.concatenate([np.asarray(s, np.float64) for s in scores], axis=-1)
   y = np.concatenate([np.asarray(w, np.float64) for w in weights])
-  ranks = lambda a: stats.rankdata(a, axis=-1)  # Spearman = Pearson of the ranks (ties averaged).
-  return 100 * _pearson_rows(x, y), 100 * _pearson_rows(ranks(x), ranks(y))
-
-
-def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-  """Pearson between each row x[..., :] and y."""
-  x = x - x.mean(-1, keepdims=True)
-  y = y - y.mean()
-  return (x @ y) / (np.linalg.norm(x, axis=-1) * np.linalg.norm(y))
+  return 100 * correlation.pearson(x, y), 100 * correlation.spearman(x, y)
 
 
 def all_diagonal_attentions(

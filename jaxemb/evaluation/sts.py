@@ -22,9 +22,9 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
-from scipy import stats
 
 from jaxemb.data.sts import StsSubset, StsTask, join_tokens
+from jaxemb.evaluation import correlation
 from jaxemb.evaluation.common import Embed, Preprocess, boxed, embed_distinct
 
 
@@ -189,8 +189,8 @@ def _mean(values: list[float]) -> float:
 
 
 def _spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
-  return 100 * float(stats.spearmanr(predicted, gold).statistic)
+  return 100 * float(correlation.spearman(predicted, gold))
 
 
 def _pearson(predicted: np.ndarray, gold: np.ndarray) -> float:
-  return 100 * float(stats.pearsonr(predicted, gold).statistic)
+  return 100 * float(correlation.pearson(predicted, gold))
