@@ -56,6 +56,20 @@ def pytest_unconfigure(config):  # pylint: disable=unused-argument
   shutil.rmtree(_XLA_CACHE, ignore_errors=True)
 
 
+@pytest.hookimpl(trylast=True)  # After -m has deselected what the command leaves out.
+def pytest_collection_modifyitems(items):
+  """The selected tests by file, those holding the most whole runs (the e2e marker: 5-65 s each) first, then the
+  most tests: in this order xdist's loadfile scheduling with --no-loadscope-reorder (.ci/run's one session of both
+  tiers) hands the long files out first and the short ones fill both workers' ends. Within a file the order is
+  kept."""
+  files = {}
+  for item in items:
+    files.setdefault(item.nodeid.split("::")[0], []).append(item)
+  whole_runs = lambda tests: sum(1 for test in tests if test.get_closest_marker("e2e"))
+  ordered = sorted(files.values(), key=lambda tests: (-whole_runs(tests), -len(tests)))
+  items[:] = [item for tests in ordered for item in tests]
+
+
 @pytest.fixture(scope="session")
 def bert_tokenizer():
   import transformers
