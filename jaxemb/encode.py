@@ -26,9 +26,11 @@ from jaxemb.progress import track
 
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
 # The threads that compile an encode call's bucket shapes ahead of its calls (Encoder._compile_ahead): one per core
-# this process may run on, as XLA's compiles are CPU work that runs outside Python's lock.
+# this process may run on but one, which the calls the compiles overlap keep (XLA's compiles are CPU work that runs
+# outside Python's lock). On a 2-core CPU one thread against two: embed.py 250 and 246 sentences/s at 1,054 and
+# 1,050 MiB against 244 and 231 at 1,030 and 1,100 (docs/embedding.md).
 _COMPILER = concurrent.futures.ThreadPoolExecutor(
-  max_workers=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+  max_workers=max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) - 1),
   thread_name_prefix="jaxemb-compile",
 )
 
