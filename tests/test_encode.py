@@ -14,7 +14,7 @@ import torch
 import transformers
 
 from jaxemb import bias_removal, sharding, storage, templates, tfidf
-from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead
+from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead, _programs
 from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
@@ -304,6 +304,8 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
   reference = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=4, batch_size=2)
   with jax.disable_jit():
     expected = reference.encode(sentences[:8])
+  compiled_before = reference.encode(sentences[:8])  # By programs of its own (the earlier tests' Encoders').
+  _programs.cache_clear()  # Shapes no Encoder of this process compiled.
   lowered = []
   listener = _lowerings(lowered)
   monitoring.register_event_duration_secs_listener(listener)
@@ -312,7 +314,7 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
     vectors = encoder.encode(sentences[:8])
     first = encoder.compilations
     assert lowered == ["jaxemb-compile"] * first and first == 2  # Rows of 4-11 tokens, widths 8 and 12.
-    np.testing.assert_array_equal(vectors, reference.encode(sentences[:8]))
+    np.testing.assert_array_equal(vectors, compiled_before)
 
     def interrupt(_):
       raise KeyboardInterrupt
@@ -324,6 +326,32 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
     monitoring.unregister_event_duration_listener(listener)
   assert lowered == ["jaxemb-compile"] * encoder.compilations and encoder.compilations == 2 + 6  # Up to 32 tokens.
   assert_float32_close(vectors, expected, transformer_roundings(encoder.config))
+
+
+def test_an_encoder_of_the_same_programs_compiles_none_and_another_method_its_own(tiny_checkpoint):
+  """Encoders of one architecture, method and template share their programs (encode._programs): the second, of
+  other params (another checkpoint of the model), traces and compiles nothing and gives its own params' vectors;
+  one of another method compiles its own."""
+  _, path = tiny_checkpoint
+  sentences = [" ".join(["word"] * n) + f" {n}" for n in range(1, 12)]
+  first = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=4, batch_size=2)
+  first.encode(sentences)
+  other = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=4, batch_size=2)
+  other.params = jax.tree.map(lambda a: a * 2 if a.ndim == 2 else a, other.params)  # Another checkpoint's.
+  traced = []
+  listener = lambda event, _, **kw: traced.append(event) if "vectors" in str(kw.get("fun_name")) else None
+  monitoring.register_event_duration_secs_listener(listener)
+  try:
+    vectors = other.encode(sentences)
+    assert not traced
+    Encoder.from_pretrained(path, Method("first_last_avg"), length_multiple=4, batch_size=2).encode(sentences)
+    assert "/jax/core/compile/jaxpr_to_mlir_module_duration" in traced
+  finally:
+    monitoring.unregister_event_duration_listener(listener)
+  with jax.disable_jit():
+    expected = other.encode(sentences)
+  assert_float32_close(vectors, expected, transformer_roundings(other.config))
+  assert not np.allclose(vectors, first.encode(sentences), atol=1e-3)
 
 
 def test_token_counters_measure_the_padding(tiny_checkpoint):
