@@ -421,7 +421,8 @@ def _programs(
   another checkpoint of the architecture (a sweep's runs, a model and its export, the tests' tiny models) finds the
   programs of its shapes in jit's caches, traced and compiled, as `with_params` copies do. The least recently used
   of more than 4 goes, with its programs: what they keep past their Encoders is bounded (MiniLM on the CPU: ~45 MiB
-  for 5 shapes; Encoders of 5 methods one after another, each dropped, ended 398 MiB up instead of 259)."""
+  for 5 shapes; Encoders of 5 methods one after another, each dropped, left the process 398 MiB up with all five
+  kept, 259 with none)."""
 
   def vectors(params, **inputs):  # The encoder reads params per layer or stacked (a scanned training state's).
     model = Transformer(config, dtype=dtype, scan_layers=bert.is_stacked(params))
