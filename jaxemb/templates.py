@@ -12,13 +12,20 @@ import bisect
 from collections.abc import Sequence
 import dataclasses
 import itertools
+import typing
 
 import flax.struct
 import jax
 import numpy as np
-from transformers import tokenization_utils_base
 
 from jaxemb.errors import ConfigError
+
+# A fast Hugging Face tokenizer (offsets are needed). At run time only a name: transformers loads with the first
+# tokenizer (models/hf.py), not with a command's imports (0.55 s of train.py --help's).
+if typing.TYPE_CHECKING:
+  from transformers import PreTrainedTokenizerBase as Tokenizer
+else:
+  Tokenizer = typing.Any
 
 SLOT = "[X]"
 MASK = "[MASK]"
@@ -34,8 +41,6 @@ _PROBE = "hello"
 TOKENIZATIONS = ("in_context", "alone")
 
 Array = np.ndarray | jax.Array
-# A fast Hugging Face tokenizer: offsets are needed.
-Tokenizer = tokenization_utils_base.PreTrainedTokenizerBase
 Encoding = tuple[list[int], list[tuple[int, int]]]  # Token ids, char offsets.
 
 
@@ -311,6 +316,8 @@ def _sentence_tokens(template: Template, tokenizer: Tokenizer, sentences: list[s
 def _row_limit(tokenizer: Tokenizer, max_length: int | None) -> int:
   if max_length is not None:
     return max_length
+  from transformers import tokenization_utils_base  # pylint: disable=import-outside-toplevel  # Loaded: a tokenizer is.
+
   declared = tokenizer.model_max_length
   if declared >= tokenization_utils_base.VERY_LARGE_INTEGER:
     return DEFAULT_MAX_LENGTH
