@@ -361,16 +361,17 @@ class Encoder:
   def _rows_per_call(self, batch_size: int, num_sentences: int) -> int:
     """`batch_size`, or `num_sentences` when fewer (3 sentences at batch_size=32768 run as 3 rows, not 32768);
     rounded up to a multiple of the mesh's devices when `batch_size` is one, so the batch still splits over them."""
-    rows = min(batch_size, num_sentences)
-    devices = self._num_devices
-    return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
+    return self._whole_on_devices(min(batch_size, num_sentences), batch_size)
 
   def _rows_at(self, batch_size: int, width: int) -> int:
     """The rows of a call at `width` tokens: `batch_size`, or within `batch_tokens` the largest power of two of rows
     (a multiple of the mesh's devices when `batch_size` is one)."""
     if self.batch_tokens is None or batch_size * width <= self.batch_tokens:
       return batch_size
-    rows = 1 << max(0, (self.batch_tokens // width).bit_length() - 1)
+    return self._whole_on_devices(1 << max(0, (self.batch_tokens // width).bit_length() - 1), batch_size)
+
+  def _whole_on_devices(self, rows: int, batch_size: int) -> int:
+    """`rows` rounded up to a multiple of the mesh's devices when `batch_size` is one, so the batch still splits."""
     devices = self._num_devices
     return devices * math.ceil(rows / devices) if batch_size % devices == 0 else rows
 
