@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxemb.data import sts as sts_data  # pylint: disable=g-bad-import-order
+from jaxemb import buckets  # pylint: disable=g-bad-import-order
+from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import sts
 
@@ -39,28 +40,37 @@ def matmul_gflops(m: int, k: int, n: int, repeats: int = 5) -> float:
   return 2 * m * k * n / best / 1e9
 
 
-def row_flops(length: int, config) -> float:
-  """Matmul FLOPs of one row of `length` tokens through the encoder (common.forward_flops of a batch of one)."""
-  c = config
-  return common.forward_flops(1, length, c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads)
-
-
-def encoder_flops(encoder: Encoder, tasks) -> tuple[float, float, int]:
-  """(real FLOPs, padded FLOPs, real tokens) of scoring `tasks` with `encoder`: each call's rows and width recorded
-  as the Encoder dispatches them."""
+def encoder_flops(encoder: Encoder, tasks) -> tuple[float, float, int, list]:
+  """(real FLOPs, padded FLOPs, real tokens, the calls: (lengths, rows, width) each) of scoring `tasks` with
+  `encoder`: each call's rows and width recorded as the Encoder dispatches them."""
   calls = []
   dispatch = encoder._dispatch  # pylint: disable=protected-access
 
-  def recording(rows, lengths, batch_size):
-    width = encoder.length_multiple * -(-int(lengths.max()) // encoder.length_multiple)  # As _dispatch pads.
+  def recording(rows, lengths, batch_size, width):
     calls.append((np.asarray(lengths), batch_size, width))
-    return dispatch(rows, lengths, batch_size)
+    return dispatch(rows, lengths, batch_size, width)
 
   encoder._dispatch = recording  # pylint: disable=protected-access
   sts.evaluate_sts(encoder.encode, tasks)
-  real = sum(row_flops(int(length), encoder.config) for lengths, _, _ in calls for length in lengths)
-  padded = sum(row_flops(width, encoder.config) * batch for _, batch, width in calls)
-  return real, padded, sum(int(lengths.sum()) for lengths, _, _ in calls)
+  real = sum(buckets.row_flops(encoder.config, int(length)) for lengths, _, _ in calls for length in lengths)
+  padded = sum(buckets.row_flops(encoder.config, width) * batch for _, batch, width in calls)
+  return real, padded, sum(int(lengths.sum()) for lengths, _, _ in calls), calls
+
+
+def merged_predictions(calls, config, peak: float):
+  """Prints, for a compile's cost in seconds on this CPU, the shapes and the predicted seconds (padded FLOPs at the
+  `peak`, GFLOP/s, plus the compiles) of the recorded calls (each at its own width: the CPU's default) and of the
+  same calls at the widths jaxemb.buckets.merged_widths gives them for that cost: what merging would save here."""
+  needed = np.array([width for _, _, width in calls])
+  (size,) = {batch for _, batch, _ in calls}  # One row count: the default has no batch_tokens cap.
+  batch_flops = lambda width: size * buckets.row_flops(config, width)
+  for seconds in (0.5, 1.0, 2.0):
+    merged = buckets.merged_widths(needed, batch_flops, seconds * peak * 1e9)
+    predict = lambda widths: sum(batch_flops(w) for w in widths) / peak / 1e9 + seconds * len(set(widths.tolist()))
+    print(
+      f"  a compile of {seconds} s: each width its own, {len(set(needed.tolist()))} shapes, "
+      f"{predict(needed):.1f} s predicted; merged, {len(set(merged.tolist()))} shapes, {predict(merged):.1f} s"
+    )
 
 
 def evaluate_py_seconds(args) -> tuple[float, str]:
@@ -98,7 +108,7 @@ def main():
   peak = max(peaks.values())
   print("XLA float32 matmul, GFLOP/s: " + ", ".join(f"{name} {value:.0f}" for name, value in peaks.items()))
   tasks = [*sts_data.load_sts_tasks(args.senteval), sts_data.load_sts_task(args.senteval, "STSBenchmark", "dev")]
-  real, padded, tokens = encoder_flops(encoder, tasks)
+  real, padded, tokens, calls = encoder_flops(encoder, tasks)
   floor = real / (peak * 1e9)
   print(
     f"encoder FLOPs: {real / 1e12:.2f} T real ({tokens:,} tokens), {padded / 1e12:.2f} T padded ({padded / real:.2f}x)"
@@ -106,6 +116,8 @@ def main():
   print(
     f"floor (real FLOPs at the {peak:.0f} GFLOP/s peak): {floor:.1f} s; padded at the peak {padded / peak / 1e9:.1f} s"
   )
+  print("merging the buckets (jaxemb.buckets), predicted:")
+  merged_predictions(calls, c, peak)
   seconds, line = evaluate_py_seconds(args)
   print(f"evaluate.py ({args.method}, 7 tasks and STS-B dev, start-up and compiling included): {seconds:.1f} s wall")
   print(f"  its own line: {line.strip()}")

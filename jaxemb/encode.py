@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 import numpy as np
 
-from jaxemb import sharding, spec, templates, xla
+from jaxemb import buckets, sharding, spec, templates, xla
 from jaxemb.errors import ConfigError
 from jaxemb.methods import Method, base as methods_base, names as method_names, pooled
 from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, run_dir
@@ -64,6 +64,7 @@ def encoder_options(model: spec.Model, encoding: spec.Encoding) -> dict[str, Any
     "max_sentence_tokens": encoding.max_sentence_tokens or None,
     "length_multiple": encoding.length_multiple,
     "batch_size": encoding.batch_size,
+    "compile_flops": None if encoding.compile_flops < 0 else encoding.compile_flops,
   }
 
 
@@ -98,6 +99,7 @@ class Encoder:
     fitted: dict[str, np.ndarray] | None = None,
     normalize: bool = False,
     batch_tokens: int | None = None,
+    compile_flops: float | None = None,
   ):
     self.config, self.params, self.tokenizer, self.method, self.normalize = config, params, tokenizer, method, normalize
     # What an encoder of another method on this model (`fit`'s) is built with.
@@ -108,6 +110,7 @@ class Encoder:
       batch_size=batch_size,
       mesh=mesh,
       batch_tokens=batch_tokens,
+      compile_flops=compile_flops,
     )
     self.batch_size = _checked_batch_size(batch_size, "Encoder")
     self.batch_tokens = None if batch_tokens is None else _checked_batch_size(batch_tokens, "Encoder", "batch_tokens")
@@ -121,6 +124,7 @@ class Encoder:
       config, None if fitted is None else methods_base.check_fitted(fitted, method, config, params)
     )
     self.max_sentence_tokens, self.length_multiple = max_sentence_tokens, length_multiple
+    self.compile_flops = xla.compile_flops() if compile_flops is None else compile_flops
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
@@ -314,11 +318,13 @@ class Encoder:
     vectors = None
     widths = self._widths(lengths[order])
     batches = _length_batches(order, widths, functools.partial(self._rows_at, batch_size))
+    batches = [(index, size, width) for (index, size), width in zip(batches, self._batch_widths(batches, lengths))]
     show = (None if len(batches) > 8 else False) if show_progress is None else show_progress
     dispatched = (
-      (index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], size)) for index, size in batches
+      (index, self._dispatch(jax.tree.map(lambda a: a[index], rows), lengths[index], size, width))
+      for index, size, width in batches
     )
-    ahead = self._compile_ahead(rows, lengths, batches)
+    ahead = self._compile_ahead(rows, batches)
     try:
       with track(progress_label, len(unique), "sentence", show) as advance:
         for index, device_vectors in _one_ahead(dispatched):
@@ -336,7 +342,7 @@ class Encoder:
     return vectors
 
   def _compile_ahead(
-    self, rows: templates.TemplateBatch, lengths: np.ndarray, batches: list[tuple[np.ndarray, int]]
+    self, rows: templates.TemplateBatch, batches: list[tuple[np.ndarray, int, int]]
   ) -> dict[tuple[int, int], concurrent.futures.Future]:
     """Queues the compiles of the bucket shapes of `batches` that no earlier call queued, in the order the calls
     need them, on the compile threads (_COMPILER), where each lowers and compiles the jitted function as its call
@@ -345,8 +351,7 @@ class Encoder:
     already keep busy, it changed nothing measurable: docs/embedding.md). The calls' results do not depend on it: a
     compile that fails or does not match is done again by the call itself."""
     queued = {}
-    for index, size in batches:
-      width = int(self._widths(lengths[index]).max())
+    for index, size, width in batches:
       if (size, width) in self._compiles:
         continue
       example = _pad_batch(jax.tree.map(lambda a: a[index[:1]], rows), size, width, self.template.pad_id)
@@ -380,10 +385,9 @@ class Encoder:
     """The devices a batch is split over when its size is a multiple of them (1 without a mesh)."""
     return 1 if self._batch_sharding is None else self._batch_sharding.mesh.size
 
-  def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int) -> jax.Array:
-    """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, a multiple of
-    length_multiple]; returns without waiting for the vectors."""
-    width = int(self._widths(lengths).max())
+  def _dispatch(self, rows: templates.TemplateBatch, lengths: np.ndarray, batch_size: int, width: int) -> jax.Array:
+    """Starts encoding `rows` (one length bucket, `lengths` tokens each) padded to [batch_size, width]; returns
+    without waiting for the vectors."""
     self.real_tokens += int(lengths.sum())
     self.padded_tokens += batch_size * width
     self.compiled_shapes.add((batch_size, width))
@@ -393,6 +397,18 @@ class Encoder:
     if (batch_size, width) in self._compiles:  # Compiled ahead (or being): not a second time here.
       concurrent.futures.wait([self._compiles[batch_size, width]])
     return self._program(batch_size, width)(self.params, batch=batch, state=self.state, prompt=self.prompt)
+
+  def _batch_widths(self, batches: list[tuple[np.ndarray, int]], lengths: np.ndarray) -> list[int]:
+    """The width each batch runs at: its longest row's padded width, or a wider one of fewer compiled shapes
+    (jaxemb.buckets, by `compile_flops`), where the batches have one row count (no `batch_tokens` cap)."""
+    needed = np.array([self._widths(lengths[index]).max() for index, _ in batches])
+    sizes = {size for _, size in batches}
+    if len(sizes) != 1:
+      return needed.tolist()
+    (size,) = sizes
+    compiled = {width for rows, width in self._compiles if rows == size}
+    batch_flops = lambda width: size * buckets.row_flops(self.config, width)
+    return buckets.merged_widths(needed, batch_flops, self.compile_flops, compiled).tolist()
 
   def _widths(self, lengths: np.ndarray) -> np.ndarray:
     """Rows of `lengths` tokens padded to multiples of length_multiple: a bucket's width is its longest's."""

@@ -364,6 +364,12 @@ class Encoding(Block):
   add_period: bool = field('Append "." to sentences without final punctuation (prompt methods).')
   batch_size: int = field("Sentences per encoder call.", at_least(1))
   length_multiple: int = field("Bucket rows to a multiple of this many tokens (padding vs compilations).", at_least(1))
+  compile_flops: float = field(
+    """What compiling one more bucket shape costs, in the encoder's FLOPs: buckets run at wider, fewer shapes while
+    their padding costs less (jaxemb.buckets); 0 = each bucket at its own width; -1 = the backend's
+    (jaxemb.xla.compile_flops: 0 on the CPU, 1e15 on a GPU or TPU).""",
+    lambda value: None if value == -1 or value >= 0 else "must be -1 (the backend's) or a number >= 0",
+  )
   max_sentence_tokens: int = field("Truncate sentences to this many tokens; 0 = no truncation.", at_least(0))
   progress: bool = field(
     """Show the encoding on stderr: the tasks, sentences done of all, sentences/s, time left on a terminal's bar;

@@ -327,8 +327,27 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
     np.testing.assert_array_equal(encoder.encode(sentences)[:8], vectors)
   finally:
     monitoring.unregister_event_duration_listener(listener)
-  assert lowered == ["jaxemb-compile"] * encoder.compilations and encoder.compilations == 2 + 5  # Widths 16-32 (rows of up to 31 tokens).
+  assert (
+    lowered == ["jaxemb-compile"] * encoder.compilations and encoder.compilations == 2 + 5
+  )  # Widths 16-32 (rows of up to 31 tokens).
   assert_float32_close(vectors, expected, transformer_roundings(encoder.config))
+
+
+def test_dear_compiles_merge_the_buckets_into_fewer_wider_shapes(tiny_bert):
+  """With compile_flops above what the padding costs (a GPU's or TPU's, jaxemb.xla.compile_flops), the batches run
+  at one width, and a later call's short batches at the shape compiled before; the CPU's default (0) keeps each
+  width. The vectors are the same to float32 rounding."""
+  sentences = [" ".join(["word"] * n) + f" {n}" for n in range(1, 29)]  # Rows of 4-31 tokens: widths 8-32.
+  options = dict(length_multiple=4, batch_size=2)
+  own = Encoder.from_pretrained(tiny_bert, Method("last_avg"), **options)
+  merged = Encoder.from_pretrained(tiny_bert, Method("last_avg"), compile_flops=1e15, **options)
+  assert own.compile_flops == 0  # This backend's (the CPU's).
+  expected = own.encode(sentences)
+  assert sorted(own.compiled_shapes) == [(2, width) for width in range(8, 33, 4)]
+  assert_float32_close(merged.encode(sentences[20:]), expected[20:], transformer_roundings(own.config))
+  assert merged.compiled_shapes == {(2, 32)}
+  assert_float32_close(merged.encode(sentences[:6]), expected[:6], transformer_roundings(own.config))
+  assert merged.compiled_shapes == {(2, 32)} and merged.compilations == 1
 
 
 def test_an_encoder_of_the_same_programs_compiles_none_and_another_method_its_own(tiny_checkpoint):

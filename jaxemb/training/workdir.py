@@ -58,6 +58,7 @@ NOT_FINGERPRINTED = (
   "train.lease_seconds",
   "eval.batch_size",
   "eval.length_multiple",
+  "eval.compile_flops",
   "eval.progress",
 )
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
