@@ -124,7 +124,7 @@ class Encoder:
       config, None if fitted is None else methods_base.check_fitted(fitted, method, config, params)
     )
     self.max_sentence_tokens, self.length_multiple = max_sentence_tokens, length_multiple
-    self.compile_flops = xla.compile_flops() if compile_flops is None else compile_flops
+    self.compile_flops = xla.compile_flops() if compile_flops is None else _checked_compile_flops(compile_flops)
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
     self._batch_sharding = None if mesh is None else jax.sharding.NamedSharding(mesh, P(sharding.BATCH_AXES))
@@ -498,6 +498,13 @@ def _checked_batch_size(value: Any, caller: str, name: str = "batch_size") -> in
     what = "the sentences per encoder call" if name == "batch_size" else "the most rows x tokens per encoder call"
     raise ConfigError(f"{caller}({name}={value!r}): must be a positive int, {what}")
   return int(value)
+
+
+def _checked_compile_flops(value: Any) -> float:
+  """`value` when it is a number >= 0 (a bool is not); else ConfigError naming it."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:
+    raise ConfigError(f"Encoder(compile_flops={value!r}): must be a number >= 0, a compiled shape's cost in FLOPs")
+  return float(value)
 
 
 def _alias(name: str, value: Any, alias: str, alias_value: Any) -> Any:

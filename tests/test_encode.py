@@ -348,6 +348,9 @@ def test_dear_compiles_merge_the_buckets_into_fewer_wider_shapes(tiny_bert):
   assert merged.compiled_shapes == {(2, 32)}
   assert_float32_close(merged.encode(sentences[:6]), expected[:6], transformer_roundings(own.config))
   assert merged.compiled_shapes == {(2, 32)} and merged.compilations == 1
+  for bad in (-1, True, "1e15", float("nan")):
+    with pytest.raises(ConfigError, match=r"^Encoder\(compile_flops=.*\): must be a number >= 0"):
+      Encoder.from_pretrained(tiny_bert, Method("last_avg"), compile_flops=bad)
 
 
 def test_an_encoder_of_the_same_programs_compiles_none_and_another_method_its_own(tiny_checkpoint):
