@@ -29,6 +29,7 @@ LAYERS = {
   "jaxemb.views": 2,
   "jaxemb.pooling": 2,
   "jaxemb.encode": 2,
+  "jaxemb.buckets": 2,
   "jaxemb.bias_removal": 2,
   "jaxemb.tfidf": 2,
   "jaxemb.losses": 2,
