@@ -78,7 +78,7 @@ import numpy as np
 import torch
 import transformers
 
-from jaxemb import sharding, sweep, xla
+from jaxemb import buckets, sharding, sweep, xla
 from jaxemb.models import Transformer, load_pretrained
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -118,9 +118,7 @@ def matmul_peak(n: int, repeats: int) -> dict[str, float]:
 
 
 def model_flops(config, batch: int, length: int) -> float:
-  return common.forward_flops(
-    batch, length, config.num_hidden_layers, config.hidden_size, config.intermediate_size, config.num_attention_heads
-  )
+  return batch * buckets.row_flops(config, length)
 
 
 def forward_section(models: dict[str, pathlib.Path], shapes, peaks, repeats: int):

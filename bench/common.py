@@ -131,14 +131,6 @@ def model_dir(name: str, tmp: pathlib.Path) -> pathlib.Path:
   return MINILM if name == "minilm" else pathlib.Path(name)
 
 
-def forward_flops(batch: int, length: int, layers: int, hidden: int, ffn: int, heads: int) -> float:
-  """Matmul FLOPs of one encoder forward: per layer the QKV, output and FFN projections,
-  2 tokens (4 h^2 + 2 h ffn), and attention's two batched products, 2 * 2 batch heads length^2 head_dim."""
-  tokens = batch * length
-  head_dim = hidden // heads
-  return layers * (2 * tokens * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * batch * heads * length**2 * head_dim)
-
-
 def train_config(name: str, batch_size: int, sentence_tokens: int):
   """`configs/<name>.py` (promptbert, simcse, ...) at the benchmark's global batch and sentence length."""
   config = importlib.import_module(f"configs.{name}").get_config()

@@ -7,7 +7,7 @@ matmul rate is the peak. The jax functions are compiled as jaxemb.encode compile
 with the compute dtype's CPU options: oneDNN's dots for float32 on x86, YNNPACK's for bfloat16, whose dots return
 float32); --compare adds the forward compiled with other options (XLA's defaults; Eigen's dots, jaxemb's float32
 choice until 2026-11-24). --dtype bfloat16 runs jaxemb in bfloat16 and PyTorch under CPU autocast. Forward FLOPs
-are counted analytically (`common.forward_flops`). The bert-base-sized checkpoint is random, written with HF
+are counted analytically (`jaxemb.buckets.row_flops`). The bert-base-sized checkpoint is random, written with HF
 transformers into a temporary folder and read by `jaxemb.models.load_pretrained`, so both sides run the same
 weights.
 
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 import transformers
 
-from jaxemb import xla  # pylint: disable=g-bad-import-order
+from jaxemb import buckets, xla  # pylint: disable=g-bad-import-order
 from jaxemb.models import Transformer, load_pretrained
 
 
@@ -101,10 +101,7 @@ def _time_shape(args, name, shape, config, params, torch_model, matmuls, matmul_
   times = common.interleaved({**forwards, **matmuls}, args.repeats)
   jax_mm, torch_mm = matmul_flops / times["jax matmul"], matmul_flops / times["torch matmul"]
   peak = max(jax_mm, torch_mm)
-  c = config
-  flops = common.forward_flops(
-    batch, length, c.num_hidden_layers, c.hidden_size, c.intermediate_size, c.num_attention_heads
-  )
+  flops = batch * buckets.row_flops(config, length)
   ours, theirs = times["jaxemb"], times["pytorch"]
   print(
     f"{name:<10} {shape:>7} {ours * 1e3:10.0f} {theirs * 1e3:9.0f} {batch / ours:13.1f} "
