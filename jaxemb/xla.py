@@ -213,7 +213,7 @@ def keep_step_memory() -> bool:
 def compile_flops() -> float:
   """What compiling one more bucket shape of the encoder costs on this backend, in the encoder's FLOPs
   (jaxemb.buckets.merged_widths; config.eval.compile_flops -1): 0 on the CPU, where each width keeps its own shape
-  (merging the 7 STS tasks' 13 widths was predicted to save under 3% of their evaluation: docs/benchmarks.md);
+  (merging the 7 STS tasks' 13 widths into 8 measured no gain beyond the runs' spread: docs/benchmarks.md);
   elsewhere 1e15, a shape's compile and autotuning on an H200 (~5 s: eleven shapes in a 56-59 s cold evaluation)
   at the ~2e14 FLOP/s its bfloat16 forward reached (bert-base, 128 x 64 tokens: 35% of 790 TFLOP/s)."""
   return 0.0 if jax.default_backend() == "cpu" else 1e15
