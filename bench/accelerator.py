@@ -46,7 +46,6 @@ REQUIRED = (
   "transformers",
   "scipy",
   "tqdm",
-  "tensorboardX",
   "torch",
 )
 

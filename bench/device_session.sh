@@ -16,9 +16,9 @@ cd "$(dirname "$0")/.."
 prepare() {
   rm -rf .device && mkdir -p .device/wheels .device/shared/data/senteval .device/shared/data/wiki
   # The device image has jax, flax, optax, orbax, transformers, torch, pyarrow, pandas (its Python is 3.12):
-  # datasets and its own two, ml_collections and tensorboardX are what it lacks.
+  # datasets and its own two, and ml_collections are what it lacks.
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 -d .device/wheels \
-    datasets dill multiprocess ml_collections tensorboardX
+    datasets dill multiprocess ml_collections
   cp -r ../shared/data/senteval/STS ../shared/data/senteval/SICK .device/shared/data/senteval/
   cp ../shared/data/wiki/wiki1m_sample.txt .device/shared/data/wiki/
   du -sh .device

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import pathlib
 import queue
 import shutil
@@ -23,6 +22,7 @@ from jaxemb import atomic, progress, storage
 from jaxemb.errors import Diverged
 from jaxemb.models import run_dir
 from jaxemb.spec import TrainingRun
+from jaxemb.training import event_file
 
 
 class MetricsWriter:
@@ -33,12 +33,12 @@ class MetricsWriter:
   whole file). A run that starts at `start_step` (resumed from its checkpoint of that step, or 0) writes each later step
   again: the records an earlier process wrote past that step (before it was killed) are dropped first, so each step's
   scalars are there once; a run from step 0 drops them all, its score before training (step 0) included. TensorBoard
-  discards the same events from the files already there (purge_step); this attempt's event file opens at its first
-  record and is written and flushed with each, in this thread (tensorboardX's SummaryWriter queues events for a thread
-  of its own, which its `flush` does not wait for: a kill after a save could lose the saved steps' events), so a killed
-  attempt leaves neither an empty event file nor events only in memory. In a bucket the event file is written locally
-  and uploaded whole after each flush (tensorboardX's own gs:// writer uploads again when it is garbage-collected,
-  retrying for minutes and printing a traceback when the bucket is out of reach)."""
+  discards the same events from the files already there (a SessionLog.START at the first step written again); this
+  attempt's event file (event_file.py) opens at its first record and is written and flushed with each, in this thread
+  (tensorboardX's SummaryWriter queued events for a thread of its own, which its `flush` did not wait for: a kill after
+  a save could lose the saved steps' events), so a killed attempt leaves neither an empty event file nor events only
+  in memory. In a bucket the event file is written locally and uploaded whole after each flush (tensorboardX's own
+  gs:// writer uploaded again when garbage-collected, retrying for minutes when the bucket was out of reach)."""
 
   def __init__(self, workdir: run_dir.RunDir, start_step: int):
     # A run from its start scores its params before training again, as step 0: nothing earlier is kept.
@@ -96,36 +96,23 @@ class MetricsWriter:
     self._lines += [json.dumps({"step": step, **scalars}) + "\n" for step, scalars in records]
     atomic.write_text(self._workdir.metrics_file, "".join(self._lines))
     tensorboard = self._open_tensorboard()
-    from tensorboardX import summary  # pylint: disable=g-import-not-at-top  (2 s: at the first record only)
-    from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-
     for step, scalars in records:
       for name, value in scalars.items():
-        tensorboard.write_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary.scalar(name, value)))
+        tensorboard.write(event_file.scalar_event(step, name, value, time.time()))
     tensorboard.flush()
     if self._local_events is not None:
       storage.upload(self._local_events, self._workdir.tensorboard_dir)
 
-  def _open_tensorboard(self) -> Any:
-    """This attempt's event file, opened with the event that hides the steps from `purge_step` on in earlier ones
-    (what SummaryWriter's purge_step writes)."""
+  def _open_tensorboard(self) -> event_file.EventFile:
+    """This attempt's event file, opened with the event that hides the steps from `purge_step` on in earlier ones."""
     if self._tensorboard is None:
-      from tensorboardX import event_file_writer  # pylint: disable=g-import-not-at-top
-      from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-
       folder = self._workdir.tensorboard_dir
       if storage.is_remote(folder):
         self._local_events = folder = local_events_folder(folder)
       else:
         folder.mkdir(parents=True, exist_ok=True)
-      self._tensorboard = event_file_writer.EventsWriter(os.path.join(str(folder), "events"))
-      self._tensorboard.write_event(
-        event_pb2.Event(
-          wall_time=time.time(),
-          step=self._purge_step,
-          session_log=event_pb2.SessionLog(status=event_pb2.SessionLog.START),
-        )
-      )
+      self._tensorboard = event_file.EventFile(folder)
+      self._tensorboard.write(event_file.start_event(self._purge_step, time.time()))
     return self._tensorboard
 
 
