@@ -21,7 +21,6 @@ import os
 import pathlib
 import zipfile
 
-import datasets
 import jax
 import numpy as np
 
@@ -93,8 +92,7 @@ def read_nli_triples(path: PathLike, cache_dir: PathLike | None = None) -> dict[
   path = _existing_file(path)
   # Every column as a string, or pandas would read "007" as 7; not `usecols`, with which pandas ignores the
   # surplus fields of a malformed row instead of failing. na_filter=False keeps "" as "" and "NA" as text.
-  features = datasets.Features({name: datasets.Value("string") for name in _read_header(path)})
-  table = _load(path, "csv", cache_dir, features=features, na_filter=False)
+  table = _load(path, "csv", cache_dir, string_columns=_read_header(path), na_filter=False)
   triples = {name: table[name] for name in NLI_COLUMNS}
   _check_cells(path, triples)
   return triples
@@ -274,8 +272,17 @@ def _existing_file(path: PathLike) -> pathlib.Path:
   return local
 
 
-def _load(path: pathlib.Path, builder: str, cache_dir: PathLike | None, **config) -> dict[str, list]:
-  """The file's columns through `datasets.load_dataset`, with its parse errors as a DataError naming the file."""
+def _load(
+  path: pathlib.Path, builder: str, cache_dir: PathLike | None, string_columns: list[str] | None = None, **config
+) -> dict[str, list]:
+  """The file's columns through `datasets.load_dataset` (`string_columns`: each read as text), with its parse errors
+  as a DataError naming the file."""
+  # Imported here, by the commands that read a training corpus: `datasets` (and pandas) take 1.3 s to import on a
+  # 2-core AMD EPYC, a quarter of `train.py --help`'s and every evaluate.py or embed.py start's.
+  import datasets  # pylint: disable=import-outside-toplevel
+
+  if string_columns is not None:
+    config["features"] = datasets.Features({name: datasets.Value("string") for name in string_columns})
   try:
     dataset = datasets.load_dataset(
       builder, data_files=str(path), split="train", cache_dir=None if cache_dir is None else str(cache_dir), **config
