@@ -38,7 +38,7 @@ def eval_config() -> ml_collections.ConfigDict:
   block.add_period = False
   block.batch_size = 64
   block.length_multiple = 4  # Padding against compiled shapes: jaxemb.encode.Encoder measures both.
-  block.compile_flops = -1.0  # The backend's: jaxemb.xla.compile_flops (each width its own shape on the CPU).
+  block.compile_flops = -1.0  # The backend's: jaxemb.xla.compile_flops (0: each width its own shape).
   block.max_sentence_tokens = 0
   block.output_json = ""
   block.progress = True

@@ -1,11 +1,10 @@
 """The widths an encoder call's length buckets run at (jaxemb.encode.Encoder): each batch at its longest row's padded
 width, or, where compiling a shape costs more than the padding that spares it, merged into fewer, wider shapes.
 
-The trade is the device's: on the CPU, where a shape compiles in ~1 s and MiniLM encodes ~8,000 tokens a second,
-merging the 7 STS tasks' 13 widths into 8 was predicted to save 4% of the evaluation and measured no gain beyond
-its run-to-run spread (docs/benchmarks.md), so each width keeps its shape there; on a GPU a shape's compile and
-autotuning (~5 s on an H200: 11 shapes in a 56-59 s cold evaluation) outweighs the encoding of every STS sentence
-at the longest width."""
+The trade is the device's (jaxemb.xla.compile_flops): on the CPU, where a shape compiles in ~1 s and MiniLM encodes
+~8,000 tokens a second, merging the 7 STS tasks' 13 widths into 9 runs as fast and keeps fewer programs in memory
+(docs/benchmarks.md); on a GPU a shape's compile and autotuning (~5 s on an H200: 11 shapes in a 56-59 s cold
+evaluation) outweighs the encoding of every STS sentence at the longest width."""
 
 from collections.abc import Callable, Collection
 

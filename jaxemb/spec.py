@@ -367,7 +367,7 @@ class Encoding(Block):
   compile_flops: float = field(
     """What compiling one more bucket shape costs, in the encoder's FLOPs: buckets run at wider, fewer shapes while
     their padding costs less (jaxemb.buckets); 0 = each bucket at its own width; -1 = the backend's
-    (jaxemb.xla.compile_flops: 0 on the CPU, 1e15 on a GPU or TPU).""",
+    (jaxemb.xla.compile_flops: 1.2e11 on the CPU, 1e15 on a GPU or TPU).""",
     lambda value: None if value == -1 or value >= 0 else "must be -1 (the backend's) or a number >= 0",
   )
   max_sentence_tokens: int = field("Truncate sentences to this many tokens; 0 = no truncation.", at_least(0))

@@ -304,7 +304,8 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
   # in the same programs, so the same bits on every CPU; other pairs pad to other widths, whose sums XLA may order
   # otherwise, as it does with AVX2's 8 lanes).
   sentences = [" ".join(["word"] * n) + f" {n}" for n in range(1, 29)]
-  reference = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=4, batch_size=2)
+  options = dict(length_multiple=4, batch_size=2, compile_flops=0)  # Each batch at its own width.
+  reference = Encoder.from_pretrained(tiny_bert, Method("last_avg"), **options)
   with jax.disable_jit():
     expected = reference.encode(sentences[:8])
   compiled_before = reference.encode(sentences[:8])  # By programs of its own (the earlier tests' Encoders').
@@ -313,7 +314,7 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
   listener = _lowerings(lowered)
   monitoring.register_event_duration_secs_listener(listener)
   try:
-    encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=4, batch_size=2)
+    encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), **options)
     vectors = encoder.encode(sentences[:8])
     first = encoder.compilations
     assert lowered == ["jaxemb-compile"] * first and first == 2  # Rows of 4-11 tokens, widths 8 and 12.
@@ -335,13 +336,16 @@ def test_bucket_shapes_compile_once_each_on_the_compile_thread_ahead_of_their_ca
 
 def test_dear_compiles_merge_the_buckets_into_fewer_wider_shapes(tiny_bert):
   """With compile_flops above what the padding costs (a GPU's or TPU's, jaxemb.xla.compile_flops), the batches run
-  at one width, and a later call's short batches at the shape compiled before; the CPU's default (0) keeps each
-  width. The vectors are the same to float32 rounding."""
+  at one width, and a later call's short batches at the shape compiled before; with 0 each batch keeps its own
+  width. The vectors are the same to float32 rounding. The CPU's default merges a tiny model's widths into one:
+  its forward's FLOPs are nothing to a compile's."""
   sentences = [" ".join(["word"] * n) + f" {n}" for n in range(1, 29)]  # Rows of 4-31 tokens: widths 8-32.
   options = dict(length_multiple=4, batch_size=2)
-  own = Encoder.from_pretrained(tiny_bert, Method("last_avg"), **options)
+  own = Encoder.from_pretrained(tiny_bert, Method("last_avg"), compile_flops=0, **options)
   merged = Encoder.from_pretrained(tiny_bert, Method("last_avg"), compile_flops=1e15, **options)
-  assert own.compile_flops == 0  # This backend's (the CPU's).
+  cpu_default = Encoder.from_pretrained(tiny_bert, Method("last_avg"), **options)
+  cpu_default.encode(sentences)
+  assert cpu_default.compiled_shapes == {(2, 32)}
   expected = own.encode(sentences)
   assert sorted(own.compiled_shapes) == [(2, width) for width in range(8, 33, 4)]
   assert_float32_close(merged.encode(sentences[20:]), expected[20:], transformer_roundings(own.config))
@@ -381,9 +385,10 @@ def test_an_encoder_of_the_same_programs_compiles_none_and_another_method_its_ow
 
 def test_token_counters_measure_the_padding(tiny_checkpoint):
   _, path = tiny_checkpoint
-  encoder = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=4)
+  encoder = Encoder.from_pretrained(path, Method("last_avg"), length_multiple=4, compile_flops=0)
   encoder.encode([" ".join(["word"] * n) for n in (1, 2, 6, 7, 8)], batch_size=2)
-  # Rows of 3, 4, 8, 9, 10 tokens: batches [3] (filled to 2 rows) of width 4, [4, 8] of 8, [9, 10] of 12.
+  # Rows of 3, 4, 8, 9, 10 tokens: batches [3] (filled to 2 rows) of width 4, [4, 8] of 8, [9, 10] of 12 (each at its
+  # own width: compile_flops 0).
   assert encoder.real_tokens == 34
   assert encoder.padded_tokens == 2 * 4 + 2 * 8 + 2 * 12
 
