@@ -14,14 +14,14 @@ from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
 from jaxemb import xla
 from jaxemb.spec import EvaluationRun
-from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path
+from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path, short_senteval
 from tests.evaluation_support import STSB, TASKS, FakeEncoder
 
 
 def _config(module, model_path, **overrides):
   config = module.get_config()
   config.model.path = str(model_path)
-  config.data.senteval_dir = str(shared_path("data", "senteval"))
+  config.data.senteval_dir = str(short_senteval())  # The tasks cut to 40 pairs a subset: the jobs, not the scores.
   config.eval.tasks = "STS16"
   config.eval.length_multiple = 32  # Few shapes: compiling dominates on a tiny model.
   for key, value in overrides.items():
@@ -30,9 +30,9 @@ def _config(module, model_path, **overrides):
   return config
 
 
-# The line an encoder call of evaluate.py's STS job prints on stderr when it is no terminal: its tasks (STS16's and
-# STS-B dev's 4,735 distinct sentences), count, time and rate.
-_STS16_PROGRESS = re.compile(r"^STS16, STSBenchmark dev: 4,735 sentences in \d+\.\d s \([\d,]+/s\)$", re.M)
+# The line an encoder call of evaluate.py's STS job prints on stderr when it is no terminal: its tasks (the short
+# STS16's and STS-B dev's 447 distinct sentences), count, time and rate.
+_STS16_PROGRESS = re.compile(r"^STS16, STSBenchmark dev: 447 sentences in \d+\.\d s \([\d,]+/s\)$", re.M)
 _ANY_PROGRESS = re.compile(r"\d sentences? in \d")
 
 
@@ -42,7 +42,7 @@ def test_run_sts_reports_tasks_dev_and_compilations(tmp_path, tiny_checkpoint, c
   out = tmp_path / "results.json"
   config = _config(eval_prompt, path, **{"method.template": template, "eval.output_json": str(out)})
   summary = run.run_sts(EvaluationRun.from_config(config))
-  assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 1186
+  assert set(summary["tasks"]) == {"STS16"} and summary["tasks"]["STS16"]["pairs"] == 5 * 40
   assert -100 <= summary["stsb_dev"] <= 100 and summary["compilations"] >= 1
   assert json.loads(out.read_text())["average"] == pytest.approx(summary["average"])
   captured = capsys.readouterr()  # Its stderr is no terminal: one progress line, and none in the table.
@@ -88,16 +88,17 @@ def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
     run.run_sts(EvaluationRun.from_config(config))
 
 
-def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None):
-  """evaluate.py run as a user would: configs/<config_file> on the shared SentEval data, results to `out`, the
-  compiled programs kept under tmp_path/xla; `env` the process's environment (None: this one's)."""
+def _evaluate_py(tmp_path, config_file, model_path, out, *flags, env=None, senteval_dir=None):
+  """evaluate.py run as a user would: configs/<config_file> on `senteval_dir` (None: the STS tasks cut short),
+  results to `out`, the compiled programs kept under tmp_path/xla; `env` the process's environment (None: this
+  one's)."""
   command = [
     sys.executable,
     str(REPO / "evaluate.py"),
     "--config",
     str(REPO / "configs" / config_file),
     f"--config.model.path={model_path}",
-    f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
+    f"--config.data.senteval_dir={senteval_dir or short_senteval()}",
     *flags,
     "--config.eval.length_multiple=32",
     f"--config.eval.output_json={out}",
@@ -158,15 +159,28 @@ def test_bad_transfer_configs_are_rejected_before_the_model_loads(overrides, mes
     run.run_transfer(EvaluationRun.from_config(_transfer_config("/no/model/here", **overrides)))
 
 
+def _short_trec(root: pathlib.Path) -> pathlib.Path:
+  """A SentEval folder under `root`: the short STS tasks and TREC cut to its first 600 training and 100 test
+  questions (the whole TREC's 5-fold classifier took this test 80 s of its 82)."""
+  for folder in short_senteval().iterdir():
+    (root / folder.name).symlink_to(folder)
+  (root / "TREC").mkdir()
+  for name, kept in (("train_5500.label", 600), ("TREC_10.label", 100)):
+    lines = shared_path("data", "senteval", "TREC", name).read_bytes().splitlines(True)[:kept]
+    (root / "TREC" / name).write_bytes(b"".join(lines))
+  return root
+
+
 def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert, capsys):
   out = tmp_path / "results.json"
-  config = _transfer_config(tiny_bert, **{"eval.tasks": "STS16", "eval.output_json": str(out), "eval.progress": False})
+  overrides = {"eval.tasks": "STS16", "eval.output_json": str(out), "eval.progress": False}
+  config = _transfer_config(tiny_bert, **{"data.senteval_dir": str(_short_trec(tmp_path)), **overrides})
   config.job = "sts+transfer"
   summary = run.run_sts_transfer(EvaluationRun.from_config(config))
   assert not _ANY_PROGRESS.search(capsys.readouterr().err)  # Quiet: its two encoder calls show nothing.
   assert set(summary["sts"]["tasks"]) == {"STS16"} and set(summary["transfer"]["tasks"]) == {"TREC"}
   trec = summary["transfer"]["tasks"]["TREC"]
-  assert (trec["ndev"], trec["ntest"]) == (5452, 500) and 0 <= trec["acc"] <= 100
+  assert (trec["ndev"], trec["ntest"]) == (600, 100) and 0 <= trec["acc"] <= 100
   assert summary["classifier"]["kfold"] == 5 and json.loads(out.read_text())["transfer"] == summary["transfer"]
 
 
@@ -174,7 +188,13 @@ def test_sts_transfer_job_on_a_tiny_model(tmp_path, tiny_bert, capsys):
 def test_evaluate_py_runs_the_transfer_job(tmp_path, tiny_bert):
   out = tmp_path / "r.json"
   result = _evaluate_py(
-    tmp_path, "eval_transfer.py", tiny_bert, out, "--config.transfer.tasks=MRPC", "--config.transfer.mode=fasttest"
+    tmp_path,
+    "eval_transfer.py",
+    tiny_bert,
+    out,
+    "--config.transfer.tasks=MRPC",
+    "--config.transfer.mode=fasttest",
+    senteval_dir=shared_path("data", "senteval"),
   )
   assert result.returncode == 0, result.stderr[-2000:]
   assert "MRPC" in result.stdout and "test acc" in result.stdout
