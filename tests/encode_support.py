@@ -10,6 +10,7 @@ import transformers
 from jaxemb import bias_removal
 from jaxemb.encode import Method
 from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
+from tests.support import hf_tokenizer
 
 SENTENCES = [
   "a man is playing a guitar .",
@@ -31,7 +32,7 @@ def remove_continue_word(tokenizer, sentence):
 
 def torch_reference(path, method: Method, sentences):
   """The method's definition written out on HF PyTorch outputs (eager attention for the probabilities)."""
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   head = method.name == "prompt_mlm_top_k" or getattr(method, "token_rows", None) == "mlm_decoder"
   model_cls = transformers.AutoModelForMaskedLM if head else transformers.AutoModel
   model = model_cls.from_pretrained(path, attn_implementation="eager").eval()

@@ -7,7 +7,7 @@ import pytest
 
 from jaxemb import denoise
 from jaxemb import templates
-from tests.support import assert_float32_close, transformer_roundings
+from tests.support import assert_float32_close, hf_tokenizer, transformer_roundings
 
 SENTENCE = "A man is playing a guitar."
 MAX_LEN = 12
@@ -107,7 +107,7 @@ def test_denoise_rows_through_the_encoder_match_hf(tiny_checkpoint, kind):
 
   family, path = tiny_checkpoint
   config, params = load_pretrained(path)
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   text = (
     'The sentence of "[X]" means [MASK], so it can be summarized as [MASK].'
     if family == "bert"

@@ -19,7 +19,7 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
-from tests.support import EPS32, assert_float32_close, shared_path, transformer_roundings
+from tests.support import EPS32, assert_float32_close, hf_tokenizer, shared_path, transformer_roundings
 
 MINILM_METHODS = [
   Method("cls"),
@@ -511,7 +511,7 @@ def _hf_denoised_prompt(path, template_text, sentences, head, hf_positions=False
   applied to the difference. `hf_positions`: RoBERTa's bias positions from padding_idx + 1 instead. `scales`, a
   list, gets each vector's rounding scale: its operands' largest magnitude (the difference cancels, its rounding
   does not), for the pooler times the dense layer's largest absolute row sum."""
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   model_cls = transformers.AutoModelForMaskedLM if head == "mlm_transform" else transformers.AutoModel
   model = model_cls.from_pretrained(path).eval()
   base = model.base_model
@@ -567,7 +567,7 @@ def test_pad_denoised_prompt_matches_hf(tiny_bert):
   """CoT-BERT's [PAD] denoising as an evaluation method (denoise "pad"): h[MASK] of the filled template minus
   h[MASK] of the template with as many [PAD]s in its slot as the sentence has tokens, all attended, default
   positions (ZBWpro/CoT-BERT `models.py` `denoising`), with HF PyTorch."""
-  tokenizer = transformers.AutoTokenizer.from_pretrained(str(tiny_bert))
+  tokenizer = hf_tokenizer(str(tiny_bert))
   base = transformers.AutoModel.from_pretrained(str(tiny_bert)).eval()
   template = templates.Template.parse(PROMPT, load_tokenizer(tiny_bert))
   alone, slot = list(template.row(())), len(template.prefix_ids) + 1

@@ -1,6 +1,7 @@
 """Tiny random checkpoints in Hugging Face format (written by HF PyTorch, as a user's checkpoint is), with the real
 vocabularies so the real tokenizers (../shared/tokenizers) fit."""
 
+import functools
 import os
 import pathlib
 
@@ -59,5 +60,14 @@ def write_random_checkpoint(
       if "LayerNorm.weight" in name or "layer_norm.weight" in name:
         p.add_(1.0)
   model.save_pretrained(out_dir)
-  transformers.AutoTokenizer.from_pretrained(_SHARED / "tokenizers" / tokenizer_name).save_pretrained(out_dir)
+  _tokenizer(tokenizer_name).save_pretrained(out_dir)
   return out_dir
+
+
+@functools.cache
+def _tokenizer(name: str):
+  """The shared tokenizer `name`, loaded once per process: the tests write dozens of checkpoints, and a load took 0.2-0.7
+  s on the Zen 3; saving it does not change it."""
+  import transformers  # pylint: disable=import-outside-toplevel
+
+  return transformers.AutoTokenizer.from_pretrained(_SHARED / "tokenizers" / name)

@@ -14,7 +14,7 @@ from configs import eval_analysis
 from jaxemb.evaluation import analysis
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.spec import AnalysisRun
-from tests.support import shared_path
+from tests.support import hf_tokenizer, shared_path
 
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
 SENTENCES = [
@@ -78,7 +78,7 @@ def _torch_top_tokens(path, template, sentences, k):
   kept at its position in the filled row: the template positions shifted by n after the slot, counted from 0 for
   RoBERTa too, as kongds/Prompt-BERT `evaluation.py` `get_delta` passes them (its sentence rows keep HF's positions).
   """
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   model = transformers.AutoModelForMaskedLM.from_pretrained(path).eval()
   head = model.cls if model.config.model_type == "bert" else model.lm_head
   prefix, suffix = template.replace("[MASK]", tokenizer.mask_token).split("[X]")

@@ -19,7 +19,7 @@ from jaxemb import tfidf
 from jaxemb.evaluation import ditto_analysis
 from jaxemb.models import Transformer, load_pretrained
 from jaxemb.spec import DittoAnalysisRun
-from tests.support import assert_float32_close, float32_atol, short_senteval, transformer_roundings
+from tests.support import assert_float32_close, float32_atol, hf_tokenizer, short_senteval, transformer_roundings
 
 SENTENCE = "the quick fox jumps over the dog"
 
@@ -29,7 +29,7 @@ def tiny(tiny_bert):
   """(HF BertModel, jaxemb model, params, tokenizer) of the tiny random BERT."""
   config, params = load_pretrained(tiny_bert)
   torch_model = transformers.BertModel.from_pretrained(tiny_bert, attn_implementation="eager").eval()
-  return torch_model, Transformer(config), params, transformers.AutoTokenizer.from_pretrained(tiny_bert)
+  return torch_model, Transformer(config), params, hf_tokenizer(tiny_bert)
 
 
 def test_impact_matrix_matches_a_torch_loop_over_pairs(tiny):
@@ -138,7 +138,7 @@ def test_heatmaps_say_how_to_install_matplotlib(tmp_path, monkeypatch):
 def _tiny_config(tmp_path, model_path):
   sample = tmp_path / "sample.txt"
   sample.write_text("a cat sat on the mat .\nthe dog ran\n\nsome birds sing in the morning\nit rains\n")
-  tokenizer = transformers.AutoTokenizer.from_pretrained(model_path)
+  tokenizer = hf_tokenizer(model_path)
   tfidf.save_idf(tmp_path / "idf.json", tfidf.fit_idf(sample.read_text().splitlines(), tokenizer))
   config = eval_ditto_analysis.get_config()
   config.model.path = str(model_path)

@@ -13,7 +13,7 @@ import transformers
 
 from jaxemb import xla
 from jaxemb.models import EncoderConfig, Transformer, bert, default_position_ids, heads, load_pretrained
-from tests.support import EPS32, assert_float32_close, shared_path, transformer_roundings
+from tests.support import EPS32, assert_float32_close, hf_tokenizer, shared_path, transformer_roundings
 
 SENTENCES = ["a man is playing a guitar .", "hello", "the quick brown fox jumps over the lazy dog twice today ."]
 
@@ -74,7 +74,7 @@ def _apply(config, params, input_ids, attention_mask, **kwargs):
 
 
 def _padded_batch(path):
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   batch = tokenizer(SENTENCES, padding=True, return_tensors="np")
   return batch["input_ids"], batch["attention_mask"]
 
@@ -106,7 +106,7 @@ def test_attended_middle_pads_match_hf(tiny_checkpoint):
   """[PAD] denoising: pad tokens inside the row, attended, followed by template tokens and tail padding."""
   _, path = tiny_checkpoint
   config, params, torch_model = _load(str(path))
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   pad, cls, sep = tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id
   prefix, suffix = [1000, 2000, 3000], [4000, tokenizer.mask_token_id, 5000]
   rows = [[cls, *prefix, *[pad] * n, *suffix, sep] for n in (0, 2, 6)]

@@ -16,7 +16,14 @@ from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.spec import EvaluationRun
-from tests.support import assert_float32_close, assert_same_params, shared_path, short_senteval, transformer_roundings
+from tests.support import (
+  assert_float32_close,
+  assert_same_params,
+  hf_tokenizer,
+  shared_path,
+  short_senteval,
+  transformer_roundings,
+)
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
 
 HIDDEN = 32  # conftest's tiny hidden_size.
@@ -32,7 +39,7 @@ def electra(request, tmp_path_factory):
 
 def _hf_outputs(path, texts):
   """(tokenizer batch, ElectraModel outputs with every hidden state and attention, eager attention)."""
-  tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+  tokenizer = hf_tokenizer(path)
   batch = tokenizer(texts, padding=True, return_tensors="np")
   model = transformers.AutoModel.from_pretrained(path, attn_implementation="eager").eval()
   assert isinstance(model, transformers.ElectraModel)
@@ -130,7 +137,7 @@ def test_methods_match_hf(electra, method):
 def test_tfidf_first_last_matches_hf(electra, tmp_path):
   idf_path = tmp_path / "idf.json"
   corpus = shared_path("data", "wiki", "wiki1m_sample.txt").read_text().splitlines()[:500]
-  tfidf.save_idf(idf_path, tfidf.fit_idf(corpus, transformers.AutoTokenizer.from_pretrained(electra)))
+  tfidf.save_idf(idf_path, tfidf.fit_idf(corpus, hf_tokenizer(electra)))
   ours, theirs, roundings = _encode_against_hf(electra, Method("tfidf_first_last", idf_path=str(idf_path)))
   assert_float32_close(ours, theirs, roundings)
 
@@ -163,7 +170,7 @@ def test_mask_and_pooler_methods_are_refused(electra, method, message):
 def test_save_round_trip_loads_in_hf(electra, tmp_path):
   """save_pretrained writes the ElectraModel layout: transformers loads every weight, jaxemb reloads it exactly."""
   config, params = load_pretrained(electra)
-  save_pretrained(tmp_path, config, params, transformers.AutoTokenizer.from_pretrained(electra))
+  save_pretrained(tmp_path, config, params, hf_tokenizer(electra))
   assert json.loads((tmp_path / "config.json").read_text())["architectures"] == ["ElectraModel"]
   model, info = transformers.AutoModel.from_pretrained(tmp_path, output_loading_info=True)
   assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
