@@ -66,8 +66,8 @@ def write_random_checkpoint(
 
 @functools.cache
 def _tokenizer(name: str):
-  """The shared tokenizer `name`, loaded once per process: the tests write dozens of checkpoints, and a load took 0.2-0.7
-  s on the Zen 3; saving it does not change it."""
+  """The shared tokenizer `name`, loaded once per process: the tests write dozens of checkpoints, and a load took
+  0.2-0.7 s on the Zen 3; saving it does not change it."""
   import transformers  # pylint: disable=import-outside-toplevel
 
   return transformers.AutoTokenizer.from_pretrained(_SHARED / "tokenizers" / name)
