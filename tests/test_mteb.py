@@ -204,8 +204,9 @@ def _check_main_score_equals_jaxemb(method, pairs, tmp_path, capsys):
 
 @pytest.mark.parametrize("method", [Method("last_avg"), PROMPT], ids=["last_avg", "prompt"])
 def test_main_score_equals_jaxemb_spearman(method, tmp_path, capsys):
-  """STS-B test's first 200 pairs (CI); the whole set is the slow test below."""
-  _check_main_score_equals_jaxemb(method, 200, tmp_path, capsys)
+  """STS-B test's first 80 pairs (CI: 13-18 s with 200 on the Zen 3, MiniLM's forward compiled as the tests compile);
+  the whole set is the slow test below."""
+  _check_main_score_equals_jaxemb(method, 80, tmp_path, capsys)
 
 
 @pytest.mark.slow

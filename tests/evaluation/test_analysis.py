@@ -144,10 +144,10 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
   model = shared_path("models", "all-MiniLM-L6-v2")
   test_file = shared_path("data", "senteval", "STS", "STSBenchmark", "sts-test.csv")
   wiki = shared_path("data", "wiki", "wiki1m_sample.txt")
-  # The first 120 STS-B test pairs, in SentEval's layout, keep the run to a few seconds.
+  # The first 48 STS-B test pairs (10 scored above 4), in SentEval's layout: 120 took this test 19 s on the Zen 3.
   stsb = tmp_path / "senteval" / "STS" / "STSBenchmark"
   stsb.mkdir(parents=True)
-  lines = test_file.read_text(encoding="utf-8").splitlines(keepends=True)[:120]
+  lines = test_file.read_text(encoding="utf-8").splitlines(keepends=True)[:48]
   (stsb / "sts-test.csv").write_text("".join(lines), encoding="utf-8")
   gold = np.array([float(line.split("\t")[4]) for line in lines])
   plot = importlib.util.find_spec("matplotlib") is not None
@@ -165,7 +165,7 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
   assert result["anisotropy_sentences"] == 50 and 0 < result["anisotropy"] < 1
   assert 0 < result["token_embedding_average_cosine"] < 1
   stsb_result = result["stsb_test"]
-  assert stsb_result["pairs"] == 120 and stsb_result["positive_pairs"] == int((gold > 4).sum()) > 0
+  assert stsb_result["pairs"] == 48 and stsb_result["positive_pairs"] == int((gold > 4).sum()) > 0
   assert 0 < stsb_result["alignment"] < 4 and -4 < stsb_result["uniformity"] < 0
   assert result["mask_top_tokens"] is None  # MiniLM has no MLM head.
   assert (tmp_path / "stsb.png").is_file() == plot
