@@ -10,7 +10,7 @@ import transformers
 from jaxemb import bias_removal
 from jaxemb.encode import Method
 from jaxemb.testing.hf_poolings import HIDDEN_STATE_POOLINGS
-from tests.support import hf_tokenizer
+from jaxemb.testing.checkpoints import hf_tokenizer
 
 SENTENCES = [
   "a man is playing a guitar .",

@@ -188,19 +188,6 @@ def shared_path(*parts: str) -> pathlib.Path:
   return path
 
 
-def hf_tokenizer(path: str | os.PathLike):
-  """AutoTokenizer of the checkpoint at `path`, loaded once per process for the HF references (0.2-0.7 s a load on
-  the Zen 3: ~100 worker-s of the README tier went to tokenizer loads). Read-only: tests share it."""
-  return _hf_tokenizer(str(path))
-
-
-@functools.cache
-def _hf_tokenizer(path: str):
-  import transformers  # pylint: disable=import-outside-toplevel
-
-  return transformers.AutoTokenizer.from_pretrained(path)
-
-
 @functools.cache
 def short_senteval() -> pathlib.Path:
   """A SentEval folder of the 7 STS tasks, each subset cut to its first 40 scored pairs, for runs that need a

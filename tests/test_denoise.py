@@ -7,7 +7,8 @@ import pytest
 
 from jaxemb import denoise
 from jaxemb import templates
-from tests.support import assert_float32_close, hf_tokenizer, transformer_roundings
+from jaxemb.testing.checkpoints import hf_tokenizer
+from tests.support import assert_float32_close, transformer_roundings
 
 SENTENCE = "A man is playing a guitar."
 MAX_LEN = 12

@@ -17,9 +17,9 @@ from jaxemb import bias_removal, sharding, storage, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead, _programs
 from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, load_tokenizer
-from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.testing.checkpoints import hf_tokenizer, write_random_checkpoint
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
-from tests.support import EPS32, assert_float32_close, hf_tokenizer, shared_path, transformer_roundings
+from tests.support import EPS32, assert_float32_close, shared_path, transformer_roundings
 
 MINILM_METHODS = [
   Method("cls"),

@@ -60,14 +60,19 @@ def write_random_checkpoint(
       if "LayerNorm.weight" in name or "layer_norm.weight" in name:
         p.add_(1.0)
   model.save_pretrained(out_dir)
-  _tokenizer(tokenizer_name).save_pretrained(out_dir)
+  hf_tokenizer(_SHARED / "tokenizers" / tokenizer_name).save_pretrained(out_dir)
   return out_dir
 
 
+def hf_tokenizer(path: str | os.PathLike):
+  """AutoTokenizer of the folder `path`, loaded once per process (0.2-0.7 s a load on the Zen 3: ~100 worker-s of
+  the README tier went to tokenizer loads): the shared tokenizers the checkpoints are written with, and the tests'
+  HF references. Read-only: its callers share it (saving it does not change it)."""
+  return _hf_tokenizer(str(path))
+
+
 @functools.cache
-def _tokenizer(name: str):
-  """The shared tokenizer `name`, loaded once per process: the tests write dozens of checkpoints, and a load took
-  0.2-0.7 s on the Zen 3; saving it does not change it."""
+def _hf_tokenizer(path: str):
   import transformers  # pylint: disable=import-outside-toplevel
 
-  return transformers.AutoTokenizer.from_pretrained(_SHARED / "tokenizers" / name)
+  return transformers.AutoTokenizer.from_pretrained(path)

@@ -14,7 +14,8 @@ from configs import eval_analysis
 from jaxemb.evaluation import analysis
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.spec import AnalysisRun
-from tests.support import hf_tokenizer, shared_path
+from jaxemb.testing.checkpoints import hf_tokenizer
+from tests.support import shared_path
 
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
 SENTENCES = [

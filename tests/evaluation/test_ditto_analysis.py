@@ -19,7 +19,8 @@ from jaxemb import tfidf
 from jaxemb.evaluation import ditto_analysis
 from jaxemb.models import Transformer, load_pretrained
 from jaxemb.spec import DittoAnalysisRun
-from tests.support import assert_float32_close, float32_atol, hf_tokenizer, short_senteval, transformer_roundings
+from jaxemb.testing.checkpoints import hf_tokenizer
+from tests.support import assert_float32_close, float32_atol, short_senteval, transformer_roundings
 
 SENTENCE = "the quick fox jumps over the dog"
 

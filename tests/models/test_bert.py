@@ -13,7 +13,8 @@ import transformers
 
 from jaxemb import xla
 from jaxemb.models import EncoderConfig, Transformer, bert, default_position_ids, heads, load_pretrained
-from tests.support import EPS32, assert_float32_close, hf_tokenizer, shared_path, transformer_roundings
+from jaxemb.testing.checkpoints import hf_tokenizer
+from tests.support import EPS32, assert_float32_close, shared_path, transformer_roundings
 
 SENTENCES = ["a man is playing a guitar .", "hello", "the quick brown fox jumps over the lazy dog twice today ."]
 

@@ -14,12 +14,11 @@ from jaxemb import tfidf
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
-from jaxemb.testing.checkpoints import write_random_checkpoint
+from jaxemb.testing.checkpoints import hf_tokenizer, write_random_checkpoint
 from jaxemb.spec import EvaluationRun
 from tests.support import (
   assert_float32_close,
   assert_same_params,
-  hf_tokenizer,
   shared_path,
   short_senteval,
   transformer_roundings,
