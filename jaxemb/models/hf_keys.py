@@ -190,8 +190,8 @@ def _check_shapes(params: Params, config: EncoderConfig, source: str):
 
 @functools.lru_cache(maxsize=8)
 def _expected_shapes(config: EncoderConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
-  """Each param's shape under `config`, by path. Traced once per config: the model's init, traced for its shapes,
-  took 0.2-0.4 s a checkpoint read (2026-11-29, AMD EPYC Zen 3), a sixth of the tests' tracing."""
+  """Each param's shape under `config`, by path, traced once per config: tracing the model's init for its shapes took
+  0.2-0.4 s a checkpoint read (2026-11-29, AMD EPYC Zen 3), about a fifth of the test suite's tracing and lowering."""
   ids = jnp.zeros((1, 1), jnp.int32)
   expected = jax.eval_shape(lambda: bert.Transformer(config).init(jax.random.key(0), ids, ids, method="init_all"))
   return {path: leaf.shape for path, leaf in _flatten(flax_to_plain(expected["params"]))}

@@ -16,13 +16,7 @@ from jaxemb.evaluation import run
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.testing.checkpoints import hf_tokenizer, write_random_checkpoint
 from jaxemb.spec import EvaluationRun
-from tests.support import (
-  assert_float32_close,
-  assert_same_params,
-  shared_path,
-  short_senteval,
-  transformer_roundings,
-)
+from tests.support import assert_float32_close, assert_same_params, shared_path, short_senteval, transformer_roundings
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
 
 HIDDEN = 32  # conftest's tiny hidden_size.
