@@ -219,6 +219,22 @@ def short_senteval() -> pathlib.Path:
   return root
 
 
+# The toy scale of every tiny run, tiny_config's and the train.py command lines of the whole-run tests (toy_flags).
+TOY_SCALE = {
+  "data.max_sentence_tokens": 16,
+  "eval.length_multiple": 64,
+  "model.scan_unroll": 1,  # The CPU's default unrolls the layers: faster steps, slower compiles.
+  # The accelerators' default: one encoder call per step to trace and compile, not one per view and template-bias row
+  # (a toy PromptBERT train.py run's first step 20.3 -> 16.3 s after its start on the Zen 3).
+  "model.stack_encoder_calls": True,
+}
+
+
+def toy_flags() -> list[str]:
+  """TOY_SCALE as train.py's command-line flags."""
+  return [f"--config.{field}={value}" for field, value in TOY_SCALE.items()]
+
+
 def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **train):
   """The config of configs/<name>.py at toy scale: the real data samples (or `train_file`), batch 4, 4 steps, STS-B
   dev from `senteval_dir` or cut short (short_senteval)."""
@@ -234,13 +250,12 @@ def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **
       else shared_path("data", "wiki", "wiki1m_sample.txt")
     )
   )
-  config.data.max_sentence_tokens = 16
+  for field, value in TOY_SCALE.items():
+    section, name = field.split(".")
+    config[section][name] = value
   config.data.senteval_dir = str(senteval_dir or short_senteval())
-  config.eval.length_multiple = 64
   config.eval.batch_size = 512  # Few encoder calls per evaluation: their overhead dominates on a tiny model.
   config.train.batch_size = 4
-  config.model.scan_unroll = 1  # The CPU's default unrolls the layers: faster steps, slower compiles.
-  config.model.stack_encoder_calls = True  # The accelerators' default: fewer encoder calls to compile.
   if config.objective.loss_group_size:  # CoT-BERT's two replicas of 128 rows, at toy scale.
     config.objective.loss_group_size = 2
   config.train.num_steps = 4

@@ -19,7 +19,7 @@ from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease, workdir
 from jaxemb.testing.gcs import Proxy
-from tests.support import REPO, short_senteval
+from tests.support import REPO, short_senteval, toy_flags
 from tests.training.run_support import assert_same_run, driver_env
 
 LEASE = 120.0
@@ -288,12 +288,10 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
     f"--config.workdir={workdir}",
     f"--config.data.train_file={wiki_head}",
     f"--config.data.senteval_dir={short_senteval()}",
-    "--config.data.max_sentence_tokens=16",
-    "--config.eval.length_multiple=64",
+    *toy_flags(),
     "--config.eval.batch_size=512",
     "--config.train.batch_size=4",
     "--config.train.num_steps=1",
-    "--config.model.scan_unroll=1",
     f"--config.compilation_cache_dir={tmp_path / 'xla'}",
   ]
   racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

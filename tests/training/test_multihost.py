@@ -20,7 +20,7 @@ import pytest
 from jaxemb import storage
 from jaxemb.models import run_dir
 from tests.support import REPO, compiling_as_tests, free_port, shared_path, short_senteval, simulated_devices
-from tests.support import slurm_task
+from tests.support import slurm_task, toy_flags
 
 
 def _command(model_dir, corpus_file, workdir, cache, **train):
@@ -39,10 +39,8 @@ def _command(model_dir, corpus_file, workdir, cache, **train):
     f"--config.data.senteval_dir={short_senteval()}",
     f"--config.workdir={workdir}",
     f"--config.data.cache_dir={cache}",
-    "--config.data.max_sentence_tokens=16",
-    "--config.eval.length_multiple=64",
+    *toy_flags(),
     "--config.eval.batch_size=32",
-    "--config.model.scan_unroll=1",
     f"--config.compilation_cache_dir={cache / 'xla'}",
     f"--config.evals.stsb_dev.every={eval_every}",
     *(f"--config.train.{name}={value}" for name, value in train.items()),

@@ -29,6 +29,7 @@ from tests.support import (
   short_senteval,
   tensorboard_events,
   tensorboard_scalars,
+  toy_flags,
 )
 
 
@@ -106,15 +107,13 @@ def train_py(tmp_path_factory, tiny_bert, wiki_head):
       f"--config.data.train_file={wiki_head}",
       f"--config.data.cache_dir={caches / 'cache'}",
       f"--config.data.senteval_dir={short_senteval()}",
-      "--config.data.max_sentence_tokens=16",
-      "--config.eval.length_multiple=64",
+      *toy_flags(),
       "--config.eval.batch_size=512",
       "--config.train.batch_size=12",
       f"--config.train.num_steps={num_steps}",
       f"--config.train.save_every={save_every}",
       "--config.evals.stsb_dev.every=100",
       "--config.train.log_every=1",
-      "--config.model.scan_unroll=1",
       f"--config.compilation_cache_dir={caches / 'xla'}",
     ]
 
