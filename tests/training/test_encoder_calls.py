@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from jaxemb import losses, templates, views
-from jaxemb.models import Transformer, load_pretrained, load_tokenizer
+from jaxemb.models import load_tokenizer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.training import encoder_calls, objectives
-from tests.support import cot_objective
+from tests.support import cot_objective, scanned_model
 
 SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain falls"]
 
@@ -20,9 +20,9 @@ SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain 
 def tiny(tmp_path_factory):
   """A random BERT with dropout on (0.1, as bert-base's)."""
   path = write_random_checkpoint(tmp_path_factory.mktemp("encoder_calls"), "bert")
-  config, params = load_pretrained(path)
+  config, params, model = scanned_model(path)
   assert config.hidden_dropout_prob > 0 and config.attention_probs_dropout_prob > 0
-  return load_tokenizer(path), Transformer(config), params
+  return load_tokenizer(path), model, params
 
 
 def _part(rows, width, extra=()):
@@ -88,7 +88,9 @@ def test_a_padded_part_gives_the_states_of_its_own_call(tiny):
   """A narrower part padded to its call's width: its states (dropout off) equal its own call's to float32 rounding;
   the padding columns are cut off."""
   tokenizer, model, encoder = tiny
-  quiet = Transformer(dataclasses.replace(model.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+  quiet = model.clone(
+    config=dataclasses.replace(model.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+  )
   template = templates.Template.parse("[X]", tokenizer)
   narrow, wide = (templates.tokenize_sentences(template, tokenizer, SENTENCES, pad_to=w) for w in (9, 11))
   parts = [

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from jaxemb import templates
-from jaxemb.models import Transformer, load_pretrained, load_tokenizer
+from jaxemb.models import load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import EPS32
+from tests.support import EPS32, scanned_model
 
 LR, STEPS = 1e-3, 10
 
@@ -151,14 +151,13 @@ def test_padding_embedding_rows_get_no_update(tiny_models, family, denoise):
   padding_idx: their gradients are non-zero, but HF's `padding_idx` gives those rows none, so a step leaves them."""
   path = tiny_models[family]
   tokenizer = load_tokenizer(path)
-  config, pretrained = load_pretrained(path)
+  config, pretrained, model = scanned_model(path)
   text = 'The sentence of "[X]" means [MASK] .' if family == "bert" else "The sentence : ' [X] ' means[MASK]."
   objective = _objective(tokenizer, text, denoise)
   batch = templates.tokenize_sentences(
     objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"], tokenization="alone"
   )
   batch = {"a": batch, "b": batch}
-  model = Transformer(config)
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
   rows = {"word": config.pad_token_id} if denoise == "pad" else {"position": config.pad_token_id}
   tx = train_state.make_optimizer(optimizer_config(), STEPS)
@@ -194,10 +193,10 @@ def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
   and DDP averages the ranks' gradients: the global gradient / world size, which clipping and Adam's eps then see."""
   path = tiny_models["bert"]
   tokenizer = load_tokenizer(path)
-  config, pretrained = load_pretrained(path)
+  config, pretrained, model = scanned_model(path)
   objective = _objective(tokenizer, 'This sentence of "[X]" means[MASK].', "position_offset")
   rows = templates.tokenize_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"])
-  batch, model = {"a": rows, "b": rows}, Transformer(config)
+  batch = {"a": rows, "b": rows}
   params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
   tx = train_state.make_optimizer(optimizer_config(max_grad_norm=0.0), STEPS)
   metrics = {}
