@@ -9,7 +9,8 @@ arange(n)`; princeton-nlp/SimCSE `simcse/models.py`, kongds/Prompt-BERT `prompt_
 
 The arguments are the global batch. Under jit with the batch axis sharded over a mesh, XLA moves what each shard needs,
 so every anchor is contrasted with every row of the batch (the reference all-gathers for the same reason) and there is
-no per-device loss. The math is float32 whatever the input dtype.
+no per-device loss. The math is float32 for float32, bfloat16 and float16 inputs, and float64 for float64 ones, with
+which tests compute references where float32's rounding is the question.
 """
 
 from __future__ import annotations
@@ -17,18 +18,20 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxemb.models.config import at_least_float32
+
 Temperature = float | jax.Array
 
 
 def cosine_similarity_matrix(a: jax.Array, b: jax.Array, eps: float = 1e-8) -> jax.Array:
-  """cos(a_i, b_j) = a_i . b_j / (max(||a_i||, eps) max(||b_j||, eps)): [n, d] x [m, d] -> float32 [n, m].
+  """cos(a_i, b_j) = a_i . b_j / (max(||a_i||, eps) max(||b_j||, eps)): [n, d] x [m, d] -> float32 (at least) [n, m].
 
   This is what torch.nn.CosineSimilarity computes: ATen clamps each norm, not their product as the module's docstring
   (max(||a|| ||b||, eps)) says; the two differ only for norms below eps.
   """
 
   def unit_rows(x: jax.Array) -> jax.Array:
-    x = x.astype(jnp.float32)
+    x = at_least_float32(x)
     # rsqrt(max(||x||^2, eps^2)) = 1 / max(||x||, eps) with a finite gradient at a zero row, where sqrt's infinite
     # one gives NaN even behind a clamp (below eps no gradient goes through the norm; torch's still does).
     return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(jnp.square(x), axis=-1, keepdims=True), eps**2))
@@ -56,10 +59,10 @@ def diagonal_cross_entropy(logits: jax.Array) -> jax.Array:
   (softmax - [i = j]) / n, with dl_i/dx_ii = -sigmoid(r_i) computed directly rather than as softmax_ii - 1; m_i, on
   which r does not depend, is held constant, as jax.nn.logsumexp holds its max.
   """
-  logits = logits.astype(jnp.float32)
+  logits = at_least_float32(logits)
   n, width = logits.shape
   if width == 1:  # One sentence and no negatives: the loss is 0 (m_i would be max of nothing, -inf).
-    return jnp.zeros((), jnp.float32)
+    return jnp.zeros((), logits.dtype)
   # The positive by a mask rather than a gather: the gather's gradient is a scatter that Explicit mesh axes cannot
   # shard without being told how, while elementwise selects keep the batch sharding.
   diagonal = jnp.eye(n, width, dtype=bool)

@@ -127,7 +127,8 @@ def apply_head(
     return transform(h) if bias is None else transform(h) - transform(bias)
   x = h if bias is None else h - bias
   if view.head == "mlp":
-    return heads.DenseTanh(x.shape[-1]).apply({"params": params["mlp"]}, x)
+    mlp = heads.DenseTanh(x.shape[-1], dtype=jnp.promote_types(x.dtype, jnp.float32))  # float64 in float64 references.
+    return mlp.apply({"params": params["mlp"]}, x)
   if view.head == "pooler":
     return model.apply({"params": params["encoder"]}, x, method=Transformer.pool)
   return x

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from jaxemb import xla
 from jaxemb.models import heads, linears
-from jaxemb.models.config import EncoderConfig
+from jaxemb.models.config import EncoderConfig, at_least_float32
 
 Dtype = Any
 
@@ -229,15 +229,18 @@ class Layer(nn.Module):
 
     The fused `jax.nn.dot_product_attention` is used unless the probabilities are needed (to return them, as
     Ditto reads one layer, or to apply attention dropout in training: the fused op has no dropout) or the dots
-    must return `dot_output_dtype` (the fused op takes no output dtype).
+    must return `dot_output_dtype` (the fused op takes no output dtype), or the model runs in float64 (the fused op's
+    softmax is float32: a float64 reference would hold float32's rounding).
     """
     key_mask = attention_mask[:, None, None, :].astype(bool)  # [batch, 1, 1, key]
     rate = self.config.attention_probs_dropout_prob
-    if not (return_attention or (rate > 0 and not deterministic) or self.dot_output_dtype is not None):
+    explicit = return_attention or (rate > 0 and not deterministic) or self.dot_output_dtype is not None
+    if not (explicit or self.dtype == jnp.float64):
       return jax.nn.dot_product_attention(q, k, v, mask=key_mask), None
     einsum = functools.partial(jnp.einsum, preferred_element_type=self.dot_output_dtype)
     scores = einsum("bqhd,bkhd->bhqk", q, k).astype(self.dtype) / math.sqrt(self.config.head_dim)
-    scores = jnp.where(key_mask, scores.astype(jnp.float32), jnp.finfo(jnp.float32).min)
+    scores = at_least_float32(scores)
+    scores = jnp.where(key_mask, scores, jnp.finfo(scores.dtype).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(self.dtype)
     dropped = Dropout(rate)(probs, deterministic=deterministic)
     return einsum("bhqk,bkhd->bqhd", dropped, v).astype(self.dtype), (probs if return_attention else None)

@@ -23,6 +23,13 @@ def compute_dtype(name: str) -> Any:
   return _COMPUTE_DTYPES[name]
 
 
+def at_least_float32(x: Any) -> Any:
+  """`x` in float32, or in float64 when it is float64 (x64 enabled): the softmaxes and losses, which reduced
+  precisions round too coarsely, in float32, and in float64 where tests compute a reference free of float32's
+  rounding."""
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 @dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """Architecture of a BERT, RoBERTa or ELECTRA encoder (hashable, so it can be a static jit argument).

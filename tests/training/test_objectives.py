@@ -3,12 +3,13 @@
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxemb import templates
 from jaxemb.data import corpus
-from jaxemb.models import Transformer, bert, load_tokenizer
+from jaxemb.models import load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import cot_objective, scanned_model
@@ -35,26 +36,37 @@ def _batch(objective, tokenizer, sentences):
 def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   """ZBWpro/CoT-BERT ran nn.DataParallel on 2 GPUs: each replica's loss over its own rows (own bias tables, its rows
   as the only negatives), averaged by the Trainer. Groups of 2 of a batch of 4 = the mean of the two halves' losses,
-  which is not the loss over the global batch."""
-  tokenizer, scanned, encoder = tiny
-  # The per-layer model this check was written against: its rtol is one CPU's float noise, not derived (issue 50.3),
-  # and the scanned model's compile rounds the two batch sizes further apart (1.2e-6 on the Zen 3).
-  model, encoder = Transformer(scanned.config), bert.unstack_layers(encoder)
-  grouped = cot_objective(tokenizer, loss_group_size=2)
-  params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
-  # One compiled loss per objective and batch shape: the two halves share theirs.
-  jitted = jax.jit(
-    lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0], static_argnums=0
-  )
-  loss = lambda objective, sentences: float(jitted(objective, params, _batch(objective, tokenizer, sentences)))
-  halves = [
-    loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[:2]),
-    loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[2:]),
-  ]
-  np.testing.assert_allclose(loss(grouped, SENTENCES), np.mean(halves), rtol=1e-6)
-  assert abs(loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES) - np.mean(halves)) > 1e-3
-  with pytest.raises(ValueError, match="does not split into loss groups of 3"):
-    loss(cot_objective(tokenizer, loss_group_size=3), SENTENCES)
+  which is not the loss over the global batch.
+
+  In float64: the batch of 4 and the halves of 2 run programs of other shapes, whose float32 sums round otherwise
+  (1.2e-6 of the loss apart on the Zen 3, ~20 roundings of 6e-8 amplified by the cosines' 1 / tau = 20); the same
+  amplification of float64's 1.1e-16 is ~2e-15, so rtol 1e-12 holds on any CPU and is 1e11 below the contrast (the
+  global batch's loss is ~14% off the halves' mean)."""
+  tokenizer, model, encoder = tiny
+  with jax.enable_x64(True):
+    model = model.clone(dtype=jnp.float64)
+    grouped = cot_objective(tokenizer, loss_group_size=2)
+    params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    # One compiled loss per objective and batch shape: the two halves share theirs.
+    jitted = jax.jit(
+      lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0],
+      static_argnums=0,
+    )
+
+    def loss(objective, sentences):
+      value = jitted(objective, params, _batch(objective, tokenizer, sentences))
+      assert value.dtype == jnp.float64  # No float32 step in between.
+      return float(value)
+
+    halves = [
+      loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[:2]),
+      loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES[2:]),
+    ]
+    np.testing.assert_allclose(loss(grouped, SENTENCES), np.mean(halves), rtol=1e-12)
+    assert abs(loss(cot_objective(tokenizer, loss_group_size=0), SENTENCES) - np.mean(halves)) > 1e-3
+    with pytest.raises(ValueError, match="does not split into loss groups of 3"):
+      loss(cot_objective(tokenizer, loss_group_size=3), SENTENCES)
 
 
 def _promptbert(tokenizer):
