@@ -89,27 +89,35 @@ def _promptbert(tokenizer):
 )
 def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(tiny, make):
   """data.length_multiple: rows cut from template + 8 to their batch's longest (and the bias table to the lengths
-  that width holds) change neither the loss nor its gradient: the cut tokens are padding, masked out."""
+  that width holds) change neither the loss nor its gradient: the cut tokens are padding, masked out.
+
+  In float64, where the two widths' other roundings are a few of float64's 1.1e-16 of the loss and of the largest
+  gradient entry (0 and 2.2e-16 on the Zen 3; float32's ~1e-6): 1e-12 holds on any CPU, and a cut token that leaked
+  into the loss would be caught far below float32's noise."""
   tokenizer, model, encoder = tiny
   objective = make(tokenizer)
-  params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
   full = _batch(objective, tokenizer, SENTENCES)
   cut = {
     field: corpus.gather(rows, np.arange(len(SENTENCES)), int(rows.attention_mask.sum(1).max()))
     for field, rows in full.items()
   }
   assert all(cut[f].input_ids.shape[1] < full[f].input_ids.shape[1] for f in full)
-  grad = jax.jit(
-    jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0])
-  )
-  (loss_full, grad_full), (loss_cut, grad_cut) = grad(params, full), grad(params, cut)
-  np.testing.assert_allclose(loss_cut, loss_full, rtol=1e-5, atol=1e-5)  # Float noise only: the loss is ~0.02.
-  # Relative to the largest gradient entry: some leaves' gradients are zero up to float noise (the key bias shifts
-  # every logit of a softmax alike), and noise has no relative precision.
+  with jax.enable_x64(True):
+    model = model.clone(dtype=jnp.float64)
+    params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    grad = jax.jit(
+      jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0])
+    )
+    (loss_full, grad_full), (loss_cut, grad_cut) = grad(params, full), grad(params, cut)
+  assert loss_full.dtype == jnp.float64
+  np.testing.assert_allclose(loss_cut, loss_full, rtol=1e-12)
+  # Relative to the largest gradient entry: some leaves' gradients are zero up to rounding (the key bias shifts
+  # every logit of a softmax alike), and rounding has no relative precision.
   scale = max(float(np.abs(a).max()) for a in jax.tree.leaves(grad_full))
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(grad_full), jax.tree.leaves(grad_cut), strict=True):
     np.testing.assert_allclose(
-      np.asarray(b) / scale, np.asarray(a) / scale, atol=1e-5, err_msg=jax.tree_util.keystr(path)
+      np.asarray(b) / scale, np.asarray(a) / scale, rtol=0, atol=1e-12, err_msg=jax.tree_util.keystr(path)
     )
 
 
