@@ -4,6 +4,7 @@ import dataclasses
 import functools
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -190,19 +191,27 @@ def test_merge_params_joins_a_trained_subtree_into_the_frozen_tree():
 
 def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
   """The authors' supervised DDP runs: every rank's loss is the global one, back-propagated through its own rows,
-  and DDP averages the ranks' gradients: the global gradient / world size, which clipping and Adam's eps then see."""
+  and DDP averages the ranks' gradients: the global gradient / world size, which clipping and Adam's eps then see.
+
+  In float64: the two worlds' steps are programs of their own, which round apart (float32's rtol here was 1e-6 and
+  1e-5, one CPU's noise); float64's few roundings of 1.1e-16 keep to 1e-12 on any CPU. The metrics are read back
+  inside x64: a jax.Array divided outside it is computed in float32."""
   path = tiny_models["bert"]
   tokenizer = load_tokenizer(path)
   config, pretrained, model = scanned_model(path)
   objective = _objective(tokenizer, 'This sentence of "[X]" means[MASK].', "position_offset")
   rows = templates.tokenize_sentences(objective.view_templates[0], tokenizer, ["a dog runs .", "two cats sleep"])
   batch = {"a": rows, "b": rows}
-  params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
   tx = train_state.make_optimizer(optimizer_config(max_grad_norm=0.0), STEPS)
   metrics = {}
-  for world in (1, 4):
-    ddp = dataclasses.replace(objective, ddp_world_size=world)
-    step = jax.jit(functools.partial(train_state.train_step, ddp, model, tx))  # Compiled: faster than op by op.
-    _, metrics[world] = step(train_state.init_state(params, {}, tx, 0), batch)
-  np.testing.assert_allclose(metrics[4]["loss"], metrics[1]["loss"], rtol=1e-6)
-  np.testing.assert_allclose(metrics[4]["grad_norm"], metrics[1]["grad_norm"] / 4, rtol=1e-5)
+  with jax.enable_x64(True):
+    model = model.clone(dtype=jnp.float64)
+    params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    for world in (1, 4):
+      ddp = dataclasses.replace(objective, ddp_world_size=world)
+      step = jax.jit(functools.partial(train_state.train_step, ddp, model, tx))  # Compiled: faster than op by op.
+      _, metrics[world] = jax.device_get(step(train_state.init_state(params, {}, tx, 0), batch))
+  assert metrics[1]["loss"].dtype == metrics[1]["grad_norm"].dtype == np.float64
+  np.testing.assert_allclose(metrics[4]["loss"], metrics[1]["loss"], rtol=1e-12)
+  np.testing.assert_allclose(metrics[4]["grad_norm"], metrics[1]["grad_norm"] / 4, rtol=1e-12)
