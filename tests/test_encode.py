@@ -567,7 +567,7 @@ def test_pad_denoised_prompt_matches_hf(tiny_bert):
   """CoT-BERT's [PAD] denoising as an evaluation method (denoise "pad"): h[MASK] of the filled template minus
   h[MASK] of the template with as many [PAD]s in its slot as the sentence has tokens, all attended, default
   positions (ZBWpro/CoT-BERT `models.py` `denoising`), with HF PyTorch."""
-  tokenizer = hf_tokenizer(str(tiny_bert))
+  tokenizer = hf_tokenizer(tiny_bert)
   base = transformers.AutoModel.from_pretrained(str(tiny_bert)).eval()
   template = templates.Template.parse(PROMPT, load_tokenizer(tiny_bert))
   alone, slot = list(template.row(())), len(template.prefix_ids) + 1
