@@ -245,6 +245,16 @@ def scanned_model(path):
   return config, params, bert.Transformer(config, scan_layers=True, scan_unroll=TOY_SCALE["model.scan_unroll"])
 
 
+def in_float64(model, params):
+  """(model, params) computing in float64, for checks where float32's rounding is the question (two programs that
+  round apart): call it, and read the results back, inside `jax.enable_x64(True)` (a float64 array divided outside
+  it is computed in float32). The losses, softmaxes and heads follow their inputs' float64 (at_least_float32)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  return model.clone(dtype=jnp.float64), jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+
+
 def tiny_config(name, model_dir, workdir, train_file=None, senteval_dir=None, **train):
   """The config of configs/<name>.py at toy scale: the real data samples (or `train_file`), batch 4, 4 steps, STS-B
   dev from `senteval_dir` or cut short (short_senteval)."""

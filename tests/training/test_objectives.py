@@ -3,7 +3,6 @@
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -12,7 +11,7 @@ from jaxemb.data import corpus
 from jaxemb.models import load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import cot_objective, scanned_model
+from tests.support import cot_objective, in_float64, scanned_model
 
 SENTENCES = ["a dog runs .", "two cats sleep on a mat", "the sun is hot", "rain falls"]
 
@@ -44,10 +43,9 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
   global batch's loss is ~14% off the halves' mean)."""
   tokenizer, model, encoder = tiny
   with jax.enable_x64(True):
-    model = model.clone(dtype=jnp.float64)
     grouped = cot_objective(tokenizer, loss_group_size=2)
     params = {"encoder": encoder, **objectives.init_head_params(grouped, 32, jax.random.key(0))}
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    model, params = in_float64(model, params)
     # One compiled loss per objective and batch shape: the two halves share theirs.
     jitted = jax.jit(
       lambda objective, p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0],
@@ -56,7 +54,7 @@ def test_cot_loss_groups_average_the_loss_of_each_group(tiny):
 
     def loss(objective, sentences):
       value = jitted(objective, params, _batch(objective, tokenizer, sentences))
-      assert value.dtype == jnp.float64  # No float32 step in between.
+      assert value.dtype == np.float64  # No float32 step in between.
       return float(value)
 
     halves = [
@@ -103,14 +101,13 @@ def test_a_batch_cut_to_its_longest_row_gives_the_full_width_loss_and_gradient(t
   }
   assert all(cut[f].input_ids.shape[1] < full[f].input_ids.shape[1] for f in full)
   with jax.enable_x64(True):
-    model = model.clone(dtype=jnp.float64)
     params = {"encoder": encoder, **objectives.init_head_params(objective, 32, jax.random.key(0))}
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    model, params = in_float64(model, params)
     grad = jax.jit(
       jax.value_and_grad(lambda p, b: objectives.loss_and_metrics(objective, model, p, b, jax.random.key(1))[0])
     )
     (loss_full, grad_full), (loss_cut, grad_cut) = grad(params, full), grad(params, cut)
-  assert loss_full.dtype == jnp.float64
+  assert loss_full.dtype == np.float64
   np.testing.assert_allclose(loss_cut, loss_full, rtol=1e-12)
   # Relative to the largest gradient entry: some leaves' gradients are zero up to rounding (the key bias shifts
   # every logit of a softmax alike), and rounding has no relative precision.

@@ -4,7 +4,6 @@ import dataclasses
 import functools
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
@@ -16,7 +15,7 @@ from jaxemb.models import load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import EPS32, scanned_model
+from tests.support import EPS32, in_float64, scanned_model
 
 LR, STEPS = 1e-3, 10
 
@@ -205,9 +204,8 @@ def test_ddp_world_size_divides_the_gradient_not_the_loss(tiny_models):
   tx = train_state.make_optimizer(optimizer_config(max_grad_norm=0.0), STEPS)
   metrics = {}
   with jax.enable_x64(True):
-    model = model.clone(dtype=jnp.float64)
     params = {"encoder": pretrained, **objectives.init_head_params(objective, config.hidden_size, jax.random.key(0))}
-    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    model, params = in_float64(model, params)
     for world in (1, 4):
       ddp = dataclasses.replace(objective, ddp_world_size=world)
       step = jax.jit(functools.partial(train_state.train_step, ddp, model, tx))  # Compiled: faster than op by op.
