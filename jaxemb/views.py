@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from jaxemb import denoise, optiprompt, pooling, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, heads
+from jaxemb.models.config import at_least_float32
 
 POOLINGS = ("mask", "cls")  # The template's last [MASK] state, or the [CLS] state (SimCSE).
 # What the (denoised) vector goes through: nothing, the fresh dense + tanh trained with the loss (params["mlp"]),
@@ -127,8 +128,8 @@ def apply_head(
     return transform(h) if bias is None else transform(h) - transform(bias)
   x = h if bias is None else h - bias
   if view.head == "mlp":
-    mlp = heads.DenseTanh(x.shape[-1], dtype=jnp.promote_types(x.dtype, jnp.float32))  # float64 in float64 references.
-    return mlp.apply({"params": params["mlp"]}, x)
+    x = at_least_float32(x)  # As the float32 Dense cast a bfloat16 x; float64 in float64 references.
+    return heads.DenseTanh(x.shape[-1], dtype=x.dtype).apply({"params": params["mlp"]}, x)
   if view.head == "pooler":
     return model.apply({"params": params["encoder"]}, x, method=Transformer.pool)
   return x
