@@ -139,10 +139,19 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
 
   def update(grads, state, params=None):
     del params
-    scale = jnp.minimum(1.0, max_norm / (optax.tree.norm(grads) + 1e-6))
+    scale = jnp.minimum(1.0, max_norm / (global_norm(grads) + 1e-6))
     return jax.tree.map(lambda g: g * scale.astype(g.dtype), grads), state
 
   return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
+def global_norm(tree: Any) -> jax.Array:
+  """The L2 norm of all the entries of a tree of real arrays: `optax.tree.norm`'s value, summed in its order, bit
+  for bit. optax squares each leaf's imaginary part too, zeros for a real leaf: half the traced operations of a
+  norm, and, with XLA's optimizations off (the tests'), computed. A toy PromptBERT step's three norms (clipping,
+  the grad and param norms it logs) so: traced, lowered and compiled as the tests do in 6.5 s against 6.9 s
+  (medians of 5 in one process, AMD EPYC Zen 3)."""
+  return jnp.sqrt(sum(jnp.sum(jnp.square(leaf)) for leaf in jax.tree.leaves(tree)))
 
 
 def init_state(
@@ -177,7 +186,7 @@ def train_step(
     grads = zero_padding_rows(model.config, grads)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = {**metrics, "grad_norm": optax.tree.norm(grads), "param_norm": optax.tree.norm(params)}
+  metrics = {**metrics, "grad_norm": global_norm(grads), "param_norm": global_norm(params)}
   return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
 
