@@ -10,6 +10,13 @@
 # train-unrolled.log, sts.log): the default step (encoder calls stacked), the same with a call per part, the
 # stacked step unrolled (CoT-BERT's unrolled step did not compile in 310 s with a call per part), and the cold and
 # warm 7-task STS evaluation. Each bench run is capped so that a hang cannot take the window.
+# Issue 53's embedding bench (bench/embed.py against sentence-transformers on the GPU) is a second call, made at once
+# while the machine is warm if the window has ~4 minutes left (it runs ~2-3):
+#   command: bash bench/device_session.sh measure-embed    carry: [".device"]    timeout_s: 300
+# MiniLM's weights (90 MB) are over what a call carries, so it writes a model of MiniLM's shape with random weights
+# there (the throughput is the shape's) beside MiniLM's own tokenizer and sentence-transformers modules, and embeds
+# the wiki sample ten times over, each copy's lines numbered apart (119,140 distinct sentences: the Encoder embeds
+# a repeated sentence once), so that the compiles do not fill the measurement. Log: $OUT/embed.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,13 +28,19 @@ prepare() {
     datasets dill multiprocess ml_collections
   cp -r ../shared/data/senteval/STS ../shared/data/senteval/SICK .device/shared/data/senteval/
   cp ../shared/data/wiki/wiki1m_sample.txt .device/shared/data/wiki/
+  (cd ../shared/models/all-MiniLM-L6-v2 && find . -type f ! -name '*.safetensors' ! -name '*.bin' ! -name README.md \
+    -exec install -D -m 644 {} "$OLDPWD/.device/minilm-shaped/{}" \;)
   du -sh .device
 }
 
-measure() {
+setup() {
   : "${OUT:?set by the device tool}"
   python3 -m pip install --quiet --no-index --no-deps .device/wheels/*.whl 2>&1 | tail -3
   export JAXEMB_SHARED="$PWD/.device/shared" PYTHONUNBUFFERED=1
+}
+
+measure() {
+  setup
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/card.txt"
   python3 -c "import jax, flax, torch; print('jax', jax.__version__, 'flax', flax.__version__, 'torch', torch.__version__, jax.devices())" | tee -a "$OUT/card.txt"
   local bench=(python3 bench/accelerator.py --models bert-base --repeats 5)
@@ -37,8 +50,20 @@ measure() {
   timeout 60 "${bench[@]}" --sections sts 2>&1 | tee "$OUT/sts.log"
 }
 
+measure_embed() {
+  setup
+  local model=.device/minilm-shaped corpus=.device/wiki-x10.txt
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/embed.log"
+  python3 -c "import sys, transformers as t; t.BertModel(t.BertConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])" \
+    "$model" 2>&1 | tail -3
+  awk '{for (copy = 0; copy < 10; copy++) print copy ": " $0}' .device/shared/data/wiki/wiki1m_sample.txt > "$corpus"
+  timeout 240 python3 bench/embed.py --device cuda --model "$model" --corpus "$corpus" --batch_size 256 --repeats 2 \
+    2>&1 | tee -a "$OUT/embed.log"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   measure) measure ;;
-  *) echo "usage: bash bench/device_session.sh prepare|measure" >&2; exit 2 ;;
+  measure-embed) measure_embed ;;
+  *) echo "usage: bash bench/device_session.sh prepare|measure|measure-embed" >&2; exit 2 ;;
 esac

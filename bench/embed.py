@@ -6,10 +6,13 @@ command with MiniLM and `last_avg` (mean pooling over the tokens: what the check
 modules compute), normalized as MiniLM's Normalize module does, float32; its rate is its own summary line's (the
 encoding with its bucket compiles and the shards' writes, after the model and corpus are read). sentence-transformers:
 `SentenceTransformer(model).encode(lines, batch_size=...)` timed the same way, after the model is loaded. Both encode
-every line (blank ones too) at the same batch size; the vectors of the two sides are compared at the end.
+every line (blank ones too) at the same batch size; the vectors of the two sides are compared at the end. On a GPU
+machine (`--device cuda`) sentence-transformers runs there and embed.py on JAX's default backend, both in float32
+(bench/device_session.sh's measure-embed: a MiniLM-shaped model of random weights, which the window cannot carry).
 
   python bench/embed.py                                  # the wiki sample, configs/embed.py's defaults, 2 repeats
   python bench/embed.py --repeats 1 --set embed.shard_rows=2000 --set eval.length_multiple=16
+  python bench/embed.py --device cuda --model DIR --corpus FILE --batch_size 256
 """
 
 import argparse
@@ -45,10 +48,10 @@ def st_worker(args):
   """The sentence-transformers side, in its own process: prints its seconds as JSON, saves its vectors."""
   from sentence_transformers import SentenceTransformer  # pylint: disable=import-outside-toplevel
 
-  model = SentenceTransformer(str(args.model), device="cpu")
+  model = SentenceTransformer(str(args.model), device=args.device)
   lines = _lines(args.corpus)
   start = time.perf_counter()
-  vectors = model.encode(lines, batch_size=args.batch_size, show_progress_bar=False)
+  vectors = model.encode(lines, batch_size=args.batch_size, show_progress_bar=False)  # Numpy: synchronised.
   seconds = time.perf_counter() - start
   np.save(args.worker_out, vectors)
   print(json.dumps({"seconds": seconds, "rows": len(vectors)}))
@@ -93,6 +96,7 @@ def jaxemb_side(args, folder: pathlib.Path) -> dict[str, float]:
 def st_side(args, vectors_file: pathlib.Path) -> dict[str, float]:
   command = [sys.executable, __file__, "--worker", "st", "--worker_out", str(vectors_file)]
   command += ["--model", str(args.model), "--corpus", str(args.corpus), "--batch_size", str(args.batch_size)]
+  command += ["--device", args.device]
   stdout, wall, rss = _run(command)
   done = json.loads(stdout.strip().splitlines()[-1])
   return {"rate": done["rows"] / done["seconds"], "wall": wall, "rss": rss}
@@ -117,6 +121,7 @@ def main():
   parser.add_argument("--corpus", type=pathlib.Path, default=WIKI)
   parser.add_argument("--batch_size", type=int, default=64, help="Sentences per encoder call, both sides.")
   parser.add_argument("--repeats", type=int, default=2)
+  parser.add_argument("--device", default="cpu", help="sentence-transformers' device (cuda: a GPU's)")
   parser.add_argument("--set", action="append", default=[], help="embed.py's config.FIELD=VALUE (repeatable)")
   parser.add_argument("--worker", choices=["st"], help=argparse.SUPPRESS)
   parser.add_argument("--worker_out", type=pathlib.Path, help=argparse.SUPPRESS)
