@@ -3,6 +3,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+from jax._src import compilation_cache  # reset_cache: JAX reads its cache settings once per process otherwise.
 import pytest
 
 from jaxemb import xla
@@ -46,12 +47,18 @@ def test_cached_programs_take_dots_xla_can_serialize():
 
 
 @pytest.fixture
-def every_program_cached():
-  """This process's persistent cache (tests/conftest.py) takes every program, however short its compile."""
+def every_program_cached(tmp_path):
+  """A persistent cache in `tmp_path` that takes every program, however short its compile, for the test; none
+  after it, as in the rest of this process (tests/conftest.py). JAX reads the setting once per process unless its
+  cache is reset."""
   previous = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  compilation_cache.reset_cache()
   yield
+  jax.config.update("jax_compilation_cache_dir", None)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
+  compilation_cache.reset_cache()
 
 
 @pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
