@@ -48,16 +48,19 @@ def test_cached_programs_take_dots_xla_can_serialize():
 
 @pytest.fixture
 def every_program_cached(tmp_path):
-  """A persistent cache in `tmp_path` that takes every program, however short its compile, for the test; none
-  after it, as in the rest of this process (tests/conftest.py). JAX reads the setting once per process unless its
-  cache is reset."""
-  previous = jax.config.jax_persistent_cache_min_compile_time_secs
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  compilation_cache.reset_cache()
+  """A persistent cache in `tmp_path` that takes every program, however short its compile, for the test; the
+  process's own settings again after it (no cache: tests/conftest.py), the directory as well as the minimum compile
+  time. JAX reads the settings once per process unless its cache is reset."""
+  settings = {"jax_compilation_cache_dir": str(tmp_path), "jax_persistent_cache_min_compile_time_secs": 0.0}
+  previous = {name: getattr(jax.config, name) for name in settings}
+  _set_cache(settings)
   yield
-  jax.config.update("jax_compilation_cache_dir", None)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
+  _set_cache(previous)
+
+
+def _set_cache(settings: dict):
+  for name, value in settings.items():
+    jax.config.update(name, value)
   compilation_cache.reset_cache()
 
 
