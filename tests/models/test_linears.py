@@ -4,6 +4,7 @@ embedding lookup: Flax's nn.Embed's params and outputs, its gradient added in fl
 
 import re
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -35,6 +36,26 @@ def test_the_params_and_outputs_are_flax_dense_s(shape, features):
   kernel, bias = (np.abs(np.asarray(params["params"][name], np.float64)) for name in ("kernel", "bias"))
   bound = (shape[-1] + 1) * EPS32 * (np.abs(np.asarray(x, np.float64)) @ kernel + bias)
   np.testing.assert_array_less(np.abs(ours.apply(params, x) - np.asarray(theirs.apply(params, x), np.float64)), bound)
+
+
+def test_apply_reads_the_params_without_their_initializer_and_checks_their_shapes():
+  """Flax's own `param` traces the initializer at each apply to check an existing param's shape: a Dense reads its
+  params as they are, and a kernel of another shape is Flax's shape error all the same."""
+  calls = []
+
+  def counted(key, shape, dtype):
+    calls.append(shape)
+    return nn.initializers.lecun_normal()(key, shape, dtype)
+
+  x = jnp.ones((2, 4))
+  dense = linears.Dense(3, kernel_init=counted)
+  params = dense.init(jax.random.key(0), x)
+  assert calls == [(4, 3)]
+  np.testing.assert_array_equal(dense.apply(params, x), x @ params["params"]["kernel"] + params["params"]["bias"])
+  assert calls == [(4, 3)]
+  wrong = {"params": {**params["params"], "kernel": jnp.ones((4, 5))}}
+  with pytest.raises(flax.errors.ScopeParamShapeError, match=r"shape \(4, 3\).*shape \(4, 5\)"):
+    dense.apply(wrong, x)
 
 
 @pytest.mark.parametrize("shape,features", SHAPES)
