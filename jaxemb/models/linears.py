@@ -80,7 +80,9 @@ def _weights(module: Dense | Weights, in_features: int) -> tuple[jax.Array, jax.
   return kernel, _param(module, "bias", module.bias_init, (module.features,), module.param_dtype)
 
 
-def _param(module: nn.Module, name: str, init: Callable[..., jax.Array], shape: tuple[int, ...], dtype: Dtype):
+def _param(
+  module: nn.Module, name: str, init: Callable[..., jax.Array], shape: tuple[int, ...], dtype: Dtype
+) -> jax.Array:
   """`module.param(name, init, shape, dtype)`, reading an existing param with its shape checked against `shape`.
   Flax's `param` checks an existing one against `jax.eval_shape` of its initializer, which traces the initializer
   (the kernel's random normal) at every apply: a fifth of the time of tracing MiniLM's forward (py-spy)."""
