@@ -319,6 +319,11 @@ def _assert_close(path, a, b):
   )
 
 
+# Rematerialisation wraps the layers, which BERT and RoBERTa share (their embeddings differ): its tests take BERT's.
+LAYERS_ONLY = pytest.mark.parametrize("tiny_checkpoint", ["bert"], indirect=True)
+
+
+@LAYERS_ONLY
 @pytest.mark.parametrize("scan_layers,remat_policy", [(False, "full"), (True, "full"), (True, "dots_saveable")])
 def test_remat_gives_the_same_outputs_and_gradients(tiny_checkpoint, scan_layers, remat_policy):
   """Per-layer rematerialisation changes memory, not math: same params tree, outputs and gradients (dropout on)."""
@@ -413,6 +418,7 @@ def test_activation_and_its_gradient_match_torch(hidden_act):
     np.testing.assert_array_less(np.abs(np.asarray(grad) - tx.grad.numpy()), 16 * EPS32 * (1 + s))
 
 
+@LAYERS_ONLY
 def test_remat_saves_memory_at_the_cpus_scan_unroll(tiny_checkpoint):
   """remat_policy's point is a smaller train step: at the per-backend unroll (jaxemb.xla.scan_unroll) the compiled
   gradient of a remat'd encoder needs less temporary memory than without. Unrolled into one trip, XLA computed the
