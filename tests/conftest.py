@@ -137,6 +137,24 @@ def wiki_head(tmp_path_factory):
   return path
 
 
+@pytest.fixture(autouse=True)
+def _no_persistent_compilation_cache_left_on():
+  """A test that turns on JAX's persistent cache in this process (jaxemb.xla.use_compilation_cache: sweep.py's and
+  the entry points' default, ~/.cache/jaxemb/xla) fails: the later tests of its worker would otherwise load and write
+  their programs there, in the user's home, their time depending on what earlier sessions left in it."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  before = jax.config.jax_compilation_cache_dir
+  yield
+  after = jax.config.jax_compilation_cache_dir
+  if after != before:
+    from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+
+    jax.config.update("jax_compilation_cache_dir", before)
+    compilation_cache.reset_cache()  # JAX reads its cache settings once per process otherwise.
+    pytest.fail(f"the test left JAX's persistent compilation cache in {after!r} (was {before!r})", pytrace=False)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _earlier_objects_frozen():
   """What outlives a test module (imported libraries, JAX's caches, session fixtures) is moved out of the garbage

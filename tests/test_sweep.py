@@ -184,10 +184,11 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   workdir = tmp_path if root == "local" else f"{request.getfixturevalue('bucket')}/sweeps/seeds"
   monkeypatch.chdir(tmp_path)
   experiment = _experiment("seeds", workdir, seeds=(1, 2, 3, 4))
+  runs = sweep.plan(Experiment.from_config(experiment))
   assert all(
     run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}"
     and run.config.data.cache_dir == f"{workdir}/cache"
-    for run in sweep.plan(Experiment.from_config(experiment))
+    for run in runs
   )
   calls = []
 
@@ -197,10 +198,12 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
       raise stopping.Preempted(7)
     _fake_result(run, 70.0 + run.seed)
 
+  caches = []  # Each run's persistent compilation cache, turned on before it runs (not in this pytest process).
   monkeypatch.setattr(sweep, "execute", execute)
+  monkeypatch.setattr(sweep.xla, "use_compilation_cache", caches.append)
   with pytest.raises(stopping.Preempted):
     sweep.run_experiment(Experiment.from_config(experiment))
-  assert calls == [1, 2]
+  assert calls == [1, 2] and caches == [runs[0].config.compilation_cache_dir] * 2 and caches[0]
   sweep.run_experiment(Experiment.from_config(experiment), share=(1, 2))  # Seeds 2 and 4.
   assert calls == [1, 2, 2, 4]
   assert "| promptbert | 78.54 ± 0.15 | 72.33 ± " in sweep.run_experiment(
