@@ -8,15 +8,24 @@ import jax
 import numpy as np
 import pytest
 
-mteb = pytest.importorskip("mteb")
-
-from jaxemb import storage  # pylint: disable=g-import-not-at-top
-from jaxemb.data.sts import join_tokens, load_sts_task  # pylint: disable=g-import-not-at-top
+from jaxemb import storage
+from jaxemb.data.sts import join_tokens, load_sts_task
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common, sts
-from jaxemb.mteb import JaxembModel
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
+
+mteb = JaxembModel = None  # pylint: disable=invalid-name  # Imported by _mteb when this file's tests run.
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _mteb():
+  """mteb and jaxemb.mteb, imported when this file's tests run rather than when each pytest worker collects it: mteb
+  brings polars, pandas and scikit-learn (~4 s of a worker's start on the Zen 3); skips without mteb."""
+  global mteb, JaxembModel  # pylint: disable=global-statement
+  mteb = pytest.importorskip("mteb")
+  from jaxemb.mteb import JaxembModel  # pylint: disable=g-import-not-at-top,redefined-outer-name
+
 
 PROMPT = Method("prompt", template='This sentence : "[X]" means [MASK] .')
 SENTENCES = ["a man is playing a guitar .", "A woman slices an onion", "hello", "the quick brown fox ."]
