@@ -8,7 +8,7 @@ import pytest
 from jaxemb.testing import temp_folders
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.spec import TrainingRun
-from tests.support import TEST_XLA_FLAGS, shared_path, tiny_config
+from tests.support import TEST_XLA_FLAGS, set_compilation_cache, shared_path, tiny_config
 
 # What sessions killed before their atexit left in the temp dir goes first.
 temp_folders.remove_orphans()
@@ -148,10 +148,7 @@ def _no_persistent_compilation_cache_left_on():
   yield
   after = jax.config.jax_compilation_cache_dir
   if after != before:
-    from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
-
-    jax.config.update("jax_compilation_cache_dir", before)
-    compilation_cache.reset_cache()  # JAX reads its cache settings once per process otherwise.
+    set_compilation_cache({"jax_compilation_cache_dir": before})
     pytest.fail(f"the test left JAX's persistent compilation cache in {after!r} (was {before!r})", pytrace=False)
 
 

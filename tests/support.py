@@ -160,6 +160,17 @@ def transformer_roundings(config, length: int | None = None, mlm_head: bool = Fa
   return roundings + mlm_head * (4 * h + 12) + extra
 
 
+def set_compilation_cache(settings: Mapping[str, object]):
+  """Sets JAX's persistent-cache options (`jax_compilation_cache_dir`, ...) in this process and resets its cache,
+  which otherwise reads them once per process."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax._src import compilation_cache  # pylint: disable=import-outside-toplevel
+
+  for name, value in settings.items():
+    jax.config.update(name, value)
+  compilation_cache.reset_cache()
+
+
 def compiled_not_loaded(stderr: str) -> collections.Counter:
   """The programs a process run with JAX_LOG_COMPILES=1 compiled instead of loading them from the persistent cache,
   by module name (e.g. "jit_train_steps"), from its stderr: XLA compilations minus cache hits."""

@@ -3,7 +3,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax._src import compilation_cache  # reset_cache: JAX reads its cache settings once per process otherwise.
 import pytest
 
 from jaxemb import xla
@@ -53,15 +52,9 @@ def every_program_cached(tmp_path):
   time. JAX reads the settings once per process unless its cache is reset."""
   settings = {"jax_compilation_cache_dir": str(tmp_path), "jax_persistent_cache_min_compile_time_secs": 0.0}
   previous = {name: getattr(jax.config, name) for name in settings}
-  _set_cache(settings)
+  support.set_compilation_cache(settings)
   yield
-  _set_cache(previous)
-
-
-def _set_cache(settings: dict):
-  for name, value in settings.items():
-    jax.config.update(name, value)
-  compilation_cache.reset_cache()
+  support.set_compilation_cache(previous)
 
 
 @pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
