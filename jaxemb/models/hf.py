@@ -315,14 +315,30 @@ def load_tokenizer(name_or_path: str | pathlib.Path):
   """The Hugging Face tokenizer saved with a model (local directory or hub id): what AutoTokenizer loads. For a
   BERT or RoBERTa folder that names its model type's own class, that class is loaded directly, because
   AutoTokenizer imports torch when it is installed (transformers' configuration module): 1.2 s and 200 MB of
-  memory that a JAX process does not need (tests/models/test_hf.py checks both give one tokenizer)."""
+  memory that a JAX process does not need (tests/models/test_hf.py checks both give one tokenizer).
+  A folder is loaded once while its files stay as they are (RoBERTa's takes 0.4-0.8 s on a 2-core Zen 3; each
+  Encoder.from_pretrained, run of a sweep and evaluation job loads it): its callers share the tokenizer, which jaxemb
+  only reads; copy it (copy.deepcopy) before changing it."""
+  model_dir = resolve_model_dir(name_or_path)
+  return _load_tokenizer(model_dir.resolve(), _files_state(model_dir))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_tokenizer(model_dir: pathlib.Path, files_state: tuple) -> Any:
+  del files_state  # Only the cache's key: a folder whose files changed is loaded again.
   import transformers  # pylint: disable=g-import-not-at-top
 
-  model_dir = resolve_model_dir(name_or_path)
   own_class = _own_tokenizer_class(model_dir)
   if own_class is None:
     return transformers.AutoTokenizer.from_pretrained(str(model_dir))
   return getattr(transformers, own_class).from_pretrained(str(model_dir))
+
+
+def _files_state(folder: pathlib.Path) -> tuple:
+  """(name, size, modification time) of each file in `folder`."""
+  with os.scandir(folder) as entries:
+    files = [(entry.name, entry.stat()) for entry in entries if entry.is_file()]
+  return tuple(sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in files))
 
 
 def _own_tokenizer_class(model_dir: pathlib.Path) -> str | None:

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -361,6 +362,20 @@ def test_load_tokenizer_loads_what_autotokenizer_loads_without_it(folder, tiny_b
   texts = [f'This sentence : "{sentence}" means {theirs.mask_token} .' for sentence in sentences]
   for options in ({"padding": "max_length", "max_length": 40}, {"truncation": True, "max_length": 9}):
     assert ours(texts, **options).data == theirs(texts, **options).data
+
+
+def test_a_folder_is_loaded_once_while_its_files_stay_as_they_are(tiny_bert, tmp_path):
+  """Callers of one folder share its tokenizer; a changed file there (the lower-casing turned off) is read again."""
+  path = tmp_path / "tokenizer"
+  shutil.copytree(tiny_bert, path)
+  first = hf.load_tokenizer(path)
+  assert hf.load_tokenizer(path) is first and hf.load_tokenizer(str(path) + "/") is first
+  assert first.tokenize("Hello") == ["hello"]
+  config_file = path / "tokenizer_config.json"
+  config = json.loads(config_file.read_text(encoding="utf-8"))
+  config_file.write_text(json.dumps({**config, "do_lower_case": False}), encoding="utf-8")
+  again = hf.load_tokenizer(path)
+  assert again is not first and again.tokenize("Hello") == ["[UNK]"]
 
 
 def test_other_tokenizer_folders_are_left_to_autotokenizer(tmp_path):
