@@ -51,14 +51,15 @@ def test_prefetch_keeps_order_and_runs_ahead_a_bounded_number_of_items(depth):
       produced.append(i)
       yield i
 
+  # depth 2: two items queued and one in the thread's hands, blocked; depth 0: nothing ahead.
+  ahead = 1 if depth == 0 else depth + 2
   stream = batches.prefetch(items(), depth)
   assert next(stream) == 0
   deadline = time.time() + 5
-  while len(produced) < depth + 2 and time.time() < deadline:  # While item 0 is in use, the thread runs ahead.
+  while len(produced) < ahead and time.time() < deadline:  # While item 0 is in use, the thread runs ahead.
     time.sleep(0.01)
-  time.sleep(0.1)
-  # depth 2: two items queued and one in the thread's hands, blocked; depth 0: nothing ahead.
-  assert len(produced) == (1 if depth == 0 else depth + 2)
+  time.sleep(0.1)  # And no further.
+  assert len(produced) == ahead
   assert list(stream) == [1, 2, 3, 4, 5]
 
 
