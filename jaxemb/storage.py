@@ -130,6 +130,8 @@ def _filesystem() -> Any:
 # says so in one line, and again once it goes through.
 RETRY_SECONDS = 120.0
 WAIT_NOTICE_SECONDS = 10.0
+# The wait before a failed request's first retry, doubled at each next one up to _MAX_BACKOFF_SECONDS.
+FIRST_BACKOFF_SECONDS = 1.0
 _MAX_BACKOFF_SECONDS = 8.0
 
 
@@ -189,7 +191,7 @@ async def _retrying(attempt: Callable[[], Any], writes: bool, url: str) -> Any:
   until `_retry_deadline`; one that a lease's deadline ends waits for it and ends in its fence."""
   import asyncio  # pylint: disable=g-import-not-at-top
 
-  started, backoff, said = time.monotonic(), 1.0, False
+  started, backoff, said = time.monotonic(), FIRST_BACKOFF_SECONDS, False
   while True:
     if writes:
       check_writes()
