@@ -16,7 +16,7 @@ from jaxemb.models import load_tokenizer
 from jaxemb.training import objectives
 from jaxemb.training import state as train_state
 from jaxemb.testing.checkpoints import write_random_checkpoint
-from tests.support import EPS32, in_float64, scanned_model
+from tests.support import EPS32, TOY_SCALE, in_float64, scanned_model
 
 LR, STEPS = 1e-3, 10
 
@@ -128,6 +128,8 @@ def test_global_norm_is_optax_tree_norm_bit_for_bit():
 
 
 def _objective(tokenizer, template_text, denoise, head="mlp"):
+  """Two views of one template; their encoder passes (and the denoising rows) one call, as the toy runs' are
+  (TOY_SCALE): one encoder to compile per step, not one per part."""
   template = templates.Template.parse(template_text, tokenizer)
   return objectives.Objective(
     views=("a", "b"),
@@ -137,6 +139,7 @@ def _objective(tokenizer, template_text, denoise, head="mlp"):
     head=head,
     loss="info_nce",
     temperature=0.05,
+    stack_encoder_calls=TOY_SCALE["model.stack_encoder_calls"],
   )
 
 
