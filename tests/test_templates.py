@@ -97,6 +97,19 @@ def test_truncation_keeps_first_sentence_tokens_and_template(case):
   np.testing.assert_array_equal(cut.mask_positions, template.mask_positions(np.array([8])))
 
 
+@pytest.mark.parametrize("tokenization", templates.TOKENIZATIONS)
+def test_sentences_tokenised_a_chunk_at_a_time_give_the_rows_of_one_call(case, tokenization, monkeypatch):
+  # Chunks of 3 of the 12 sentences: a last partial chunk, and RoBERTa's boundary merge inside a chunk but one.
+  tokenizer, text = case
+  sentences = [*SENTENCES, "It works.", ""]
+  _, whole = encode(tokenizer, text, sentences, max_sentence_tokens=24, tokenization=tokenization)
+  monkeypatch.setattr(templates, "TOKENIZE_CHUNK", 3)
+  _, chunked = encode(tokenizer, text, sentences, max_sentence_tokens=24, tokenization=tokenization)
+  for field in ("input_ids", "attention_mask", "mask_positions", "sentence_lengths"):
+    np.testing.assert_array_equal(getattr(chunked, field), getattr(whole, field), err_msg=field)
+    assert getattr(chunked, field).dtype == np.int32
+
+
 @pytest.mark.parametrize("sentence", ["", "   ", "\t\n"])
 def test_empty_sentence_is_the_template_alone(case, sentence):
   tokenizer, text = case
