@@ -279,7 +279,7 @@ def _vectors(encoder: Encoder, sentences: list[str], embed: Any, advance: Callab
   # model's Normalize, as Encoder.from_pretrained reads it).
   vectors = encoder.encode(sentences, normalize=embed.normalize or None, progress=encoded, show_progress=False)
   advance(len(sentences) - counted)  # Repeated sentences, which the encoder encodes once.
-  return vectors.astype(embed.dtype)
+  return vectors.astype(embed.dtype, copy=False)
 
 
 def _write_shard(out: storage.Path, k: int, first: int, vectors: np.ndarray, ids: list[str] | None, job: str):
