@@ -99,11 +99,11 @@ def test_truncation_keeps_first_sentence_tokens_and_template(case):
 
 @pytest.mark.parametrize("tokenization", templates.TOKENIZATIONS)
 def test_sentences_tokenised_a_chunk_at_a_time_give_the_rows_of_one_call(case, tokenization, monkeypatch):
-  # Chunks of 3 of the 12 sentences: a last partial chunk, and RoBERTa's boundary merge inside a chunk but one.
+  # Chunks of 5 of the 12 sentences: the last one partial, with CoT-RoBERTa's boundary merge ("It works.'") in it.
   tokenizer, text = case
   sentences = [*SENTENCES, "It works.", ""]
   _, whole = encode(tokenizer, text, sentences, max_sentence_tokens=24, tokenization=tokenization)
-  monkeypatch.setattr(templates, "TOKENIZE_CHUNK", 3)
+  monkeypatch.setattr(templates, "TOKENIZE_CHUNK", 5)
   _, chunked = encode(tokenizer, text, sentences, max_sentence_tokens=24, tokenization=tokenization)
   for field in ("input_ids", "attention_mask", "mask_positions", "sentence_lengths"):
     np.testing.assert_array_equal(getattr(chunked, field), getattr(whole, field), err_msg=field)
