@@ -8,8 +8,8 @@ reads like wiki text. Each measurement runs in a fresh subprocess, so its peak R
   Arrow cache) timed; every later phase reads it again from that cache, untimed, and its peak RSS includes the list;
 - cold: `corpus.tokenize_cached` with an empty cache (the PromptBERT training template, as train.py calls it);
 - warm: the same call reading the cache;
-- reference: `templates.tokenize_sentences` over the whole list in one call, the path tokenize_cached took before it
-  worked in chunks (one tokenizer call, every token a Python int at once).
+- reference: `templates.tokenize_sentences` over the whole list in one tokenizer call (`templates.TOKENIZE_CHUNK` set
+  to the list's length), the path tokenize_cached took before it worked in chunks: every token a Python int at once.
 
 Usage: python bench/tokenize_corpus.py [--lines 1000000] [--tokenizer bert-base-uncased]
 """
@@ -61,6 +61,7 @@ def measure(phase: str, corpus_file: str, tokenizer_dir: str, cache_dir: str) ->
   if phase == "read":
     rows = len(sentences)
   elif phase == "reference":
+    templates.TOKENIZE_CHUNK = len(sentences)  # One tokenizer call, as before tokenize_sentences worked in chunks too.
     rows = len(
       templates.tokenize_sentences(
         template,

@@ -108,9 +108,9 @@ class Hosts:
   barrier: Callable[[str], None] = lambda name: None
 
 
-# Sentences per cache file. A chunk is tokenised in one call of the tokenizer's batch API (its Rust core spreads the
-# call over every CPU); its tokens as Python ints (about 150 MB for wiki1m lines) bound the memory used beyond the
-# arrays. wiki1m is 16 chunks.
+# Sentences per cache file, tokenised by `tokenize_sentences` (templates.TOKENIZE_CHUNK sentences a call of the
+# tokenizer's batch API, whose Rust core spreads each call over every CPU) into the arrays a file holds. wiki1m is 16
+# chunks.
 CHUNK_ROWS = 2**16
 
 
