@@ -1,6 +1,6 @@
-"""What the four commands (train.py, evaluate.py, prepare.py, sweep.py) share: their --config flag, an error a user
-can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose, and
---help and --print_config.
+"""What the five commands (train.py, evaluate.py, embed.py, prepare.py, sweep.py) share: their --config flag, an error
+a user can act on printed as one line (`error: <message>`, exit status 1, no traceback), quiet libraries, --verbose,
+--help and --print_config, and their imports' objects frozen out of the garbage collector's passes.
 
 --help (or -h) lists the command's flags, the config files it takes (by kind: `config_kind`) and, with --config
 FILE, that file's fields and their defaults (each with its type and doc where the file builds a typed spec:
