@@ -9,7 +9,8 @@ import os
 # 205-214 s in 5 without, ~10 s less user and 3 s less system CPU time. XLA keeps its own threads.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import pytest  # pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position
+import pytest
 
 from jaxemb.testing import temp_folders
 from jaxemb.testing.checkpoints import write_random_checkpoint
