@@ -194,9 +194,9 @@ class TrainingModel(Model):
   )
   scan_unroll: int | None = field(
     """Layers run per trip of the scan's loop (nn.scan's unroll; the same params, dropout and outputs, compiled
-    differently). None: per backend (jaxemb.xla.scan_unroll): every layer on the CPU, where the loop cost a tenth of
-    a step, unless the layers remat (unrolled whole they saved no memory); 1 elsewhere (one layer compiled). 1 also
-    compiles faster on the CPU (tests at toy scale set it).""",
+    differently). None: per backend (jaxemb.xla.scan_unroll): every layer on the CPU and GPUs, where the loop's
+    stacking cost a tenth (CPU) and a quarter (H200) of a step, unless the layers remat (unrolled whole they saved no
+    memory); 1 on TPUs (one layer compiled). 1 compiles faster (tests at toy scale set it; a short GPU run might).""",
     at_least(1, "must be at least 1 (or None: per backend)"),
   )
   remat_policy: str = field(

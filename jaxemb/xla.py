@@ -148,14 +148,17 @@ def _options_from_env() -> dict[str, Any]:
 
 
 def scan_unroll(num_layers: int, remat: bool) -> int:
-  """The train step's `Transformer.scan_unroll` for `num_layers` scanned layers on this backend: on the CPU all of
-  them, one loop trip, as the scan's loop cost a tenth of a MiniLM train step there (it stacks each layer's
-  activations into buffers for the backward pass, one dynamic-update-slice at a time; SimCSE 2528 ms/step scanned,
-  2255 ms unrolled, 2264 ms with a module per layer; bench/train_step.py); elsewhere 1, one layer compiled, which
-  keeps bert-large's compile short. Layers that `remat` (config.model.remat_policy other than "none") keep the loop
-  everywhere: unrolled whole, XLA recomputed their forward as early as the first one and saved no memory (bert-base's
-  SimCSE step at batch 16: 1.43 GB of temporaries with "full" and without, 0.91 GB with the loop)."""
-  return num_layers if jax.default_backend() == "cpu" and not remat else 1
+  """The train step's `Transformer.scan_unroll` for `num_layers` scanned layers on this backend: all of them, one
+  loop trip, on the CPU and GPUs, where the loop stacks each layer's activations into buffers for the backward pass
+  one dynamic-update-slice at a time: a tenth of a MiniLM step on the CPU (SimCSE 2528 ms/step scanned, 2255 ms
+  unrolled; bench/train_step.py), a quarter of bert-base's on an H200, where unrolled PromptBERT, SimCSE and
+  CoT-BERT steps ran 1.42x, 1.46x and 1.42x as many steps/s in about half the memory, and made up for their longer
+  compile within 900-1,600 steps (a wiki1m epoch at batch 256 is 3,906; docs/benchmarks.md, "The unrolled step on a
+  GPU"). On TPUs, unmeasured, 1: one layer compiled. Layers that `remat` (config.model.remat_policy other than
+  "none") keep the loop everywhere: unrolled whole, XLA recomputed their forward as early as the first one and saved
+  no memory (bert-base's SimCSE step at batch 16: 1.43 GB of temporaries with "full" and without, 0.91 GB with the
+  loop)."""
+  return num_layers if jax.default_backend() in ("cpu", "gpu") and not remat else 1
 
 
 def stacks_encoder_calls() -> bool:

@@ -81,10 +81,12 @@ def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
   assert "f32[16,32]{1,0} fusion(%x.1)" in upcast  # An operand converted to float32.
 
 
-def test_the_cpu_unrolls_the_scanned_layers_unless_they_remat():
-  """One loop trip for every layer count (tests/models/test_bert.py checks that it changes nothing but the loop, and
-  that remat'd layers save memory only with the loop)."""
-  assert [xla.scan_unroll(n, remat=False) for n in (1, 6, 24)] == [1, 6, 24]
+@pytest.mark.parametrize("backend, unrolled", [("cpu", True), ("gpu", True), ("tpu", False)])
+def test_the_cpu_and_gpus_unroll_the_scanned_layers_unless_they_remat(monkeypatch, backend, unrolled):
+  """One loop trip for every layer count on the CPU and GPUs; a layer a trip on TPUs (tests/models/test_bert.py
+  checks that it changes nothing but the loop, and that remat'd layers save memory only with the loop)."""
+  monkeypatch.setattr(xla.jax, "default_backend", lambda: backend)
+  assert [xla.scan_unroll(n, remat=False) for n in (1, 6, 24)] == ([1, 6, 24] if unrolled else [1, 1, 1])
   assert [xla.scan_unroll(n, remat=True) for n in (1, 6, 24)] == [1, 1, 1]
 
 
