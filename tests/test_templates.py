@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from jaxemb import templates
+from tests.support import shared_path
 
 BERT_TEMPLATES = (
   'This sentence : "[X]" means [MASK] .',
@@ -108,6 +109,36 @@ def test_sentences_tokenised_a_chunk_at_a_time_give_the_rows_of_one_call(case, t
   for field in ("input_ids", "attention_mask", "mask_positions", "sentence_lengths"):
     np.testing.assert_array_equal(getattr(chunked, field), getattr(whole, field), err_msg=field)
     assert getattr(chunked, field).dtype == np.int32
+
+
+@pytest.mark.parametrize("tokenization", templates.TOKENIZATIONS)
+def test_the_backend_called_directly_gives_the_rows_of_the_tokenizers_call(case, tokenization, monkeypatch):
+  # The shared tokenizers neither truncate nor pad, so they take the direct path; CoT-RoBERTa's merge is in here too.
+  tokenizer, text = case
+  sentences = [*SENTENCES, "It works.", ""]
+  assert templates._plain_backend(tokenizer) is tokenizer.backend_tokenizer
+  _, direct = encode(tokenizer, text, sentences, tokenization=tokenization)
+  monkeypatch.setattr(templates, "_plain_backend", lambda _: None)
+  _, called = encode(tokenizer, text, sentences, tokenization=tokenization)
+  for field in ("input_ids", "attention_mask", "mask_positions", "sentence_lengths"):
+    np.testing.assert_array_equal(getattr(direct, field), getattr(called, field), err_msg=field)
+
+
+def test_a_backend_that_truncates_is_not_called_directly(monkeypatch):
+  """MiniLM's tokenizer.json truncates at 128 tokens; a fresh tokenizer's first chunk goes through its call, which
+  turns that off, and the next chunks through the backend: no row is cut."""
+  import transformers  # pylint: disable=import-outside-toplevel
+
+  tokenizer = transformers.AutoTokenizer.from_pretrained(shared_path("models", "all-MiniLM-L6-v2"))
+  assert tokenizer.backend_tokenizer.truncation["max_length"] == 128 and templates._plain_backend(tokenizer) is None
+  monkeypatch.setattr(templates, "TOKENIZE_CHUNK", 1)
+  sentences = [LONG, "A man is playing a guitar", LONG + " again"]
+  template, batch = encode(tokenizer, BERT_TEMPLATES[0], sentences)
+  assert templates._plain_backend(tokenizer) is tokenizer.backend_tokenizer
+  expected = [filled_ids(tokenizer, BERT_TEMPLATES[0], sentence) for sentence in sentences]
+  assert [len(ids) > 128 for ids in expected] == [True, False, True]
+  for row, length, ids in zip(batch.input_ids, batch.attention_mask.sum(1), expected):
+    np.testing.assert_array_equal(row[:length], ids)
 
 
 @pytest.mark.parametrize("sentence", ["", "   ", "\t\n"])

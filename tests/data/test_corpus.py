@@ -4,6 +4,7 @@ import logging
 
 import numpy as np
 import pytest
+import tokenizers
 
 from jaxemb import templates
 from jaxemb.data import corpus
@@ -27,7 +28,8 @@ MAX_TOKENS = 32
 
 
 class CountingTokenizer:
-  """Forwards to a tokenizer and counts the tokenising calls."""
+  """Forwards to a tokenizer and counts the tokenising calls: of the tokenizer, or of its Rust backend's
+  encode_batch, which jaxemb.templates calls directly where that gives the same tokens."""
 
   def __init__(self, tokenizer):
     self._tokenizer = tokenizer
@@ -39,8 +41,27 @@ class CountingTokenizer:
     self.texts += len(texts)
     return self._tokenizer(texts, *args, **kwargs)
 
+  @property
+  def backend_tokenizer(self):
+    return _CountingBackend(self, self._tokenizer.backend_tokenizer)
+
   def __getattr__(self, name):
     return getattr(self._tokenizer, name)
+
+
+class _CountingBackend:
+  from_str = staticmethod(tokenizers.Tokenizer.from_str)  # The cache key copies the backend by its type.
+
+  def __init__(self, counter, backend):
+    self._counter, self._backend = counter, backend
+
+  def encode_batch(self, texts, *args, **kwargs):
+    self._counter.calls += 1
+    self._counter.texts += len(texts)
+    return self._backend.encode_batch(texts, *args, **kwargs)
+
+  def __getattr__(self, name):
+    return getattr(self._backend, name)
 
 
 @pytest.fixture(scope="module")
