@@ -11,7 +11,7 @@ import numbers
 import os
 import pathlib
 import sys
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +33,9 @@ _COMPILER = concurrent.futures.ThreadPoolExecutor(
   max_workers=max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) - 1),
   thread_name_prefix="jaxemb-compile",
 )
+# The thread that tokenises the sentences of an encode call's `prefetch` while that call runs the model
+# (Encoder._start_prefetch): one, so that a tokenizer is never used by two threads at once.
+_TOKENIZER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxemb-tokenize")
 
 
 def open_model(
@@ -133,6 +136,7 @@ class Encoder:
     self.compiled_shapes: set[tuple[int, int]] = set()
     self._compiles: dict[tuple[int, int], concurrent.futures.Future] = {}  # (rows, width) -> its compile ahead.
     self._fit_vectors: dict[str, np.ndarray] = {}  # `fit(keep_vectors=True)`'s: sentence -> its vector.
+    self._prefetched: concurrent.futures.Future | None = None  # (distinct sentences, their rows) of a prefetch.
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
 
@@ -237,6 +241,7 @@ class Encoder:
     show_progress_bar: bool | None = None,
     convert_to_numpy: bool = True,
     convert_to_tensor: bool = False,
+    prefetch: Sequence[str] | None = None,
   ) -> np.ndarray | jax.Array:
     """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
 
@@ -251,6 +256,9 @@ class Encoder:
     `normalize_embeddings` and `show_progress_bar` stand for `normalize` and `show_progress`, and
     `convert_to_tensor=True` (or `convert_to_numpy=False`) returns a jax.Array on JAX's default device (the NumPy
     result, copied there) instead of NumPy; `convert_to_tensor` wins over `convert_to_numpy`, as there.
+    `prefetch`: the sentences of the next call, tokenised on a thread once this call's are, while it runs the model
+    (embed.py's next shard: with the model on an accelerator, the host's tokenising would leave it idle); a next
+    call of other sentences tokenises its own, and an error in them is raised by the call that encodes them.
 
     Raises:
       ConfigError: `batch_size` is given and not a positive int (a bool or a str included).
@@ -270,8 +278,10 @@ class Encoder:
     sentences = _sentence_list(sentences)
     if not sentences:  # Nothing to run; the shape still tells the caller the width.
       vectors = np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
+      self._start_prefetch(prefetch)
     else:
-      vectors = self._encode_list(sentences, batch_size, normalize, progress, show_progress, progress_label)
+      progress_options = dict(progress=progress, show_progress=show_progress, progress_label=progress_label)
+      vectors = self._encode_list(sentences, batch_size, normalize, prefetch=prefetch, **progress_options)
     if single:
       vectors = vectors[0]
     return jnp.asarray(vectors) if convert_to_tensor or not convert_to_numpy else vectors
@@ -281,18 +291,19 @@ class Encoder:
     sentences: list[str],
     batch_size: int,
     normalize: bool,
+    *,
     progress: Callable[[int], None] | None,
     show_progress: bool | None,
     progress_label: str,
+    prefetch: Sequence[str] | None,
   ) -> np.ndarray:
     """`encode` of a non-empty list of checked sentences: each distinct one encoded once, or taken from the fit."""
-    unique = list(dict.fromkeys(sentences))
-    kept = [s for s in unique if s in self._fit_vectors]
-    if kept:
-      unique = [s for s in unique if s not in self._fit_vectors]
-      if progress:
-        progress(len(kept))
-    vectors = self._encode_distinct(unique, batch_size, progress, show_progress, progress_label)
+    unique, kept = self._distinct(sentences)
+    if kept and progress:
+      progress(len(kept))
+    rows = self._tokenized(unique)
+    self._start_prefetch(prefetch)
+    vectors = self._encode_distinct(unique, rows, batch_size, progress, show_progress, progress_label)
     if kept:
       vectors, unique = np.concatenate([vectors, np.stack([self._fit_vectors[s] for s in kept])]), unique + kept
     if normalize:
@@ -300,19 +311,56 @@ class Encoder:
     position = {s: i for i, s in enumerate(unique)}
     return vectors[[position[s] for s in sentences]]
 
+  def _distinct(self, sentences: list[str]) -> tuple[list[str], list[str]]:
+    """(the distinct sentences to encode, the distinct ones whose vectors the fit kept), in first-seen order."""
+    unique = list(dict.fromkeys(sentences))
+    if not self._fit_vectors:
+      return unique, []
+    return [s for s in unique if s not in self._fit_vectors], [s for s in unique if s in self._fit_vectors]
+
+  def _tokenized(self, unique: list[str]) -> templates.TemplateBatch | None:
+    """The rows of `unique` (None for none): the prefetched ones if they are these sentences, else tokenised now,
+    after any prefetch still running (one thread at a time uses the tokenizer)."""
+    prefetched, self._prefetched = self._prefetched, None
+    if prefetched is not None:
+      prefetched_unique, rows = prefetched.result()
+      if prefetched_unique == unique:
+        if isinstance(rows, Exception):  # Raised here, by the call that encodes them, as it would have been.
+          raise rows
+        return rows
+    return self._rows(unique) if unique else None
+
+  def _start_prefetch(self, sentences: Sequence[str] | None) -> None:
+    """Tokenises the distinct sentences of `sentences` on the tokenizing thread, for the next call's `_tokenized`."""
+    if sentences is None:
+      return
+
+    def tokenize() -> tuple[list[str] | None, templates.TemplateBatch | Exception | None]:
+      try:
+        unique, _ = self._distinct(_sentence_list(sentences))
+      except Exception as e:  # pylint: disable=broad-except  # Not these sentences' call: its own check raises.
+        return None, e
+      try:
+        return unique, (self._rows(unique) if unique else None)
+      except Exception as e:  # pylint: disable=broad-except  # For the call that encodes them to raise.
+        return unique, e
+
+    self._prefetched = _TOKENIZER.submit(tokenize)
+
   def _encode_distinct(
     self,
     unique: list[str],
+    rows: templates.TemplateBatch | None,
     batch_size: int,
     progress: Callable[[int], None] | None,
     show_progress: bool | None,
     progress_label: str,
   ) -> np.ndarray:
-    """The vectors of distinct sentences, in their order, run through the model in length buckets."""
+    """The vectors of distinct sentences (`rows`: their rows), in their order, run through the model in length
+    buckets."""
     if not unique:
       return np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
     batch_size = self._rows_per_call(int(batch_size), len(unique))
-    rows = self._rows(unique)
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None

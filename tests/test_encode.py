@@ -285,6 +285,54 @@ def test_next_batch_is_dispatched_before_one_is_read():
   assert not list(_one_ahead(iter([])))
 
 
+def _recording_rows(encoder, monkeypatch):
+  """The (thread, distinct sentences) of each tokenising of `encoder`'s rows, from now on."""
+  record, rows = [], encoder._rows  # pylint: disable=protected-access
+
+  def recorded(unique):
+    record.append((threading.current_thread().name.partition("_")[0], list(unique)))
+    return rows(unique)
+
+  monkeypatch.setattr(encoder, "_rows", recorded)
+  return record
+
+
+def test_prefetched_sentences_are_tokenised_once_on_their_thread_and_encode_as_without(tiny_bert, monkeypatch):
+  """`prefetch` tokenises the next call's sentences on the tokenizing thread once this call's are: that call takes
+  those rows (its vectors the same bits); a call of other sentences tokenises its own."""
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=64)
+  first, second, third, other = SENTENCES[:2], [*SENTENCES[2:], SENTENCES[2]], SENTENCES[:3], SENTENCES[3:]
+  expected = [encoder.encode(s) for s in (first, second, other)]
+  tokenised = _recording_rows(encoder, monkeypatch)
+  vectors = [
+    encoder.encode(first, prefetch=second),
+    encoder.encode(second, prefetch=third),
+    encoder.encode(other),  # Not the prefetched sentences.
+  ]
+  assert tokenised == [
+    ("MainThread", first),
+    ("jaxemb-tokenize", SENTENCES[2:]),  # Distinct ones only.
+    ("jaxemb-tokenize", third),
+    ("MainThread", other),
+  ]
+  for got, want in zip(vectors, expected):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_an_error_in_prefetched_sentences_is_raised_by_the_call_that_encodes_them(tiny_bert):
+  encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=64)
+  too_long = [SENTENCES[0], " ".join(["word"] * 1000)]
+  with pytest.raises(ValueError) as unprefetched:
+    encoder.encode(too_long)
+  encoder.encode(SENTENCES, prefetch=too_long)  # Not this call's sentences: no error.
+  with pytest.raises(ValueError) as prefetched:
+    encoder.encode(too_long)
+  assert str(prefetched.value) == str(unprefetched.value) and "Sentence 1" in str(prefetched.value)
+  encoder.encode(SENTENCES, prefetch=[SENTENCES[0], 7])  # Not a str: raised by the call that encodes them.
+  with pytest.raises(TypeError, match="Sentence 1 is a int"):
+    encoder.encode([SENTENCES[0], 7])
+
+
 def _lowerings(record: list[str]):
   """A JAX listener appending the thread's name to `record` each time the Encoder's function is lowered (once a
   compile, whether the persistent cache then holds its program or XLA compiles it)."""

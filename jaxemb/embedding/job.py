@@ -258,15 +258,26 @@ def _embed_shards(
   if jax.process_count() > 1:
     label += f", process {jax.process_index()} of {jax.process_count()}"
   preprocess = sts_data.add_period if config.eval.add_period else lambda sentence: sentence
+
+  def read(k: int) -> tuple[list[str], list[str] | None]:
+    sentences, ids = reader.read_shard(corpus, k, rows_per_shard)
+    return [preprocess(s) for s in sentences], ids
+
   with track(label, rows, "sentence", config.eval.progress) as advance:
-    for k in todo:
-      sentences, ids = reader.read_shard(corpus, k, rows_per_shard)
-      vectors = _vectors(encoder, [preprocess(s) for s in sentences], config.embed, advance)
+    upcoming = read(todo[0]) if todo else None
+    for position, k in enumerate(todo):
+      sentences, ids = upcoming
+      upcoming = read(todo[position + 1]) if position + 1 < len(todo) else None
+      # The next shard is tokenised while this one runs through the model.
+      prefetch = None if upcoming is None else upcoming[0]
+      vectors = _vectors(encoder, sentences, config.embed, advance, prefetch)
       _write_shard(out, k, k * rows_per_shard, vectors, ids, job)
   return rows
 
 
-def _vectors(encoder: Encoder, sentences: list[str], embed: Any, advance: Callable[[int], None]) -> np.ndarray:
+def _vectors(
+  encoder: Encoder, sentences: list[str], embed: Any, advance: Callable[[int], None], prefetch: list[str] | None
+) -> np.ndarray:
   """The vectors of one shard's sentences as config.embed asks (normalized, dtype), the progress advanced."""
   counted = 0
 
@@ -277,7 +288,9 @@ def _vectors(encoder: Encoder, sentences: list[str], embed: Any, advance: Callab
 
   # False leaves the encoder's own rule: unit length where the model's modules say so (a sentence-transformers
   # model's Normalize, as Encoder.from_pretrained reads it).
-  vectors = encoder.encode(sentences, normalize=embed.normalize or None, progress=encoded, show_progress=False)
+  vectors = encoder.encode(
+    sentences, normalize=embed.normalize or None, progress=encoded, show_progress=False, prefetch=prefetch
+  )
   advance(len(sentences) - counted)  # Repeated sentences, which the encoder encodes once.
   return vectors.astype(embed.dtype, copy=False)
 

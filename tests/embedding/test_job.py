@@ -6,6 +6,7 @@ two hosts, in processes of their own: tests/test_embed.py."""
 import hashlib
 import json
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -50,6 +51,10 @@ def _config(model, corpus, output, method=None, **embed):
   return config
 
 
+def _thread_and_count(sentences):
+  return threading.current_thread().name.partition("_")[0], len(sentences)
+
+
 def _encoder(config, method):
   return Encoder.from_pretrained(config.model.path, method, **job.encoder_options(EmbedRun.from_config(config)))
 
@@ -58,10 +63,15 @@ def _encoder(config, method):
   "method", [dict(name="last_avg"), dict(name="prompt", template=PROMPT)], ids=["last_avg", "prompt"]
 )
 def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
-  tiny_bert, corpus, lines, tmp_path, method, capsys
+  tiny_bert, corpus, lines, tmp_path, method, capsys, monkeypatch
 ):
   config = _config(tiny_bert, corpus, tmp_path / "out", method, shard_rows=30)
+  tokenised, rows = [], Encoder._rows  # pylint: disable=protected-access
+  monkeypatch.setattr(Encoder, "_rows", lambda self, s: tokenised.append(_thread_and_count(s)) or rows(self, s))
   summary = job.embed_corpus(EmbedRun.from_config(config))
+  monkeypatch.undo()
+  # Each shard after the first is tokenised on the tokenizing thread while the one before runs the model.
+  assert tokenised == [("MainThread", 30), ("jaxemb-tokenize", 30), ("jaxemb-tokenize", 6)]
   encoder = _encoder(config, Method.from_block(config.method))
   vectors, ids, manifest = embedding.load(tmp_path / "out")
   assert vectors.shape == (66, 32) and vectors.dtype == np.float32
