@@ -52,6 +52,7 @@ measure() {
   # Where the default step's GPU time goes (two steps per setting under the profiler), read there and brought back.
   python3 bench/trace_summary.py /tmp/trace/* --top 25 2>&1 | tee "$OUT/trace-summary.log"
   for trace in /tmp/trace/*; do
+    [ -d "$trace" ] || continue
     find "$trace" -name '*.xplane.pb' -exec gzip -c {} \; > "$OUT/trace-$(basename "$trace").xplane.pb.gz"
   done
   # The first step over issue 52's 45 s (PromptBERT 48 s, CoT-BERT 59 s unrolled, 2026-11-30): without XLA's Triton

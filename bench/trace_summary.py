@@ -98,7 +98,9 @@ def main():
   parser.add_argument("--top", type=int, default=15, help="longest ops to list")
   args = parser.parse_args()
   for trace in args.traces:
-    files = sorted(trace.rglob("*.xplane.pb")) if trace.is_dir() else [trace]
+    if not trace.exists():
+      raise SystemExit(f"{trace}: no such file or folder")
+    files = sorted(trace.rglob("*.xplane.pb*")) if trace.is_dir() else [trace]
     if not files:
       raise SystemExit(f"{trace}: no *.xplane.pb in it")
     for path in files:
