@@ -16,6 +16,12 @@ the median of each round's ratio (the two sides of a round ran at the machine's 
   python bench/train_step.py --model bert-base --repeats 5    # the bert-base-sized random checkpoint
   python bench/train_step.py --dtype bfloat16                 # jaxemb in bfloat16, PyTorch under CPU autocast
   python bench/train_step.py --steps-per-call 1               # one step a call (the CPU's default: 4)
+  python bench/train_step.py --prng threefry2x32 --variant "model.scan_unroll=1" --variant "model.scan_unroll=3" \
+      --variant "model.remat_policy='full'"                   # the default step against config variants of it
+
+Every jaxemb case prints its first call (compiling included) beside its steps/s, and what one wiki1m epoch at this
+batch would take with it (the first call, then the rest at the timed rate): how issue 52 picks a default such as
+the layer scan's unroll per backend.
 """
 
 import argparse
@@ -31,10 +37,11 @@ import torch
 import torch.nn.functional as F
 import transformers
 
-from jaxemb import denoise, sharding, views, xla  # pylint: disable=g-bad-import-order
+from jaxemb import denoise, sharding, sweep, views, xla  # pylint: disable=g-bad-import-order
 from jaxemb.training import objectives
 
 PRNG_IMPLS = ("threefry2x32", "rbg", "unsafe_rbg")
+WIKI1M = 1_000_000  # Sentences in SimCSE's wiki1m: an unsupervised epoch.
 
 
 class TorchTrainStep:
@@ -124,7 +131,7 @@ def dropout_free_losses(jaxemb_step: common.JaxembTrainStep, torch_step: TorchTr
   return float(ours), theirs
 
 
-def main():
+def _arguments() -> argparse.Namespace:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--model", default="minilm", help="minilm, bert-base (random, bert-base-sized), or a HF dir")
   parser.add_argument("--configs", default="promptbert,simcse", help="configs/<name>.py, comma-separated")
@@ -134,12 +141,62 @@ def main():
   parser.add_argument("--steps-per-call", type=int, help="config.train.steps_per_call (default: the backend's)")
   parser.add_argument("--prng", default=",".join(PRNG_IMPLS), help="jax dropout PRNGs to time")
   parser.add_argument(
+    "--variant",
+    action="append",
+    default=[],
+    help="config fields FIELD=VALUE[; FIELD=VALUE] of one more jaxemb step, with the first PRNG (repeatable)",
+  )
+  parser.add_argument(
     "--dtype",
     default="float32",
     choices=("float32", "bfloat16"),
     help="compute dtype (config.model.dtype; PyTorch's: CPU autocast to bfloat16)",
   )
-  args = parser.parse_args()
+  return parser.parse_args()
+
+
+def setting_config(name: str, args: argparse.Namespace, overrides: str = ""):
+  """configs/<name>.py at the bench's batch, length, dtype and steps a call, with --variant `overrides`."""
+  config = common.train_config(name, args.batch, args.tokens)
+  config.model.dtype, config.train.steps_per_call = args.dtype, args.steps_per_call
+  sweep.apply_overrides(config, sweep.parse_overrides(overrides), "--variant")
+  return config
+
+
+def jaxemb_steps(name: str, args: argparse.Namespace, model_dir: pathlib.Path, sentences, mesh) -> dict:
+  """The jaxemb cases of setting `name`: the config's step once per PRNG, then each --variant with the first PRNG."""
+  prngs = args.prng.split(",")
+  cases = [*((impl, "", impl) for impl in prngs), *((variant, variant, prngs[0]) for variant in args.variant)]
+  return {
+    f"jaxemb {label}": common.JaxembTrainStep(setting_config(name, args, overrides), model_dir, sentences, mesh, impl)
+    for label, overrides, impl in cases
+  }
+
+
+def time_setting(name: str, steps: dict, torch_step: TorchTrainStep, args: argparse.Namespace):
+  """Times calls of the steps a train.py call runs, alternately (jaxemb's compiled loop; PyTorch's one by one),
+  after each jaxemb case's first call (its compile); prints a line a case."""
+  k = next(iter(steps.values())).steps_per_call
+  first_call = {case: common.seconds(step) for case, step in steps.items()}
+  cases = {**steps, "pytorch": lambda: [torch_step() for _ in range(k)]}
+  rounds = {case: [t / k for t in times] for case, times in common.interleaved_rounds(cases, args.repeats).items()}
+  times = common.medians(rounds)
+  width = max(map(len, times))
+  for case, seconds in times.items():
+    epoch = ""
+    if case in first_call:  # The first call, then the rest of the epoch's steps at the timed rate.
+      hours = (first_call[case] + (WIKI1M // args.batch - k) * seconds) / 3600
+      epoch = f"  first call {first_call[case]:6.1f} s, an epoch {hours:6.2f} h"
+    print(
+      f"{case:<{width}} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
+      f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])} "
+      f"(per round {common.per_round_ratio(rounds[case], rounds['pytorch'])}){epoch}",
+      flush=True,
+    )
+
+
+def main():
+  args = _arguments()
   kept = xla.keep_step_memory()  # As train.py's run does, before the backend starts; PyTorch shares the process.
   common.print_load("start")
   sentences = common.wiki_sentences(args.batch)
@@ -152,15 +209,9 @@ def main():
       f"step memory kept between calls (xla.keep_step_memory): {'yes' if kept else 'no'}"
     )
     for name in args.configs.split(","):
-      config = common.train_config(name, args.batch, args.tokens)
-      config.model.dtype = args.dtype
-      config.train.steps_per_call = args.steps_per_call
-      steps = {
-        f"jaxemb {impl}": common.JaxembTrainStep(config, model_dir, sentences, mesh, impl)
-        for impl in args.prng.split(",")
-      }
+      steps = jaxemb_steps(name, args, model_dir, sentences, mesh)
       first = next(iter(steps.values()))
-      torch_step = TorchTrainStep(first, config, model_dir)
+      torch_step = TorchTrainStep(first, setting_config(name, args), model_dir)
       ours, theirs = dropout_free_losses(first, torch_step)
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
       print(
@@ -168,18 +219,7 @@ def main():
         f"{first.objective.denoise}; steps a call: {first.steps_per_call}; loss without dropout: jaxemb {ours:.5f}, "
         f"pytorch {theirs:.5f}"
       )
-      # Both sides time calls of the steps a train.py call runs (jaxemb's compiled loop; PyTorch's one by one).
-      k = first.steps_per_call
-      calls = common.interleaved_rounds({**steps, "pytorch": lambda: [torch_step() for _ in range(k)]}, args.repeats)
-      rounds = {case: [seconds / k for seconds in times] for case, times in calls.items()}
-      times = common.medians(rounds)
-      for case, seconds in times.items():
-        print(
-          f"{case:<22} {seconds * 1e3:8.0f} ms/step {1 / seconds:7.3f} steps/s  "
-          f"vs pytorch {common.ratio(1 / seconds, 1 / times['pytorch'])} "
-          f"(per round {common.per_round_ratio(rounds[case], rounds['pytorch'])})",
-          flush=True,
-        )
+      time_setting(name, steps, torch_step, args)
   common.print_load("end")
 
 
