@@ -38,18 +38,22 @@ def kind(op: str, kernel: str) -> str:
 
 
 def op_events(path: pathlib.Path):
-  """(module, op, kernel, start_ns, duration_ns) of each event naming its HLO op, on the device planes if the trace
-  has any (a GPU's), else the host's (the CPU's thunks)."""
+  """(module, op, kernel, start_ns, duration_ns) of each op: on a GPU's device planes every kernel on a stream line
+  (named by the HLO op its stats give, else by itself), else the host's events that name their HLO op (the CPU's
+  thunks)."""
   data = path.read_bytes()
   data = gzip.decompress(data) if path.suffix == ".gz" else data  # As bench/device_session.sh brings them back.
   planes = list(jax.profiler.ProfileData.from_serialized_xspace(data).planes)
-  devices = [p for p in planes if p.name.startswith("/device:")] or [p for p in planes if p.name == "/host:CPU"]
-  for plane in devices:
+  devices = [p for p in planes if p.name.startswith("/device:")]
+  for plane in devices or [p for p in planes if p.name == "/host:CPU"]:
     for line in plane.lines:
+      if devices and not line.name.startswith("Stream"):
+        continue
       for event in line.events:
         stats = dict(event.stats)
-        if "hlo_op" in stats:
-          yield str(stats.get("hlo_module", "?")), str(stats["hlo_op"]), event.name, event.start_ns, event.duration_ns
+        if devices or "hlo_op" in stats:
+          op = str(stats.get("hlo_op", event.name))
+          yield str(stats.get("hlo_module", "?")), op, event.name, event.start_ns, event.duration_ns
 
 
 def busy_ns(events) -> int:
