@@ -29,6 +29,7 @@ def get_config():
   config.model.scan_unroll = ml_collections.FieldReference(None, field_type=int)
   config.model.remat_policy = "none"
   config.model.stack_encoder_calls = ml_collections.FieldReference(None, field_type=bool)
+  config.model.loop_small_calls = False
 
   config.data = ml_collections.ConfigDict()
   config.data.train_file = eval_common.data_path("wiki1m_for_simcse.txt")

@@ -211,6 +211,13 @@ class TrainingModel(Model):
     accelerators, no on the CPU, where it was slower. True also compiles CoT-BERT's step faster (tests at toy scale
     set it)."""
   )
+  loop_small_calls: bool = field(
+    """Run a step's small encoder calls (under a quarter of the largest call's tokens: PromptBERT's and CoT-BERT's
+    bias tables) with the layer scan's loop whatever scan_unroll: they compile as one layer instead of every layer
+    (the same function; jaxemb.training.encoder_calls.SMALL_CALL). On the CPU it cut a MiniLM PromptBERT step's first
+    call by 2.5 s and cost 2.3% a step, so it is off; on a GPU, where the unrolled bias tables doubled the compile,
+    not yet measured."""
+  )
   architecture: Architecture | None = field("An encoder from scratch (configs/pretrain_mlm.py); absent: none.")
 
 

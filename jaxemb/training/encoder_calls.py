@@ -14,6 +14,7 @@ over the mesh's devices stays split, with no rows moving between devices.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -26,6 +27,12 @@ from jaxemb.models import Transformer
 # tokens, so a step's views join one call; position-offset bias rows, only a template wide, stay out of the
 # sentences' call (padded to it they would add 40% to the tokens of a MiniLM PromptBERT step at batch 64).
 MAX_PADDING = 0.25
+# With config.model.loop_small_calls, a call of fewer tokens than this fraction of the step's largest call runs the
+# layer scan's loop, one layer a trip, whatever model.scan_unroll: unrolled, its layers cost as much compiling as the
+# largest call's (PromptBERT's bias rows, unrolled, doubled its step's compile on an H200: 47.7 s against SimCSE's
+# 21.3), while its run is a small part of the step. The loop computes the same function (the same dropout streams,
+# float32 rounding apart; tests/models/test_bert.py).
+SMALL_CALL = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +72,19 @@ def calls(parts: list[Part], stack: bool) -> list[list[int]]:
   return grouped
 
 
+def _run(encoder_params: dict[str, Any], model: Transformer, key: jax.Array, inputs: views.EncoderInputs) -> jax.Array:
+  """One part's (or, under vmap, each stacked part's) last hidden states in training mode."""
+  out = model.apply(
+    {"params": encoder_params},
+    inputs.input_ids,
+    inputs.attention_mask,
+    deterministic=False,
+    rngs={"dropout": key},
+    **inputs.extra,
+  )
+  return out.last_hidden_state
+
+
 def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.EncoderInputs:
   """The inputs right-padded to `width` columns: [PAD] tokens, unattended (the position ids and continuous
   template vectors of padding are never read)."""
@@ -76,23 +96,18 @@ def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.Encod
   )
 
 
-def encode(model: Transformer, encoder_params: dict[str, Any], parts: list[Part], stack: bool) -> list[jax.Array]:
+def encode(
+  model: Transformer, encoder_params: dict[str, Any], parts: list[Part], stack: bool, loop_small: bool = False
+) -> list[jax.Array]:
   """Each part's last hidden states ([rows, width, hidden]), in training mode (dropout from each part's key), in the
-  calls `calls(parts, stack)` groups them into."""
-
-  def run(key, inputs):
-    out = model.apply(
-      {"params": encoder_params},
-      inputs.input_ids,
-      inputs.attention_mask,
-      deterministic=False,
-      rngs={"dropout": key},
-      **inputs.extra,
-    )
-    return out.last_hidden_state
-
+  calls `calls(parts, stack)` groups them into; with `loop_small`, a call under SMALL_CALL of the largest's tokens
+  runs the layer scan's loop, one layer a trip."""
   hidden: list[jax.Array | None] = [None] * len(parts)
-  for call in calls(parts, stack):
+  grouped = calls(parts, stack)
+  tokens = [len(call) * parts[call[0]].shape[0] * parts[call[0]].shape[1] for call in grouped]
+  for call, call_tokens in zip(grouped, tokens):
+    small = loop_small and call_tokens < SMALL_CALL * max(tokens)
+    run = functools.partial(_run, encoder_params, model.clone(scan_unroll=1) if small else model)
     if len(call) == 1:  # The plain call: no stacking axis for XLA to carry.
       hidden[call[0]] = run(parts[call[0]].dropout_key, parts[call[0]].inputs)
       continue

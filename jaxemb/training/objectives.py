@@ -65,6 +65,7 @@ class Objective:
     stack_encoder_calls: run the step's encoder passes of near shapes as one call (encoder_calls); None: as this
       backend does best (jaxemb.xla.stacks_encoder_calls). The same loss; a part padded to share a call draws other
       dropout masks.
+    loop_small_calls: run the step's small encoder calls with the layer scan's loop (encoder_calls.SMALL_CALL).
   """
 
   views: tuple[str, ...]
@@ -83,6 +84,7 @@ class Objective:
   ddp_world_size: int = 1
   word_starts: mlm.WordStarts | None = None
   stack_encoder_calls: bool | None = None
+  loop_small_calls: bool = False
   # Each side of the loss as a views.View (the objective's head is each view's), built in __post_init__: building it
   # checks pooling, denoise and the templates' masks.
   view_list: tuple[views.View, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -294,7 +296,7 @@ def _contrastive_loss(
   passes = [_group_passes(objective, model, forward.named(f"group {g}"), group) for g, group in enumerate(groups)]
   stack = xla.stacks_encoder_calls() if objective.stack_encoder_calls is None else objective.stack_encoder_calls
   parts = [part for p in passes for part in p.parts.values()]
-  hidden = iter(encoder_calls.encode(model, forward.params["encoder"], parts, stack))
+  hidden = iter(encoder_calls.encode(model, forward.params["encoder"], parts, stack, objective.loop_small_calls))
   results = [
     _group_loss(logits_of, objective, model, forward.params, group, p.read(hidden)) for group, p in zip(groups, passes)
   ]

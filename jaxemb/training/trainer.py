@@ -47,6 +47,7 @@ def build_objective(config: TrainingRun, tokenizer: Any) -> objectives.Objective
     view_templates=tuple(templates.Template.parse(t, tokenizer) for t in o.templates),
     word_starts=mlm.WordStarts.from_tokenizer(tokenizer) if o.whole_word_mask else None,
     stack_encoder_calls=config.model.stack_encoder_calls,
+    loop_small_calls=config.model.loop_small_calls,
     **same,
   )
 

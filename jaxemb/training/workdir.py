@@ -44,6 +44,7 @@ NOT_FINGERPRINTED = (
   "model.remat_policy",
   "model.scan_unroll",
   "model.stack_encoder_calls",
+  "model.loop_small_calls",
   "evals",
   "eval.tasks",
   "eval.output_json",

@@ -102,3 +102,38 @@ def test_a_padded_part_gives_the_states_of_its_own_call(tiny):
   assert hidden[0].shape == (4, 9, quiet.config.hidden_size)
   alone = quiet.apply({"params": encoder}, narrow.input_ids, narrow.attention_mask).last_hidden_state
   np.testing.assert_allclose(hidden[0], alone, atol=1e-5)  # LayerNorm'd states: O(1), float32 rounding ~1e-6.
+
+
+def _scan_unrolls(fn, *args) -> list[int]:
+  """The `unroll` of each scan in fn's jaxpr, in order (the layer scan of each encoder call)."""
+  found = []
+
+  def visit(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == "scan":
+        found.append(eqn.params["unroll"])
+      for value in eqn.params.values():
+        for sub in value if isinstance(value, (list, tuple)) else [value]:
+          if isinstance(sub, jax.extend.core.ClosedJaxpr):
+            visit(sub.jaxpr)
+          elif isinstance(sub, jax.extend.core.Jaxpr):
+            visit(sub)
+
+  visit(jax.make_jaxpr(fn)(*args).jaxpr)
+  return found
+
+
+def test_small_calls_run_the_layer_scans_loop_when_asked(tiny):
+  """config.model.loop_small_calls: a call under a quarter of the largest's tokens (a bias table's) runs the scan one
+  layer a trip while the large call stays unrolled; the states are the unrolled call's to float32 rounding, dropout
+  on (the same masks)."""
+  _, model, encoder = tiny
+  layers = model.config.num_hidden_layers
+  unrolled = model.clone(scan_unroll=layers)
+  parts = [_part(4, 40), _part(4, 9, ["position_ids"])]  # 36 tokens against 160.
+  parts = [dataclasses.replace(p, dropout_key=jax.random.key(i)) for i, p in enumerate(parts)]
+  encode = lambda params, loop_small: encoder_calls.encode(unrolled, params, parts, True, loop_small)
+  assert _scan_unrolls(lambda p: encode(p, False), encoder) == [layers, layers]
+  assert _scan_unrolls(lambda p: encode(p, True), encoder) == [layers, 1]
+  for looped, whole in zip(encode(encoder, True), encode(encoder, False)):
+    np.testing.assert_allclose(looped, whole, atol=1e-5)  # LayerNorm'd states: O(1), float32 rounding ~1e-6.
