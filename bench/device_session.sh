@@ -5,13 +5,14 @@
 # and tokenizers the bench reads; about 16 MiB):
 #   bash bench/device_session.sh prepare
 # Then one call of the device tool's run:
-#   command: bash bench/device_session.sh measure    carry: [".device"]    timeout_s: 540
-# and give the machine back unless rerunning at once. Logs land in $OUT (train-default.log, trace-summary.log and the
-# three settings' gzipped traces, train-no-triton-gemm.log, train-unroll4.log, sts.log): the default step (encoder
-# calls stacked; on a GPU the layers unrolled since 2026-11-30: docs/benchmarks.md, "The unrolled step on a GPU")
-# with where its GPU time goes, PromptBERT's and CoT-BERT's without Triton's gemm fusions (a shorter compile?),
-# PromptBERT's with four layers a trip of the scan's loop (issue 52's partial unrolls), and the cold and warm 7-task
-# STS evaluation. Each bench run is capped so that a hang cannot take the window.
+#   command: bash bench/device_session.sh measure    carry: [".device"]    timeout_s: 560
+# and give the machine back unless rerunning at once. Logs land in $OUT (train-default.log with the card,
+# trace-summary.log, PromptBERT's and CoT-BERT's gzipped traces, train-loop-small-calls.log, train-no-triton-gemm.log,
+# train-unroll4.log, sts.log: the 8 files a call brings back at most): the default step
+# (encoder calls stacked; on a GPU the layers unrolled since 2026-11-30: docs/benchmarks.md, "The unrolled step on a
+# GPU") with where its GPU time goes, two ways to a shorter first step (the small calls in the scan's loop; no
+# Triton gemms), PromptBERT with four layers a trip (issue 52's partial unrolls), and the cold and warm 7-task STS
+# evaluation. Each bench run is capped so that a hang cannot take the window.
 # Issue 53's embedding bench (bench/embed.py against sentence-transformers on the GPU) is a second call, made at once
 # while the machine is warm if the window has ~4 minutes left (it runs ~2-3, with a host profile of embed.py):
 #   command: bash bench/device_session.sh measure-embed    carry: [".device"]    timeout_s: 300
@@ -44,24 +45,27 @@ setup() {
 
 measure() {
   setup
-  # The card and versions head the first log: $OUT brings back 8 files at most (this makes 8).
+  # The card and versions head the first log: $OUT brings back 8 files at most.
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/train-default.log"
   python3 -c "import jax, flax, torch; print('jax', jax.__version__, 'flax', flax.__version__, 'torch', torch.__version__, jax.devices())" | tee -a "$OUT/train-default.log"
   local bench=(python3 bench/accelerator.py --models bert-base --repeats 5)
-  timeout 240 "${bench[@]}" --sections train --trace /tmp/trace 2>&1 | tee -a "$OUT/train-default.log"
+  timeout 220 "${bench[@]}" --sections train --trace /tmp/trace 2>&1 | tee -a "$OUT/train-default.log"
   # Where the default step's GPU time goes (two steps per setting under the profiler), read there and brought back.
   python3 bench/trace_summary.py /tmp/trace/* --top 25 2>&1 | tee "$OUT/trace-summary.log"
-  for trace in /tmp/trace/*; do
+  for trace in /tmp/trace/promptbert /tmp/trace/cotbert; do  # SimCSE's is in the summary: 8 files come back at most.
     [ -d "$trace" ] || continue
     find "$trace" -name '*.xplane.pb' -exec gzip -c {} \; > "$OUT/trace-$(basename "$trace").xplane.pb.gz"
   done
-  # The first step over issue 52's 45 s (PromptBERT 48 s, CoT-BERT 59 s unrolled, 2026-11-30): without XLA's Triton
-  # gemm fusions, whose autotuning compiles many kernels a dot, cuBLAS alone.
-  XLA_FLAGS=--xla_gpu_enable_triton_gemm=false timeout 130 "${bench[@]}" --sections train \
-    --settings promptbert,cotbert 2>&1 | tee "$OUT/train-no-triton-gemm.log"
-  timeout 70 "${bench[@]}" --sections train --settings promptbert --set model.scan_unroll=4 2>&1 \
+  # The first step over issue 52's 45 s (PromptBERT 48 s, CoT-BERT 59 s unrolled, 2026-11-30): the bias tables'
+  # small calls in the scan's loop (one layer compiled, not twelve); PromptBERT without XLA's Triton gemm fusions,
+  # whose autotuning compiles many kernels a dot (cuBLAS alone).
+  timeout 110 "${bench[@]}" --sections train --settings promptbert,cotbert --set model.loop_small_calls=True 2>&1 \
+    | tee "$OUT/train-loop-small-calls.log"
+  XLA_FLAGS=--xla_gpu_enable_triton_gemm=false timeout 65 "${bench[@]}" --sections train --settings promptbert \
+    2>&1 | tee "$OUT/train-no-triton-gemm.log"
+  timeout 60 "${bench[@]}" --sections train --settings promptbert --set model.scan_unroll=4 2>&1 \
     | tee "$OUT/train-unroll4.log"
-  timeout 45 "${bench[@]}" --sections sts 2>&1 | tee "$OUT/sts.log"
+  timeout 40 "${bench[@]}" --sections sts 2>&1 | tee "$OUT/sts.log"
 }
 
 measure_embed() {
