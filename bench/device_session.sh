@@ -14,8 +14,9 @@
 # Triton gemms), PromptBERT with four layers a trip (issue 52's partial unrolls), and the cold and warm 7-task STS
 # evaluation. Each bench run is capped so that a hang cannot take the window.
 # Issue 53's embedding bench (bench/embed.py against sentence-transformers on the GPU) is a second call, made at once
-# while the machine is warm if the window has ~4 minutes left (it runs ~2-3, with a host profile of embed.py):
-#   command: bash bench/device_session.sh measure-embed    carry: [".device"]    timeout_s: 300
+# while the machine is warm if the window has ~4 minutes left (it runs ~3-4: the bench, embed.py with fewer bucket
+# widths merged, a host profile of embed.py):
+#   command: bash bench/device_session.sh measure-embed    carry: [".device"]    timeout_s: 360
 # MiniLM's weights (90 MB) are over what a call carries, so it writes a model of MiniLM's shape with random weights
 # there (the throughput is the shape's) beside MiniLM's own tokenizer and sentence-transformers modules, and embeds
 # the wiki sample ten times over, each copy's lines numbered apart (119,140 distinct sentences: the Encoder embeds
@@ -75,11 +76,24 @@ measure_embed() {
   python3 -c "import sys, transformers as t; t.BertModel(t.BertConfig.from_pretrained(sys.argv[1])).save_pretrained(sys.argv[1])" \
     "$model" 2>&1 | tail -3
   awk '{for (copy = 0; copy < 10; copy++) print copy ": " $0}' .device/shared/data/wiki/wiki1m_sample.txt > "$corpus"
-  timeout 200 python3 bench/embed.py --device cuda --model "$model" --corpus "$corpus" --batch_size 256 --repeats 2 \
+  timeout 150 python3 bench/embed.py --device cuda --model "$model" --corpus "$corpus" --batch_size 256 --repeats 2 \
     2>&1 | tee -a "$OUT/embed.log"
+  # The GPU's eval.compile_flops (1e15: a bert-base shape's ~5 s of compiling and autotuning) merges this corpus's 23
+  # bucket widths into one, 144 tokens: 5.2x the FLOPs each width its own would run (7.3e13). Each width its own
+  # (0) and two widths (1e14: 44 and 144, 1.9x), each run twice: cold, then with the compilation cache warm.
+  local flops run
+  for flops in 0 1e14; do
+    for run in cold warm; do
+      echo "eval.compile_flops=$flops, $run:" | tee -a "$OUT/embed.log"
+      timeout 35 python3 embed.py --config configs/embed.py --config.model.path="$model" --config.method.name=last_avg \
+        --config.embed.corpus="$corpus" --config.embed.output="/tmp/embed-$flops-$run" --config.embed.normalize=True \
+        --config.eval.batch_size=256 --config.eval.progress=False --config.eval.compile_flops="$flops" 2>&1 \
+        | tail -1 | tee -a "$OUT/embed.log"
+    done
+  done
   # Where embed.py's time goes on the host (on the H200 it ran at the rate a 1-layer model gets on a 2-core CPU):
   # once more under cProfile, compiles cached by the bench's runs, the 30 longest functions by their own time.
-  timeout 90 python3 -m cProfile -o /tmp/embed.prof embed.py --config configs/embed.py --config.model.path="$model" \
+  timeout 45 python3 -m cProfile -o /tmp/embed.prof embed.py --config configs/embed.py --config.model.path="$model" \
     --config.embed.corpus="$corpus" --config.embed.output=/tmp/embed-profiled --config.eval.batch_size=256 2>&1 \
     | tail -2 | tee -a "$OUT/embed.log"
   python3 -c "import pstats; pstats.Stats('/tmp/embed.prof').sort_stats('tottime').print_stats(30)" \
