@@ -8,11 +8,11 @@
 #   command: bash bench/device_session.sh measure    carry: [".device"]    timeout_s: 560
 # and give the machine back unless rerunning at once. Logs land in $OUT (train-default.log with the card,
 # trace-summary.log, PromptBERT's and CoT-BERT's gzipped traces, train-loop-small-calls.log, train-no-triton-gemm.log,
-# train-unroll4.log, sts.log: the 8 files a call brings back at most): the default step
-# (encoder calls stacked; on a GPU the layers unrolled since 2026-11-30: docs/benchmarks.md, "The unrolled step on a
-# GPU") with where its GPU time goes, two ways to a shorter first step (the small calls in the scan's loop; no
-# Triton gemms), PromptBERT with four layers a trip (issue 52's partial unrolls), and the cold and warm 7-task STS
-# evaluation. Each bench run is capped so that a hang cannot take the window.
+# train-unroll4.log, sts.log with bench/attention.py's table: the 8 files a call brings back at most): the default
+# step (encoder calls stacked; on a GPU the layers unrolled since 2026-11-30: docs/benchmarks.md, "The unrolled step
+# on a GPU") with where its GPU time goes, two ways to a shorter first step (the small calls in the scan's loop; no
+# Triton gemms), PromptBERT with four layers a trip (issue 52's partial unrolls), the cold and warm 7-task STS
+# evaluation, and the encoder's attention against cuDNN's fused kernel. Each bench run is capped so that a hang cannot take the window.
 # Issue 53's embedding bench (bench/embed.py against sentence-transformers on the GPU) is a second call, made at once
 # while the machine is warm if the window has ~4 minutes left (it runs ~3-4: the bench, embed.py with fewer bucket
 # widths merged, a host profile of embed.py):
@@ -67,6 +67,8 @@ measure() {
   timeout 60 "${bench[@]}" --sections train --settings promptbert --set model.scan_unroll=4 2>&1 \
     | tee "$OUT/train-unroll4.log"
   timeout 40 "${bench[@]}" --sections sts 2>&1 | tee "$OUT/sts.log"
+  # Issue 52 item 3: the encoder's attention (XLA's) against cuDNN's fused kernel, bf16 (in sts.log: 8 files at most).
+  timeout 25 python3 bench/attention.py 2>&1 | tee -a "$OUT/sts.log"
 }
 
 measure_embed() {
