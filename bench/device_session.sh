@@ -12,7 +12,8 @@
 # step (encoder calls stacked; on a GPU the layers unrolled since 2026-11-30: docs/benchmarks.md, "The unrolled step
 # on a GPU") with where its GPU time goes, two ways to a shorter first step (the small calls in the scan's loop; no
 # Triton gemms), PromptBERT with four layers a trip (issue 52's partial unrolls), the cold and warm 7-task STS
-# evaluation, and the encoder's attention against cuDNN's fused kernel. Each bench run is capped so that a hang cannot take the window.
+# evaluation, and the encoder's attention against cuDNN's fused kernel. Each bench run is capped so that a hang
+# cannot take the window.
 # Issue 53's embedding bench (bench/embed.py against sentence-transformers on the GPU) is a second call, made at once
 # while the machine is warm if the window has ~4 minutes left (it runs ~3-4: the bench, embed.py with fewer bucket
 # widths merged, a host profile of embed.py):

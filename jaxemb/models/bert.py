@@ -228,10 +228,10 @@ class Layer(nn.Module):
     """Scaled dot-product attention over [batch, length, heads, head_dim].
 
     `jax.nn.dot_product_attention` (XLA's attention on every backend: JAX takes cuDNN's fused kernel only when
-    asked, docs/accelerators.md) is used unless the probabilities are needed (to return them, as
-    Ditto reads one layer, or to apply attention dropout in training: the op has no dropout) or the dots
-    must return `dot_output_dtype` (the op takes no output dtype), or the model runs in float64 (the op's softmax is
-    float32: a float64 reference would hold float32's rounding).
+    asked, docs/accelerators.md) is used unless the probabilities are needed (to return them, as Ditto reads one
+    layer, or to apply attention dropout in training: the op has no dropout) or the dots must return
+    `dot_output_dtype` (the op takes no output dtype), or the model runs in float64 (the op's softmax is float32: a
+    float64 reference would hold float32's rounding).
     """
     key_mask = attention_mask[:, None, None, :].astype(bool)  # [batch, 1, 1, key]
     rate = self.config.attention_probs_dropout_prob
