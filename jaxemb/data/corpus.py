@@ -155,9 +155,7 @@ def tokenize_cached(
   def tokenize(i: int) -> TemplateBatch:
     chunk = sentences[starts[i] : starts[i] + CHUNK_ROWS]
     try:
-      batch = tokenize_sentences(
-        template, tokenizer, chunk, max_sentence_tokens=max_sentence_tokens, pad_to=width, tokenization=tokenization
-      )
+      batch = tokenize_rows(chunk, template, tokenizer, max_sentence_tokens, tokenization)
     except ValueError as e:
       raise ValueError(f"sentences {starts[i]}.. (cache chunk {i}): {e}") from e
     _save_cache(paths[i], batch)
@@ -173,6 +171,21 @@ def tokenize_cached(
       batch = _load_cache(path, min(CHUNK_ROWS, len(sentences) - starts[i]), width)
       rows.put(i, starts[i], tokenize(i) if batch is None else batch)
   return rows.batch
+
+
+def tokenize_rows(
+  sentences: Sequence[str], template: Template, tokenizer: Tokenizer, max_sentence_tokens: int, tokenization: str
+) -> TemplateBatch:
+  """The rows `tokenize_cached` holds for `sentences`, tokenised without its cache: each sentence truncated to
+  `max_sentence_tokens`, every row padded to ``template.num_tokens + max_sentence_tokens``."""
+  return tokenize_sentences(
+    template,
+    tokenizer,
+    sentences,
+    max_sentence_tokens=max_sentence_tokens,
+    pad_to=template.num_tokens + max_sentence_tokens,
+    tokenization=tokenization,
+  )
 
 
 class _Rows:

@@ -7,7 +7,7 @@ import dataclasses
 import pathlib
 import queue
 import threading
-from typing import Any, Generator, Iterator, TypeVar
+from typing import Any, Callable, Generator, Iterator, TypeVar
 
 import jax
 import numpy as np
@@ -29,20 +29,57 @@ def tokenize_fields(
 ) -> dict[str, templates.TemplateBatch]:
   """Every row of each batch field (`batch_field`: a view's column in its template), tokenised once and cached;
   views with the same column and template share one field."""
+  return _fields(
+    config,
+    objective,
+    lambda column, template: corpus.tokenize_cached(
+      columns[column],
+      template,
+      tokenizer,
+      config.data.max_sentence_tokens,
+      cache_dir,
+      config.data.tokenization,
+      hosts,
+    ),
+  )
+
+
+def step_shapes(
+  config: TrainingRun,
+  columns: dict[str, list[str]],
+  objective: Objective,
+  tokenizer: Any,
+  step: int,
+  sharding: jax.sharding.Sharding,
+) -> dict[str, templates.TemplateBatch] | None:
+  """`Batches.shapes(step)` of the fields `tokenize_fields` gives, from the step's own global batch tokenised apart:
+  known in a moment, where tokenising wiki1m takes a minute or more on a first run, so that the first step compiles
+  meanwhile (loop.train). A batch whose rows the tokenizer refuses gives None: tokenize_fields then names the row
+  by its place in the corpus."""
+  everyone = corpus.batch_indices(len(next(iter(columns.values()))), config.train.batch_size, config.train.seed, step)
+  tokenize = lambda column, template: corpus.tokenize_rows(
+    [columns[column][i] for i in everyone],
+    template,
+    tokenizer,
+    config.data.max_sentence_tokens,
+    config.data.tokenization,
+  )
+  try:
+    fields = _fields(config, objective, tokenize)
+  except (TypeError, ValueError):
+    return None
+  return Batches.build(config, fields, sharding).shapes(0)  # One batch of these rows: the step's, reordered.
+
+
+def _fields(
+  config: TrainingRun, objective: Objective, tokenize: Callable[[str, templates.Template], templates.TemplateBatch]
+) -> dict[str, templates.TemplateBatch]:
+  """Each batch field's rows, `tokenize(column, template)`, once for views that share a column and template."""
   fields = {}
   for column, template in zip(config.objective.columns, objective.view_templates):
-    fields.setdefault(
-      batch_field(column, template.text),
-      corpus.tokenize_cached(
-        columns[column],
-        template,
-        tokenizer,
-        config.data.max_sentence_tokens,
-        cache_dir,
-        config.data.tokenization,
-        hosts,
-      ),
-    )
+    name = batch_field(column, template.text)
+    if name not in fields:
+      fields[name] = tokenize(column, template)
   return fields
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -113,15 +114,19 @@ def _train(
   )
   trainer, model_config, state, meta = _start(config, checked, mesh, ckpt, total_steps)
   claim.record_fingerprint()  # Not before: a restore that fails (a changed train state) leaves the run's as it was.
-  plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
   start_step = int(state.step)
-  method = selection.selection_method(config, trainer.objective)
-  encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **encoder_options(config.model, config.eval))
-  evaluation = selection.Evaluation(config, checked.evals, encoder, ckpt, meta)
-  evaluation.keep_best(state, total_steps)
-  before = _score_before_while_compiling(
-    evaluation, state, trainer, plan.shapes(start_step) if start_step < total_steps else None
-  )
+  first_shapes = None
+  if start_step < total_steps:
+    first_shapes = batches.step_shapes(
+      config, columns, trainer.objective, tokenizer, start_step, sharding.batch_sharding(mesh)
+    )
+  with _compiling_ahead(trainer, first_shapes):
+    plan = _batches(config, columns, trainer.objective, tokenizer, workdir, mesh)
+    method = selection.selection_method(config, trainer.objective)
+    encoder = Encoder(model_config, None, tokenizer, method, mesh=mesh, **encoder_options(config.model, config.eval))
+    evaluation = selection.Evaluation(config, checked.evals, encoder, ckpt, meta)
+    evaluation.keep_best(state, total_steps)
+    before = evaluation.score_before(state)
   recorder = StepRecorder(config, workdir, trainer.schedule, start_step, total_steps, started)
   if before:
     recorder.write(0, before)
@@ -254,24 +259,23 @@ def _start(
   return trainer, model_config, state, meta
 
 
-def _score_before_while_compiling(
-  evaluation: selection.Evaluation, state: train_state.TrainState, trainer: Trainer, first_batch: dict[str, Any] | None
-) -> dict[str, float]:
-  """evaluation.score_before (its scores) while the first step's program compiles for `first_batch`'s shapes (None: no
-  step left to run) in a thread: the first step then starts at once. An error in the evaluation waits for the compile
-  before it ends the run: a process that exits while that thread is inside XLA's compiler aborts (SIGABRT, the thread
-  unwinding through C++ frames as it takes the GIL back during the interpreter's exit) instead of saying the error in
-  one line. A Ctrl-C that stops at once does not wait (jaxemb.cli ends the process with os._exit)."""
-  compiling = trainer.compile_ahead(first_batch) if first_batch else None
+@contextlib.contextmanager
+def _compiling_ahead(trainer: Trainer, first_shapes: dict[str, Any] | None) -> Iterator[None]:
+  """The block (tokenising the corpus, the evaluation before training) runs while the first step's program compiles
+  for `first_shapes` (None: none to compile) in a thread: the first step then starts at once. The block's error
+  waits for the compile before it ends the run: a process that exits while that thread is inside XLA's compiler
+  aborts (SIGABRT, the thread unwinding through C++ frames as it takes the GIL back during the interpreter's exit)
+  instead of saying the error in one line. A Ctrl-C that stops at once does not wait (jaxemb.cli ends the process
+  with os._exit)."""
+  compiling = trainer.compile_ahead(first_shapes) if first_shapes else None
   try:
-    before = evaluation.score_before(state)
+    yield
   except Exception:
     if compiling:
       compiling.join()
     raise
   if compiling:
     compiling.join()
-  return before
 
 
 def _summary(

@@ -103,10 +103,10 @@ class Trainer:
     return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), self.abstract, self.shardings)
 
   def compile_ahead(self, batch: Any) -> threading.Thread:
-    """Starts compiling the steps for batches of `batch`'s shapes (`Batches.shapes`) in a thread of its own and
+    """Starts compiling the steps for batches of `batch`'s shapes (`batches.step_shapes`) in a thread of its own and
     returns the thread: the run's first call, made once it has ended, finds the program compiled (jit keeps it)
-    instead of waiting for it while the run did other work (the evaluation before training). A failure here is
-    left to that call's own compile to raise."""
+    instead of waiting for it while the run did other work (tokenising the corpus, the evaluation before
+    training). A failure here is left to that call's own compile to raise."""
 
     def compile_steps():
       with contextlib.suppress(Exception):

@@ -42,6 +42,30 @@ def test_shapes_are_those_of_the_placed_batch_at_every_width(tmp_path, tiny_bert
   assert len(widths) > 1, widths  # The steps cover more than one width.
 
 
+@pytest.mark.parametrize("name", ["promptbert", "cotbert", "promptbert_sup", "simcse"])
+def test_a_steps_shapes_from_its_own_rows_are_those_of_the_whole_corpuss_fields(tmp_path, tiny_bert, name):
+  """step_shapes(step), what the first step compiles for before the corpus is tokenised (loop.train), equals
+  Batches.shapes(step) of tokenize_fields' rows: each field (PromptBERT's two templates, CoT-BERT's views, the
+  supervised columns, SimCSE's one shared field) at the width of the step's longest row, in later epochs too."""
+  config = tiny_config(name, tiny_bert, tmp_path)
+  config.data.length_multiple, config.data.max_sentence_tokens = 2, 64  # Rows shorter than the width.
+  tokenizer = load_tokenizer(tiny_bert)
+  run = TrainingRun.from_config(config)
+  objective = trainer.build_objective(run, tokenizer)
+  columns = {column: values[:40] for column, values in loop.read_columns(run).items()}  # 10 steps an epoch.
+  fields = batches.tokenize_fields(run, columns, objective, tokenizer, tmp_path / "cache", corpus.Hosts())
+  batch_sharding = sharding.batch_sharding(sharding.make_mesh(-1, 1))
+  plan = batches.Batches.build(run, fields, batch_sharding)
+  widths = set()
+  for step in [*range(10), 23]:
+    shapes = batches.step_shapes(run, columns, objective, tokenizer, step, batch_sharding)
+    assert jax.tree.structure(shapes) == jax.tree.structure(plan.shapes(step))
+    assert jax.tree.leaves(shapes) == jax.tree.leaves(plan.shapes(step)), step
+    widths.update(rows.input_ids.shape[1] for rows in shapes.values())
+  assert len(fields) == {"promptbert": 2, "cotbert": 3, "promptbert_sup": 3, "simcse": 1}[name]
+  assert len(widths) > 1, widths  # The steps cover more than one width.
+
+
 @pytest.mark.parametrize("depth", [0, 2])
 def test_prefetch_keeps_order_and_runs_ahead_a_bounded_number_of_items(depth):
   produced = []

@@ -13,7 +13,7 @@ from jaxemb.data import corpus
 from jaxemb.errors import Diverged
 from jaxemb.evaluation.evaluators import evaluator_config
 from jaxemb.models import load_pretrained, load_tokenizer, run_dir
-from jaxemb.training import loop, selection, trainer
+from jaxemb.training import batches, loop, selection, trainer
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from jaxemb.spec import TrainingRun
 from tests.support import TRAIN_CONFIGS, final_params, logged_steps, shared_path, tensorboard_events, tiny_config
@@ -301,42 +301,44 @@ class _CompileAhead:
     return self.thread
 
 
-class _FailingEvaluation:
-  def __init__(self, error: BaseException):
-    self.error = error
-
-  def score_before(self, state):
-    del state
-    raise self.error
-
-
 def test_an_error_before_training_waits_for_the_step_compile_and_a_ctrl_c_does_not():
   """A run that ends while the compile-ahead thread is inside XLA's compiler aborts (SIGABRT) instead of saying its
-  error: an error in the evaluation before training waits for the compile; a Ctrl-C that stops at once does not."""
+  error: an error while the corpus is tokenised or the model scored before training waits for the compile; a
+  Ctrl-C that stops at once does not."""
   trainer = _CompileAhead()
   threading.Timer(0.2, trainer.release.set).start()
   with pytest.raises(ValueError):
-    loop._score_before_while_compiling(_FailingEvaluation(ValueError("bad")), None, trainer, {"rows": None})
+    with loop._compiling_ahead(trainer, {"rows": None}):
+      raise ValueError("bad")
   assert not trainer.thread.is_alive()
 
   trainer = _CompileAhead()
   with pytest.raises(KeyboardInterrupt):
-    loop._score_before_while_compiling(_FailingEvaluation(KeyboardInterrupt()), None, trainer, {"rows": None})
+    with loop._compiling_ahead(trainer, {"rows": None}):
+      raise KeyboardInterrupt()
   assert trainer.thread.is_alive()
   trainer.release.set()
   trainer.thread.join()
 
 
-def test_the_first_step_compiles_while_the_model_is_scored_before_training(tmp_path, tiny_bert, wiki_head, caplog):
-  """The step's program for the first batch compiles in the compile-ahead thread during the evaluation before
-  training; the first step itself compiles nothing. The summary gives the time to the first step."""
+def test_the_first_step_compiles_while_the_model_is_scored_before_training(
+  tmp_path, tiny_bert, wiki_head, caplog, monkeypatch
+):
+  """The step's program for the first batch compiles in the compile-ahead thread, started before the corpus is
+  tokenised, during that and the evaluation before training; the first step itself compiles nothing (its shapes
+  were known from its own rows). The summary gives the time to the first step."""
   config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head, num_steps=1)
+  events = []
+  compile_ahead, tokenize_fields = trainer.Trainer.compile_ahead, batches.tokenize_fields
+  monkeypatch.setattr(trainer.Trainer, "compile_ahead", lambda *a: events.append("compile") or compile_ahead(*a))
+  monkeypatch.setattr(batches, "tokenize_fields", lambda *a: events.append("tokenize") or tokenize_fields(*a))
   jax.config.update("jax_log_compiles", True)  # For every thread: jax.log_compiles() is the calling thread's only.
   try:
     with caplog.at_level("WARNING"):
       summary = loop.train(TrainingRun.from_config(config))
   finally:
     jax.config.update("jax_log_compiles", False)
+  assert events == ["compile", "tokenize"]
   compiles = [(r.threadName, r.getMessage()) for r in caplog.records if "Finished XLA compilation of" in r.getMessage()]
   step_compiles = [thread for thread, message in compiles if "train_step" in message]
   assert step_compiles == ["compile-steps"], compiles
