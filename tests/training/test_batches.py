@@ -66,6 +66,30 @@ def test_a_steps_shapes_from_its_own_rows_are_those_of_the_whole_corpuss_fields(
   assert len(widths) > 1, widths  # The steps cover more than one width.
 
 
+def test_a_row_the_tokenizer_refuses_is_named_by_its_place_in_the_corpus(tmp_path, tiny_bert, wiki_head, monkeypatch):
+  """A refused row in the first batch gives no shapes ahead (step_shapes None): the run's error is then
+  tokenize_fields', naming the row by its index in the corpus, not in the batch."""
+  run = TrainingRun.from_config(tiny_config("promptbert", tiny_bert, tmp_path, wiki_head))
+  tokenizer = load_tokenizer(tiny_bert)
+  objective = trainer.build_objective(run, tokenizer)
+  columns = loop.read_columns(run)
+  (sentences,) = columns.values()
+  row = int(corpus.batch_indices(len(sentences), run.train.batch_size, run.train.seed, 0)[1])
+  assert row != 1  # Its index in the batch (1) and in the corpus differ.
+  tokenize_rows = corpus.tokenize_rows
+
+  def refusing(rows, *args):
+    if sentences[row] in rows:
+      raise ValueError(f"Sentence {list(rows).index(sentences[row])} gives a row too long.")
+    return tokenize_rows(rows, *args)
+
+  monkeypatch.setattr(corpus, "tokenize_rows", refusing)
+  batch_sharding = sharding.batch_sharding(sharding.make_mesh(-1, 1))
+  assert batches.step_shapes(run, columns, objective, tokenizer, 0, batch_sharding) is None
+  with pytest.raises(ValueError, match=rf"^sentences 0\.\. \(cache chunk 0\): Sentence {row} gives"):
+    batches.tokenize_fields(run, columns, objective, tokenizer, tmp_path / "cache", corpus.Hosts())
+
+
 @pytest.mark.parametrize("depth", [0, 2])
 def test_prefetch_keeps_order_and_runs_ahead_a_bounded_number_of_items(depth):
   produced = []
