@@ -147,7 +147,7 @@ def tokenize_cached(
   if max_sentence_tokens < 1:
     raise ConfigError(f"max_sentence_tokens must be positive, got {max_sentence_tokens}")
   sentences = check_sentences(sentences)
-  width = template.num_tokens + max_sentence_tokens
+  width = _row_width(template, max_sentence_tokens)
   key = _cache_key(sentences, template, tokenizer, max_sentence_tokens, tokenization)
   starts = range(0, len(sentences), CHUNK_ROWS)
   paths = [storage.path(cache_dir) / f"tokens-{key}-{i:05d}.npz" for i in range(len(starts))]
@@ -183,9 +183,14 @@ def tokenize_rows(
     tokenizer,
     sentences,
     max_sentence_tokens=max_sentence_tokens,
-    pad_to=template.num_tokens + max_sentence_tokens,
+    pad_to=_row_width(template, max_sentence_tokens),
     tokenization=tokenization,
   )
+
+
+def _row_width(template: Template, max_sentence_tokens: int) -> int:
+  """The width every training row is padded to: the template's tokens and a sentence's at most."""
+  return template.num_tokens + max_sentence_tokens
 
 
 class _Rows:
