@@ -57,16 +57,6 @@ def static_sentence_avg(word_embeddings: jax.Array, input_ids: jax.Array, senten
   return static_avg(word_embeddings, input_ids, (positions >= 1) & (positions <= sentence_lengths[:, None]))
 
 
-def mask_state(out: EncoderOutput, mask_positions: jax.Array) -> jax.Array:
-  """PromptBERT Eq. 2 / CoT-BERT: the last-layer state at the template's LAST [MASK]."""
-  return gather_positions(out.last_hidden_state, mask_positions[:, -1])
-
-
-def gather_positions(x: jax.Array, positions: jax.Array) -> jax.Array:
-  """x[b, positions[b]] for every row b: [batch, length, ...] -> [batch, ...]."""
-  return jnp.take_along_axis(x, positions[:, None, None], axis=1)[:, 0]
-
-
 def mlm_top_k(mask_logits: jax.Array, word_embeddings: jax.Array, k: int) -> jax.Array:
   """PromptBERT Eq. 3: the static embeddings of the k tokens the MLM head ranks highest at [MASK], averaged
   with their probabilities renormalised over those k."""

@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxemb import denoise, optiprompt, pooling, templates
+from jaxemb import denoise, optiprompt, templates
 from jaxemb.errors import ConfigError
 from jaxemb.models import EncoderConfig, Transformer, heads
 from jaxemb.models.config import at_least_float32
@@ -90,33 +90,41 @@ def bias_position_offset(bias_positions: str, config: EncoderConfig) -> int:
 
 
 class EncoderInputs(NamedTuple):
-  """One encoder call's inputs: `forward(input_ids, attention_mask, **extra)`; `extra` holds position_ids (position-
-  offset rows) and an OptiPrompt template's inputs_embeds and inputs_embeds_mask, when they apply."""
+  """One encoder call's inputs: `forward(input_ids, attention_mask, read_positions=read_positions, **extra)`;
+  `read_positions` ([rows]) the one position of each row whose state is read (its last [MASK] or [CLS]: the last
+  layer computes those rows alone); `extra` holds position_ids (position-offset rows) and an OptiPrompt template's
+  inputs_embeds and inputs_embeds_mask, when they apply."""
 
   input_ids: jax.Array
   attention_mask: jax.Array
   extra: dict[str, jax.Array]
+  read_positions: jax.Array
+
+
+def read_state(forward: Forward, inputs: EncoderInputs) -> jax.Array:
+  """[rows, hidden]: the last-layer state at each row's read position, from one pass of `forward`."""
+  out = forward(inputs.input_ids, inputs.attention_mask, read_positions=inputs.read_positions, **inputs.extra)
+  return out.last_hidden_state[:, 0]
 
 
 def bias_inputs(
   view: View, config: EncoderConfig, lengths: jax.Array, max_len: int, prompt: jax.Array | None = None
-) -> tuple[EncoderInputs, jax.Array]:
-  """(the template-only rows of the view's denoising, one per length in `lengths`; their [MASK] positions)."""
+) -> EncoderInputs:
+  """The template-only rows of the view's denoising, one per length in `lengths`, read at their last [MASK]."""
   offset = bias_position_offset(view.bias_positions, config)
   rows = denoise.template_inputs(view.template, lengths, view.denoise, offset, max_len)
   extra = {} if rows.position_ids is None else {"position_ids": rows.position_ids}
   # Position-offset rows hold no sentence tokens (only their positions move); [PAD] rows hold n pads in the slot.
   slot_tokens = jnp.zeros_like(lengths) if view.denoise == "position_offset" else lengths
   extra.update(prompt_inputs(view, prompt, rows.input_ids, slot_tokens))
-  return EncoderInputs(rows.input_ids, rows.attention_mask, extra), rows.mask_positions
+  return EncoderInputs(rows.input_ids, rows.attention_mask, extra, rows.mask_positions[:, -1])
 
 
 def template_bias(
   view: View, model: Transformer, forward: Forward, lengths: jax.Array, max_len: int, prompt: jax.Array | None = None
 ) -> jax.Array:
   """The view's template bias for each sentence length in `lengths`: [N, hidden] (`max_len` bounds them)."""
-  inputs, mask_positions = bias_inputs(view, model.config, lengths, max_len, prompt)
-  return pooling.mask_state(forward(inputs.input_ids, inputs.attention_mask, **inputs.extra), mask_positions)
+  return read_state(forward, bias_inputs(view, model.config, lengths, max_len, prompt))
 
 
 def apply_head(
@@ -135,15 +143,15 @@ def apply_head(
   return x
 
 
-def state(view: View, out: Any, batch: templates.TemplateBatch) -> jax.Array:
-  """h: the last [MASK] state or the [CLS] state of each row, [batch, hidden]."""
-  return pooling.cls_before_pooler(out) if view.pooling == "cls" else pooling.mask_state(out, batch.mask_positions)
-
-
 def sentence_inputs(view: View, batch: templates.TemplateBatch, prompt: jax.Array | None = None) -> EncoderInputs:
-  """The encoder's inputs for the view's template batch."""
+  """The encoder's inputs for the view's template batch, read where h is: the last-layer state at the template's
+  last [MASK] (PromptBERT Eq. 2, CoT-BERT) or the [CLS] state (SimCSE)."""
+  read = jnp.zeros_like(batch.sentence_lengths) if view.pooling == "cls" else batch.mask_positions[:, -1]
   return EncoderInputs(
-    batch.input_ids, batch.attention_mask, prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths)
+    batch.input_ids,
+    batch.attention_mask,
+    prompt_inputs(view, prompt, batch.input_ids, batch.sentence_lengths),
+    read.astype(jnp.int32),
   )
 
 
@@ -158,8 +166,7 @@ def vector(
 ) -> jax.Array:
   """[batch, hidden]: each row's vector. `bias` ([batch, hidden], e.g. rows of a per-step table) is computed here for
   the batch's lengths when the view denoises and none is given."""
-  inputs = sentence_inputs(view, batch, prompt)
-  out = forward(inputs.input_ids, inputs.attention_mask, **inputs.extra)
+  h = read_state(forward, sentence_inputs(view, batch, prompt))
   if view.denoise != "none" and bias is None:
     bias = template_bias(view, model, forward, batch.sentence_lengths, batch.input_ids.shape[1], prompt)
-  return apply_head(view, model, params, state(view, out, batch), bias)
+  return apply_head(view, model, params, h, bias)

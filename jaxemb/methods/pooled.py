@@ -12,6 +12,7 @@ import pathlib
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxemb import atomic, pooling, templates
@@ -83,6 +84,12 @@ class Pooled(base.Tokenized):
 
   def forward_outputs(self) -> dict[str, Any]:
     return {"output_hidden_states": self._pool.hidden_states}
+
+  def encoder_outputs(self, model: Transformer, params: Any, batch: templates.TemplateBatch) -> Any:
+    if self._pool.vectors is not _cls_state:
+      return super().encoder_outputs(model, params, batch)
+    cls_row = jnp.zeros(batch.input_ids.shape[0], jnp.int32)  # The last layer computes the [CLS] row alone.
+    return model.apply({"params": params}, batch.input_ids, batch.attention_mask, read_positions=cls_row)
 
   def vectors(
     self,

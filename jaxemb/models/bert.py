@@ -185,7 +185,10 @@ class Layer(nn.Module):
   dot_output_dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x, attention_mask, deterministic: bool, return_attention: bool):
+  def __call__(self, x, attention_mask, deterministic: bool, return_attention: bool, read_positions=None):
+    """(the layer's output, the attention probs if `return_attention`). With `read_positions` ([batch] int) only
+    those rows go past the keys and values (their query, attention, feed-forward): the output is [batch, 1, hidden],
+    each row's read state as the full layer computes it."""
     c = self.config
     dot_general = (
       jax.lax.dot_general
@@ -202,27 +205,34 @@ class Layer(nn.Module):
     )
     norm = lambda name: nn.LayerNorm(c.layer_norm_eps, dtype=self.dtype, param_dtype=self.param_dtype, name=name)
     dropout = Dropout(c.hidden_dropout_prob)
-    heads_shape = (*x.shape[:-1], c.num_attention_heads, c.head_dim)
-    q, k, v = (a.reshape(heads_shape) for a in self._projections(x, deterministic, dot_general))
-    context, probs = self._attention(q, k, v, attention_mask, deterministic, return_attention)
+    queries = x if read_positions is None else jnp.take_along_axis(x, read_positions[:, None, None], axis=1)
+    q, k, v = self._projections(x, queries, deterministic, dot_general)
+    split_heads = lambda a: a.reshape(*a.shape[:-1], c.num_attention_heads, c.head_dim)
+    context, probs = self._attention(
+      split_heads(q), split_heads(k), split_heads(v), attention_mask, deterministic, return_attention
+    )
+    x = queries
     attended = dense(c.hidden_size, "attention_out")(context.reshape(x.shape))
     x = norm("attention_norm")(x + dropout(attended, deterministic=deterministic))
     hidden = heads.activation(c, dense(c.intermediate_size, "ffn_in")(x))
     x = norm("ffn_norm")(x + dropout(dense(c.hidden_size, "ffn_out")(hidden), deterministic=deterministic))
     return x, probs
 
-  def _projections(self, x, deterministic, dot_general) -> list[jax.Array]:
-    """Query, key and value. In training (dropout on) as one dot over the three kernels (linears.dense_split): the
-    backward copies x transposed once instead of three times (7% of a MiniLM PromptBERT step on an Intel Xeon); a
-    forward pass alone takes three dots, as concatenating the kernels cost it more than one dot gains (MiniLM,
-    1 x 16 tokens: 4.5 ms against 3.5 ms; 64 x 32: 6%)."""
-    weights = [
+  def _projections(self, x, queries, deterministic, dot_general) -> list[jax.Array]:
+    """Query (of `queries`: x, or its read rows), key and value (of x). In training (dropout on) as one dot over the
+    kernels of one input (linears.dense_split): the backward copies x transposed once instead of three times (7% of
+    a MiniLM PromptBERT step on an Intel Xeon); a forward pass alone takes three dots, as concatenating the kernels
+    cost it more than one dot gains (MiniLM, 1 x 16 tokens: 4.5 ms against 3.5 ms; 64 x 32: 6%)."""
+    query, key, value = (
       linears.Weights(x.shape[-1], self.config.hidden_size, self.param_dtype, nn.initializers.normal(0.02), name=name)()
       for name in ("query", "key", "value")
-    ]
+    )
+    split = lambda inputs, weights: linears.dense_split(inputs, weights, self.dtype, dot_general)
     if deterministic:
-      return [linears.dense_split(x, [w], self.dtype, dot_general)[0] for w in weights]
-    return linears.dense_split(x, weights, self.dtype, dot_general)
+      return [split(queries, [query])[0], split(x, [key])[0], split(x, [value])[0]]
+    if queries is x:
+      return split(x, [query, key, value])
+    return [split(queries, [query])[0], *split(x, [key, value])]
 
   def _attention(self, q, k, v, attention_mask, deterministic, return_attention):
     """Scaled dot-product attention over [batch, length, heads, head_dim].
@@ -315,6 +325,7 @@ class Transformer(nn.Module):
     output_hidden_states: bool = False,
     output_attentions: Sequence[int] = (),
     output_mlm_logits: bool = False,
+    read_positions: jax.Array | None = None,
   ) -> EncoderOutput:
     """Encodes a batch.
 
@@ -332,19 +343,26 @@ class Transformer(nn.Module):
         (unrolled, only these layers materialise them; scanned, every layer computes them unfused).
       output_mlm_logits: return MLM logits at every position (needs an MLM head; to score a few positions
         gather them first and call `mlm_logits`).
+      read_positions: [batch] int, the one position of each row whose last-layer state is read (a [MASK], [CLS]):
+        `last_hidden_state` is [batch, 1, hidden]. Unless the scan loops, the last layer computes only these rows
+        past their keys and values (a sixth of MiniLM's FLOPs, a twelfth of bert-base's, saved). Not with the
+        outputs of every layer.
     """
     num_layers = self.config.num_hidden_layers
     bad_layers = [i for i in output_attentions if not 0 <= i < num_layers]
     if bad_layers:
       raise ValueError(f"output_attentions layers {bad_layers} out of range [0, {num_layers})")
+    if read_positions is not None and (output_hidden_states or output_attentions):
+      raise ValueError("read_positions computes the last layer's read rows alone: no hidden states or attentions")
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
     if position_ids is None:
       position_ids = default_position_ids(self.config, input_ids)
     x = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, inputs_embeds_mask, deterministic)
-    run = self._scanned if self.scan_layers else self._unrolled
     attention_layers = tuple(dict.fromkeys(output_attentions))  # Each layer once, in the order asked.
-    layer_outputs, attentions = run(x, attention_mask, deterministic, attention_layers, output_hidden_states)
+    layer_outputs, attentions = self._layers(
+      x, attention_mask, deterministic, attention_layers, output_hidden_states, read_positions
+    )
     last = layer_outputs[-1]
     return EncoderOutput(
       last_hidden_state=last,
@@ -363,13 +381,41 @@ class Transformer(nn.Module):
         attentions[i] = probs
     return outputs, attentions
 
-  def _scanned(self, x, attention_mask, deterministic, attention_layers, output_hidden_states):
+  def _layers(self, x, attention_mask, deterministic, attention_layers, output_hidden_states, read_positions):
+    """(the layers' outputs, {layer: probs}); with `read_positions` the last output is the read rows'."""
+    # The scan's loop runs one layer's program for every layer (what it is chosen for): its last layer runs whole.
+    looped = self.scan_layers and self.scan_unroll < self.config.num_hidden_layers
+    if read_positions is not None and not looped:
+      return [self._read(x, attention_mask, deterministic, read_positions)], {}
+    run = self._scanned if self.scan_layers else self._unrolled
+    outputs, attentions = run(x, attention_mask, deterministic, attention_layers, output_hidden_states)
+    if read_positions is not None:
+      outputs = [jnp.take_along_axis(outputs[-1], read_positions[:, None, None], axis=1)]
+    return outputs, attentions
+
+  def _read(self, x, attention_mask, deterministic, read_positions):
+    """The last layer's states at `read_positions` ([batch, 1, hidden]) after the layers before it, run in full
+    (scanned: unrolled)."""
+    if not self.scan_layers:
+      for layer in self.layers[:-1]:
+        x, _ = layer(x, attention_mask, deterministic, False)
+      return self.layers[-1](x, attention_mask, deterministic, False, read_positions)[0]
+    num_layers = self.config.num_hidden_layers
+    if num_layers > 1:
+      x = self._scanned(x, attention_mask, deterministic, (), False, num_layers - 1)[0][-1]
+    last = lambda layer, *args: layer(*args)[0]
+    last = nn.map_variables(last, "params", trans_in_fn=lambda v: jax.tree.map(lambda a: a[-1], v))
+    return last(self.layers, x, attention_mask, deterministic, False, read_positions)
+
+  def _scanned(self, x, attention_mask, deterministic, attention_layers, output_hidden_states, num_layers=None):
     """`_unrolled`'s results from one scan over the stacked layers, as maxtext's decoder scans its layers
     (AI-Hypercomputer/maxtext MaxText/layers/decoders.py, `Decoder.scan_decoder_layers`: `nn.scan` with the params
     split on axis 0 and a params and dropout rng per layer). Only the last output is kept unless
     `output_hidden_states`; the requested layers' probs go to slots of a buffer carried through the scan (a last
-    slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are."""
-    num_layers = self.config.num_hidden_layers
+    slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are.
+    `num_layers` < num_hidden_layers runs the first layers alone."""
+    scan_all = num_layers is None or num_layers == self.config.num_hidden_layers
+    num_layers = self.config.num_hidden_layers if num_layers is None else num_layers
     slots = jnp.asarray(
       [attention_layers.index(i) if i in attention_layers else len(attention_layers) for i in range(num_layers)]
     )
@@ -388,8 +434,10 @@ class Transformer(nn.Module):
       variable_axes={"params": 0},
       split_rngs={"params": True, "dropout": True},
       length=num_layers,
-      unroll=self.scan_unroll,
+      unroll=min(self.scan_unroll, num_layers),
     )
+    if not scan_all:
+      scan = nn.map_variables(scan, "params", trans_in_fn=lambda v: jax.tree.map(lambda a: a[:num_layers], v))
     (x, buffer), outputs = scan(self.layers, (x, buffer), slots)
     attentions = {layer: buffer[slot] for slot, layer in enumerate(attention_layers)}
     return (list(outputs) if output_hidden_states else [x]), attentions

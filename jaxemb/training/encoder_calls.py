@@ -73,16 +73,9 @@ def calls(parts: list[Part], stack: bool) -> list[list[int]]:
 
 
 def _run(encoder_params: dict[str, Any], model: Transformer, key: jax.Array, inputs: views.EncoderInputs) -> jax.Array:
-  """One part's (or, under vmap, each stacked part's) last hidden states in training mode."""
-  out = model.apply(
-    {"params": encoder_params},
-    inputs.input_ids,
-    inputs.attention_mask,
-    deterministic=False,
-    rngs={"dropout": key},
-    **inputs.extra,
-  )
-  return out.last_hidden_state
+  """One part's (or, under vmap, each stacked part's) read states in training mode."""
+  forward = functools.partial(model.apply, {"params": encoder_params}, deterministic=False, rngs={"dropout": key})
+  return views.read_state(forward, inputs)
 
 
 def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.EncoderInputs:
@@ -92,24 +85,27 @@ def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.Encod
     x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2), constant_values=value
   )
   return views.EncoderInputs(
-    pad(inputs.input_ids, pad_id), pad(inputs.attention_mask), {k: pad(v) for k, v in inputs.extra.items()}
+    pad(inputs.input_ids, pad_id),
+    pad(inputs.attention_mask),
+    {k: pad(v) for k, v in inputs.extra.items()},
+    inputs.read_positions,
   )
 
 
 def encode(
   model: Transformer, encoder_params: dict[str, Any], parts: list[Part], stack: bool, loop_small: bool = False
 ) -> list[jax.Array]:
-  """Each part's last hidden states ([rows, width, hidden]), in training mode (dropout from each part's key), in the
-  calls `calls(parts, stack)` groups them into; with `loop_small`, a call under SMALL_CALL of the largest's tokens
+  """Each part's read states ([rows, hidden]), in training mode (dropout from each part's key), in the calls
+  `calls(parts, stack)` groups them into; with `loop_small`, a call under SMALL_CALL of the largest's tokens
   runs the layer scan's loop, one layer a trip."""
-  hidden: list[jax.Array | None] = [None] * len(parts)
+  states: list[jax.Array | None] = [None] * len(parts)
   grouped = calls(parts, stack)
   tokens = [len(call) * parts[call[0]].shape[0] * parts[call[0]].shape[1] for call in grouped]
   for call, call_tokens in zip(grouped, tokens):
     small = loop_small and call_tokens < SMALL_CALL * max(tokens)
     run = functools.partial(_run, encoder_params, model.clone(scan_unroll=1) if small else model)
     if len(call) == 1:  # The plain call: no stacking axis for XLA to carry.
-      hidden[call[0]] = run(parts[call[0]].dropout_key, parts[call[0]].inputs)
+      states[call[0]] = run(parts[call[0]].dropout_key, parts[call[0]].inputs)
       continue
     width = parts[call[0]].shape[1]
     stacked = jax.tree.map(
@@ -117,5 +113,5 @@ def encode(
     )
     out = jax.vmap(run)(jnp.stack([parts[i].dropout_key for i in call]), stacked)
     for j, i in enumerate(call):
-      hidden[i] = out[j, :, : parts[i].shape[1]]
-  return hidden
+      states[i] = out[j]
+  return states

@@ -17,9 +17,9 @@ import zlib
 import jax
 import jax.numpy as jnp
 
-from jaxemb import losses, pooling, templates, views, xla
+from jaxemb import losses, templates, views, xla
 from jaxemb.errors import ConfigError
-from jaxemb.models import EncoderOutput, Transformer
+from jaxemb.models import Transformer
 from jaxemb.training import encoder_calls, mlm
 
 POOLINGS = views.POOLINGS
@@ -207,19 +207,14 @@ class _TrainingForward:
 @dataclasses.dataclass
 class _GroupPasses:
   """One loss group's encoder passes: `parts` keyed ("view", i) and ("bias", template), in the order they were
-  built; `bias_masks` the [MASK] positions of each template's bias rows."""
+  built."""
 
   parts: dict[tuple[str, Any], encoder_calls.Part]
-  bias_masks: dict[templates.Template, jax.Array]
 
-  def read(self, hidden: Iterator[jax.Array]) -> dict[tuple[str, Any], Any]:
-    """The parts' results from their last hidden states (taken from `hidden` in the parts' order): each view's
-    EncoderOutput, each template's bias table [max_len + 1, hidden]."""
-    results = {}
-    for name in self.parts:
-      out = EncoderOutput(last_hidden_state=next(hidden))
-      results[name] = pooling.mask_state(out, self.bias_masks[name[1]]) if name[0] == "bias" else out
-    return results
+  def read(self, states: Iterator[jax.Array]) -> dict[tuple[str, Any], jax.Array]:
+    """The parts' read states (taken from `states` in the parts' order): each view's h [rows, hidden], each
+    template's bias table [max_len + 1, hidden]."""
+    return {name: next(states) for name in self.parts}
 
 
 def _group_passes(
@@ -229,14 +224,12 @@ def _group_passes(
   width holds (one table per template, shared by the views that use it: kongds/Prompt-BERT `get_delta`,
   ZBWpro/CoT-BERT `denoising`; gradients flow through it, as in the reference). Dropout keys by part name: SimCSE's
   two views read the same field and differ in dropout alone, so a view is named by its position."""
-  passes = _GroupPasses({}, {})
+  passes = _GroupPasses({})
   prompt = forward.params.get("prompt")
   for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
     if view.denoise != "none" and ("bias", view.template) not in passes.parts:
       max_len = batch[field].input_ids.shape[1] - view.template.num_tokens  # What data.length_multiple's width holds.
-      inputs, passes.bias_masks[view.template] = views.bias_inputs(
-        view, model.config, jnp.arange(max_len + 1), max_len, prompt
-      )
+      inputs = views.bias_inputs(view, model.config, jnp.arange(max_len + 1), max_len, prompt)
       key = forward.named(f"bias {view.template.text}").next_key()
       passes.parts["bias", view.template] = encoder_calls.Part(inputs, key)
     key = forward.named(f"view {i}").next_key()
@@ -257,8 +250,7 @@ def _group_loss(
   vectors = []
   for i, (field, view) in enumerate(zip(objective.views, objective.view_list)):
     bias = None if view.denoise == "none" else results["bias", view.template][batch[field].sentence_lengths]
-    state = views.state(view, results["view", i], batch[field])
-    vectors.append(views.apply_head(view, model, params, state, bias))
+    vectors.append(views.apply_head(view, model, params, results["view", i], bias))
   weight = {"hard_negative_weight": objective.hard_negative_weight} if objective.hard_negative_weight else {}
   logits = logits_of(*vectors, temperature=objective.temperature, **weight)
   return losses.diagonal_cross_entropy(logits), losses.contrastive_accuracy(logits)
@@ -296,9 +288,9 @@ def _contrastive_loss(
   passes = [_group_passes(objective, model, forward.named(f"group {g}"), group) for g, group in enumerate(groups)]
   stack = xla.stacks_encoder_calls() if objective.stack_encoder_calls is None else objective.stack_encoder_calls
   parts = [part for p in passes for part in p.parts.values()]
-  hidden = iter(encoder_calls.encode(model, forward.params["encoder"], parts, stack, objective.loop_small_calls))
+  states = iter(encoder_calls.encode(model, forward.params["encoder"], parts, stack, objective.loop_small_calls))
   results = [
-    _group_loss(logits_of, objective, model, forward.params, group, p.read(hidden)) for group, p in zip(groups, passes)
+    _group_loss(logits_of, objective, model, forward.params, group, p.read(states)) for group, p in zip(groups, passes)
   ]
   loss = sum(loss for loss, _ in results) / len(results)
   return loss, {"loss": loss, "contrastive_accuracy": sum(accuracy for _, accuracy in results) / len(results)}

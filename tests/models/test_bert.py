@@ -351,6 +351,28 @@ def test_scanned_layers_give_the_unrolled_outputs_and_gradients(tiny_checkpoint)
   assert not np.allclose(_loss_and_grads(path, False, True)[0], _loss_and_grads(path, False, False)[0], rtol=1e-3)
 
 
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_read_positions_are_the_full_forward_read_there_at_less_compute(tiny_checkpoint, scan_layers):
+  """The last layer computing only each row's read position (a [MASK], the [CLS]) is the full forward read there:
+  the states and every gradient within float32 rounding (no dropout), the layers unrolled or their scan (unrolled:
+  a loop runs its last layer whole); and the program computes at least half a layer fewer FLOPs (the last layer's
+  queries, attention and feed-forward of the other rows)."""
+  path = str(tiny_checkpoint[1])
+  config, params, _ = _load(path, scan_layers)
+  ids, mask = _padded_batch(path)
+  read = jnp.asarray(mask.sum(1) - 2)  # The last word of each row: a position of its own in every row.
+  model = Transformer(config, scan_layers=scan_layers, scan_unroll=config.num_hidden_layers)
+  full = lambda p: model.apply({"params": p}, ids, mask).last_hidden_state[jnp.arange(len(read)), read]
+  alone = lambda p: model.apply({"params": p}, ids, mask, read_positions=read).last_hidden_state[:, 0]
+  value_and_grads = lambda f: jax.jit(jax.value_and_grad(lambda p: jnp.sum(f(p) ** 2)))(params)
+  (full_value, full_grads), (value, grads) = value_and_grads(full), value_and_grads(alone)
+  _assert_close(path, (value, bert.unstack_layers(grads)), (full_value, bert.unstack_layers(full_grads)))
+  flops = lambda f: jax.jit(f).lower(params).compile().cost_analysis()["flops"]
+  assert flops(alone) < (1 - 0.5 / config.num_hidden_layers) * flops(full)
+  with pytest.raises(ValueError, match="read_positions"):
+    model.apply({"params": params}, ids, mask, read_positions=read, output_hidden_states=True)
+
+
 def test_unrolled_scan_is_the_scanned_model(tiny_checkpoint):
   """scan_unroll (the CPU's choice, jaxemb.xla.scan_unroll) changes the compiled loop only: with dropout on, the
   loss and gradients of the scan unrolled into one trip equal the looping scan's (the same dropout streams), and

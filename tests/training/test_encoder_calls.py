@@ -27,7 +27,8 @@ def tiny(tmp_path_factory):
 
 def _part(rows, width, extra=()):
   ids = jnp.ones((rows, width), jnp.int32)
-  return encoder_calls.Part(views.EncoderInputs(ids, ids, {k: ids for k in extra}), jax.random.key(0))
+  read = jnp.arange(rows, dtype=jnp.int32) % width
+  return encoder_calls.Part(views.EncoderInputs(ids, ids, {k: ids for k in extra}, read), jax.random.key(0))
 
 
 def test_parts_of_one_row_count_and_inputs_within_a_quarter_of_the_widest_share_a_call():
@@ -85,23 +86,24 @@ def test_views_in_one_call_draw_the_dropout_of_their_own_calls(tiny):
 
 
 def test_a_padded_part_gives_the_states_of_its_own_call(tiny):
-  """A narrower part padded to its call's width: its states (dropout off) equal its own call's to float32 rounding;
-  the padding columns are cut off."""
+  """A narrower part padded to its call's width: its states at each row's read position (dropout off) equal the
+  full forward's there to float32 rounding."""
   tokenizer, model, encoder = tiny
   quiet = model.clone(
     config=dataclasses.replace(model.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
   )
   template = templates.Template.parse("[X]", tokenizer)
   narrow, wide = (templates.tokenize_sentences(template, tokenizer, SENTENCES, pad_to=w) for w in (9, 11))
+  read = narrow.sentence_lengths  # Each row's last sentence token: a position of its own in every row.
   parts = [
-    encoder_calls.Part(views.EncoderInputs(rows.input_ids, rows.attention_mask, {}), jax.random.key(i))
+    encoder_calls.Part(views.EncoderInputs(rows.input_ids, rows.attention_mask, {}, read), jax.random.key(i))
     for i, rows in enumerate((narrow, wide))
   ]
   assert encoder_calls.calls(parts, stack=True) == [[1, 0]]
-  hidden = encoder_calls.encode(quiet, encoder, parts, stack=True)
-  assert hidden[0].shape == (4, 9, quiet.config.hidden_size)
+  states = encoder_calls.encode(quiet, encoder, parts, stack=True)
   alone = quiet.apply({"params": encoder}, narrow.input_ids, narrow.attention_mask).last_hidden_state
-  np.testing.assert_allclose(hidden[0], alone, atol=1e-5)  # LayerNorm'd states: O(1), float32 rounding ~1e-6.
+  # LayerNorm'd states: O(1), float32 rounding ~1e-6.
+  np.testing.assert_allclose(states[0], alone[np.arange(len(read)), read], atol=1e-5)
 
 
 def _scan_unrolls(fn, *args) -> list[int]:
@@ -125,15 +127,19 @@ def _scan_unrolls(fn, *args) -> list[int]:
 
 def test_small_calls_run_the_layer_scans_loop_when_asked(tiny):
   """config.model.loop_small_calls: a call under a quarter of the largest's tokens (a bias table's) runs the scan one
-  layer a trip while the large call stays unrolled; the states are the unrolled call's to float32 rounding, dropout
-  on (the same masks)."""
+  layer a trip while the large call stays unrolled (its scan covers the layers before the last, which computes the
+  read rows alone; the loop runs its last layer whole). Without dropout (the loop draws its masks apart) the states
+  are the unrolled call's to float32 rounding."""
   _, model, encoder = tiny
   layers = model.config.num_hidden_layers
-  unrolled = model.clone(scan_unroll=layers)
+  unrolled = model.clone(
+    config=dataclasses.replace(model.config, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    scan_unroll=layers,
+  )
   parts = [_part(4, 40), _part(4, 9, ["position_ids"])]  # 36 tokens against 160.
   parts = [dataclasses.replace(p, dropout_key=jax.random.key(i)) for i, p in enumerate(parts)]
   encode = lambda params, loop_small: encoder_calls.encode(unrolled, params, parts, True, loop_small)
-  assert _scan_unrolls(lambda p: encode(p, False), encoder) == [layers, layers]
-  assert _scan_unrolls(lambda p: encode(p, True), encoder) == [layers, 1]
+  assert _scan_unrolls(lambda p: encode(p, False), encoder) == [layers - 1, layers - 1]
+  assert _scan_unrolls(lambda p: encode(p, True), encoder) == [layers - 1, 1]
   for looped, whole in zip(encode(encoder, True), encode(encoder, False)):
     np.testing.assert_allclose(looped, whole, atol=1e-5)  # LayerNorm'd states: O(1), float32 rounding ~1e-6.
