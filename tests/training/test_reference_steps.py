@@ -246,10 +246,11 @@ def test_five_default_steps_equal_the_authors_step(name, models, torch_threads):
     assert all(n == "p_mbv" or n.startswith("mlp.") for n in moved), moved
 
 
-@pytest.mark.parametrize("name", ["promptbert", "simcse"])
+@pytest.mark.parametrize("name", ["promptbert", "simcse", "cotbert"])
 def test_the_unrolled_layers_step_equals_the_authors_step(name, models, torch_threads):
   """The layers unrolled (the CPU's and GPUs' default, which the other tests leave for the loop's cheaper compile),
-  where the last layer computes only the rows read ([MASK] rows and their bias rows; [CLS]): the same comparison."""
+  where the last layer computes only the rows read (the [MASK] of the sentence rows and of the position-offset or
+  [PAD] bias rows; [CLS]): the same comparison."""
   losses, ours, result = compare_runs(name, models, **{"model.scan_unroll": None})
   np.testing.assert_allclose(losses, result.losses, rtol=2e-5, atol=1e-6)
   assert_same_updates(ours, result)
