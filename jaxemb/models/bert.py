@@ -270,7 +270,8 @@ class Transformer(nn.Module):
       by the scan rather than folded in by layer name. False by default: the layout `load_pretrained` returns
       unless asked (training's config.model.scan_layers is True).
     scan_unroll: how many layers each trip of the scan's loop runs (`nn.scan`'s `unroll`; num_hidden_layers: no
-      loop at all). A compile-time choice: the params, dropout streams and outputs are the scanned model's
+      loop at all). A compile-time choice: the params, dropout streams and outputs are the scanned model's (but
+      with `read_positions`, whose last layer unrolled computes the read rows alone, drawing its own masks)
       (the train step's is jaxemb.xla.scan_unroll's, per backend; a forward pass alone, which stacks nothing, gained
       4% from unrolling on the CPU, less than its compile time in a training run's evaluations).
     remat_policy: one of REMAT_POLICIES: what each layer keeps for the backward pass ("none": everything; "full":

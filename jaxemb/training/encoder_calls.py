@@ -30,8 +30,8 @@ MAX_PADDING = 0.25
 # With config.model.loop_small_calls, a call of fewer tokens than this fraction of the step's largest call runs the
 # layer scan's loop, one layer a trip, whatever model.scan_unroll: unrolled, its layers cost as much compiling as the
 # largest call's (PromptBERT's bias rows, unrolled, doubled its step's compile on an H200: 47.7 s against SimCSE's
-# 21.3), while its run is a small part of the step. The loop computes the same function (the same dropout streams,
-# float32 rounding apart; tests/models/test_bert.py).
+# 21.3), while its run is a small part of the step. The loop computes the same function (float32 rounding apart;
+# its last layer runs whole, so its dropout masks are drawn apart; tests/training/test_encoder_calls.py).
 SMALL_CALL = 0.25
 
 
