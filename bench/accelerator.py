@@ -8,8 +8,9 @@ One command, four sections, each printed as a table with the reference it is mea
 2. train: one training step at the paper's batch (256) for PromptBERT (two views + position-offset rows),
    SimCSE and CoT-BERT: jaxemb (config.model.dtype, bfloat16 by default; the step train.py compiles) against the
    authors' recipe: the transcription of their `cl_forward` in testing_support/reference_torch.py on the HF model,
-   fp16 autocast with a GradScaler, torch AdamW, clipping at 1.0. Steps/s, MFU (3x the forward FLOPs of every
-   row the step encodes), peak device memory, and the first step's seconds (jaxemb's includes its compile).
+   fp16 autocast with a GradScaler, torch AdamW, clipping at 1.0. Steps/s, MFU (3x the full forward FLOPs of every
+   row the step encodes, as the authors' step computes them: jaxemb's last layer computes the read rows alone, so
+   its MFU is of the same model work as theirs, not of the FLOPs it ran), peak device memory, and the first step's seconds (jaxemb's includes its compile).
 3. sts: the full 7-task STS evaluation (bert-base-sized, random weights: the time, not the score), cold (compiling)
    and warm.
 4. epoch: the projected wall time of one wiki1m epoch (3,906 steps at batch 256, STS-B dev every 125 steps).
@@ -233,8 +234,8 @@ def train_section(
   overrides: tuple[str, ...] = (),
 ):
   print(
-    f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x forward FLOPs of "
-    f"every encoded row / step time / matmul peak){'; jaxemb with ' + ', '.join(overrides) if overrides else ''}\n"
+    f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x full forward FLOPs "
+    f"of every encoded row / step time / matmul peak){'; jaxemb with ' + ', '.join(overrides) if overrides else ''}\n"
   )
   print("| setting | side | steps/s | MFU | peak device memory | first step | jaxemb vs this |")
   print("|---|---|---|---|---|---|---|")
