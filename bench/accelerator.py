@@ -10,7 +10,8 @@ One command, four sections, each printed as a table with the reference it is mea
    authors' recipe: the transcription of their `cl_forward` in testing_support/reference_torch.py on the HF model,
    fp16 autocast with a GradScaler, torch AdamW, clipping at 1.0. Steps/s, MFU (3x the full forward FLOPs of every
    row the step encodes, as the authors' step computes them: jaxemb's last layer computes the read rows alone, so
-   its MFU is of the same model work as theirs, not of the FLOPs it ran), peak device memory, and the first step's seconds (jaxemb's includes its compile).
+   its MFU is of the same model work as theirs, not of the FLOPs it ran), peak device memory, and the first step's
+   seconds (jaxemb's includes its compile).
 3. sts: the full 7-task STS evaluation (bert-base-sized, random weights: the time, not the score), cold (compiling)
    and warm.
 4. epoch: the projected wall time of one wiki1m epoch (3,906 steps at batch 256, STS-B dev every 125 steps).
