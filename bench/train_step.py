@@ -52,7 +52,10 @@ class TorchTrainStep:
     # config.model.dtype's counterpart: float32 weights, bfloat16 matmuls and float32 reductions.
     self.autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.model.dtype == "bfloat16")
     if o.loss != "info_nce" or o.head != "mlp" or o.denoise not in ("none", "position_offset"):
-      raise ValueError(f"no PyTorch step for {o}")
+      raise ValueError(
+        f"its PyTorch side runs InfoNCE, an MLP head and denoising none or position_offset, not loss {o.loss}, head "
+        f"{o.head}, denoise {o.denoise} (bench/accelerator.py times every setting against the authors' step)"
+      )
     self.bert = transformers.BertModel.from_pretrained(model_dir, add_pooling_layer=False).train()
     mlp = jaxemb_step.initial_params["mlp"]["dense"]
     hidden = self.bert.config.hidden_size
@@ -211,7 +214,10 @@ def main():
     for name in args.configs.split(","):
       steps = jaxemb_steps(name, args, model_dir, sentences, mesh)
       first = next(iter(steps.values()))
-      torch_step = TorchTrainStep(first, setting_config(name, args), model_dir)
+      try:
+        torch_step = TorchTrainStep(first, setting_config(name, args), model_dir)
+      except ValueError as e:
+        raise SystemExit(f"bench/train_step.py: configs/{name}.py: {e}") from None
       ours, theirs = dropout_free_losses(first, torch_step)
       widths = sorted({rows.input_ids.shape[1] for rows in first.rows.values()})
       print(
