@@ -415,7 +415,6 @@ class Transformer(nn.Module):
     `output_hidden_states`; the requested layers' probs go to slots of a buffer carried through the scan (a last
     slot takes the other layers'), so it holds len(attention_layers) maps however many layers there are.
     `num_layers` < num_hidden_layers runs the first layers alone."""
-    scan_all = num_layers is None or num_layers == self.config.num_hidden_layers
     num_layers = self.config.num_hidden_layers if num_layers is None else num_layers
     slots = jnp.asarray(
       [attention_layers.index(i) if i in attention_layers else len(attention_layers) for i in range(num_layers)]
@@ -437,7 +436,7 @@ class Transformer(nn.Module):
       length=num_layers,
       unroll=min(self.scan_unroll, num_layers),
     )
-    if not scan_all:
+    if num_layers < self.config.num_hidden_layers:
       scan = nn.map_variables(scan, "params", trans_in_fn=lambda v: jax.tree.map(lambda a: a[:num_layers], v))
     (x, buffer), outputs = scan(self.layers, (x, buffer), slots)
     attentions = {layer: buffer[slot] for slot, layer in enumerate(attention_layers)}

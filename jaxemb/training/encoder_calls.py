@@ -84,12 +84,11 @@ def _padded(inputs: views.EncoderInputs, width: int, pad_id: int) -> views.Encod
   pad = lambda x, value=0: jnp.pad(
     x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2), constant_values=value
   )
-  return views.EncoderInputs(
-    pad(inputs.input_ids, pad_id),
-    pad(inputs.attention_mask),
-    {k: pad(v) for k, v in inputs.extra.items()},
-    inputs.read_positions,
-  )
+  return inputs._replace(
+    input_ids=pad(inputs.input_ids, pad_id),
+    attention_mask=pad(inputs.attention_mask),
+    extra={k: pad(v) for k, v in inputs.extra.items()},
+  )  # The read positions stay: padding on the right moves no row's.
 
 
 def encode(
