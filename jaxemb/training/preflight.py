@@ -35,15 +35,23 @@ def check(config: TrainingRun, mesh: Mesh) -> tuple[run_dir.ModelSource, objecti
     objective = trainer.build_objective(config, source.tokenizer)  # Each view's template, pooling, denoising, loss.
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from None
-  _check_negatives(config, objective)
+  _check_loss_groups(config, objective)
   return source, objective
 
 
-def _check_negatives(config: TrainingRun, objective: objectives.Objective):
-  """InfoNCE's negatives are the other rows of its loss group: with one row its loss is 0 and nothing trains (the
-  hard-negative losses still have each row's own negative)."""
-  field = "objective.loss_group_size" if objective.loss_group_size else "train.batch_size"
-  value = objective.loss_group_size or config.train.batch_size
+def _check_loss_groups(config: TrainingRun, objective: objectives.Objective):
+  """The global batch splits into whole loss groups (CoT-BERT's config keeps its authors' 128 rows a GPU: a smaller
+  batch failed at the step's trace, after the corpus and the first evaluation), and InfoNCE's negatives are the other
+  rows of its group: with one row its loss is 0 and nothing trains (the hard-negative losses still have each row's
+  own negative)."""
+  batch, group = config.train.batch_size, objective.loss_group_size
+  if group and batch % group:
+    raise ConfigError(
+      f"config.train.batch_size={batch}: does not split into loss groups of config.objective.loss_group_size="
+      f"{group}; use a multiple of {group}, or a loss_group_size that divides the batch (0: the whole batch)"
+    )
+  field = "objective.loss_group_size" if group else "train.batch_size"
+  value = group or batch
   least = objectives.LOSSES[objective.loss].least_group_rows
   if value < least:
     raise ConfigError(

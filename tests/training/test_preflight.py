@@ -82,6 +82,24 @@ def test_a_contrastive_batch_of_one_is_refused(tmp_path, tiny_bert, wiki_head, f
   preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
+def test_a_batch_that_does_not_split_into_loss_groups_is_refused_before_anything_is_loaded_or_written(
+  tmp_path, tiny_bert, wiki_head, heavy_steps_fail
+):
+  """CoT-BERT's config keeps its authors' loss groups of 128 rows: a user's smaller batch is one line naming both
+  fields (it was a traceback from the step's trace, after the corpus and the first STS-B dev score)."""
+  config = tiny_config("cotbert", tiny_bert, tmp_path / "run", wiki_head, batch_size=6)
+  config.objective.loss_group_size = 4
+  message = (
+    r"^config\.train\.batch_size=6: does not split into loss groups of config\.objective\.loss_group_size=4; "
+    r"use a multiple of 4, or a loss_group_size that divides the batch \(0: the whole batch\)$"
+  )
+  with pytest.raises(ConfigError, match=message):
+    loop.train(TrainingRun.from_config(config))
+  assert not (tmp_path / "run").exists()
+  config.objective.loss_group_size = 3
+  preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
+
+
 def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
   eight_devices = types.SimpleNamespace(size=8)  # The checks read the device count alone.
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=12)
