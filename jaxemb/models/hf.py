@@ -26,6 +26,7 @@ from jaxemb.models.hf_keys import (
   Params,
   architecture,
   flax_to_plain,
+  key_groups,
   params_to_state_dict,
   state_dict_to_params,
 )
@@ -255,6 +256,27 @@ def untie_decoder(params: Params) -> Params:
 def has_weights(model_dir: pathlib.Path) -> bool:
   """Whether a model directory holds weights files (any that read_state_dict reads)."""
   return any((model_dir / name).is_file() for name in (SAFETENSORS, SAFETENSORS_INDEX, TORCH_BIN))
+
+
+def weight_groups(model_dir: pathlib.Path, config: EncoderConfig) -> set[str] | None:
+  """The top-level param groups ("pooler", "mlm_head", ...) the weights in `model_dir` load into, from their names
+  alone (a safetensors header, a sharded checkpoint's index: no tensor read), so that a run can be refused before
+  loading what it lacks; None where the names come only with the tensors (pytorch_model.bin) or there are none."""
+  if (model_dir / SAFETENSORS).is_file():
+    from safetensors import safe_open  # pylint: disable=g-import-not-at-top
+
+    file = model_dir / SAFETENSORS
+    try:
+      with safe_open(str(file), framework="np") as weights:
+        keys = list(weights.keys())
+    except Exception as e:  # pylint: disable=broad-except
+      raise CheckpointError(f"{file}: cannot read safetensors ({type(e).__name__}: {e})") from None
+  elif (model_dir / SAFETENSORS_INDEX).is_file():
+    file = model_dir / SAFETENSORS_INDEX
+    keys = list(json.loads(file.read_text())["weight_map"])
+  else:
+    return None
+  return key_groups(keys, config, str(file))
 
 
 def init_params(config: EncoderConfig, initializer_range: float = 0.02, seed: int = 0) -> Params:

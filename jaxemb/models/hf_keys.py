@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import logging
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Iterable
 
 import jax
 import jax.numpy as jnp
@@ -145,6 +145,33 @@ def _normalise_key(key: str) -> str:
   return f"{head}.{_LEGACY_NAMES.get(leaf, leaf)}" if "LayerNorm" in head or "layer_norm" in head else key
 
 
+def key_groups(keys: Iterable[str], config: EncoderConfig, source: str = "checkpoint") -> set[str]:
+  """The top-level param groups ("embeddings", "layer_0", ..., "pooler", "mlm_head") a checkpoint of these tensor
+  `keys` loads into, from the names alone (a safetensors header: hf.weight_groups); CheckpointError as
+  `state_dict_to_params` for a missing encoder weight."""
+  return {rule.path[0] for _, rule in _found({_normalise_key(k) for k in keys}, config, source)}
+
+
+def _found(keys: Collection[str], config: EncoderConfig, source: str) -> list[tuple[str, _Rule]]:
+  """(HF key, rule) of each tensor of `keys` (normalised) that a jaxemb param takes: every encoder weight (raises
+  CheckpointError naming `source` and the missing keys), and the pooler and the MLM head where they are whole."""
+  # *Model checkpoints have no prefix; *ForMaskedLM/*ForPreTraining put the encoder under "bert."/"roberta."/"electra.".
+  prefix = _encoder_prefix(config)
+  if not any(k.startswith(prefix) for k in keys):
+    prefix = ""
+  encoder_rules, mlm_rules = _rules(config)
+  pooler = [r for r in encoder_rules if r.hf_key.startswith("pooler.")]
+  required = [r for r in encoder_rules if r not in pooler]
+  missing = [prefix + r.hf_key for r in required if prefix + r.hf_key not in keys]
+  if missing:
+    raise CheckpointError(f"{source}: missing encoder weights {missing[:8]}{' ...' if len(missing) > 8 else ''}")
+  found = [(prefix + r.hf_key, r) for r in required]
+  for optional, key_prefix in ((pooler, prefix), (mlm_rules, "")):  # A pooler or head is taken whole or not at all.
+    if all(key_prefix + r.hf_key in keys for r in optional):
+      found += [(key_prefix + r.hf_key, r) for r in optional]
+  return found
+
+
 def state_dict_to_params(state: dict[str, np.ndarray], config: EncoderConfig, source: str = "checkpoint") -> Params:
   """Converts a Hugging Face state dict (any of the supported layouts) to a jaxemb params tree of numpy arrays.
 
@@ -152,20 +179,7 @@ def state_dict_to_params(state: dict[str, np.ndarray], config: EncoderConfig, so
   pooler or MLM head is allowed (the tree has no `pooler` / `mlm_head`). Keys nothing here uses are logged.
   """
   state = {_normalise_key(k): v for k, v in state.items()}
-  # *Model checkpoints have no prefix; *ForMaskedLM/*ForPreTraining put the encoder under "bert."/"roberta."/"electra.".
-  prefix = _encoder_prefix(config)
-  if not any(k.startswith(prefix) for k in state):
-    prefix = ""
-  encoder_rules, mlm_rules = _rules(config)
-  pooler = [r for r in encoder_rules if r.hf_key.startswith("pooler.")]
-  required = [r for r in encoder_rules if r not in pooler]
-  missing = [prefix + r.hf_key for r in required if prefix + r.hf_key not in state]
-  if missing:
-    raise CheckpointError(f"{source}: missing encoder weights {missing[:8]}{' ...' if len(missing) > 8 else ''}")
-  found = [(prefix + r.hf_key, r) for r in required]
-  for optional, key_prefix in ((pooler, prefix), (mlm_rules, "")):  # A pooler or head is taken whole or not at all.
-    if all(key_prefix + r.hf_key in state for r in optional):
-      found += [(key_prefix + r.hf_key, r) for r in optional]
+  found = _found(state.keys(), config, source)
   params: Params = {}
   for key, rule in found:
     node = params

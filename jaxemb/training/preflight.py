@@ -36,6 +36,7 @@ def check(config: TrainingRun, mesh: Mesh) -> tuple[run_dir.ModelSource, objecti
   except ValueError as e:
     raise ConfigError(f"config.objective: {e}") from None
   _check_loss_groups(config, objective)
+  _check_mlm_head(source, objective)
   return source, objective
 
 
@@ -148,3 +149,22 @@ def _check_method(config: TrainingRun) -> run_dir.ModelSource:
       "train from that)"
     )
   return source
+
+
+def _check_mlm_head(source: run_dir.ModelSource, objective: objectives.Objective):
+  """The checkpoint holds the MLM head the objective reads (OptiPrompt's and supervised PromptBERT's transform, the
+  MLM loss: on a checkpoint without one, e.g. a sentence-transformers model, they failed once the workdir was made
+  and the corpus read), judged from the weights' names; an architecture initialises one. (The evaluation method's
+  head may be the run's own kept head, which the checkpoint need not have.)"""
+  if objective.loss == "mlm":
+    reader = "config.objective.loss='mlm'"
+  elif objective.head == "mlm_transform":
+    reader = "config.objective.head='mlm_transform'"
+  else:
+    return
+  groups = None if hf.is_architecture(source.model_dir) else hf.weight_groups(source.model_dir, source.config)
+  if groups is not None and "mlm_head" not in groups:
+    raise ConfigError(
+      f"{reader} needs the checkpoint's MLM head; {source.model_dir} has none (a *ForMaskedLM checkpoint has "
+      "one, a *Model or sentence-transformers checkpoint has not)"
+    )

@@ -38,6 +38,7 @@ def test_layouts_load_with_or_without_head(tmp_path, family, head):
   assert config.model_type == family
   assert ("mlm_head" in params) == head
   assert ("pooler" in params) == (not head)  # HF's *ForMaskedLM has no pooler; *Model has one.
+  assert hf.weight_groups(tmp_path, config) == set(params)  # From the names alone, as training's preflight asks.
   state = safetensors.numpy.load_file(str(tmp_path / "model.safetensors"))
   prefix = f"{family}." if head else ""
   np.testing.assert_array_equal(
@@ -59,6 +60,22 @@ def test_pytorch_bin_and_legacy_layernorm_names(tmp_path, tiny_checkpoint):
   (tmp_path / "config.json").write_text((path / "config.json").read_text())
   _, params = load_pretrained(tmp_path)
   assert_same_params(params, expected)
+
+
+def test_weight_groups_of_a_sharded_checkpoint_come_from_its_index_and_a_bin_has_none_without_its_tensors(
+  tmp_path, tiny_checkpoint
+):
+  family, path = tiny_checkpoint
+  config, params = load_pretrained(path)
+  shutil.copytree(path, tmp_path / "sharded")
+  state = safetensors.numpy.load_file(str(path / "model.safetensors"))
+  (tmp_path / "sharded" / "model.safetensors").rename(tmp_path / "sharded" / "model-00001-of-00001.safetensors")
+  index = {"metadata": {}, "weight_map": {key: "model-00001-of-00001.safetensors" for key in state}}
+  (tmp_path / "sharded" / hf.SAFETENSORS_INDEX).write_text(json.dumps(index))
+  assert hf.weight_groups(tmp_path / "sharded", config) == set(params) and "mlm_head" in params, family
+  (tmp_path / "bin").mkdir()
+  torch.save({k: torch.from_numpy(v) for k, v in state.items()}, tmp_path / "bin" / hf.TORCH_BIN)
+  assert hf.weight_groups(tmp_path / "bin", config) is None
 
 
 @pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])

@@ -100,6 +100,30 @@ def test_a_batch_that_does_not_split_into_loss_groups_is_refused_before_anything
   preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
 
 
+@pytest.mark.parametrize(
+  "name, reader",
+  [
+    ("optiprompt", r"config\.objective\.head='mlm_transform'"),
+    ("promptbert_sup", r"config\.objective\.head='mlm_transform'"),
+    ("pretrain_mlm", r"config\.objective\.loss='mlm'"),
+  ],
+)
+def test_a_checkpoint_without_the_mlm_head_the_objective_reads_is_refused_before_anything_is_loaded_or_written(
+  tmp_path, tiny_bert, wiki_head, heavy_steps_fail, name, reader
+):
+  """OptiPrompt's and supervised PromptBERT's head, or the MLM loss, on a checkpoint without an MLM head (a *Model,
+  a sentence-transformers model such as MiniLM): one line naming what reads it, before the workdir is made; the same
+  run on the *ForMaskedLM checkpoint passes."""
+  headless = write_random_checkpoint(tmp_path / "headless", "bert", head=False)
+  config = tiny_config(name, headless, tmp_path / "run", wiki_head)
+  message = rf"^{reader} needs the checkpoint's MLM head; {headless} has none \(a \*ForMaskedLM checkpoint has one"
+  with pytest.raises(ConfigError, match=message):
+    loop.train(TrainingRun.from_config(config))
+  assert not (tmp_path / "run").exists()
+  config.model.path = str(tiny_bert)
+  preflight.check(TrainingRun.from_config(config), sharding.make_mesh(-1, 1))
+
+
 def test_batch_size_must_split_over_the_devices(tmp_path, tiny_bert, wiki_head):
   eight_devices = types.SimpleNamespace(size=8)  # The checks read the device count alone.
   config = _config(tiny_bert, tmp_path, wiki_head, train__batch_size=12)
