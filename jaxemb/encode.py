@@ -53,10 +53,33 @@ def open_model(
         f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods or method_names()})"
       )
     method = Method.from_stored(run_dir.load_eval_method(name_or_path))
-  method = Method(method) if isinstance(method, str) else method
+  else:
+    method = Method(method) if isinstance(method, str) else method
+    if run_dir.is_run_dir(name_or_path):
+      _say_if_not_its_own(str(name_or_path), method, Method.from_stored(run_dir.load_eval_method(name_or_path)))
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
   return source, method
+
+
+@functools.cache
+def _say_if_not_its_own(run: str, method: Method, own: Method):
+  """One line on stderr (process 0, once per run and method) where a run directory is embedded with another method
+  than its own: evaluate.py with configs/eval_prompt.py names PromptBERT's template, so a CoT-BERT run scored with
+  it silently read its [MASK] through another template."""
+  given, recorded = method.to_block(), own.to_block()
+  if given["name"] == recorded["name"]:
+    differ = [key for key in recorded if given[key] != recorded[key]]
+  else:  # The run's method whole: its name and what it sets away from that method's defaults.
+    differ = ["name", *own.changed_fields()]
+  if differ and jax.process_index() == 0:
+    theirs = ", ".join(f"{key} {recorded[key]!r}" for key in differ)
+    print(
+      f"{run}: embedding with the method given, not the run's own ({theirs}); pass no method for its own "
+      "(evaluate.py --config configs/eval_baselines.py --config.method.name=)",
+      file=sys.stderr,
+      flush=True,
+    )
 
 
 def encoder_options(model: spec.Model, encoding: spec.Encoding) -> dict[str, Any]:

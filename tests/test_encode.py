@@ -13,7 +13,7 @@ import pytest
 import torch
 import transformers
 
-from jaxemb import bias_removal, sharding, storage, templates, tfidf
+from jaxemb import bias_removal, encode, sharding, storage, templates, tfidf
 from jaxemb.encode import Encoder, Method, _length_batches, _one_ahead, _programs
 from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, load_tokenizer
@@ -223,6 +223,24 @@ def test_a_checkpoint_and_a_run_directory_in_a_bucket_encode_as_their_local_copi
     ours, theirs = Encoder.from_pretrained(local, method), Encoder.from_pretrained(url, method)
     assert theirs.method == ours.method
     np.testing.assert_array_equal(theirs.encode(SENTENCES), ours.encode(SENTENCES))
+
+
+def test_a_run_directory_opened_with_another_method_than_its_own_says_so_once(trained_run, capsys):
+  """evaluate.py with configs/eval_prompt.py on a CoT-BERT run read its [MASK] through PromptBERT's template without
+  a word: a method given for a run directory that is not its own is one line on stderr naming the run's own fields
+  that differ; its own method, given or not, says nothing."""
+  own = encode.open_model(trained_run, None)[1]
+  assert own.name == "cls_before_pooler"
+  for method in (None, own, "cls_before_pooler"):
+    assert encode.open_model(trained_run, method)[1] == own
+  assert capsys.readouterr().err == ""
+  encode.open_model(trained_run, Method("prompt", template=PROMPT))
+  encode.open_model(trained_run, Method("prompt", template=PROMPT))
+  said = capsys.readouterr().err.splitlines()
+  assert said == [
+    f"{trained_run}: embedding with the method given, not the run's own (name 'cls_before_pooler'); pass no method "
+    "for its own (evaluate.py --config configs/eval_baselines.py --config.method.name=)"
+  ]
 
 
 def test_with_params_reuses_the_compiled_shapes_and_a_mesh_changes_no_vector(tiny_checkpoint):
