@@ -56,7 +56,11 @@ def open_model(
   else:
     method = Method(method) if isinstance(method, str) else method
     if run_dir.is_run_dir(name_or_path):
-      _say_if_not_its_own(str(name_or_path), method, Method.from_stored(run_dir.load_eval_method(name_or_path)))
+      try:
+        own = Method.from_stored(run_dir.load_eval_method(name_or_path))
+      except FileNotFoundError:  # An older run records none: the method given is the only one it has.
+        own = method
+      _say_if_not_its_own(str(name_or_path), method, own)
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
   return source, method

@@ -225,10 +225,13 @@ def test_a_checkpoint_and_a_run_directory_in_a_bucket_encode_as_their_local_copi
     np.testing.assert_array_equal(theirs.encode(SENTENCES), ours.encode(SENTENCES))
 
 
-def test_a_run_directory_opened_with_another_method_than_its_own_says_so_once(trained_run, capsys):
+def test_a_run_directory_opened_with_another_method_than_its_own_says_so_once(trained_run, tmp_path, capsys):
   """evaluate.py with configs/eval_prompt.py on a CoT-BERT run read its [MASK] through PromptBERT's template without
   a word: a method given for a run directory that is not its own is one line on stderr naming the run's own fields
-  that differ; its own method, given or not, says nothing."""
+  that differ; its own method, given or not, says nothing, nor does an older run that records none."""
+  older = shutil.copytree(trained_run, tmp_path / "older")
+  (older / "model" / "eval_method.json").unlink()
+  assert encode.open_model(older, "last_avg")[1] == Method("last_avg")
   own = encode.open_model(trained_run, None)[1]
   assert own.name == "cls_before_pooler"
   for method in (None, own, "cls_before_pooler"):
