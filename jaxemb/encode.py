@@ -56,21 +56,21 @@ def open_model(
   else:
     method = Method(method) if isinstance(method, str) else method
     if run_dir.is_run_dir(name_or_path):
-      try:
-        own = Method.from_stored(run_dir.load_eval_method(name_or_path))
-      except FileNotFoundError:  # An older run records none: the method given is the only one it has.
-        own = method
-      _say_if_not_its_own(str(name_or_path), method, own)
+      _say_if_not_its_own(str(name_or_path), method)
   source = run_dir.open_source(name_or_path)
   method.validate(source.config, templates.Template.parse(method.template, source.tokenizer).num_masks)
   return source, method
 
 
 @functools.cache
-def _say_if_not_its_own(run: str, method: Method, own: Method):
-  """One line on stderr (process 0, once per run and method) where a run directory is embedded with another method
-  than its own: evaluate.py with configs/eval_prompt.py names PromptBERT's template, so a CoT-BERT run scored with
-  it silently read its [MASK] through another template."""
+def _say_if_not_its_own(run: str, method: Method):
+  """One line on stderr (process 0, once per run and method: its eval_method.json read once) where a run directory is
+  embedded with another method than its own: evaluate.py with configs/eval_prompt.py names PromptBERT's template, so
+  a CoT-BERT run scored with it silently read its [MASK] through another template. An older run records none."""
+  try:
+    own = Method.from_stored(run_dir.load_eval_method(run))
+  except FileNotFoundError:
+    return
   given, recorded = method.to_block(), own.to_block()
   if given["name"] == recorded["name"]:
     differ = [key for key in recorded if given[key] != recorded[key]]
