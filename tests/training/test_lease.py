@@ -309,8 +309,8 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
 
 # The end-to-end runs: checkpoint_kill's 3-step run in a bucket (saved every step, scored at steps 2 and 3), driven
 # by lease_driver as VMs with host names of their own, against the uninterrupted local run (`whole_run`). A lease
-# of 12 s: a holder fences itself 10 s after its last renewal, and another host takes over at 14 s.
-_LEASE = 12.0
+# of 6 s: a holder fences itself 5 s after its last renewal, and another host takes over at 7 s.
+_LEASE = 6.0
 
 
 def _vm(name, tmp_path, run, whole_run, tiny_bert, wiki_head, proxy=None, pause=True) -> tuple[subprocess.Popen, Any]:
