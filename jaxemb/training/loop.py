@@ -155,7 +155,9 @@ def _train(
 def _run_steps(run: _Steps, state: train_state.TrainState, steps: Iterator[tuple[int, Any]]) -> train_state.TrainState:
   """The steps of `steps` ((step, placed batch) pairs) from `state`, up to trainer.steps_per_call a call, with their
   evaluations and saves; the last state. A call's metrics are read once the next call is queued (no host sync per
-  call); a clean stop (preemption, Ctrl-C) saves the state at the end of the call and raises Preempted."""
+  call), or at once if the call ended before it returned (the CPU's, jaxemb.xla.keep_step_memory: read a call late,
+  its records, the first step's time and the throughput would be stamped one call late); a clean stop (preemption,
+  Ctrl-C) saves the state at the end of the call and raises Preempted."""
   trainer, evaluation, recorder, total_steps = run.trainer, run.evaluation, run.recorder, run.total_steps
   is_save_step = lambda done: done % run.config.train.save_every == 0 or done == total_steps
   ends_call = lambda done: is_save_step(done) or bool(evaluation.due(done, total_steps))
@@ -167,7 +169,7 @@ def _run_steps(run: _Steps, state: train_state.TrainState, steps: Iterator[tuple
     done = call[-1][0] + 1
     pending = (call[0][0] + 1, len(call), metrics)
     due, saving = evaluation.due(done, total_steps), is_save_step(done)
-    if due or saving:  # Nothing is evaluated or saved before its loss is known to be finite.
+    if due or saving or _ended(metrics):  # Nothing is evaluated or saved before its loss is known to be finite.
       recorder.record(*pending)
       pending = None
     if due:
@@ -183,6 +185,11 @@ def _run_steps(run: _Steps, state: train_state.TrainState, steps: Iterator[tuple
         run.save(state)
       raise stopping.Preempted(done, run.stop.signum)
   return state
+
+
+def _ended(metrics: dict[str, jax.Array]) -> bool:
+  """Whether the call that returned `metrics` has ended (never waits)."""
+  return all(leaf.is_ready() for leaf in jax.tree.leaves(metrics))
 
 
 def _calls(

@@ -3,6 +3,7 @@
 import json
 import os
 import threading
+from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -72,6 +73,40 @@ def test_a_call_ends_at_its_size_a_batch_of_another_width_and_an_event():
   steps = ((step, {"rows": np.zeros((2, width))}) for step, width in enumerate(widths))
   calls = loop._calls(steps, 4, lambda done: done == 3)  # pylint: disable=protected-access
   assert [[step for step, _ in call] for call in calls] == [[0, 1, 2], [3, 4, 5, 6], [7], [8, 9], [10]]
+
+
+class _Running(np.ndarray):
+  """A metric of a call still running when it returned (an accelerator's)."""
+
+  def is_ready(self):
+    return False
+
+
+@pytest.mark.parametrize("ended", [True, False], ids=["ended as it returned (the CPU's)", "running"])
+def test_a_calls_records_are_made_at_once_if_it_ended_else_once_the_next_call_is_queued(ended):
+  """A call that ended before it returned (the CPU's: jaxemb.xla.keep_step_memory) is recorded before the next
+  call, so that its records, the first step's time and the throughput are stamped as it ended, not a call later; a
+  running one's once the next is queued (no host sync per call), and every one before the save at the end."""
+  events = []
+
+  def run(state, batches):
+    events.append(f"run {len(batches)}")
+    return state, {"loss": jax.numpy.zeros(4).block_until_ready() if ended else np.zeros(4).view(_Running)}
+
+  steps = loop._Steps(  # pylint: disable=protected-access
+    config=SimpleNamespace(train=SimpleNamespace(save_every=100)),
+    stop=SimpleNamespace(stop=lambda: False),
+    trainer=SimpleNamespace(steps_per_call=4, run=run),
+    evaluation=SimpleNamespace(due=lambda done, total_steps: []),
+    recorder=SimpleNamespace(record=lambda first, count, metrics: events.append(f"record {first}")),
+    total_steps=12,
+    save=lambda state: events.append("save"),
+  )
+  loop._run_steps(steps, "state", ((step, {"rows": np.zeros((2, 8))}) for step in range(12)))  # pylint: disable=protected-access
+  if ended:
+    assert events == ["run 4", "record 1", "run 4", "record 5", "run 4", "record 9", "save"]
+  else:
+    assert events == ["run 4", "run 4", "record 1", "run 4", "record 5", "record 9", "save"]
 
 
 def test_run_saves_best_and_periodic_checkpoints(tmp_path, tiny_bert, wiki_head):
