@@ -144,7 +144,11 @@ def _records_before(path: storage.Path, step: int) -> list[str]:
 
 class StepRecorder:
   """Each step's metrics: read a call at a time (a host sync), checked finite, shown on the progress bar, and every
-  log_every steps written with the learning rate and the training throughput (the evaluations' time left out)."""
+  log_every steps written with the learning rate and the training throughput (the evaluations' time left out).
+
+  The throughput runs on a training clock that gives each step of a call an equal share of the call's time: a call's
+  steps are read at one instant, so a record within a call (log_every not a multiple of the CPU's four steps a call)
+  would otherwise be stamped with its whole call, and the next one in the same call with none of its time."""
 
   def __init__(
     self, config: TrainingRun, workdir: run_dir.RunDir, schedule: Any, start_step: int, total_steps: int, started: float
@@ -155,14 +159,20 @@ class StepRecorder:
     self.writer = MetricsWriter(workdir, start_step) if jax.process_index() == 0 else None
     self.progress = progress.Steps(total_steps, start_step)
     self.start_time = time.perf_counter()
-    self.since = (start_step, self.start_time)  # The last record's step and time.
-    self.paused = 0.0  # Seconds evaluating since the last record.
+    self.last_call = self.start_time  # When the last call was read.
+    self.paused = 0.0  # Seconds evaluating since the last call was read.
+    self.clock = 0.0  # Training seconds to the end of the last reported step.
+    self.since = (start_step, self.clock)  # The last written record's step and clock.
 
   def record(self, first_done: int, count: int, metrics: dict[str, jax.Array]):
     """Reads one call's metrics at once (each a [steps_per_call] array) and reports its `count` steps, the first of
     which ends at step `first_done`; stops on a non-finite loss."""
     values = jax.device_get(metrics)
+    now = time.perf_counter()
+    step_seconds = (now - self.last_call - self.paused) / count
+    self.last_call, self.paused = now, 0.0
     for i in range(count):
+      self.clock += step_seconds
       self._report(first_done + i, {name: float(value[i]) for name, value in values.items()})
 
   def _report(self, done: int, metrics: dict[str, float]):
@@ -175,9 +185,8 @@ class StepRecorder:
       self.first_step_seconds = time.perf_counter() - self.started
     self.progress.advance(metrics["loss"])
     if self.writer and (done % self.config.train.log_every == 0 or done == self.total_steps):
-      now = time.perf_counter()
-      rate = (done - self.since[0]) * self.config.train.batch_size / (now - self.since[1] - self.paused)
-      self.since, self.paused = (done, now), 0.0
+      rate = (done - self.since[0]) * self.config.train.batch_size / (self.clock - self.since[1])
+      self.since = (done, self.clock)
       self.write(done, {**metrics, "learning_rate": float(self.schedule(done - 1)), "examples_per_second": rate})
 
   def write(self, done: int, scalars: dict[str, float]):
