@@ -1,13 +1,13 @@
 r"""A training run with its directory in a bucket against the same run on the local disk: the step rate and the time
 a checkpoint save holds the loop.
 
-The bucket is a real Cloud Storage emulator on loopback (fake-gcs-server, tests/support.GcsEmulator), so the numbers
-say what jaxemb's own work costs (a save handed to Orbax's background thread, the metrics and TensorBoard written
-by their thread), not a network's. The emulator shares the CPU with the run: the uploads it receives take cycles a
-real bucket would not. The runs alternate (local, bucket, local, bucket) in one process, so the programs compile
-once where the compilation cache keeps them (a warm-up run, not counted) and load from other jobs hits both alike.
-The step rate is the median of the logged examples/s (metrics.jsonl: evaluations left out, saves and metrics writes
-in) over the records after the first: a record that holds a compile is an outlier either way.
+The bucket is a real Cloud Storage emulator on loopback (fake-gcs-server, jaxemb/testing/gcs.py's GcsEmulator), so the
+numbers say what jaxemb's own work costs (a save handed to Orbax's background thread, the metrics and TensorBoard
+written by their thread), not a network's. The emulator shares the CPU with the run: the uploads it receives take cycles
+a real bucket would not. The runs alternate (local, bucket, local, bucket) in one process, so the programs compile once
+where the compilation cache keeps them (a warm-up run, not counted) and load from other jobs hits both alike. The step
+rate is the median of the logged examples/s (metrics.jsonl: evaluations left out, saves and metrics writes in) over the
+records after the first: a record that holds a compile is an outlier either way.
 
   python bench/bucket_runs.py                          # MiniLM, batch 16, 60 steps, saved every 10
   python bench/bucket_runs.py --steps 100 --save-every 20 --repeats 3

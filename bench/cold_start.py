@@ -4,7 +4,7 @@ second loads what the cache keeps (jaxemb/xla.py: all but the encoder's oneDNN f
 the train run's time to its first step (its summary line) and the second run's time against the first.
 
   python bench/cold_start.py                            # MiniLM from ../shared, STS data from data/senteval
-  python bench/cold_start.py --steps 20 --only train
+  python bench/cold_start.py --steps 20 --only train --senteval ../shared/data/senteval   # a clone without prepare.py
 """
 
 import argparse
@@ -43,7 +43,8 @@ def _commands(args, cache: pathlib.Path, workdir: pathlib.Path) -> dict[str, lis
     "--config.train.batch_size=16",
     f"--config.compilation_cache_dir={cache}",
   ]
-  return {"evaluate": evaluate, "train": train}
+  senteval = [f"--config.data.senteval_dir={args.senteval}"] if args.senteval else []
+  return {"evaluate": evaluate + senteval, "train": train + senteval}
 
 
 def _run(command: list[str]) -> tuple[float, str]:
@@ -62,6 +63,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--steps", type=int, default=50)
   parser.add_argument("--only", choices=("evaluate", "train"))
+  parser.add_argument("--senteval", help="SentEval's folder, if not the configs' default (data/senteval)")
   args = parser.parse_args()
   common.print_load("before")
   with tempfile.TemporaryDirectory(prefix="jaxemb-cold-start-") as root:
