@@ -132,7 +132,8 @@ def main():
   import common  # pylint: disable=import-outside-toplevel  # Not in the worker: it loads jax, which it would measure.
 
   common.print_load("start")
-  print(f"{len(_lines(args.corpus)):,} lines of {args.corpus}, batches of {args.batch_size}, {args.set}")
+  settings = "".join(f", --config.{setting}" for setting in args.set)
+  print(f"{len(_lines(args.corpus)):,} lines of {args.corpus}, batches of {args.batch_size}{settings}")
   rows = {"jaxemb embed.py": [], "sentence-transformers": []}
   with tempfile.TemporaryDirectory(prefix="jaxemb-bench-embed-") as folder:
     folder = pathlib.Path(folder)

@@ -130,7 +130,7 @@ def main():
     print(f"cache: {cache_bytes / 2**20:.0f} MiB in {len(list((work / 'cache' / 'tokens').iterdir()))} file(s)")
     cold, reference = results["cold"], results["reference"]
     print(
-      f"cold vs reference: {reference['seconds'] / cold['seconds']:.2f}x faster, peak RSS "
+      f"cold vs reference: the reference's time / cold's {reference['seconds'] / cold['seconds']:.2f}x, peak RSS "
       f"{cold['peak_rss_mib'] / reference['peak_rss_mib']:.2f}x"
     )
   finally:
