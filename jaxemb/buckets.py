@@ -6,7 +6,7 @@ The trade is the device's (jaxemb.xla.compile_flops): on the CPU, where a shape 
 (docs/benchmarks.md); on a GPU a shape's compile and autotuning (~5 s on an H200: 11 shapes in a 56-59 s cold
 evaluation) outweighs the encoding of every STS sentence at the longest width."""
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import numpy as np
 
@@ -19,24 +19,24 @@ def row_flops(config, width: int) -> float:
   return config.num_hidden_layers * (2 * width * (4 * h * h + 2 * h * ffn) + 4 * width * width * h)
 
 
-def merged_widths(
-  needed: np.ndarray, batch_flops: Callable[[int], float], compile_flops: float, compiled: Collection[int] = ()
-) -> np.ndarray:
+def merged_widths(needed: np.ndarray, batch_flops: Callable[[int], float], compile_flops: float) -> np.ndarray:
   """The width each batch runs at, given `needed`, each batch's own (its longest row's padded width; the batches all
-  of one row count): the plan of least cost, a batch at width w costing `batch_flops(w)` and each width not in
-  `compiled` `compile_flops` once, where a batch may run at any width at least its own. With `compile_flops` 0 that is
-  each batch's own width. A dynamic programme over the candidate widths in increasing order, each the widest of the
-  batches since the last one chosen (O(candidates^2))."""
+  of one row count): the plan of least cost, a batch at width w costing `batch_flops(w)` and each width
+  `compile_flops` once, where a batch may run at any width at least its own. With `compile_flops` 0 that is each
+  batch's own width. The plan is the call's alone, not what earlier calls compiled: a batch's padding, and so the bits
+  of its vectors, depend on the call's sentences only (embed.py's resumed job writes the shards an uninterrupted one
+  does). A dynamic programme over the needed widths in increasing order, each the widest of the batches since the last
+  one chosen (O(widths^2))."""
   needed = np.asarray(needed, np.int64)
   if not len(needed) or compile_flops <= 0:
     return needed
-  candidates = sorted({*needed.tolist(), *(w for w in compiled if w >= needed.min())})
+  candidates = sorted(set(needed.tolist()))
   counts = np.array([np.sum(needed == w) for w in candidates])
   best, previous = [0.0] * len(candidates), [-1] * len(candidates)
   for j, width in enumerate(candidates):
-    new = 0.0 if width in compiled else compile_flops
     options = [
-      ((best[i] if i >= 0 else 0.0) + counts[i + 1 : j + 1].sum() * batch_flops(width) + new, i) for i in range(-1, j)
+      ((best[i] if i >= 0 else 0.0) + counts[i + 1 : j + 1].sum() * batch_flops(width) + compile_flops, i)
+      for i in range(-1, j)
     ]
     best[j], previous[j] = min(options)
   last = min((j for j, w in enumerate(candidates) if w >= needed.max()), key=lambda j: best[j])

@@ -474,16 +474,16 @@ class Encoder:
     return self._program(batch_size, width)(self.params, batch=batch, state=self.state, prompt=self.prompt)
 
   def _batch_widths(self, batches: list[tuple[np.ndarray, int]], lengths: np.ndarray) -> list[int]:
-    """The width each batch runs at: its longest row's padded width, or a wider one of fewer compiled shapes
-    (jaxemb.buckets, by `compile_flops`), where the batches have one row count (no `batch_tokens` cap)."""
+    """The width each batch runs at: its longest row's padded width, or a wider one of fewer shapes (jaxemb.buckets,
+    by `compile_flops`, from this call's batches alone), where the batches have one row count (no `batch_tokens`
+    cap)."""
     needed = np.array([self._widths(lengths[index]).max() for index, _ in batches])
     sizes = {size for _, size in batches}
     if len(sizes) != 1:
       return needed.tolist()
     (size,) = sizes
-    compiled = {width for rows, width in self._compiles if rows == size}
     batch_flops = lambda width: size * buckets.row_flops(self.config, width)
-    return buckets.merged_widths(needed, batch_flops, self.compile_flops, compiled).tolist()
+    return buckets.merged_widths(needed, batch_flops, self.compile_flops).tolist()
 
   def _widths(self, lengths: np.ndarray) -> np.ndarray:
     """Rows of `lengths` tokens padded to multiples of length_multiple: a bucket's width is its longest's."""

@@ -9,15 +9,15 @@ import pytest
 from jaxemb import buckets
 
 
-def _cost(plan, needed, batch_flops, compile_flops, compiled):
-  """A plan's cost as merged_widths defines it: each batch at its width, each width not compiled once."""
+def _cost(plan, needed, batch_flops, compile_flops):
+  """A plan's cost as merged_widths defines it: each batch at its width, each width compiled once."""
   assert all(plan >= needed)
-  return sum(batch_flops(w) for w in plan) + compile_flops * len(set(plan.tolist()) - set(compiled))
+  return sum(batch_flops(w) for w in plan) + compile_flops * len(set(plan.tolist()))
 
 
-def _brute_force(needed, batch_flops, compile_flops, compiled):
-  """The least cost over every set of widths (from the needed and the compiled ones) that covers the batches."""
-  candidates = sorted({*needed.tolist(), *compiled})
+def _brute_force(needed, batch_flops, compile_flops):
+  """The least cost over every set of the needed widths that covers the batches."""
+  candidates = sorted(set(needed.tolist()))
   best = np.inf
   for size in range(1, len(candidates) + 1):
     for chosen in itertools.combinations(candidates, size):
@@ -25,7 +25,7 @@ def _brute_force(needed, batch_flops, compile_flops, compiled):
         continue
       chosen = np.array(chosen)
       plan = chosen[np.searchsorted(chosen, needed)]
-      best = min(best, _cost(plan, needed, batch_flops, compile_flops, compiled))
+      best = min(best, _cost(plan, needed, batch_flops, compile_flops))
   return best
 
 
@@ -33,13 +33,12 @@ def _brute_force(needed, batch_flops, compile_flops, compiled):
 def test_the_plan_costs_the_least_of_every_set_of_widths(seed):
   rng = np.random.default_rng(seed)
   needed = np.sort(rng.choice(np.arange(8, 80, 4), size=rng.integers(1, 12)))
-  compiled = set(rng.choice(np.arange(8, 96, 4), size=rng.integers(0, 3)).tolist())
   compile_flops = float(rng.choice([0.0, 50.0, 400.0, 5000.0]))
   batch_flops = lambda w: 64 * (w + w * w / 50)
-  plan = buckets.merged_widths(needed, batch_flops, compile_flops, compiled)
+  plan = buckets.merged_widths(needed, batch_flops, compile_flops)
   assert plan.shape == needed.shape
-  assert _cost(plan, needed, batch_flops, compile_flops, compiled) == pytest.approx(
-    _brute_force(needed, batch_flops, compile_flops, compiled), rel=1e-12
+  assert _cost(plan, needed, batch_flops, compile_flops) == pytest.approx(
+    _brute_force(needed, batch_flops, compile_flops), rel=1e-12
   )
 
 
@@ -49,8 +48,6 @@ def test_free_compiles_keep_each_width_and_dear_ones_merge_all_into_the_longest(
   flops = lambda w: 64 * buckets.row_flops(bert_base, w)
   np.testing.assert_array_equal(buckets.merged_widths(needed, flops, 0.0), needed)
   np.testing.assert_array_equal(buckets.merged_widths(needed, flops, 1e15), [40] * 5)
-  # A shape already compiled costs nothing more: the short batches run at the one compiled before, not their own.
-  np.testing.assert_array_equal(buckets.merged_widths(needed, flops, 1e15, {16}), [16, 16, 16, 16, 40])
 
 
 def test_row_flops_counts_the_projections_and_attention():
