@@ -549,6 +549,9 @@ def _fetch(fs: Any, url: str, target: pathlib.Path, listed: Object) -> dict[str,
 
 # What the file system says when the download cache's disk is full (or a quota or file-size limit is reached).
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# The process's umask, read once at import (reading it means setting it, which another thread's file would see).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 @contextlib.contextmanager
@@ -570,11 +573,15 @@ def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):
   """Calls `fill` on a temporary binary file beside the local file `target` (its folder created), then renames it
   into place: `target` is replaced whole or left as it was. The temporary file has a unique name (concurrent
   writers do not share one) and is removed whatever fails, closing it included (a full disk often shows only when
-  the last buffer is flushed)."""
+  the last buffer is flushed). `target` gets the permissions a plain write gives it (tempfile's are the owner's
+  alone): its own if it exists, else those the process's umask leaves (others may read an export or embeddings
+  on a shared disk)."""
   target.parent.mkdir(parents=True, exist_ok=True)
+  mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_UMASK
   f = tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=".partial", delete=False)
   try:
     with f:
+      os.fchmod(f.fileno(), mode)
       fill(f)
     os.replace(f.name, target)
   except BaseException:

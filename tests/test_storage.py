@@ -8,6 +8,7 @@ import http.server
 import json
 import os
 import re
+import stat
 import sys
 import threading
 import time
@@ -31,6 +32,19 @@ def test_local_paths_expand_the_home_and_other_schemes_are_one_line(monkeypatch,
     r"gs://bucket/\.\.\.$",
   ):
     storage.path("hdfs://nn/runs")
+
+
+def test_a_replaced_file_has_the_permissions_a_plain_write_gives_it(tmp_path, monkeypatch):
+  """A new file's are those the umask leaves, not tempfile's owner-only 0600 (an export or embeddings others read on
+  a shared disk); a file written again keeps its own."""
+  monkeypatch.setattr(storage, "_UMASK", 0o027)
+  new, old = tmp_path / "new" / "manifest.json", tmp_path / "old.json"
+  storage.replace_file(new, lambda f: f.write(b"{}"))
+  assert stat.S_IMODE(new.stat().st_mode) == 0o640
+  old.write_bytes(b"")
+  old.chmod(0o604)
+  storage.replace_file(old, lambda f: f.write(b"{}"))
+  assert stat.S_IMODE(old.stat().st_mode) == 0o604 and old.read_bytes() == b"{}"
 
 
 def test_a_gs_path_without_gcsfs_says_what_to_install(monkeypatch):
