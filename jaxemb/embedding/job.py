@@ -252,6 +252,8 @@ def _embed_shards(
   config: EmbedRun, corpus: reader.Corpus, encoder: Encoder, out: storage.Path, todo: list[int], job: str
 ) -> int:
   """Embeds and writes the shards `todo`, showing the progress on stderr; the sentences embedded."""
+  if not todo:  # No progress to show.
+    return 0
   rows_per_shard = config.embed.shard_rows
   rows = sum(min(rows_per_shard, corpus.records - k * rows_per_shard) for k in todo)
   label = pathlib.PurePosixPath(config.embed.corpus).name
@@ -264,7 +266,7 @@ def _embed_shards(
     return [preprocess(s) for s in sentences], ids
 
   with track(label, rows, "sentence", config.eval.progress) as advance:
-    upcoming = read(todo[0]) if todo else None
+    upcoming = read(todo[0])
     for position, k in enumerate(todo):
       sentences, ids = upcoming
       upcoming = read(todo[position + 1]) if position + 1 < len(todo) else None
@@ -337,7 +339,12 @@ def _summed(values: list[int]) -> list[int]:
 
 
 def summary_line(sentences: int, count: int, num_shards: int, seconds: float, output: str) -> str:
-  """ "embedded 11,914 sentences into 3 shards in 20.1 s (593/s) -> DIR", and the shards a killed run had written."""
+  """ "embedded 11,914 sentences into 3 shards in 20.1 s (593/s) -> DIR", and the shards a killed run had written;
+  for a job found finished, that alone."""
+  if not count:
+    return (
+      f"nothing left to embed: the {num_shards:,} shard{'' if num_shards == 1 else 's'} of {output} were there already"
+    )
   rate = f" ({sentences / seconds:,.0f}/s)" if sentences and seconds > 0 else ""
   line = f"embedded {sentences:,} sentences into {count:,} shard{'' if count == 1 else 's'} in {seconds:.1f} s{rate}"
   line += f" -> {output}"

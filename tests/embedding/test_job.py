@@ -128,6 +128,9 @@ def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tm
   assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
   assert capsys.readouterr().out.endswith(f"-> {tmp_path}/out (1 of 3 shards were there already)\n")
   assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 0  # A finished job: nothing to do.
+  output = capsys.readouterr()
+  assert output.out == f"nothing left to embed: the 3 shards of {tmp_path}/out were there already\n"
+  assert "sentences in" not in output.err, "no progress line for no sentences"
 
 
 def test_a_job_an_older_jaxemb_began_continues(tiny_bert, corpus, tmp_path, capsys):
