@@ -92,9 +92,10 @@ def push_to_hub(out: storage.PathLike, repo: str) -> str:
     )
   except failures as e:
     cause = " ".join(str(e).split()) or type(e).__name__
+    folder = f"<a local copy of {out}>" if storage.is_remote(out) else out
     raise StorageError(
       f"--push_to_hub {repo}: upload of {out} failed ({type(e).__name__}: {cause[:300]}); the "
-      "export is kept there: check the network and `hf auth login`, then upload it"
+      f"export is kept there: check the network and `hf auth login`, then `hf upload {repo} {folder}`"
     ) from e
   return str(commit.repo_url)
 

@@ -313,7 +313,8 @@ def test_push_to_hub_offline_is_one_line(with_pooler, tmp_path, capsys, monkeypa
   monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", offline)
   assert export.main(_push_args(with_pooler, tmp_path)) == 1
   err = capsys.readouterr().err
-  assert err.count("\n") == 1 and "me/model" in err and "offline mode is enabled" in err
+  assert err.count("\n") == 1 and "offline mode is enabled" in err
+  assert err.rstrip().endswith(f"then `hf upload me/model {tmp_path / 'out'}`"), "the command that uploads it later"
   assert (tmp_path / "out" / "README.md").is_file(), "the export stays for a later upload"
 
 
