@@ -62,8 +62,10 @@ def boxed(header: list[str], rows: list[list[str]], left: int) -> str:
 
 def task_names(text: str, field: str, known: Collection[str] | None = None, allow_none: bool = False) -> list[str]:
   """The comma-separated task names of the config field `field`, each one of `known` (None: left to the task's
-  reader); at least one unless `allow_none`."""
-  names = [name.strip() for name in text.split(",") if name.strip()]
+  reader); at least one unless `allow_none`. A Python tuple or list of them, as ml_collections' flags take other
+  fields ("('STS12', 'STS13')"), reads as the same names."""
+  names = [name.strip("()[]'\" ") for name in text.split(",")]
+  names = [name for name in names if name]
   unknown = [name for name in names if known is not None and name not in known]
   if unknown:
     raise ConfigError(f"{field}: unknown tasks {unknown}; known: {list(known)}")
