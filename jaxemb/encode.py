@@ -147,7 +147,8 @@ class Encoder:
     self.prompt = prompt  # OptiPrompt's continuous template (one vector per template token), or None.
     self.template = templates.Template.parse(method.template, tokenizer)
     method.validate(config, self.template.num_masks)
-    _check_weights(method, self.template, params, prompt)
+    _check_weights(method, params)
+    _check_prompt(method, self.template, prompt)
     self.fitted = fitted  # With the record of what it was fitted for (methods.base.fitted_record), as saved.
     # Arrays the method reads besides the params (TF-IDF's weights, a fitted transform).
     self.state = method.load_state(
@@ -198,6 +199,7 @@ class Encoder:
       fitted = beside if beside.is_file() else None
     arrays = None if fitted is None else methods_base.read_fitted(fitted)
     params = source.load_params()
+    _check_weights(method, params["encoder"], str(name_or_path))
     try:
       return cls(
         source.config, params["encoder"], source.tokenizer, method, prompt=params.get("prompt"), fitted=arrays, **kwargs
@@ -554,12 +556,16 @@ def _embeds_as(model_dir: pathlib.Path) -> tuple[Method, dict[str, Any], str]:
   return Method(own.method), options, why
 
 
-def _check_weights(method: Method, template: templates.Template, params: Any, prompt: jax.Array | None):
-  """ConfigError when `params` lack a group of weights `method` needs, or the continuous template `prompt` does not
-  fit `template`: only a prompt method's template has tokens besides [CLS] and [SEP] for it to replace."""
+def _check_weights(method: Method, params: Any, checkpoint: str = "this checkpoint"):
+  """ConfigError when `params` lack a group of weights `method` needs, naming `checkpoint`."""
   for group, why in method.required_weights().items():
     if params is not None and group not in params:
-      raise ConfigError(f"{why} needs the checkpoint's {group} weights; this checkpoint has none")
+      raise ConfigError(f"{why} needs the checkpoint's {group} weights; {checkpoint} has none")
+
+
+def _check_prompt(method: Method, template: templates.Template, prompt: jax.Array | None):
+  """ConfigError when the continuous template `prompt` does not fit `template`: only a prompt method's template has
+  tokens besides [CLS] and [SEP] for it to replace."""
   if prompt is not None and prompt.shape[0] != template.num_tokens - 2:
     raise ConfigError(
       f"a continuous template of {prompt.shape[0]} vectors does not fit method {method.name!r} "
