@@ -28,6 +28,7 @@ def test_done_line_names_the_work_its_size_time_and_rate():
   assert progress.done_line("STS12", 6252, "sentence", 12.3) == "STS12: 6,252 sentences in 12.3 s (508/s)"
   assert progress.done_line("x", 1, "sentence", 0.0) == "x: 1 sentence in 0.0 s (instant)"
   assert progress.done_line("", 2, "sentence", 1.0) == "2 sentences in 1.0 s (2/s)"  # Unnamed.
+  assert progress.done_line("heads", 6, "layer", 61.9) == "heads: 6 layers in 61.9 s (0.097/s)"  # Two digits under 10.
 
 
 def test_a_log_gets_one_line_once_done(monkeypatch):
@@ -43,7 +44,7 @@ def test_a_log_gets_a_line_every_log_every_seconds_while_the_work_goes_on(monkey
   assert lines == [
     "STS12, STSBenchmark dev: 200 of 500 sentences (5/s, 60 s left)",
     "STS12, STSBenchmark dev: 400 of 500 sentences (5/s, 20 s left)",
-    "STS12, STSBenchmark dev: 500 sentences in 120.0 s (4/s)",
+    "STS12, STSBenchmark dev: 500 sentences in 120.0 s (4.2/s)",
   ]
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxemb import storage
+from jaxemb import progress, storage
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError, DataError
@@ -97,16 +97,21 @@ def run_template_search(config: TemplateSearchRun) -> dict[str, Any]:
 
   def search(model, dev, preprocess):
     base = _named_method(config)
+    listed = read_templates(config.search.templates_file) if config.search.templates_file else None
+    total = len(listed) if listed else len(config.search.relations) + len(config.search.wrappers)
+    with progress.track("templates on STS-B dev", total, "template", config.eval.progress) as advance:
 
-    def score(template: str) -> float:
-      encoder = Encoder(
-        *model, dataclasses.replace(base, template=template), **encoder_options(config.model, config.eval)
-      )
-      return _dev_spearman(encoder, dev, preprocess)
+      def score(template: str) -> float:
+        encoder = Encoder(
+          *model, dataclasses.replace(base, template=template), **encoder_options(config.model, config.eval)
+        )
+        spearman = _dev_spearman(encoder, dev, preprocess)
+        advance(1)
+        return spearman
 
-    if config.search.templates_file:
-      return [Candidate("listed", t, score(t)) for t in read_templates(config.search.templates_file)]
-    return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
+      if listed:
+        return [Candidate("listed", t, score(t)) for t in listed]
+      return greedy_template_search(score, list(config.search.relations), list(config.search.wrappers))
 
   return _run_search(config, search)
 
@@ -128,13 +133,19 @@ def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
 
   def search(model, dev, preprocess):
     model_config = model[0]
-    return ditto_head_scores(
-      ditto_layer_embed(config, model),
-      model_config.num_hidden_layers,
-      model_config.num_attention_heads,
-      dev,
-      preprocess,
-    )
+    layers = model_config.num_hidden_layers
+    with progress.track("layers' heads on STS-B dev", layers, "layer", config.eval.progress) as advance:
+      layer_embed = ditto_layer_embed(config, model)
+
+      def embed_and_count(layer: int) -> common.Embed:
+        def embed(sentences):
+          vectors = layer_embed(layer)(sentences)
+          advance(1)
+          return vectors
+
+        return embed
+
+      return ditto_head_scores(embed_and_count, layers, model_config.num_attention_heads, dev, preprocess)
 
   return _run_search(config, search)
 

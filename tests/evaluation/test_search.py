@@ -1,5 +1,7 @@
 """The template and Ditto-head searches."""
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -81,7 +83,9 @@ def test_ditto_all_heads_slices_equal_single_heads():
 
 
 @pytest.mark.parametrize("module", [search_ditto, search_template])
-def test_search_jobs_run_on_a_tiny_model(tmp_path, tiny_bert, module):
+def test_search_jobs_run_on_a_tiny_model(tmp_path, tiny_bert, module, capsys):
+  """Each ranks its candidates and says on stderr how far it is: the layers or templates scored (not a silent wait
+  of minutes on a CPU)."""
   config = module.get_config()
   config.model.path = str(tiny_bert)
   config.data.senteval_dir = str(short_senteval())  # Selection scores, not good ones.
@@ -95,3 +99,7 @@ def test_search_jobs_run_on_a_tiny_model(tmp_path, tiny_bert, module):
   assert len(summary["candidates"]) == expected
   assert summary["best"]["stsb_dev"] == max(c["stsb_dev"] for c in summary["candidates"])
   assert (tmp_path / "search.json").is_file()
+  done = (
+    r"layers' heads on STS-B dev: 3 layers in" if module is search_ditto else r"templates on STS-B dev: 3 templates in"
+  )
+  assert re.search(f"^{done} " + r"[\d.]+ s \(", capsys.readouterr().err, re.M), "the job's progress, once done"
