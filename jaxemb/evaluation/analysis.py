@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import logging
 import pathlib
+import sys
 import time
 from typing import Any, Sequence
 
@@ -228,6 +229,8 @@ def read_sample(
     sample = [sample[i] for i in chosen]
   if len(sample) < 2:
     raise sts_data.DataError(f"{path}: {len(sample)} non-empty lines; anisotropy needs at least 2")
+  if len(sample) < size:  # A number over fewer sentences than the paper's is not quite the paper's.
+    print(f"note: {path} has {len(sample)} non-empty lines, fewer than the {size} asked: all are used", file=sys.stderr)
   return sample
 
 

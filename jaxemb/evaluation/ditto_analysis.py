@@ -227,7 +227,7 @@ def _head_search(
   layer_embed = search.ditto_layer_embed(config, loaded)
   preprocess = common.preprocess_from_config(config.eval)
   num_layers, num_heads = model_config.num_hidden_layers, model_config.num_attention_heads
-  dev_scores = search.ditto_head_scores(layer_embed, num_layers, num_heads, dev, preprocess)
+  dev_scores = search.ditto_head_scores(layer_embed, num_layers, num_heads, dev, preprocess, config.eval.progress)
   grid = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
   ranked = [grid[k] for k in sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)]
   top = ranked[: config.ditto_analysis.top_heads]

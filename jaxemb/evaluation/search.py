@@ -61,14 +61,26 @@ def ditto_head_scores(
   num_heads: int,
   dev: sts_data.StsTask,
   preprocess: common.Preprocess,
+  show_progress: bool | None = None,
 ) -> list[Candidate]:
-  """STS-B dev Spearman of every (layer, head), in grid order.
+  """STS-B dev Spearman of every (layer, head), in grid order, the layers done shown on stderr (`progress.track`'s
+  `show`).
 
   `layer_embed(layer)` embeds sentences as [n, heads, hidden] (one encoder pass per layer); every head is then
   scored on its slice of those vectors.
   """
   heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
-  results = head_sts_results(layer_embed, heads, [dev], preprocess)
+  with progress.track("layers' heads on STS-B dev", num_layers, "layer", show_progress) as advance:
+
+    def embed_and_count(layer: int) -> common.Embed:
+      def embed(sentences):
+        vectors = layer_embed(layer)(sentences)
+        advance(1)
+        return vectors
+
+      return embed
+
+    results = head_sts_results(embed_and_count, heads, [dev], preprocess)
   return [Candidate("grid", f"layer {layer} head {head}", results[layer, head][dev.name].all) for layer, head in heads]
 
 
@@ -133,19 +145,14 @@ def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
 
   def search(model, dev, preprocess):
     model_config = model[0]
-    layers = model_config.num_hidden_layers
-    with progress.track("layers' heads on STS-B dev", layers, "layer", config.eval.progress) as advance:
-      layer_embed = ditto_layer_embed(config, model)
-
-      def embed_and_count(layer: int) -> common.Embed:
-        def embed(sentences):
-          vectors = layer_embed(layer)(sentences)
-          advance(1)
-          return vectors
-
-        return embed
-
-      return ditto_head_scores(embed_and_count, layers, model_config.num_attention_heads, dev, preprocess)
+    return ditto_head_scores(
+      ditto_layer_embed(config, model),
+      model_config.num_hidden_layers,
+      model_config.num_attention_heads,
+      dev,
+      preprocess,
+      config.eval.progress,
+    )
 
   return _run_search(config, search)
 

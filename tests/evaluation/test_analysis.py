@@ -174,7 +174,7 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
   assert "sentence anisotropy (50 sentences)" in capsys.readouterr().out
 
 
-def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path):
+def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path, capsys):
   path = tmp_path / "lines.txt"
   path.write_text("".join(f"Line {i} word word\n" + ("\n" if i % 3 == 0 else "") for i in range(100)), encoding="utf-8")
   first = analysis.read_sample(path, 5, max_words=2, lowercase=True)
@@ -184,6 +184,8 @@ def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path):
   assert drawn != analysis.read_sample(path, 10, order="random", seed=2)
   numbers = [int(line.split()[1]) for line in drawn]
   assert len(set(numbers)) == 10 and numbers == sorted(numbers) and numbers != list(range(10))
-  assert len(analysis.read_sample(path, 1000, order="random")) == 100  # Fewer lines than asked: all of them.
+  assert not capsys.readouterr().err
+  assert len(analysis.read_sample(path, 1000, order="random")) == 100  # Fewer lines than asked: all, and a note.
+  assert capsys.readouterr().err == f"note: {path} has 100 non-empty lines, fewer than the 1000 asked: all are used\n"
   with pytest.raises(ValueError, match="sample order 'shuffled' is not one of"):
     analysis.read_sample(path, 5, order="shuffled")

@@ -5,6 +5,7 @@ import functools
 import importlib.util
 import json
 import math
+import re
 import sys
 
 import jax
@@ -155,6 +156,7 @@ def _tiny_config(tmp_path, model_path):
 
 
 def test_run_ditto_analysis_on_a_tiny_model(tmp_path, tiny_bert, capsys):
+  """Its tables and figures, and on stderr the layers of the head grid it has scored (minutes on a CPU)."""
   config = _tiny_config(tmp_path, tiny_bert)
   if importlib.util.find_spec("matplotlib"):
     config.ditto_analysis.impact_png = str(tmp_path / "impact.png")
@@ -166,7 +168,9 @@ def test_run_ditto_analysis_on_a_tiny_model(tmp_path, tiny_bert, capsys):
   assert summary["impact"]["sentences"] == 3 and summary["impact"]["tokens"] <= 3 * 4
   assert json.loads((tmp_path / "ditto.json").read_text())["impact"] == summary["impact"]
   assert "| Head | Dev | Test | Pear. | Spear. |" in (tmp_path / "ditto.md").read_text()
-  assert "Table 3" in capsys.readouterr().out
+  printed = capsys.readouterr()
+  assert "Table 3" in printed.out
+  assert re.search(r"^layers' heads on STS-B dev: 3 layers in [\d.]+ s \(", printed.err, re.M), printed.err
   for name in summary["figures"].values():
     assert (tmp_path / name).is_file()
 
