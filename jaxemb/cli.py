@@ -7,7 +7,7 @@ FILE, that file's fields and their defaults (each with its type and doc where th
 jaxemb/spec.py), then exits with status 0 (absl's own --help exits with 1 and lists only the flags the script itself
 defines). The commands build their spec from the config themselves (`<Spec>.from_config`), so a field the spec
 refuses is one line too. --print_config prints the config a command would run with, overrides
-applied, and exits.
+applied (once its spec accepts it: a field it refuses is the same line), and exits.
 
 A config file imports only ml_collections, so it cannot state the fields of the blocks the library declares:
 `config.method` (the named method's, jaxemb/methods/) and each `config.evals` entry (its type's,
@@ -195,15 +195,15 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
   verbose = _VERBOSE.value or _verbose_env()
   if not verbose and not flags.FLAGS["verbosity"].present:  # An explicit --verbosity is the user's to keep.
     absl_logging.get_absl_handler().addFilter(_ours_or_a_warning)
-  if _PRINT_CONFIG.value:
-    print(_fields_text(config.value))
-    return 0
-  # What is imported by now (jax, flax, optax: ~145k objects) lives as long as the command: collected once (0.07 s)
-  # and frozen, it is no longer walked by each full collection, which tokenising triggers often (train.py's first
-  # step on 300k lines 34.2-34.4 -> 30.5-30.7 s on the Zen 5: docs/benchmarks.md).
-  gc.collect()
-  gc.freeze()
   try:
+    if _PRINT_CONFIG.value:
+      _print_config(config.value)
+      return 0
+    # What is imported by now (jax, flax, optax: ~145k objects) lives as long as the command: collected once (0.07 s)
+    # and frozen, it is no longer walked by each full collection, which tokenising triggers often (train.py's first
+    # step on 300k lines 34.2-34.4 -> 30.5-30.7 s on the Zen 5: docs/benchmarks.md).
+    gc.collect()
+    gc.freeze()
     check_storage(config.value)
     return main(config.value)
   except KeyboardInterrupt:  # Ctrl-C that stops at once (train.py's second): one line, not where it was.
@@ -215,6 +215,15 @@ def _main(main: Main, config: flags.FlagHolder, argv: Sequence[str]) -> int | No
     if verbose:
       raise
     return failed_status(e)
+
+
+def _print_config(config: Any):
+  """Prints `config`'s fields, one `field = value` a line, once its spec (`jaxemb.spec.spec_class`) accepts them: a
+  config the command would refuse is refused here too, in the same line."""
+  typed = spec.spec_class(config)
+  if typed is not None:
+    typed.from_config(config)
+  print(_fields_text(config))
 
 
 # The config fields a command writes to, by name: a run directory, caches and outputs. Every other field holding a

@@ -192,6 +192,12 @@ def test_print_config_prints_the_resolved_config_and_exits_0(tmp_path):
   assert f"workdir = {str(tmp_path / 'run')!r}" in lines and not (tmp_path / "run").exists()  # Nothing run.
 
 
+def test_print_config_refuses_what_the_command_would_refuse():
+  """Not a listing of a config the command would not run: its error line instead (a template the method takes not)."""
+  refused = _command("evaluate.py", "eval_prompt.py", "--config.method.name=whitening", "--print_config")
+  assert _one_error_line(*refused).startswith("config.method: method 'whitening' takes no template; got template=")
+
+
 @pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
 def test_bad_paths_are_one_line_naming_the_path(tmp_path):
   a_file = tmp_path / "not-a-model"
