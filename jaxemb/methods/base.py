@@ -21,6 +21,7 @@ import difflib
 import hashlib
 import io
 import json
+import numbers
 from typing import Any, Callable, ClassVar, Mapping
 
 import jax
@@ -89,6 +90,22 @@ def _stray(name: str, takes: tuple[str, ...], field: str, value: Any, where: str
   )
 
 
+# A field's scalar type (annotations are strings here: `from __future__ import annotations`) and the values it takes.
+_SCALARS = {"str": (str, str), "int": (int, numbers.Integral), "float": (float, numbers.Real), "bool": (bool, bool)}
+
+
+def _scalar(name: str, field: dataclasses.Field, value: Any) -> Any:
+  """`value` of a str, int, float or bool `field` of method `name` as that type (a NumPy integer of a loop is an int);
+  ConfigError naming the field for a value of another type. Other fields' values are returned as they are."""
+  kind, accepted = _SCALARS.get(field.type, (None, None))
+  if kind is None:
+    return value
+  if not isinstance(value, accepted) or (isinstance(value, bool) and kind is not bool):
+    article = "an" if kind is int else "a"
+    raise ConfigError(f"method {name!r}: {field.name} must be {article} {kind.__name__}; got {field.name}={value!r}")
+  return kind(value)
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
   """How a sentence becomes a vector: the base of every family, and through `Method(name, **fields)` the registry's
@@ -125,6 +142,7 @@ class Method:
       value = getattr(self, field.name)
       if field.name not in ("name", *arguments) and value != field.default:
         raise _stray(self.name, arguments, field.name, value, "arguments")
+      object.__setattr__(self, field.name, _scalar(self.name, field, value))
 
   @classmethod
   def arguments(cls, name: str) -> tuple[str, ...]:

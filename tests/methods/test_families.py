@@ -1,9 +1,14 @@
 """What each family owns besides its vectors (those are checked against HF PyTorch in tests/test_encode.py): its
 checks, the encoder outputs it asks for, its width, the weights it needs, its export form, card and MTEB rule."""
 
+import json
+import re
+
+import numpy as np
 import pytest
 
 from jaxemb import views
+from jaxemb.errors import ConfigError
 from jaxemb.methods import Method, NotExportable, prompt
 from jaxemb.models import EncoderConfig
 from jaxemb.templates import Template
@@ -77,13 +82,35 @@ def test_model_card_and_mteb_rules():
   assert "+ the pretrained pooler (dense + tanh)" in cls.card_text()
 
 
+@pytest.mark.parametrize(
+  "name, fields, message",
+  [
+    ("whitening", {"dims": "256"}, "method 'whitening': dims must be an int; got dims='256'"),
+    ("prompt", {"template": 5}, "method 'prompt': template must be a str; got template=5"),
+    ("ditto", {"layer": True}, "method 'ditto': layer must be an int; got layer=True"),
+    ("flow", {"learning_rate": "1e-3"}, "method 'flow': learning_rate must be a float; got learning_rate='1e-3'"),
+  ],
+)
+def test_a_field_of_the_wrong_type_is_refused_naming_it(name, fields, message):
+  """In Python as in a config (whose spec checks the types first): not an error deep inside the method."""
+  with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+    Method(name, **fields)
+
+
+def test_numbers_of_numpy_or_of_the_wider_type_are_the_fields_type():
+  """A layer from np.arange is an int, an int learning rate a float: the block stays JSON's."""
+  assert type(Method("ditto", layer=np.int64(3)).layer) is int
+  assert type(Method("flow", learning_rate=1).learning_rate) is float
+  json.dumps(Method("ditto", layer=np.int64(3)).to_block())
+
+
 def test_denoise_takes_trainings_kinds():
   """The prompt family's denoise is named as objective.denoise is (the bools of older files: test_legacy.py), and a
   method that takes no denoise refuses it."""
   assert Method("prompt", template=PROMPT, denoise="pad").to_block()["denoise"] == "pad"
   with pytest.raises(ValueError, match=r"denoise 'yes' is not one of \('none', 'position_offset', 'pad'\)"):
     Method("prompt", template=PROMPT, denoise="yes")
-  with pytest.raises(ValueError, match=r"denoise True is not one of"):
+  with pytest.raises(ValueError, match=r"method 'prompt': denoise must be a str; got denoise=True$"):
     Method("prompt", template=PROMPT, denoise=True)
   with pytest.raises(ValueError, match="method 'last_avg' takes no denoise"):
     Method.from_block({"name": "last_avg", "denoise": "none"})
