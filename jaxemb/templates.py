@@ -12,6 +12,7 @@ import bisect
 from collections.abc import Sequence
 import dataclasses
 import itertools
+import reprlib
 import typing
 
 import flax.struct
@@ -263,7 +264,7 @@ def check_sentences(sentences: Sequence[str]) -> list[str]:
     raise ValueError("No sentences to encode.")
   for i, sentence in enumerate(sentences):
     if not isinstance(sentence, str):
-      raise TypeError(f"Sentence {i} is a {type(sentence).__name__}, not a str.")
+      raise TypeError(f"Sentence {i} is not a str but {type(sentence).__name__} {reprlib.repr(sentence)}.")
   return list(sentences)
 
 

@@ -96,12 +96,12 @@ def test_no_sentences_give_no_rows_without_running_the_model(encoder, tiny_bert)
 @pytest.mark.parametrize(
   "sentences, message",
   [
-    (["a", "b", None], "Sentence 2 is a NoneType, not a str"),
-    (["a", 3], "Sentence 1 is a int, not a str"),
-    (["a", ["b"]], "Sentence 1 is a list"),  # Unhashable: checked before dedup.
-    (None, "not a NoneType"),
-    (5, "not a int"),
-    (b"bytes", "not a bytes"),
+    (["a", "b", None], "Sentence 2 is not a str but NoneType None."),
+    (["a", 3], "Sentence 1 is not a str but int 3."),
+    (["a", ["b"]], "Sentence 1 is not a str but list"),  # Unhashable: checked before dedup.
+    (None, "not NoneType None$"),
+    (5, "not int 5$"),
+    (b"bytes", "not bytes b'bytes'$"),
   ],
 )
 def test_sentences_that_are_not_str_are_named(encoder, sentences, message):

@@ -350,7 +350,7 @@ def test_an_error_in_prefetched_sentences_is_raised_by_the_call_that_encodes_the
     encoder.encode(too_long)
   assert str(prefetched.value) == str(unprefetched.value) and "Sentence 1" in str(prefetched.value)
   encoder.encode(SENTENCES, prefetch=[SENTENCES[0], 7])  # Not a str: raised by the call that encodes them.
-  with pytest.raises(TypeError, match="Sentence 1 is a int"):
+  with pytest.raises(TypeError, match="Sentence 1 is not a str but int"):
     encoder.encode([SENTENCES[0], 7])
 
 

@@ -228,7 +228,7 @@ def test_too_long_row_raises_naming_sentence(bert_tokenizer):
 
 def test_bad_sentences_raise(bert_tokenizer):
   template = templates.Template.parse(COT_BERT, bert_tokenizer)
-  with pytest.raises(TypeError, match="Sentence 1 is a int"):
+  with pytest.raises(TypeError, match="Sentence 1 is not a str but int"):
     templates.tokenize_sentences(template, bert_tokenizer, ["a", 3])
   with pytest.raises(TypeError, match="not one str"):
     templates.tokenize_sentences(template, bert_tokenizer, "a sentence")
