@@ -380,10 +380,11 @@ def check_fitted(
   theirs, ours = Method.from_stored(record["method"]).fitted_for(), method.fitted_for()  # Older records: flat.
   if theirs != ours:
     theirs, ours = dict(config_fields.flatten(theirs)), dict(config_fields.flatten(ours))  # A source's fields dotted.
-    differ = {key: theirs.get(key) for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)}
+    differ = [key for key in sorted(theirs.keys() | ours.keys()) if theirs.get(key) != ours.get(key)]
+    fitted_with, this_with = ({key: fields.get(key) for key in differ} for fields in (theirs, ours))
     raise FittedForAnother(
-      f"the fitted state was fitted for method {theirs['name']!r} with {differ}, not for "
-      f"this method {ours['name']!r}: fit it again (evaluate.py) for this method"
+      f"the fitted state was fitted for method {theirs['name']!r} with {fitted_with}, not for this method "
+      f"{ours['name']!r} with {this_with}: fit it again (evaluate.py) for this method"
     )
   digest = None if params is None else model_digest(config, params)
   if digest is not None and record["model"] != digest:
