@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jaxemb import atomic, storage, sweep
+from jaxemb.errors import ConfigError
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common
@@ -185,6 +186,9 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   monkeypatch.chdir(tmp_path)
   experiment = _experiment("seeds", workdir, seeds=(1, 2, 3, 4))
   runs = sweep.plan(Experiment.from_config(experiment))
+  with pytest.raises(ConfigError, match=r"^--table_only: none of the 4 runs this plan names has finished in "):
+    sweep.run_experiment(Experiment.from_config(experiment), table_only=True)  # Nothing yet: no empty table.
+  assert not (storage.path(workdir) / "table.md").exists()
   assert all(
     run.config.workdir == f"{workdir}/{run.directory.parent.name}/seed{run.seed}"
     and run.config.data.cache_dir == f"{workdir}/cache"
@@ -214,7 +218,12 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   assert calls == [1, 2, 2, 4, 3]
   record = json.loads((storage.path(workdir) / "table.json").read_text())["rows"][0]
   assert record["runs"] == 4 and record["average"]["mean"] == pytest.approx(72.5)
-  assert "| promptbert | 78.54 ± 0.15 | 72.50 ± " in (storage.path(workdir) / "table.md").read_text()
+  table = (storage.path(workdir) / "table.md").read_text()
+  assert "| promptbert | 78.54 ± 0.15 | 72.50 ± " in table
+  other_plan = _experiment("seeds", workdir, seeds=(5,))  # The overrides left out: runs that are not there.
+  with pytest.raises(ConfigError, match="the table there is left as it was"):
+    sweep.run_experiment(Experiment.from_config(other_plan), table_only=True)
+  assert (storage.path(workdir) / "table.md").read_text() == table
   assert not list(tmp_path.glob("gs:*"))
 
 
