@@ -1,10 +1,16 @@
-"""A Cloud Storage emulator on loopback, for gs:// runs without a bucket (tests, bench/bucket_runs.py)."""
+"""A Cloud Storage emulator on loopback, for gs:// runs without a bucket (tests, bench/bucket_runs.py).
+
+`python -m jaxemb.testing.gcs BUCKET...` runs one until Ctrl-C, with those buckets (empty, in memory), and prints the
+`export` lines that point another shell's commands at it (docs/cloud.md).
+"""
 
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -191,3 +197,21 @@ class Proxy:
     finally:
       if reading is not None:
         reading.cancel()
+
+
+def main(buckets: list[str]):
+  """The emulator with `buckets` until Ctrl-C (SIGINT) or SIGTERM; its environment printed as shell exports."""
+  emulator = GcsEmulator()
+  try:
+    for name in buckets:
+      emulator.bucket(name)
+    print("\n".join(f"export {key}={value}" for key, value in emulator.env.items()), flush=True)
+    print(f"# buckets: {' '.join(f'gs://{name}' for name in buckets)}; Ctrl-C stops the emulator", flush=True)
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+  finally:
+    emulator.stop()
+
+
+if __name__ == "__main__":
+  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+  main(sys.argv[1:])
