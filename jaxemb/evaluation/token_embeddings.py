@@ -1,7 +1,7 @@
 """Where token embeddings sit (PromptBERT Figures 1 and 2): a 2-D PCA of a model's token rows (its word embeddings
 or its untied MLM decoder's rows, `jaxemb.methods.static.STATIC_ROWS`), drawn once per bias: coloured by the token's
 frequency on a corpus file, by subword vs begin-of-word piece, and by cased vs uncased piece. evaluate.py's
-`token_embeddings` job (configs/eval_token_embeddings.py) writes the three PNGs and a summary.json.
+`token_embeddings` job (configs/eval_token_embeddings.py) writes the three PNGs and <rows>_summary.json.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def draw(points: np.ndarray, colour: dict[str, Any], title: str, path: storage.P
 
 
 def run_token_embeddings(config: TokenEmbeddingsRun) -> dict[str, Any]:
-  """evaluate.py's `token_embeddings` job: the three PNGs of config.model.path's token rows and summary.json in
+  """evaluate.py's `token_embeddings` job: the three PNGs of config.model.path's token rows and <rows>_summary.json in
   config.token_embeddings.output_dir; returns the summary."""
   t = config.token_embeddings
   if t.rows not in static.STATIC_ROWS:
