@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import importlib
 import json
 import logging
+import pathlib
 import re
 import zlib
 from typing import Any, Sequence
@@ -81,7 +83,14 @@ def base_config(name: str, overrides: dict[str, Any] | None = None) -> ml_collec
   try:
     module = importlib.import_module(f"configs.{name}")
   except ModuleNotFoundError as e:
-    raise ConfigError(f"row base {name!r}: there is no configs/{name}.py") from e
+    if e.name != f"configs.{name}":  # The file is there; something it imports is not.
+      raise
+    folder = pathlib.Path(importlib.import_module("configs").__file__).parent
+    # A run's config files, less the package's __init__ and the blocks they share (train_common, eval_common).
+    names = sorted(path.stem for path in folder.glob("[!_]*.py") if not path.stem.endswith("_common"))
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else f"; the configs: {', '.join(names)}"
+    raise ConfigError(f"row base {name!r}: there is no configs/{name}.py{hint}") from None
   config = module.get_config()
   cli.complete(config, [f"--{cli.CONFIG}.{key}={value}" for key, value in (overrides or {}).items()])
   return config

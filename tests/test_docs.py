@@ -391,7 +391,8 @@ def _problems_in(text: str) -> list[str]:
     ),
     (
       "`python sweep.py --config configs/experiments/seeds.py:promptbrt`",
-      "doc.md:1: --config 'promptbrt over seeds': row base 'promptbrt': there is no configs/promptbrt.py",
+      "doc.md:1: --config 'promptbrt over seeds': row base 'promptbrt': there is no configs/promptbrt.py (did you "
+      "mean 'promptbert'?)",
     ),
     (
       "`python sweep.py --config configs/experiments/promptbert_table3.py:uncasd`",

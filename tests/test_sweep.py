@@ -104,7 +104,7 @@ def test_bad_overrides_name_the_field_and_where_it_came_from(tmp_path):
   with pytest.raises(ValueError, match=r"unknown keys \['sett'\]"):
     sweep.plan(Experiment.from_config(experiment))
   experiment.rows = ({"name": "x", "base": "no_such_config"},)
-  with pytest.raises(ValueError, match="there is no configs/no_such_config.py"):
+  with pytest.raises(ValueError, match=r"there is no configs/no_such_config.py; the configs: .*\bpromptbert, "):
     sweep.plan(Experiment.from_config(experiment))
   with pytest.raises(ValueError, match="is not i/n"):
     sweep.parse_shard("2/2")
