@@ -217,7 +217,7 @@ def run_experiment(experiment: spec.Experiment, share: tuple[int, int] = (0, 1),
   if table_only and not any(run.finished for run in runs):  # A table of nothing would replace one of results.
     raise ConfigError(
       f"--table_only: none of the {len(runs)} runs this plan names has finished in {experiment.workdir} (are its "
-      "runs another plan's? pass the --config.overrides the sweep ran with); the table there is left as it was"
+      "runs another plan's? pass the --config.overrides the sweep ran with), so no table is written (one there stays)"
     )
   mine = [] if table_only else shard(runs, *share)
   todo = [run for run in mine if not run.finished]

@@ -221,7 +221,7 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   table = (storage.path(workdir) / "table.md").read_text()
   assert "| promptbert | 78.54 ± 0.15 | 72.50 ± " in table
   other_plan = _experiment("seeds", workdir, seeds=(5,))  # The overrides left out: runs that are not there.
-  with pytest.raises(ConfigError, match="the table there is left as it was"):
+  with pytest.raises(ConfigError, match=r"so no table is written \(one there stays\)$"):
     sweep.run_experiment(Experiment.from_config(other_plan), table_only=True)
   assert (storage.path(workdir) / "table.md").read_text() == table
   assert not list(tmp_path.glob("gs:*"))
