@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import pathlib
+import reprlib
 import sys
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -601,7 +602,9 @@ def _sentence_list(sentences: Any) -> list[str]:
     return [sentences]
   if isinstance(sentences, (bytes, bytearray)) or not isinstance(sentences, Iterable):
     # bytes are iterable too, but as ints.
-    raise TypeError(f"sentences must be a str or a sequence of str, not {type(sentences).__name__} {sentences!r:.60}")
+    raise TypeError(
+      f"sentences must be a str or a sequence of str, not {type(sentences).__name__} {reprlib.repr(sentences)}"
+    )
   sentences = list(sentences)  # Read once: a generator has nothing left for a second pass.
   # The one type check of sentences (templates'), here for every method: dedup would hash them first, and
   # static_remove_biases rows do not go through templates.tokenize_sentences.
