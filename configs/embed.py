@@ -23,6 +23,8 @@ def get_config():
   config.eval = evaluation.eval  # Its encoding fields: the encoder's batches, add_period, the progress.
   for name in _NOT_READ:
     del config.eval[name]
+  # None: the method's own rule (a prompt method's "." as its evaluation adds it); True or False overrides it.
+  config.eval.add_period = ml_collections.FieldReference(None, field_type=bool)
 
   config.embed = ml_collections.ConfigDict()  # The fields' meaning: jaxemb/spec.py's Embed (or --help).
   config.embed.corpus = ""

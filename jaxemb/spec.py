@@ -368,7 +368,10 @@ class Encoding(Block):
   """config.eval of embed.py: how sentences are cut, bucketed and batched into the encoder (jaxemb.encode.Encoder)."""
 
   WHERE: ClassVar[str] = "config.eval"
-  add_period: bool = field('Append "." to sentences without final punctuation (prompt methods).')
+  add_period: bool | None = field(
+    """Append "." to sentences without final punctuation. None: as the method's evaluation does (Method.add_period:
+    the prompt methods, kongds/Prompt-BERT `evaluation.py`), as jaxemb.mteb does."""
+  )
   batch_size: int = field("Sentences per encoder call.", at_least(1))
   length_multiple: int = field("Bucket rows to a multiple of this many tokens (padding vs compilations).", at_least(1))
   compile_flops: float = field(
@@ -389,6 +392,7 @@ class Encoding(Block):
 class Eval(Encoding):
   """config.eval of an evaluation: which STS tasks, SentEval's sentence rules, the encoder's batches and the output."""
 
+  add_period: bool = field('Append "." to sentences without final punctuation (the prompt methods\' evaluation).')
   tasks: str = field("STS tasks, comma-separated; STS-B dev is always reported as well.")
   join_tokens: bool = field("SentEval's files are pre-tokenised: whitespace-split and re-join.")
   output_json: str = field('Where the job writes its results as JSON; "" = print only.')

@@ -116,7 +116,7 @@ def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> d
     "model_dtype": config.model.dtype,
     "method": encoder.method.to_block(),
     "fitted_sha256": None if encoder.fitted is None else _arrays_sha256(encoder.fitted),
-    "sentences": {"add_period": config.eval.add_period, "max_sentence_tokens": config.eval.max_sentence_tokens},
+    "sentences": {"add_period": adds_period(config, encoder), "max_sentence_tokens": config.eval.max_sentence_tokens},
     "dim": int(encoder.method.vector_shape(encoder.config)[0]),
     "dtype": config.embed.dtype,
     "normalized": bool(config.embed.normalize or encoder.normalize),
@@ -133,6 +133,12 @@ def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> d
     "shards": [],
     "complete": False,
   }
+
+
+def adds_period(config: EmbedRun, encoder: Encoder) -> bool:
+  """Whether "." is appended to sentences without final punctuation: config.eval.add_period, or where that is None
+  the method's own rule (its evaluation's, as jaxemb.mteb's default)."""
+  return encoder.method.add_period if config.eval.add_period is None else config.eval.add_period
 
 
 def _weights_sha256(encoder: Encoder) -> str:
@@ -259,7 +265,7 @@ def _embed_shards(
   label = pathlib.PurePosixPath(config.embed.corpus).name
   if jax.process_count() > 1:
     label += f", process {jax.process_index()} of {jax.process_count()}"
-  preprocess = sts_data.add_period if config.eval.add_period else lambda sentence: sentence
+  preprocess = sts_data.add_period if adds_period(config, encoder) else lambda sentence: sentence
 
   def read(k: int) -> tuple[list[str], list[str] | None]:
     sentences, ids = reader.read_shard(corpus, k, rows_per_shard)

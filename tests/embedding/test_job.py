@@ -7,12 +7,14 @@ import hashlib
 import json
 import re
 import threading
+import types
 
 import numpy as np
 import pytest
 
 from configs import embed as embed_config
 from jaxemb import embedding, storage
+from jaxemb.data.sts import add_period
 from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, WorkdirError
@@ -75,6 +77,9 @@ def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
   encoder = _encoder(config, Method.from_block(config.method))
   vectors, ids, manifest = embedding.load(tmp_path / "out")
   assert vectors.shape == (66, 32) and vectors.dtype == np.float32
+  # The prompt method's sentences get "." as its evaluation gives them (config.eval.add_period None: the method's).
+  assert manifest["sentences"]["add_period"] is (method["name"] == "prompt")
+  lines = [add_period(line) for line in lines] if method["name"] == "prompt" else lines
   for start in (0, 30, 60):  # Each shard is one encode call of its sentences.
     np.testing.assert_array_equal(vectors[start : start + 30], encoder.encode(lines[start : start + 30]))
   np.testing.assert_array_equal(ids[:], np.arange(66))
@@ -90,6 +95,16 @@ def test_the_shards_hold_encoder_encode_of_their_sentences_bit_for_bit(
   whole = _config(tiny_bert, corpus, tmp_path / "whole", method, shard_rows=1000)
   job.embed_corpus(EmbedRun.from_config(whole))  # One shard: the corpus in one encode call.
   np.testing.assert_array_equal(embedding.load(tmp_path / "whole").vectors[:], encoder.encode(lines))
+
+
+@pytest.mark.parametrize("given", [None, False, True])
+def test_the_period_is_the_methods_own_rule_unless_the_config_names_one(given):
+  config = _config("model", "corpus.txt", "out")
+  config.eval.add_period = given
+  config = EmbedRun.from_config(config)
+  for method, its_own in ((Method("last_avg"), False), (Method("prompt", template=PROMPT), True)):
+    encoder = types.SimpleNamespace(method=method)
+    assert job.adds_period(config, encoder) is (its_own if given is None else given)
 
 
 def test_a_run_directory_is_embedded_with_its_own_method(trained_run, corpus, lines, tmp_path):
