@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import numpy as np
 
 from jaxemb import atomic, cli, embedding, hosts, storage
+from jaxemb.embedding import job
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common
@@ -334,7 +335,28 @@ def query_encoder(
     max_sentence_tokens=sentences["max_sentence_tokens"] or None,
     normalize=manifest["normalized"],  # Unit queries for unit rows: `--metric dot` then scores as cosine does.
   )
+  _check_embedded_with(manifest, encoder)
   return encoder, common.preprocess(join_tokens=False, add_period=sentences["add_period"])
+
+
+def _check_embedded_with(manifest: dict[str, Any], encoder: Encoder):
+  """A ConfigError unless `encoder` has the weights and fitted state the corpus was embedded with (the manifest's
+  digests): queries embedded otherwise would be scored against vectors of another model."""
+  name = encoder.method.name
+  if encoder.method.fit_source() is not None and encoder.fitted is None:
+    raise ConfigError(
+      f"method {name!r} encodes with state fitted on sentences: pass the .npz the corpus was embedded with "
+      "(--fitted FILE, or fitted=: embed.py's config.embed.fitted)"
+    )
+  for what, field, digest in (
+    (f"the model {manifest['model']}", "model_sha256", job.model_sha256(encoder)),
+    (f"method {name!r}'s fitted state", "fitted_sha256", job.fitted_sha256(encoder)),
+  ):
+    if digest != manifest[field]:
+      raise ConfigError(
+        f"{what} is not the one the corpus was embedded with ({field} {str(manifest[field])[:12]}, "
+        f"now {str(digest)[:12]}): pass that one, or embed the corpus again"
+      )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -398,7 +420,8 @@ def _run(args: argparse.Namespace):
     print("\n\n".join(_shown(result) for result in results))
   kind = "approximate" if args.approximate else "exact"
   _say(
-    f"{len(queries):,} queries, top {args.k} of {len(vectors):,} ({args.metric}, {kind}): {seconds:.2f} s, "
+    f"{len(queries):,} {'query' if len(queries) == 1 else 'queries'}, top {args.k} of {len(vectors):,} "
+    f"({args.metric}, {kind}): {seconds:.2f} s, "
     f"{len(queries) / max(seconds, 1e-9):,.0f} queries/s"
   )
   if args.approximate:

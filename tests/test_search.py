@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from jaxemb import search
+from jaxemb.embedding import job
+from jaxemb.methods import base as methods_base
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError
 from tests import search_host
-from tests.support import REPO, free_port, simulated_devices
+from tests.support import REPO, free_port, shared_path, simulated_devices
 
 EPS = float(np.finfo(np.float32).eps)
 
@@ -192,9 +194,9 @@ def test_bad_arguments_are_refused_in_one_line(call, message):
   assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
 
 
-def _write_index(folder, vectors, corpus_file, model, method, shard_rows):
+def _write_index(folder, vectors, corpus_file, model, method, shard_rows, encoder=None):
   """An index folder as embed.py lays it out (shards/{k:05d}.npy and .ids.npy, manifest.json), written here with
-  NumPy alone."""
+  NumPy alone; the digests of `encoder`'s weights and fitted state (none: of no model)."""
   (folder / "shards").mkdir(parents=True)
   entries = []
   for index, first in enumerate(range(0, len(vectors), shard_rows)):
@@ -205,8 +207,10 @@ def _write_index(folder, vectors, corpus_file, model, method, shard_rows):
   manifest = {
     "format": 1,
     "model": str(model),
+    "model_sha256": "" if encoder is None else job.model_sha256(encoder),
     "model_dtype": "float32",
     "method": method.to_block(),
+    "fitted_sha256": None if encoder is None else job.fitted_sha256(encoder),
     "sentences": {"add_period": False, "max_sentence_tokens": 0},
     "dim": vectors.shape[1],
     "dtype": str(vectors.dtype),
@@ -242,8 +246,9 @@ def tiny_index(tmp_path_factory, tiny_bert):
   tmp = tmp_path_factory.mktemp("index")
   corpus_file = tmp / "corpus.txt"
   corpus_file.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-  vectors = Encoder.from_pretrained(tiny_bert, "last_avg").encode(SENTENCES)
-  _write_index(tmp / "index", vectors, corpus_file, tiny_bert, Method("last_avg"), shard_rows=3)
+  encoder = Encoder.from_pretrained(tiny_bert, "last_avg")
+  vectors = encoder.encode(SENTENCES)
+  _write_index(tmp / "index", vectors, corpus_file, tiny_bert, Method("last_avg"), shard_rows=3, encoder=encoder)
   return tmp / "index", corpus_file, vectors
 
 
@@ -272,6 +277,35 @@ def test_queries_are_embedded_as_the_corpus_was_unit_length_included(tiny_index,
     queries = encoder.encode([preprocess(s) for s in SENTENCES[:2]])
     expected = Encoder.from_pretrained(tiny_bert, "last_avg").encode(SENTENCES[:2], normalize=normalized)
     np.testing.assert_array_equal(queries, expected)
+
+
+def test_queries_need_the_weights_and_fitted_state_the_corpus_was_embedded_with(tiny_bert, tmp_path, capsys):
+  """Whitening's queries with the corpus's state are embedded as its rows; without a state, with another one or
+  with other weights the query encoder is refused in one line naming what differs."""
+  method, fitted = Method("whitening", source="last_avg"), tmp_path / "fitted.npz"
+  encoder = Encoder.from_pretrained(tiny_bert, method)
+  state = encoder.fit(shared_path("data", "wiki", "wiki1m_sample.txt").read_text().splitlines()[:40])  # > 32 dims.
+  methods_base.save_fitted(fitted, state)
+  corpus_file = tmp_path / "corpus.txt"
+  corpus_file.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+  _write_index(tmp_path / "index", encoder.encode(SENTENCES), corpus_file, tiny_bert, method, 7, encoder=encoder)
+  manifest = json.loads((tmp_path / "index" / "manifest.json").read_text())
+  queries, _ = search.query_encoder(manifest, fitted)
+  np.testing.assert_array_equal(queries.encode(SENTENCES[:2]), encoder.encode(SENTENCES[:2]))
+
+  (tmp_path / "queries.txt").write_text(SENTENCES[0] + "\n")
+  argv = ["--index", str(tmp_path / "index"), "--queries", str(tmp_path / "queries.txt")]
+  assert search.main(argv) == 1
+  assert capsys.readouterr().err == (
+    "error: method 'whitening' encodes with state fitted on sentences: pass the .npz the corpus was embedded with "
+    "(--fitted FILE, or fitted=: embed.py's config.embed.fitted)\n"
+  )
+  other = tmp_path / "other.npz"
+  methods_base.save_fitted(other, {k: v * 1.01 if v.dtype.kind == "f" else v for k, v in state.items()})
+  with pytest.raises(ConfigError, match=r"^method 'whitening''s fitted state is not the one the corpus was embedded"):
+    search.query_encoder(manifest, other)
+  with pytest.raises(ConfigError, match=rf"^the model {tiny_bert} is not the one .* \(model_sha256 000000000000, now "):
+    search.query_encoder({**manifest, "model_sha256": "0" * 64}, fitted)
 
 
 def test_the_command_takes_query_vectors_and_measures_the_approximate_recall(tiny_index, tmp_path, capsys):

@@ -112,10 +112,10 @@ def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> d
   return {
     "format": shards.FORMAT,
     "model": config.model.path,
-    "model_sha256": _weights_sha256(encoder),
+    "model_sha256": model_sha256(encoder),
     "model_dtype": config.model.dtype,
     "method": encoder.method.to_block(),
-    "fitted_sha256": None if encoder.fitted is None else _arrays_sha256(encoder.fitted),
+    "fitted_sha256": fitted_sha256(encoder),
     "sentences": {"add_period": adds_period(config, encoder), "max_sentence_tokens": config.eval.max_sentence_tokens},
     "dim": int(encoder.method.vector_shape(encoder.config)[0]),
     "dtype": config.embed.dtype,
@@ -141,19 +141,24 @@ def adds_period(config: EmbedRun, encoder: Encoder) -> bool:
   return encoder.method.add_period if config.eval.add_period is None else config.eval.add_period
 
 
-def _weights_sha256(encoder: Encoder) -> str:
-  """A digest of the model the vectors come from: its architecture, every weight and a continuous template."""
+def model_sha256(encoder: Encoder) -> str:
+  """A digest of the model the vectors come from: its architecture, every weight and a continuous template (the
+  manifest's model_sha256; jaxemb.search checks its queries' encoder against it)."""
   digest = hashlib.sha256(json.dumps(dataclasses.asdict(encoder.config), sort_keys=True, default=str).encode())
   for leaf in jax.tree.leaves((encoder.params, encoder.prompt)):
     digest.update(memoryview(np.ascontiguousarray(jax.device_get(leaf))))  # No copy of the weights.
   return digest.hexdigest()
 
 
-def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+def fitted_sha256(encoder: Encoder) -> str | None:
+  """A digest of the method's fitted state (whitening's, flow's arrays), None for a method without one (the
+  manifest's fitted_sha256)."""
+  if encoder.fitted is None:
+    return None
   digest = hashlib.sha256()
-  for key in sorted(arrays):
+  for key in sorted(encoder.fitted):
     digest.update(key.encode())
-    digest.update(np.ascontiguousarray(arrays[key]).tobytes())
+    digest.update(np.ascontiguousarray(encoder.fitted[key]).tobytes())
   return digest.hexdigest()
 
 
