@@ -22,7 +22,7 @@ import numpy as np
 from jaxemb import buckets, sharding, spec, templates, xla
 from jaxemb.errors import ConfigError
 from jaxemb.methods import Method, base as methods_base, names as method_names, pooled
-from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, run_dir
+from jaxemb.models import EncoderConfig, Transformer, bert, compute_dtype, hf, run_dir
 from jaxemb.progress import track
 
 BATCH_SIZE = 64  # Sentences per encoder call unless told otherwise (every config's eval.batch_size).
@@ -50,8 +50,9 @@ def open_model(
   """
   if method is None:
     if not run_dir.is_run_dir(name_or_path):
+      hf.resolve_model_dir(name_or_path)  # A folder that is not there is said as such, not as a missing method.
       raise ConfigError(
-        f"{name_or_path} is not a jaxemb run directory: name a method (one of {methods or method_names()})"
+        f"{name_or_path} is not a jaxemb run directory: name a method (one of {', '.join(methods or method_names())})"
       )
     method = Method.from_stored(run_dir.load_eval_method(name_or_path))
   else:

@@ -323,8 +323,10 @@ def test_what_cannot_be_exported_is_refused(tiny_bert, tmp_path):
     export.export_model(tiny_bert, tmp_path / "a", "first_last_avg")
   with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
     export.export_model(tiny_bert, tmp_path / "b", "cls")
-  with pytest.raises(ValueError, match="name a method"):
+  with pytest.raises(ValueError, match=r"name a method \(one of cls, cls_before_pooler, last_avg, prompt\)$"):
     export.export_model(tiny_bert, tmp_path / "c")
+  with pytest.raises(FileNotFoundError, match=r"^\S+/missing does not exist: pass a Hugging Face model folder"):
+    export.export_model(tmp_path / "missing", tmp_path / "e")  # Not "name a method": no method would find it.
   (tmp_path / "d").mkdir()
   (tmp_path / "d" / "modules.json").write_text("[]")
   with pytest.raises(FileExistsError):
