@@ -666,6 +666,11 @@ def test_pad_denoised_prompt_matches_hf(tiny_bert):
 def test_heads_need_their_weights(tiny_bert):
   with pytest.raises(ValueError, match=f"needs the checkpoint's pooler weights; {re.escape(str(tiny_bert))} has none$"):
     Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT, head="pooler"))
+  minilm = shared_path("models", "all-MiniLM-L6-v2")  # No MLM head: its top k would fail in the forward.
+  with pytest.raises(
+    ValueError, match=r"^method 'prompt_mlm_top_k' \(the MLM head's top 200 tokens\) needs the .* mlm_"
+  ):
+    Encoder.from_pretrained(minilm, Method("prompt_mlm_top_k", template=PROMPT))
 
 
 def test_denoised_roberta_bias_positions_from_zero_or_hf(tiny_checkpoint):

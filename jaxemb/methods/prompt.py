@@ -81,6 +81,8 @@ class Prompt(base.Tokenized):
       raise ConfigError(f"top_k {self.top_k} out of range (1..{config.vocab_size})")
 
   def required_weights(self) -> dict[str, str]:
+    if self.name == "prompt_mlm_top_k":  # The MLM head's logits rank the tokens.
+      return {"mlm_head": f"method {self.name!r} (the MLM head's top {self.top_k} tokens)"}
     return {_HEAD_WEIGHTS[self.head]: f"head {self.head!r}"} if self.head in _HEAD_WEIGHTS else {}
 
   def view(self, template: templates.Template) -> views.View:
