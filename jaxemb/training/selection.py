@@ -49,13 +49,18 @@ def selection_preprocess(config: TrainingRun) -> common.Preprocess:
 
 
 def build_evaluators(config: TrainingRun) -> list[evaluators.Evaluator]:
-  """config.evals, their data read; ConfigError when config.eval.select_metric names none of them."""
+  """config.evals, their data read; ConfigError when config.eval.select_metric names none of their metrics."""
   built = evaluators.from_configs(config.evals, config.data, selection_preprocess(config))
   name, _, metric = config.eval.select_metric.partition("/")
   if not metric or name not in [e.name for e in built]:
     raise ConfigError(
       f"config.eval.select_metric={config.eval.select_metric!r}: must be <evaluator>/<metric>, "
       f"<evaluator> one of config.evals {[e.name for e in built]}"
+    )
+  selecting = next(e for e in built if e.name == name)
+  if metric not in selecting.metrics:
+    raise ConfigError(
+      f"config.eval.select_metric={config.eval.select_metric!r}: evaluator {name!r} gives {list(selecting.metrics)}"
     )
   return built
 
@@ -108,10 +113,6 @@ class Evaluation:
     scores = {}
     for evaluator in due:
       result = evaluator.run(encoder)
-      if evaluator is self.selecting and self.metric.partition("/")[2] not in result:
-        raise ConfigError(
-          f"config.eval.select_metric={self.metric!r}: evaluator {evaluator.name!r} gives {sorted(result)}"
-        )
       scores.update({f"{evaluator.name}/{metric}": value for metric, value in result.items()})
     return scores
 

@@ -34,6 +34,7 @@ def test_sts_gives_each_tasks_spearman_and_their_average(encoder):
     "SICKRelatedness": expected["SICKRelatedness", "dev"].all,
     "average": pytest.approx(np.mean([t.all for t in expected.tasks.values()])),
   }
+  assert evaluator.metrics == tuple(scores)  # Known before it runs: what model selection checks its metric against.
 
 
 def test_align_uniform_measures_the_dev_pairs(encoder):
@@ -48,6 +49,7 @@ def test_align_uniform_measures_the_dev_pairs(encoder):
   first, second = vectors[: len(pairs)], vectors[len(pairs) :]
   expected = analysis.pair_alignment_uniformity(first, second, pairs.scores, 4.0)
   assert scores == {"alignment": expected["alignment"], "uniformity": expected["uniformity"]}
+  assert evaluator.metrics == tuple(scores)
 
 
 def test_transfer_gives_the_tasks_dev_accuracy(encoder, tmp_path):
@@ -65,6 +67,7 @@ def test_transfer_gives_the_tasks_dev_accuracy(encoder, tmp_path):
     encoder.encode, transfer_data.load_transfer_tasks(tmp_path, ["MR"]), sts_data.join_tokens, logreg.MODES["fasttest"]
   )
   assert scores == {"MR": result["MR"].devacc}
+  assert evaluator.metrics == tuple(scores)
 
 
 @pytest.mark.parametrize(

@@ -173,15 +173,20 @@ def test_nan_loss_stops_without_overwriting_the_last_good_checkpoint(tmp_path, t
       r"select_metric='sts_test/average': must be <evaluator>/<metric>, "
       r"<evaluator> one of config.evals \['stsb_dev'\]",
     ),
+    (
+      {"eval.select_metric": "stsb_dev/STS12"},
+      r"select_metric='stsb_dev/STS12': evaluator 'stsb_dev' gives \['STSBenchmark'\]$",
+    ),
   ],
 )
 def test_bad_input_stops_with_a_clear_message(tmp_path, tiny_bert, wiki_head, change, message):
-  config = tiny_config("promptbert", tiny_bert, tmp_path, wiki_head)
+  config = tiny_config("promptbert", tiny_bert, tmp_path / "run", wiki_head)
   for key, value in change.items():
     section, field = key.split(".")
     config[section][field] = value
   with pytest.raises((ValueError, FileNotFoundError), match=message):
     loop.train(TrainingRun.from_config(config))
+  assert not (tmp_path / "run").exists(), "refused before the workdir is written"
 
 
 def test_optiprompt_run_directory_encodes_with_its_continuous_template(tmp_path, tiny_bert, wiki_head):

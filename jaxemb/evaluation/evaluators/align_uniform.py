@@ -19,6 +19,7 @@ class AlignUniformEvaluator:
 
   TYPE: ClassVar[str] = "align_uniform"
   FIELDS: ClassVar[dict[str, Any]] = {"threshold": 4.0}
+  metrics: ClassVar[tuple[str, ...]] = ("alignment", "uniformity")
 
   name: str
   every: int
@@ -36,4 +37,4 @@ class AlignUniformEvaluator:
     vectors = encoder.encode([self.preprocess(s) for s in pairs.sentences1 + pairs.sentences2])
     first, second = vectors[: len(pairs)], vectors[len(pairs) :]
     scores = analysis.pair_alignment_uniformity(first, second, pairs.scores, self.threshold)
-    return {"alignment": scores["alignment"], "uniformity": scores["uniformity"]}
+    return {metric: scores[metric] for metric in self.metrics}

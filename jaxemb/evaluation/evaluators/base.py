@@ -30,6 +30,7 @@ class Evaluator(Protocol):
 
   name: str
   every: int
+  metrics: tuple[str, ...]  # The keys `run` gives, known before it runs: model selection checks its metric so.
 
   def run(self, encoder: Encoder) -> dict[str, float]: ...
 
@@ -122,5 +123,10 @@ def is_due(evaluator: Evaluator, step: int, last_step: int) -> bool:
 
 
 def with_average(scores: dict[str, float]) -> dict[str, float]:
-  """`scores`, and their mean as "average" when there are several."""
+  """`scores`, and their mean as "average" when there are several: the keys `averaged_metrics` names."""
   return {**scores, "average": float(np.mean(list(scores.values())))} if len(scores) > 1 else scores
+
+
+def averaged_metrics(names: list[str]) -> tuple[str, ...]:
+  """The metrics of `with_average` over scores named `names`."""
+  return (*names, "average") if len(names) > 1 else tuple(names)

@@ -33,6 +33,10 @@ class StsEvaluator:
     ]
     return cls(entry.name, entry.every, tasks, entry.preprocess)
 
+  @property
+  def metrics(self) -> tuple[str, ...]:
+    return base.averaged_metrics([task.name for task in self.tasks])
+
   def run(self, encoder: Encoder) -> dict[str, float]:
     result = sts.evaluate_sts(encoder.encode, self.tasks, self.preprocess)
     return base.with_average({task.name: result[task.name, task.split].all for task in self.tasks})

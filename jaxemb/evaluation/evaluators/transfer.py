@@ -35,6 +35,10 @@ class TransferEvaluator:
     tasks = transfer_data.load_transfer_tasks(data.senteval_dir, names)
     return cls(entry.name, entry.every, tasks, entry.preprocess, logreg.MODES[fields["mode"]])
 
+  @property
+  def metrics(self) -> tuple[str, ...]:
+    return base.averaged_metrics([task.name for task in self.tasks])
+
   def run(self, encoder: Encoder) -> dict[str, float]:
     result = transfer.evaluate_transfer(encoder.encode, self.tasks, self.preprocess, self.classifier)
     return base.with_average({name: score.devacc for name, score in result.tasks.items()})
