@@ -425,6 +425,13 @@ def _typed_fields_text(config: ml_collections.ConfigDict, typed: type[spec.Block
   return "\n".join(lines)
 
 
+def _methods_taking(path: str) -> str:
+  """For a config.method field the named method lacks, "; methods that take it: ..." naming those that have it."""
+  section, _, rest = path.partition(".")
+  owners = methods.taking(rest.partition(".")[0]) if section == "method" else ()
+  return f"; methods that take it: {', '.join(owners)}" if owners else ""
+
+
 def _unknown_override(argv: Sequence[str]) -> ConfigError | None:
   """The error for the first --config.a.b in `argv` that names no field of the config; None when each names one."""
   argv = flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False)
@@ -436,5 +443,5 @@ def _unknown_override(argv: Sequence[str]) -> ConfigError | None:
     match = re.match(rf"--?(?:no)?{CONFIG}\.([^=]+)", arg)
     reason = match and config_fields.unknown_field(config, match.group(1))
     if reason:
-      return ConfigError(f"--{CONFIG}.{match.group(1)}: {reason}")
+      return ConfigError(f"--{CONFIG}.{match.group(1)}: {reason}{_methods_taking(match.group(1))}")
   return None

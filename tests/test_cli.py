@@ -43,23 +43,32 @@ def _one_error_line(status, stdout, stderr):
   return stderr[len("error: ") :].strip()
 
 
+_PTH = "--config.model.pth: no field 'pth' in config.model (did you mean 'path'?)"
+
+
 @pytest.mark.parametrize(
-  "script, config",
+  "script, config, field, message",
   [
-    ("train.py", "promptbert.py"),
-    ("evaluate.py", "eval_prompt.py"),
-    ("prepare.py", "promptbert.py"),
-    ("sweep.py", "experiments/promptbert_table8.py"),
+    ("train.py", "promptbert.py", "model.pth", _PTH),
+    ("evaluate.py", "eval_prompt.py", "model.pth", _PTH),
+    ("prepare.py", "promptbert.py", "model.pth", _PTH),
+    (
+      "sweep.py",
+      "experiments/promptbert_table8.py",
+      "workdri",
+      "--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)",
+    ),
+    (  # Another method's field: the methods that take it are named.
+      "evaluate.py",
+      "eval_baselines.py",
+      "method.denoise",
+      "--config.method.denoise: no field 'denoise' in config.method (its fields: name, tokenization); methods that "
+      "take it: prompt, prompt_mlm_top_k",
+    ),
   ],
 )
-def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, config):
-  field = "--config.workdri=x" if script == "sweep.py" else "--config.model.pth=x"
-  message = _one_error_line(*_command(script, config, field))
-  assert message == (
-    "--config.workdri: no field 'workdri' in config (did you mean 'workdir'?)"
-    if script == "sweep.py"
-    else "--config.model.pth: no field 'pth' in config.model (did you mean 'path'?)"
-  )
+def test_an_unknown_config_field_is_one_line_with_the_closest_names(script, config, field, message):
+  assert _one_error_line(*_command(script, config, f"--config.{field}=x")) == message
 
 
 def _completed(monkeypatch, config_file, *overrides):

@@ -538,7 +538,11 @@ def test_a_model_path_that_is_no_model_says_what_it_is_and_what_to_pass(tmp_path
 @pytest.mark.parametrize(
   "name, fields, message",
   [
-    ("last_avg", dict(template=PROMPT), "^method 'last_avg' takes no template; .*its arguments: tokenization$"),
+    (
+      "last_avg",
+      dict(template=PROMPT),
+      "^method 'last_avg' takes no template; .*its arguments: tokenization; methods that take template: prompt, ",
+    ),
     ("pooled", {}, "is not one of"),
     ("last_avg", dict(idf_path="idf.json"), "^method 'last_avg' takes no idf_path; "),
     (

@@ -80,13 +80,20 @@ def exportable_names() -> tuple[str, ...]:
   return tuple(name for name in names() if Method(name).exportable)
 
 
+def taking(field: str) -> tuple[str, ...]:
+  """The methods whose block has `field`."""
+  return tuple(name for name in names() if field in family(name).fields(name))
+
+
 def _stray(name: str, takes: tuple[str, ...], field: str, value: Any, where: str = "fields") -> ConfigError:
-  """The one line refusing a `field` that method `name` does not take, naming those it does (and the field's name
-  today when it is an older jaxemb's)."""
+  """The one line refusing a `field` that method `name` does not take, naming those it does and the methods that
+  take it (and the field's name today when it is an older jaxemb's)."""
   renamed, close = legacy.today_name(field), difflib.get_close_matches(field, takes, n=1)
   hint = f" ({renamed!r} in today's blocks)" if renamed in takes else f" (did you mean {close[0]!r}?)" if close else ""
+  others = [other for other in taking(field) if other != name]
+  owners = f"; methods that take {field}: {', '.join(others)}" if others else ""
   return ConfigError(
-    f"method {name!r} takes no {field}{hint}; got {field}={value!r}; its {where}: {', '.join(sorted(takes))}"
+    f"method {name!r} takes no {field}{hint}; got {field}={value!r}; its {where}: {', '.join(sorted(takes))}{owners}"
   )
 
 

@@ -102,18 +102,20 @@ def test_an_unknown_method_is_refused_naming_every_method():
     (
       "last_avg",
       {"template": PROMPT},
-      f"method 'last_avg' takes no template; got template={PROMPT!r}; its {{}}: tokenization",
+      f"method 'last_avg' takes no template; got template={PROMPT!r}; its {{}}: tokenization; methods that take "
+      "template: prompt, prompt_mlm_top_k",
     ),
     (
       "prompt",
       {"top_k": 7},
       "method 'prompt' takes no top_k; got top_k=7; its {}: bias_positions, denoise, head, "
-      "prompt_placement, template, tokenization",
+      "prompt_placement, template, tokenization; methods that take top_k: prompt_mlm_top_k",
     ),
     (
       "ditto",
       {"idf_path": "idf.json"},
-      "method 'ditto' takes no idf_path; got idf_path='idf.json'; its {}: head, layer, tokenization, variant",
+      "method 'ditto' takes no idf_path; got idf_path='idf.json'; its {}: head, layer, tokenization, variant; "
+      "methods that take idf_path: tfidf_first_last",
     ),
     (
       "ditto",
