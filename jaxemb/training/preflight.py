@@ -74,7 +74,8 @@ def check_corpus_size(config: TrainingRun, num_examples: int):
 def _check_batch_size(config: TrainingRun, mesh: Mesh):
   if config.train.batch_size < 1:
     raise ConfigError(
-      f"config.train.batch_size={config.train.batch_size}: must be a positive multiple of the {mesh.size} devices"
+      f"config.train.batch_size={config.train.batch_size}: must be a positive "
+      + ("int" if mesh.size == 1 else f"multiple of the {mesh.size} devices")
     )
   sharding.check_batch_size(config.train.batch_size, mesh, "config.train.batch_size")
 

@@ -58,8 +58,8 @@ def test_method_without_mask_is_refused_before_anything_is_loaded_or_written(
 @pytest.mark.parametrize(
   "batch_size, message",
   [
-    (0, r"^config\.train\.batch_size=0: must be a positive multiple of the 1 devices$"),
-    (-8, r"^config\.train\.batch_size=-8: must be a positive multiple of the 1 devices$"),
+    (0, r"^config\.train\.batch_size=0: must be a positive int$"),  # One device: any positive size splits.
+    (-8, r"^config\.train\.batch_size=-8: must be a positive int$"),
   ],
 )
 def test_bad_batch_size_is_refused_before_anything_is_loaded_or_written(
