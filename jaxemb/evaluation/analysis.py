@@ -107,13 +107,9 @@ def pair_alignment_uniformity(
 
 
 def stsb_pair_vectors(
-  encoder: Encoder,
-  senteval_root: str | pathlib.Path,
-  source: str = "senteval",
-  preprocess: common.Preprocess = sts_data.join_tokens,
+  encoder: Encoder, pairs: sts_data.StsSubset, preprocess: common.Preprocess = sts_data.join_tokens
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-  """(first vectors, second vectors, gold scores) of the STS-B test pairs, encoded in one call."""
-  (pairs,) = sts_data.load_sts_task(senteval_root, "STSBenchmark", "test", source).subsets.values()
+  """(first vectors, second vectors, gold scores) of `pairs` (STS-B test's), encoded in one call."""
   vectors = encoder.encode([preprocess(s) for s in pairs.sentences1 + pairs.sentences2])
   return vectors[: len(pairs)], vectors[len(pairs) :], pairs.scores
 
@@ -242,10 +238,13 @@ def run_analysis(config: AnalysisRun) -> dict[str, Any]:
   sample = read_sample(
     a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase, a.sample_order, a.sample_seed
   )
+  with common.reading_senteval(config.data):
+    stsb_test = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "test", config.data.source)
+  (pairs,) = stsb_test.subsets.values()
   start = time.perf_counter()
   encoder = run.encoder_from_config(config)
   preprocess = common.preprocess_from_config(config.eval)
-  first, second, gold = stsb_pair_vectors(encoder, config.data.senteval_dir, config.data.source, preprocess)
+  first, second, gold = stsb_pair_vectors(encoder, pairs, preprocess)
   predicted = sts.cosine(first, second)
   summary = {
     "model": config.model.path,

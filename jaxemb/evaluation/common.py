@@ -4,13 +4,14 @@ sentences of a set of tasks, the boxed text table both print, and the task lists
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Sequence
+import contextlib
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 
 from jaxemb import spec
 from jaxemb.data import sts as sts_data
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 
 Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
 Preprocess = Callable[[str], str]
@@ -24,6 +25,16 @@ def preprocess(join_tokens: bool, add_period: bool) -> Preprocess:
     return sts_data.add_period(sentence) if add_period else sentence
 
   return apply
+
+
+@contextlib.contextmanager
+def reading_senteval(data: Any) -> Iterator[None]:
+  """Reads of SentEval's files under config.data (`data`): a DataError of theirs names config.data.senteval_dir and
+  prepare.py, in training's evaluators and evaluate.py's jobs alike."""
+  try:
+    yield
+  except DataError as e:
+    raise DataError(f"config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval with prepare.py") from None
 
 
 def preprocess_from_config(rules: spec.Eval) -> Preprocess:

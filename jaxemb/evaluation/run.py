@@ -42,7 +42,8 @@ def load_tasks(config: EvaluationRun) -> tuple[list[sts_data.StsTask], sts_data.
   """(the STS test tasks config.eval.tasks names, comma-separated, under config.data.senteval_dir; STS-B dev)."""
   root, source = config.data.senteval_dir, config.data.source
   names = common.task_names(config.eval.tasks, "eval.tasks", sts_data.TASKS, allow_none=True)
-  return sts_data.load_sts_tasks(root, names, source), sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
+  with common.reading_senteval(config.data):
+    return sts_data.load_sts_tasks(root, names, source), sts_data.load_sts_task(root, "STSBenchmark", "dev", source)
 
 
 def load_transfer_tasks(config: EvaluationRun) -> list[transfer_data.TransferTask]:
@@ -50,7 +51,8 @@ def load_transfer_tasks(config: EvaluationRun) -> list[transfer_data.TransferTas
   if config.transfer is None:
     raise ConfigError("config.transfer is missing: the transfer jobs read its tasks, mode and seed")
   names = common.task_names(config.transfer.tasks, "transfer.tasks", transfer_data.TASKS)
-  return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
+  with common.reading_senteval(config.data):
+    return transfer_data.load_transfer_tasks(config.data.senteval_dir, names)
 
 
 def classifier_from_config(config: EvaluationRun) -> logreg.LogRegConfig:

@@ -182,7 +182,8 @@ def _named_method(config: EvaluationRun) -> Method:
 def _run_search(config: DittoSearchRun | TemplateSearchRun, search: Callable[..., list[Candidate]]) -> dict[str, Any]:
   """Loads the model (a Hugging Face checkpoint, or a run directory's best encoder) and STS-B dev once, runs
   `search(model, dev, preprocess)`, prints the ranking."""
-  dev = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
+  with common.reading_senteval(config.data):
+    dev = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
   source = run_dir.open_source(config.model.path)
   model = (source.config, source.load_params()["encoder"], source.tokenizer)
   start = time.perf_counter()

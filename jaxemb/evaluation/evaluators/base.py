@@ -109,11 +109,10 @@ def from_configs(evals: Any, data: Any, preprocess: common.Preprocess) -> list[E
   built = []
   for name, block in evals.items():
     try:
-      built.append(from_config(name, block, data, preprocess))
+      with common.reading_senteval(data):
+        built.append(from_config(name, block, data, preprocess))
     except DataError as e:
-      raise DataError(
-        f"config.evals.{name}: config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval with prepare.py"
-      ) from None
+      raise DataError(f"config.evals.{name}: {e}") from None
   return built
 
 
