@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import pathlib
 import sys
 import time
@@ -269,11 +268,13 @@ def run_analysis(config: AnalysisRun) -> dict[str, Any]:
 
 
 def _top_tokens_if_possible(encoder: Encoder, sentences: list[str], k: int) -> list[dict[str, Any]] | None:
-  """Table 7 rows as dicts, or None (logged) when the method has no [MASK] or the model no MLM head."""
+  """Table 7 rows as dicts, or None (said on stderr) when the method has no [MASK] or the model no MLM head."""
   if not sentences:
     return None
   if encoder.template.num_masks == 0 or "mlm_head" not in encoder.params:
-    logging.info("[MASK] top tokens skipped: they need a prompt method and a checkpoint with an MLM head")
+    print(
+      "note: [MASK] top tokens skipped: they need a prompt method and a checkpoint with an MLM head", file=sys.stderr
+    )
     return None
   rows = mask_top_tokens(encoder.config, encoder.params, encoder.tokenizer, encoder.method.template, sentences, k)
   return [dataclasses.asdict(row) for row in rows]

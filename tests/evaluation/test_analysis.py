@@ -171,7 +171,9 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
   assert result["mask_top_tokens"] is None  # MiniLM has no MLM head.
   assert (tmp_path / "stsb.png").is_file() == plot
   assert json.loads((tmp_path / "analysis.json").read_text()) == result
-  assert "sentence anisotropy (50 sentences)" in capsys.readouterr().out
+  output = capsys.readouterr()
+  assert "sentence anisotropy (50 sentences)" in output.out
+  assert "note: [MASK] top tokens skipped: they need a prompt method and a checkpoint with an MLM head\n" in output.err
 
 
 def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path, capsys):
