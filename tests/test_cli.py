@@ -217,7 +217,9 @@ def test_bad_paths_are_one_line_naming_the_path(tmp_path):
     f"--config.model.path={a_file}",
     f"--config.data.senteval_dir={shared_path('data', 'senteval')}",
   )
-  assert _one_error_line(*evaluate) == f"{a_file} is a file; a model is a directory with config.json and weights"
+  assert _one_error_line(*evaluate) == (
+    f"config.model.path={a_file}: {a_file} is a file; a model is a directory with config.json and weights"
+  )
   train = _command(
     "train.py",
     "promptbert.py",
@@ -250,16 +252,17 @@ def test_a_model_path_that_is_no_model_is_one_line_saying_what_to_pass(tmp_path)
     )
 
   assert _one_error_line(*evaluate(tmp_path / "nowhere")) == (
-    f"{tmp_path / 'nowhere'} does not exist: pass a Hugging Face model folder (config.json and weights) or a jaxemb "
-    "run directory"
+    f"config.model.path={tmp_path / 'nowhere'}: {tmp_path / 'nowhere'} does not exist: pass a Hugging Face model "
+    "folder (config.json and weights) or a jaxemb run directory"
   )
   assert _one_error_line(*evaluate(tmp_path)) == (
-    f"{tmp_path} holds no config.json: not a Hugging Face model folder or a jaxemb run directory"
+    f"config.model.path={tmp_path}: {tmp_path} holds no config.json: not a Hugging Face model folder or a jaxemb run "
+    "directory"
   )
   assert _one_error_line(*evaluate("no-such-org/no-such-model")) == (
-    "no-such-org/no-such-model is not a local directory, nor in the Hugging Face cache, and the hub is out of "
-    "reach: run `hf download no-such-org/no-such-model --local-dir DIR` where it is reachable and pass DIR, or pass "
-    "a local model folder"
+    "config.model.path=no-such-org/no-such-model: no-such-org/no-such-model is not a local directory, nor in the "
+    "Hugging Face cache, and the hub is out of reach: run `hf download no-such-org/no-such-model --local-dir DIR` "
+    "where it is reachable and pass DIR, or pass a local model folder"
   )
 
 

@@ -12,6 +12,7 @@ import numpy as np
 from jaxemb import spec
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError, DataError
+from jaxemb.models import CheckpointError
 
 Embed = Callable[[list[str]], np.ndarray]  # Sentences -> [len(sentences), dim] vectors.
 Preprocess = Callable[[str], str]
@@ -35,6 +36,18 @@ def reading_senteval(data: Any) -> Iterator[None]:
     yield
   except DataError as e:
     raise DataError(f"config.data.senteval_dir={data.senteval_dir}: {e}; fetch SentEval with prepare.py") from None
+
+
+@contextlib.contextmanager
+def opening_model(model: spec.Model) -> Iterator[None]:
+  """Opening config.model.path (a Hugging Face checkpoint or a run directory) and reading its weights: a folder that
+  is not there or a checkpoint that cannot be read names the field, in train.py's preflight and evaluate.py alike."""
+  try:
+    yield
+  except FileNotFoundError as e:
+    raise ConfigError(f"config.model.path={model.path}: {e}") from None
+  except CheckpointError as e:
+    raise DataError(f"config.model.path={model.path}: {e}") from None
 
 
 def preprocess_from_config(rules: spec.Eval) -> Preprocess:

@@ -172,8 +172,9 @@ def run_ditto_analysis(config: DittoAnalysisRun) -> dict[str, Any]:
   idf_table = tfidf.load_idf(a.idf_path)
   sample = analysis.read_sample(a.sample_file, a.sample_size, order=a.sample_order, seed=a.sample_seed)
   tasks, dev = run.load_tasks(config)
-  source = run_dir.open_source(config.model.path)  # A Hugging Face checkpoint or a run's best step.
-  model_config, params, tokenizer = source.config, source.load_params()["encoder"], source.tokenizer
+  with common.opening_model(config.model):
+    source = run_dir.open_source(config.model.path)  # A Hugging Face checkpoint or a run's best step.
+    model_config, params, tokenizer = source.config, source.load_params()["encoder"], source.tokenizer
   model = Transformer(model_config)
   idf = tfidf.idf_vector(idf_table, model_config.vocab_size)
   summary: dict[str, Any] = {"model": config.model.path, "idf_path": a.idf_path, "seconds": {}}

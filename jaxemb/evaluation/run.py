@@ -27,9 +27,10 @@ from jaxemb.spec import EvaluationRun, FitIdfRun
 def encoder_from_config(config: EvaluationRun, method: Method | None = None) -> Encoder:
   """The Encoder of config.model.path with `method`, else config.method; none named: a run directory's own method
   (its eval_method.json), a sentence-transformers checkpoint's own pooling."""
-  return Encoder.from_pretrained(
-    config.model.path, method or config.method, **encoder_options(config.model, config.eval)
-  )
+  with common.opening_model(config.model):
+    return Encoder.from_pretrained(
+      config.model.path, method or config.method, **encoder_options(config.model, config.eval)
+    )
 
 
 def shown_encode(config: EvaluationRun, encoder: Encoder, names: list[str]) -> common.Embed:

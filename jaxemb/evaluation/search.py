@@ -184,8 +184,9 @@ def _run_search(config: DittoSearchRun | TemplateSearchRun, search: Callable[...
   `search(model, dev, preprocess)`, prints the ranking."""
   with common.reading_senteval(config.data):
     dev = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "dev", config.data.source)
-  source = run_dir.open_source(config.model.path)
-  model = (source.config, source.load_params()["encoder"], source.tokenizer)
+  with common.opening_model(config.model):
+    source = run_dir.open_source(config.model.path)
+    model = (source.config, source.load_params()["encoder"], source.tokenizer)
   start = time.perf_counter()
   scored = search(model, dev, common.preprocess_from_config(config.eval))
   seconds = time.perf_counter() - start

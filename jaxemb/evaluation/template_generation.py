@@ -24,7 +24,7 @@ import numpy as np
 from jaxemb import atomic, beam_search
 from jaxemb.data import wordnet
 from jaxemb.errors import ConfigError, DataError
-from jaxemb.evaluation import search
+from jaxemb.evaluation import common, search
 from jaxemb.models import run_dir, t5
 from jaxemb.templates import MASK, SLOT, Template
 from jaxemb.spec import GenerationRun
@@ -187,7 +187,8 @@ def run_template_generation(config: GenerationRun) -> dict[str, Any]:
   pairs = wordnet.sample(wordnet.read_pairs(g.pairs, tuple(g.parts_of_speech)), g.num_pairs, g.seed)
   if not pairs:
     raise DataError(f"{g.pairs}: no word-definition pairs")
-  encoder_tokenizer = run_dir.open_source(config.model.path).tokenizer  # A wrong model.path fails before T5 runs.
+  with common.opening_model(config.model):  # A wrong model.path fails before T5 runs.
+    encoder_tokenizer = run_dir.open_source(config.model.path).tokenizer
   generated = generate(t5.load(g.t5_model), pairs, list(g.formats), g.num_beams, g.max_length, g.batch_size)
   usable, dropped = keep_usable(generated, encoder_tokenizer)
   if dropped:

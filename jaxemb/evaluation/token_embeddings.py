@@ -17,6 +17,7 @@ import numpy as np
 from jaxemb import atomic, storage
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.methods import static
+from jaxemb.evaluation import common
 from jaxemb.models import run_dir
 from jaxemb.spec import TokenEmbeddingsRun
 
@@ -105,9 +106,10 @@ def run_token_embeddings(config: TokenEmbeddingsRun) -> dict[str, Any]:
   if t.rows not in static.STATIC_ROWS:
     raise ConfigError(f"token_embeddings.rows={t.rows!r}: must be one of {static.STATIC_ROWS}")
   start = time.perf_counter()
-  source = run_dir.open_source(config.model.path)
-  static.check_static_rows(t.rows, source.config)  # The same check, and message, as the static methods'.
-  rows = np.asarray(static.static_rows(source.load_params()["encoder"], t.rows), np.float64)
+  with common.opening_model(config.model):
+    source = run_dir.open_source(config.model.path)
+    static.check_static_rows(t.rows, source.config)  # The same check, and message, as the static methods'.
+    rows = np.asarray(static.static_rows(source.load_params()["encoder"], t.rows), np.float64)
   tokenizer = source.tokenizer
   n = min(len(rows), len(tokenizer))  # A model may have more rows than its tokenizer has pieces.
   subword, cased, special = (a[:n] for a in piece_kinds(tokenizer))

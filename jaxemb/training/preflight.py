@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from jaxemb import sharding, storage
 from jaxemb.data import corpus
 from jaxemb.encode import open_model
+from jaxemb.evaluation import common
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.models import hf, run_dir
 from jaxemb.spec import TrainingRun
@@ -135,14 +136,13 @@ def _check_kept_layout(config: TrainingRun):
 def _check_method(config: TrainingRun) -> run_dir.ModelSource:
   """config.method against the model's config and tokenizer, as evaluation and export check it (open_model), so a
   run never records an evaluation method they refuse; returns the opened model, a Hugging Face checkpoint."""
-  try:
-    source, _ = open_model(config.model.path, config.method)
-  except FileNotFoundError as e:
-    raise ConfigError(f"config.model.path={config.model.path}: {e}") from None
-  except hf.CheckpointError as e:
-    raise DataError(f"config.model.path={config.model.path}: {e}") from None
-  except ValueError as e:
-    raise ConfigError(f"config.method: {e}; set config.method to a method evaluate.py can run") from None
+  with common.opening_model(config.model):
+    try:
+      source, _ = open_model(config.model.path, config.method)
+    except hf.CheckpointError:
+      raise  # The model's: opening_model names config.model.path.
+    except ValueError as e:
+      raise ConfigError(f"config.method: {e}; set config.method to a method evaluate.py can run") from None
   if source.run is not None:  # Its model/ holds config.json and the tokenizer but no weights to start from.
     raise ConfigError(
       f"config.model.path={config.model.path}: a jaxemb run directory; training starts from a "
