@@ -52,7 +52,7 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   manifest = _claim(out, manifest)
   job = job_digest(manifest)
   mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
-  done = finished_shards(out, mine, job, strings=bool(corpus.columns.id_column))
+  done = finished_shards(out, mine, job, corpus, e.shard_rows)
   todo = [k for k in mine if k not in done]
   start = time.perf_counter()
   rows = _embed_shards(config, corpus, encoder, out, todo, job)
@@ -220,25 +220,36 @@ def host_shards(num_shards: int, process_index: int, process_count: int) -> rang
   return range(process_index * num_shards // process_count, (process_index + 1) * num_shards // process_count)
 
 
-def finished_shards(out: storage.Path, candidates: range, job: str, strings: bool) -> set[int]:
-  """The shards of `candidates` that are done: a done record of `job`, the ids file (`strings`: the id column's),
-  and vectors whose digest is the recorded one (the listing's MD5 in a bucket, the SHA-256 of a local file)."""
-  listed = _listing(out)
+def finished_shards(
+  out: storage.Path, candidates: range, job: str, corpus: reader.Corpus, rows_per_shard: int
+) -> set[int]:
+  """The shards of `candidates` that are done: a done record of `job` for that shard's place in `corpus` (its
+  index, first record and rows), and vectors and ids whose digests are the recorded ones (the listing's MD5s in a
+  bucket, the SHA-256s of local files). A record an older jaxemb wrote, without the ids' digests, needs the ids
+  file only."""
+  strings, listed = bool(corpus.columns.id_column), _listing(out)
   done = set()
   for k in candidates:
     record = shards.read_json(out / shards.done_file(k))
-    if not isinstance(record, dict) or record.get("job") != job:
+    place = {
+      "index": k,
+      "first_line": k * rows_per_shard,
+      "rows": min(rows_per_shard, corpus.records - k * rows_per_shard),
+    }
+    if not isinstance(record, dict) or record.get("job") != job or any(record.get(f) != v for f, v in place.items()):
       continue
-    ids_name = shards.ids_file(k, strings)
-    if listed is not None:
-      vectors = listed.get(shards.vectors_file(k))
-      whole = vectors is not None and vectors.md5 == record["md5"] and ids_name in listed
-    else:
-      vectors = pathlib.Path(out / shards.vectors_file(k))
-      whole = vectors.is_file() and _file_sha256(vectors) == record["sha256"] and (out / ids_name).exists()
-    if whole:
+    files = {shards.vectors_file(k): ("md5", "sha256"), shards.ids_file(k, strings): ("ids_md5", "ids_sha256")}
+    if all(_is_recorded(out, name, record, *digests, listed) for name, digests in files.items()):
       done.add(k)
   return done
+
+
+def _is_recorded(out: storage.Path, name: str, record: dict, md5: str, sha256: str, listed: dict | None) -> bool:
+  """Whether file `name` under `out` is there with the digest `record` gives it (none recorded: there at all)."""
+  if listed is not None:
+    return name in listed and listed[name].md5 == record.get(md5, listed[name].md5)
+  path = pathlib.Path(out / name)
+  return path.is_file() and (sha256 not in record or _file_sha256(path) == record[sha256])
 
 
 def _listing(out: storage.Path) -> dict[str, storage.Object] | None:
@@ -313,16 +324,18 @@ def _write_shard(out: storage.Path, k: int, first: int, vectors: np.ndarray, ids
   data = shards.npy_bytes(vectors)
   atomic.write(out / shards.vectors_file(k), lambda f: f.write(data))
   if ids is None:
-    numbers = shards.npy_bytes(np.arange(first, first + len(vectors), dtype=np.int64))
-    atomic.write(out / shards.ids_file(k, strings=False), lambda f: f.write(numbers))
+    id_bytes = shards.npy_bytes(np.arange(first, first + len(vectors), dtype=np.int64))
   else:
-    atomic.write_text(out / shards.ids_file(k, strings=True), json.dumps(ids, ensure_ascii=False))
+    id_bytes = json.dumps(ids, ensure_ascii=False).encode("utf-8")
+  atomic.write(out / shards.ids_file(k, strings=ids is not None), lambda f: f.write(id_bytes))
   record = {
     "index": k,
     "rows": len(vectors),
     "first_line": first,
     "sha256": hashlib.sha256(data).hexdigest(),
     "md5": hashlib.md5(data, usedforsecurity=False).hexdigest(),
+    "ids_sha256": hashlib.sha256(id_bytes).hexdigest(),
+    "ids_md5": hashlib.md5(id_bytes, usedforsecurity=False).hexdigest(),
     "job": job,
     "process": jax.process_index(),
   }

@@ -142,6 +142,14 @@ def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tm
   assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 36
   assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
   assert capsys.readouterr().out.endswith(f"-> {tmp_path}/out (1 of 3 shards were there already)\n")
+  ids = bytearray((folder / "00000.ids.npy").read_bytes())
+  ids[-3] ^= 1  # One record number changed: not the digest its done record gives.
+  (folder / "00000.ids.npy").write_bytes(bytes(ids))
+  record = json.loads((folder / "00002.done.json").read_text())
+  (folder / "00002.done.json").write_text(json.dumps({**record, "rows": 5}))  # Not shard 2's place in the corpus.
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 36
+  assert {path.name: path.read_bytes() for path in folder.iterdir()} == written
+  capsys.readouterr()
   assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 0  # A finished job: nothing to do.
   output = capsys.readouterr()
   assert output.out == f"nothing left to embed: the 3 shards of {tmp_path}/out were there already\n"
