@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxemb import storage
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, StorageError
 from jaxemb.models import bert
 from jaxemb.models.config import EncoderConfig
 from jaxemb.models.hf_keys import (
@@ -382,7 +382,20 @@ def write_model_files(out_dir: str | os.PathLike, config: EncoderConfig, tokeniz
   with storage.local_folder(out_dir) as out:
     hf_config = {**config.to_hf(architecture(config, masked_lm=False)), **config_fields}
     (out / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
+    save_tokenizer(tokenizer, out)
+
+
+def save_tokenizer(tokenizer, out: pathlib.Path):
+  """`tokenizer.save_pretrained(out)`; a write the Rust backend failed (a plain Exception, "... (os error 28)": a
+  full disk) as a StorageError naming the folder, one line, not a traceback."""
+  try:
     tokenizer.save_pretrained(str(out))
+  except OSError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  # Only the backend's I/O errors are turned into one line.
+    if "(os error" not in str(e):
+      raise
+    raise StorageError(f"cannot write the tokenizer files to {out}: {e}") from None
 
 
 def write_architecture(out_dir: str | os.PathLike, config: EncoderConfig, tokenizer):
@@ -401,4 +414,4 @@ def save_pretrained(out_dir: str | os.PathLike, config: EncoderConfig, params: P
     save_file(state, str(out / SAFETENSORS), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config.to_hf(architecture), indent=2) + "\n")
     if tokenizer is not None:
-      tokenizer.save_pretrained(str(out))
+      save_tokenizer(tokenizer, out)

@@ -16,7 +16,7 @@ import safetensors.torch
 import torch
 import transformers
 
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, StorageError
 from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
 from jaxemb.models import bert, hf, hf_keys, run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
@@ -427,3 +427,21 @@ def test_a_bert_tokenizer_loads_without_importing_torch():
   model = shared_path("models", "all-MiniLM-L6-v2")
   done = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, check=True, cwd=REPO)
   assert done.stdout.strip() == "False", done.stderr[-2000:]
+
+
+class _FailingTokenizer:
+  """A tokenizer whose save fails as the Rust backend's does on a full disk (a plain Exception), or with `error`."""
+
+  def __init__(self, error: Exception):
+    self.error = error
+
+  def save_pretrained(self, folder: str):
+    raise self.error
+
+
+def test_a_tokenizer_the_disk_cannot_take_is_one_storage_line(tmp_path):
+  full = _FailingTokenizer(Exception("No space left on device (os error 28)"))
+  with pytest.raises(StorageError, match=rf"^cannot write the tokenizer files to {tmp_path}: No space left on device"):
+    hf.save_tokenizer(full, tmp_path)
+  with pytest.raises(KeyError):  # Anything else is a bug, raised as it is.
+    hf.save_tokenizer(_FailingTokenizer(KeyError("vocab")), tmp_path)
