@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 import csv
 import dataclasses
+import errno
 import functools
 import hashlib
 import io
@@ -25,7 +26,7 @@ import jax
 import numpy as np
 
 from jaxemb import atomic, storage
-from jaxemb.errors import ConfigError, DataError
+from jaxemb.errors import ConfigError, DataError, StorageError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
 logger = logging.getLogger(__name__)
@@ -290,6 +291,10 @@ def _existing_file(path: PathLike) -> pathlib.Path:
   return local
 
 
+# The errnos of a write the file system refused (a full disk, a quota, read-only, no permission).
+_UNWRITABLE = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)
+
+
 def _load(
   path: pathlib.Path, builder: str, cache_dir: PathLike | None, string_columns: list[str] | None = None, **config
 ) -> dict[str, list]:
@@ -306,6 +311,9 @@ def _load(
       builder, data_files=str(path), split="train", cache_dir=None if cache_dir is None else str(cache_dir), **config
     )
   except datasets.exceptions.DatasetGenerationError as e:
+    if isinstance(e.__cause__, OSError) and e.__cause__.errno in _UNWRITABLE:  # Its Arrow cache, not the file.
+      where = "datasets' default cache" if cache_dir is None else os.fspath(cache_dir)
+      raise StorageError(f"cannot write the datasets cache of {path} under {where}: {e.__cause__}") from None
     raise DataError(f"{path}: cannot be read as {builder}: {e.__cause__ or e}") from e
   return dataset.to_dict()
 

@@ -1,5 +1,6 @@
 """Tests for jaxemb.data.corpus: the shared wiki1m and NLI samples, bad input, the token cache and batching."""
 
+import errno
 import logging
 
 import numpy as np
@@ -9,6 +10,7 @@ import tokenizers
 from jaxemb import templates
 from jaxemb.data import corpus
 from jaxemb.data.sts import DataError
+from jaxemb.errors import StorageError
 from tests.support import shared_path
 
 # PromptBERT's BERT and RoBERTa templates (kongds/Prompt-BERT run.sh) and CoT-BERT's two-mask ones (ZBWpro/CoT-BERT
@@ -129,6 +131,22 @@ def test_missing_file(tmp_path, read):
 def test_text_without_sentences(tmp_path, text, match):
   path = write(tmp_path, "w.txt", text)
   with pytest.raises(DataError, match=f"{path}: {match}"):
+    corpus.read_sentences(path, tmp_path / "hf")
+
+
+def test_a_datasets_cache_the_disk_cannot_take_is_named_not_the_corpus(tmp_path, monkeypatch):
+  import datasets  # pylint: disable=import-outside-toplevel
+
+  def full_disk(*args, **kwargs):
+    try:
+      raise OSError(errno.ENOSPC, "No space left on device")
+    except OSError as e:  # As `datasets` wraps a failed Arrow write: the OSError its cause.
+      raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") from e
+
+  monkeypatch.setattr(datasets, "load_dataset", full_disk)
+  path = write(tmp_path, "w.txt", "a sentence\n")
+  message = f"^cannot write the datasets cache of {path} under {tmp_path / 'hf'}: .*No space left on device$"
+  with pytest.raises(StorageError, match=message):
     corpus.read_sentences(path, tmp_path / "hf")
 
 
