@@ -1,12 +1,14 @@
-"""Orbax checkpoint folders as files: whether a step folder can be restored (`checkpoint_problem`), the one line a
-failed read or write says (`read_failure`, `short_cause`), and Orbax kept quiet about its failures beyond that line
-(`quiet_orbax_failures`). The run directory (run_dir.py) reads its best step through these, the training
-checkpoints (jaxemb.training.checkpoints) their periodic steps."""
+"""Orbax checkpoint folders as files: whether a step folder can be restored (`checkpoint_problem`), whether its arrays
+read back as saved (`with_digest`, `digest_problem`), the one line a failed read or write says (`read_failure`,
+`short_cause`), and Orbax kept quiet about its failures beyond that line (`quiet_orbax_failures`). The run directory
+(run_dir.py) reads its best step through these, the training checkpoints (jaxemb.training.checkpoints) their
+periodic steps."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -14,6 +16,9 @@ import re
 import sys
 from typing import Any, Callable, Coroutine, Sequence
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
 try:  # Orbax's own: each save and restore runs its coroutine through its run_sync (`quiet_orbax_failures`).
@@ -27,6 +32,8 @@ from jaxemb import storage
 # renames the folder into place: a step folder without it never finished its save.
 COMMIT_MARKER = "commit_success.txt"
 STEP_METADATA = "_CHECKPOINT_METADATA"  # Orbax's JSON of the step (its time); the step is listed by reading it.
+# The key of a step's meta that holds the digest of the arrays saved with it (`with_digest`).
+DIGEST = "arrays_digest"
 
 
 def checkpoint_problem(step_dir: storage.Path, items: Sequence[str]) -> str | None:
@@ -46,6 +53,70 @@ def checkpoint_problem(step_dir: storage.Path, items: Sequence[str]) -> str | No
     except (OSError, ValueError) as e:
       return f"{path}: {short_cause(e)}"
   return None
+
+
+def with_digest(meta: dict[str, Any], tree: Any) -> dict[str, Any]:
+  """`meta` and, under DIGEST, the digest of the arrays of `tree` it is saved with: OCDBT's files keep no checksums,
+  so a byte garbled on disk reads back as another value, silently (a resumed run that diverges on every rerun, or
+  params a little off); `digest_problem` tells such a step on restore."""
+  return {**meta, DIGEST: _arrays_digest(tree)}
+
+
+def digest_problem(tree: Any, meta: dict[str, Any]) -> str | None:
+  """Why the restored arrays `tree` are not the ones saved with `meta` (their digest differs); None when they are,
+  when `meta` holds no digest (a step an older jaxemb saved) or when the arrays were restored into other shapes or
+  dtypes (a run continued with other fields: the values are converted, not the saved ones)."""
+  saved = meta.get(DIGEST)
+  if saved is None:
+    return None
+  restored = _arrays_digest(tree)
+  if restored["layout"] != saved["layout"] or restored["values"] == saved["values"]:
+    return None
+  return "its arrays differ from the digest saved with them: a file was changed after the save"
+
+
+def without_digest(meta: dict[str, Any]) -> dict[str, Any]:
+  """A step's meta as its saver gave it."""
+  return {key: value for key, value in meta.items() if key != DIGEST}
+
+
+def _arrays_digest(tree: Any) -> dict[str, str]:
+  """{"layout": a hash of the shapes and dtypes of `tree`'s arrays, "values": a hash of their values}, each
+  independent of the tree's container types and leaf order (a checkpoint restored without a target is a tree of
+  dicts) and of how each array is sharded: two integer sums per array (`_word_sums`), computed where its shards are,
+  so no array is copied to the host."""
+  leaves = jax.tree.leaves(tree)
+  sums = np.asarray(_word_sums(leaves))
+  entries = sorted((f"{tuple(leaf.shape)} {leaf.dtype}", np.asarray(s).tobytes()) for leaf, s in zip(leaves, sums))
+  hash_of = lambda parts: hashlib.sha256(b"\n".join(parts)).hexdigest()[:32]
+  return {
+    "layout": hash_of([e[0].encode() for e in entries]),
+    "values": hash_of([e[0].encode() + e[1] for e in entries]),
+  }
+
+
+@jax.jit
+def _word_sums(arrays: list[jax.Array]) -> jax.Array:
+  """[number of arrays, 2] uint32: for each array, the sum of its elements read as unsigned words (their bits), and
+  their sum each weighted by 2i + 1 (i its index in the flat array), modulo 2**32. A changed element changes both (an
+  odd weight is invertible modulo 2**32), two swapped elements the second; integer sums are exact in any order, so
+  no sharding changes them. One program for all arrays: a program per array deadlocked the CPU backend's collectives
+  on 8 simulated devices (tests/training/test_sharding.py)."""
+  return jnp.stack([_sums_of_words(array) for array in arrays])
+
+
+def _sums_of_words(array: jax.Array) -> jax.Array:
+  if jnp.issubdtype(array.dtype, jax.dtypes.prng_key):
+    array = jax.random.key_data(array)
+  if array.dtype == jnp.bool_:
+    array = array.astype(jnp.uint8)
+  bits = array.dtype.itemsize * 8
+  words = jax.lax.bitcast_convert_type(array, jnp.uint32 if bits >= 32 else jnp.dtype(f"uint{bits}"))
+  words = words.astype(jnp.uint32)
+  index = jnp.zeros(words.shape, jnp.uint32)
+  for axis, size in enumerate(words.shape):
+    index = index * jnp.uint32(size) + jax.lax.broadcasted_iota(jnp.uint32, words.shape, axis)
+  return jnp.stack([words.sum(dtype=jnp.uint32), (words * (2 * index + 1)).sum(dtype=jnp.uint32)])
 
 
 def read_failure(error: BaseException, step_dir: storage.Path) -> str | None:

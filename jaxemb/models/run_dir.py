@@ -75,7 +75,8 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
   (`layer_{i}/...`) as a Hugging Face checkpoint reads, whether or not the run scanned its layers.
 
   Raises:
-    DataError: the best step is unreadable (a missing or truncated file, garbled metadata, no commit marker).
+    DataError: the best step is unreadable (a missing or truncated file, garbled metadata, no commit marker, arrays
+      that differ from the digest saved with them).
   """
   if not is_run_dir(run.path):
     raise FileNotFoundError(f"{run.path} is not a jaxemb run directory (needs model/config.json and best/)")
@@ -97,7 +98,7 @@ def read_best(run: RunDir) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def best_step_problem(step_dir: storage.Path) -> str | None:
   """Why the best step folder `step_dir` cannot be restored, its arrays read to find out (a missing or truncated data
-  file shows only then, unlike `checkpoint_problem`'s); None when it reads whole."""
+  file, or a garbled one, shows only then, unlike `checkpoint_problem`'s); None when it reads whole and as saved."""
   return _read_best_step(step_dir)[1]
 
 
@@ -113,14 +114,18 @@ def _read_best_step(step_dir: storage.Path) -> tuple[Any, str | None]:
     # reads best steps by itself (checkpoints.RunCheckpoints._tidy, on a resumed multi-host run).
     alone = ocp.options.MultiprocessingOptions(primary_host=jax.process_index(), active_processes={jax.process_index()})
     with ocp.Checkpointer(ocp.CompositeCheckpointHandler(), multiprocessing_options=alone) as checkpointer:
-      return checkpointer.restore(
+      restored = checkpointer.restore(
         step_dir, args=ocp.args.Composite(params=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
-      ), None
+      )
   except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of the step is re-raised.
     cause = checkpoint_files.read_failure(e, step_dir)
     if cause is None:
       raise
     return None, cause
+  cause = checkpoint_files.digest_problem(restored["params"], restored["meta"])
+  if cause is not None:
+    return None, cause
+  return {"params": restored["params"], "meta": checkpoint_files.without_digest(restored["meta"])}, None
 
 
 # What each checkpoint holds (Orbax items, one folder each): the periodic train state and the best step's params,
@@ -151,7 +156,7 @@ def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
   steps = [int(child.name) for child in run.best_dir.iterdir() if child.name.isdigit()] if run.best_dir.is_dir() else []
   if not steps:
     return None
-  return json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text())
+  return checkpoint_files.without_digest(json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text()))
 
 
 def save_eval_method(workdir: storage.PathLike, block: dict[str, Any]):

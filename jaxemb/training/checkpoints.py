@@ -58,7 +58,10 @@ class RunCheckpoints:
     _check_finite(state.params)
     self.wait()  # One save in flight at a time: see save_best.
     self.periodic.save(
-      int(state.step), ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta))
+      int(state.step),
+      ocp.args.Composite(
+        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(checkpoint_files.with_digest(meta, state))
+      ),
     )
 
   def save_best(self, step: int, params: Any, meta: dict[str, Any]):
@@ -75,25 +78,29 @@ class RunCheckpoints:
     # (`_async_write_complete.<step>`), so best/N and checkpoints/N written at once collide ("Barrier ... is already
     # ongoing") and the job hangs.
     self.wait()
+    meta = checkpoint_files.with_digest(meta, params)
     self.best.save(step, ocp.args.Composite(params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave(meta)))
 
   def restore(self, abstract_state: Any) -> tuple[Any, dict[str, Any]] | None:
     """(state, meta) of the newest readable periodic checkpoint, placed with the shardings of `abstract_state`; a
-    checkpoint whose files fail to read is set aside (said in one line) and the one before it tried. None when none
-    is left: the run starts from its first step."""
+    checkpoint whose files fail to read, or whose arrays differ from the digest saved with them, is set aside (said
+    in one line) and the one before it tried. None when none is left: the run starts from its first step."""
     for step in reversed(self.periodic.all_steps()):
       step_dir = self.run.checkpoints_dir / str(step)
       try:
         restored = self.periodic.manager.restore(
           step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore())
         )
-        return restored["state"], restored["meta"]
       except Exception as e:  # pylint: disable=broad-except  # Anything but a read failure of this step is re-raised.
         cause = checkpoint_files.read_failure(e, step_dir)
         if cause is None:
           raise
-        self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
-        self.periodic.manager.reload()
+      else:
+        cause = checkpoint_files.digest_problem(restored["state"], restored["meta"])
+        if cause is None:
+          return restored["state"], checkpoint_files.without_digest(restored["meta"])
+      self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
+      self.periodic.manager.reload()
     self._say_starting_again()
     return None
 

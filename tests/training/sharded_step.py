@@ -11,7 +11,7 @@ import numpy as np
 
 from jaxemb import sharding
 from jaxemb.data import corpus
-from jaxemb.models import load_pretrained, load_tokenizer
+from jaxemb.models import checkpoint_files, load_pretrained, load_tokenizer
 from jaxemb.training import loop, trainer
 from jaxemb.spec import TrainingRun
 from tests.support import tiny_config
@@ -37,7 +37,9 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
     )
     for t in built.objective.view_templates
   }
-  state, metrics = built.step(built.initial_state(pretrained), batch)
+  initial = built.initial_state(pretrained)
+  initial_digest = checkpoint_files.with_digest({}, initial)[checkpoint_files.DIGEST]["values"]
+  state, metrics = built.step(initial, batch)
   leaves = jax.tree_util.tree_leaves_with_path(state.params)
   # The word table is over the size threshold, so fsdp splits it: as many distinct shards as the fsdp axis.
   words = state.params["encoder"]["embeddings"]["word"]["embedding"]
@@ -46,6 +48,7 @@ def main(model_dir: str, out: str, data: int, fsdp: int):
     loss=np.asarray(metrics["loss"]),
     devices=len(jax.devices()),
     word_shards=len({str(shard.index) for shard in words.addressable_shards}),
+    initial_digest=initial_digest,  # Computed where each shard of the state is: the same on every mesh.
     **{jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves},
   )
   try:

@@ -84,6 +84,7 @@ def test_eight_devices_give_the_single_device_step(eight_devices, single_device,
   assert int(sharded["devices"]) == 8
   assert int(sharded["word_shards"]) == fsdp  # Params really are split over fsdp (and replicated over data).
   np.testing.assert_allclose(sharded["loss"], single_device["loss"], atol=1e-5)
+  assert str(sharded["initial_digest"]) == str(single_device["initial_digest"])  # What a checkpoint's meta holds.
   for key, value in single_device.items():
     if key.startswith("["):
       np.testing.assert_allclose(sharded[key], value, atol=1e-5, err_msg=key)
