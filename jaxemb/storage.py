@@ -569,25 +569,42 @@ def _cache_writes(url: str, target: pathlib.Path) -> Iterator[None]:
     ) from e
 
 
+PARTIAL = ".partial"  # The suffix of replace_file's temporary files.
+
+
 def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):
   """Calls `fill` on a temporary binary file beside the local file `target` (its folder created), then renames it
   into place: `target` is replaced whole or left as it was. The temporary file has a unique name (concurrent
   writers do not share one) and is removed whatever fails, closing it included (a full disk often shows only when
-  the last buffer is flushed). `target` gets the permissions a plain write gives it (tempfile's are the owner's
-  alone): its own if it exists, else those the process's umask leaves (others may read an export or embeddings
-  on a shared disk)."""
+  the last buffer is flushed); its bytes reach the disk (fsync) before the rename, so a power loss leaves the old
+  file or the new one, never an empty one under the new name. A kill leaves the temporary file (a folder's owner
+  removes them: `remove_partial_files`). `target` gets the permissions a plain write gives it (tempfile's are the
+  owner's alone): its own if it exists, else those the process's umask leaves (others may read an export or
+  embeddings on a shared disk)."""
   target.parent.mkdir(parents=True, exist_ok=True)
   mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_UMASK
-  f = tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=".partial", delete=False)
+  f = tempfile.NamedTemporaryFile(dir=target.parent, prefix=target.name + ".", suffix=PARTIAL, delete=False)
   try:
     with f:
       os.fchmod(f.fileno(), mode)
       fill(f)
+      f.flush()
+      os.fsync(f.fileno())
     os.replace(f.name, target)
   except BaseException:
     if os.path.exists(f.name):
       os.unlink(f.name)
     raise
+
+
+def remove_partial_files(folder: pathlib.Path) -> list[pathlib.Path]:
+  """Removes the temporary files of `replace_file` that a killed writer left directly in the local folder `folder`;
+  the removed ones. Called only by a folder's owner (a run holding its workdir's lock): another process's write in
+  flight there would lose its file."""
+  partial = sorted(folder.glob(f"*{PARTIAL}")) if folder.is_dir() else []
+  for path in partial:
+    path.unlink(missing_ok=True)
+  return partial
 
 
 @contextlib.contextmanager

@@ -47,6 +47,28 @@ def test_a_replaced_file_has_the_permissions_a_plain_write_gives_it(tmp_path, mo
   assert stat.S_IMODE(old.stat().st_mode) == 0o604 and old.read_bytes() == b"{}"
 
 
+def test_a_replaced_file_reaches_the_disk_before_its_rename(tmp_path, monkeypatch):
+  """A power loss after the rename leaves the new bytes, not an empty file under the new name: fsync comes first."""
+  calls = []
+  fsync, replace = os.fsync, os.replace
+  monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
+  monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", a)) or replace(a, b))
+  storage.replace_file(tmp_path / "summary.json", lambda f: f.write(b"{}"))
+  (temporary,) = {name for _, name in calls}
+  assert calls == [("fsync", temporary), ("replace", temporary)] and temporary.endswith(storage.PARTIAL)
+
+
+def test_the_partial_files_a_killed_writer_left_are_removed_by_the_folders_owner(tmp_path):
+  kept = [tmp_path / "summary.json", tmp_path / "sub" / "x.json.abc.partial", tmp_path / "partial.txt"]
+  left = [tmp_path / "metrics.jsonl.k2j3h4.partial", tmp_path / "summary.json.zz.partial"]
+  for path in kept + left:
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"{")
+  assert storage.remove_partial_files(tmp_path) == sorted(left)
+  assert all(p.exists() for p in kept) and not any(p.exists() for p in left)
+  assert storage.remove_partial_files(tmp_path / "missing") == []
+
+
 def test_a_gs_path_without_gcsfs_says_what_to_install(monkeypatch):
   monkeypatch.setitem(sys.modules, "gcsfs", None)  # `import gcsfs` raises ImportError.
   storage._gcsfs.cache_clear()  # pylint: disable=protected-access

@@ -358,6 +358,18 @@ class Claim:
       self.fingerprint.write(self.say)
 
 
+def _remove_partial_files(run: run_dir.RunDir, say: Callable[[str], None]):
+  """Removes the temporary files that writes a kill stopped left in the run directory (metrics.jsonl's, the token
+  cache's, ...: `storage.replace_file`), said in one line. A bucket has none: each object is one upload."""
+  if storage.is_remote(run.path):
+    return
+  removed = [
+    path for folder in (run.path, run.model_dir, run.cache_dir) for path in storage.remove_partial_files(folder)
+  ]
+  if removed:
+    say(f"removed the unfinished files a stopped run left: {', '.join(map(str, removed))}")
+
+
 @contextlib.contextmanager
 def claim_workdir(
   config: spec.TrainingRun,
@@ -385,6 +397,7 @@ def claim_workdir(
       try:
         held.enter_context(lock(run, say, config.train.lease_seconds))
         pending = check_fingerprint(run, fingerprint(config), resume_changed, data() if data else None)
+        _remove_partial_files(run, say)
       except Exception as e:  # pylint: disable=broad-except  # Raised once the other processes are told.
         refused = e
     if jax.process_count() > 1 and bool(multihost_utils.broadcast_one_to_all(np.int32(refused is not None))):

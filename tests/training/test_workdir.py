@@ -84,6 +84,24 @@ def test_claims_in_turn_succeed_and_a_nested_claim_is_refused(tmp_path):
   )
 
 
+def test_a_claim_removes_the_partial_files_of_writes_a_kill_stopped_saying_so(tmp_path):
+  config = _config(tmp_path)
+  run = run_dir.RunDir(config.workdir)
+  left = [
+    run.path / "metrics.jsonl.u1x9.partial",
+    run.model_dir / "eval_method.json.3ka.partial",
+    run.cache_dir / "tokens-ab12-00000.npz.q0p.partial",
+  ]
+  for path in left + [run.metrics_file]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{")
+  said = []
+  with workdir.claim_workdir(TrainingRun.from_config(config), say=said.append):
+    pass
+  assert said == [f"removed the unfinished files a stopped run left: {', '.join(map(str, left))}"]
+  assert not any(p.exists() for p in left) and run.metrics_file.read_text() == "{"
+
+
 def test_fingerprint_leaves_out_what_does_not_change_the_result_and_resolves_paths(tmp_path, monkeypatch):
   tmp_path = tmp_path.resolve()
   # Away from the repository, whose data/senteval (after README's prepare.py) would resolve the default's path.
