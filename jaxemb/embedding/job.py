@@ -49,7 +49,7 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   encoder = open_encoder(config)
   out = storage.path(e.output)
   manifest = new_manifest(config, corpus, encoder)
-  manifest = _claim(out, manifest)
+  manifest = _claim(out, manifest, corpus.num_shards)
   job = job_digest(manifest)
   mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
   done = finished_shards(out, mine, job, corpus, e.shard_rows)
@@ -179,10 +179,11 @@ def job_digest(manifest: dict[str, Any]) -> str:
   return hashlib.sha256(json.dumps(identity(manifest), sort_keys=True).encode()).hexdigest()
 
 
-def _claim(out: storage.Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def _claim(out: storage.Path, manifest: dict[str, Any], num_shards: int) -> dict[str, Any]:
   """The manifest the job continues with: the folder's own, unless it is another job's (refused); else this job's,
-  which process 0 writes. Every host passes this point before any writes a shard."""
-  found = shards.read_json(out / shards.MANIFEST)
+  which process 0 writes (over an unreadable one whose shards are this job's: `_readable_manifest`). Every host
+  passes this point before any writes a shard."""
+  found = _readable_manifest(out, manifest, num_shards)
   if found is None:
     if jax.process_index() == 0:
       atomic.write_json(out / shards.MANIFEST, manifest)
@@ -205,6 +206,37 @@ def _claim(out: storage.Path, manifest: dict[str, Any]) -> dict[str, Any]:
   return manifest if found is None else {**manifest, "method": found["method"]}
 
 
+def _readable_manifest(out: storage.Path, manifest: dict[str, Any], num_shards: int) -> dict[str, Any] | None:
+  """The folder's manifest; None when there is none, or when it does not read (garbled on disk) and every done
+  record there is of this job (`manifest`'s), which then writes it again (said in one line).
+
+  Raises:
+    WorkdirError: the manifest does not read and a shard's done record is of another job: whose it is cannot be
+      told.
+  """
+  try:
+    return shards.read_json(out / shards.MANIFEST)
+  except DataError:
+    pass
+  jobs = {record.get("job") for k in range(num_shards) if isinstance(record := _done_record(out, k), dict)}
+  if jobs - {job_digest(manifest)}:
+    raise WorkdirError(
+      f"{out / shards.MANIFEST} is unreadable and {out} holds shards of another job: remove the folder, or choose "
+      "another --config.embed.output"
+    )
+  if jax.process_index() == 0:
+    print(f"{out / shards.MANIFEST} was unreadable; the shards there are this job's: writing it again", flush=True)
+  return None
+
+
+def _done_record(out: storage.Path, k: int) -> Any:
+  """Shard `k`'s done record; None when there is none or it does not read (the shard is embedded again)."""
+  try:
+    return shards.read_json(out / shards.done_file(k))
+  except DataError:
+    return None
+
+
 def _shown(key: str, value: Any) -> str:
   """A manifest value in a line: a digest cut to 12 digits, a number with thousands separators."""
   if key.endswith("sha256") and isinstance(value, str):
@@ -223,14 +255,14 @@ def host_shards(num_shards: int, process_index: int, process_count: int) -> rang
 def finished_shards(
   out: storage.Path, candidates: range, job: str, corpus: reader.Corpus, rows_per_shard: int
 ) -> set[int]:
-  """The shards of `candidates` that are done: a done record of `job` for that shard's place in `corpus` (its
-  index, first record and rows), and vectors and ids whose digests are the recorded ones (the listing's MD5s in a
+  """The shards of `candidates` that are done: a readable done record of `job` for that shard's place in `corpus`
+  (its index, first record and rows), and vectors and ids whose digests are the recorded ones (the listing's MD5s in a
   bucket, the SHA-256s of local files). A record an older jaxemb wrote, without the ids' digests, needs the ids
   file only."""
   strings, listed = bool(corpus.columns.id_column), _listing(out)
   done = set()
   for k in candidates:
-    record = shards.read_json(out / shards.done_file(k))
+    record = _done_record(out, k)
     place = {
       "index": k,
       "first_line": k * rows_per_shard,

@@ -56,7 +56,7 @@ def read_json(path: storage.PathLike) -> Any:
   except FileNotFoundError:
     return None
   except ValueError as e:
-    raise DataError(f"{path}: not JSON ({e}): a file embed.py writes whole; remove it and rerun embed.py") from None
+    raise DataError(f"{path}: not JSON ({e}): a file embed.py writes whole; rerun the embed.py that made it") from None
 
 
 class Embeddings(NamedTuple):

@@ -156,6 +156,32 @@ def test_a_rerun_embeds_only_the_shards_that_are_not_whole(tiny_bert, corpus, tm
   assert "sentences in" not in output.err, "no progress line for no sentences"
 
 
+def test_a_garbled_done_record_or_manifest_does_not_stop_the_rerun(tiny_bert, corpus, tmp_path, capsys):
+  """A done record that does not read is no record; a manifest that does not read is written again when the done
+  records are this job's, and refused (nothing written) when one is another job's."""
+  config = _config(tiny_bert, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=30)
+  job.embed_corpus(EmbedRun.from_config(config))
+  out = tmp_path / "out"
+  files = lambda: {path.relative_to(out): path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+  written = files()
+  (out / "shards" / "00001.done.json").write_bytes(b'{"index": 1, "ro')
+  (out / "manifest.json").write_bytes(b"\x00" * 40)
+  capsys.readouterr()
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 30  # Shard 1 alone.
+  said = capsys.readouterr().out
+  assert said.startswith(f"{out}/manifest.json was unreadable; the shards there are this job's: writing it again\n")
+  assert files() == written
+  (out / "manifest.json").write_bytes(b"{")
+  other = _config(tiny_bert, corpus, out, dict(name="first_last_avg"), shard_rows=30)
+  with pytest.raises(WorkdirError) as raised:
+    job.embed_corpus(EmbedRun.from_config(other))
+  assert str(raised.value) == (
+    f"{out}/manifest.json is unreadable and {out} holds shards of another job: remove the folder, or choose another "
+    "--config.embed.output"
+  )
+  assert (out / "manifest.json").read_bytes() == b"{"
+
+
 def test_a_job_an_older_jaxemb_began_continues(tiny_bert, corpus, tmp_path, capsys):
   """Its manifest names the method by the flat block of every family's fields (tests/methods/legacy/), which is
   read as today's block and kept as written: its shards' records carry its digest."""
