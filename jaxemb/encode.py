@@ -242,6 +242,11 @@ class Encoder:
     return encoder
 
   @property
+  def lacks_fitted_state(self) -> bool:
+    """Whether the method encodes with state fitted on sentences and none was fitted or given: `encode` refuses."""
+    return self.method.fit_source() is not None and self.fitted is None
+
+  @property
   def compilations(self) -> int:
     """The bucket shapes its calls ran, each compiled once in the process (by it, or by an Encoder with the same
     programs before it: `_programs`)."""
@@ -300,7 +305,7 @@ class Encoder:
     normalize = _alias("normalize", normalize, "normalize_embeddings", normalize_embeddings)
     normalize = self.normalize if normalize is None else bool(normalize)
     show_progress = _alias("show_progress", show_progress, "show_progress_bar", show_progress_bar)
-    if self.method.fit_source() is not None and self.fitted is None:
+    if self.lacks_fitted_state:
       raise ConfigError(
         f"method {self.method.name!r} encodes with state fitted on sentences: call Encoder.fit or "
         "pass fitted (evaluate.py's STS and transfer jobs fit it)"

@@ -343,7 +343,7 @@ def _check_embedded_with(manifest: dict[str, Any], encoder: Encoder):
   """A ConfigError unless `encoder` has the weights and fitted state the corpus was embedded with (the manifest's
   digests): queries embedded otherwise would be scored against vectors of another model."""
   name = encoder.method.name
-  if encoder.method.fit_source() is not None and encoder.fitted is None:
+  if encoder.lacks_fitted_state:
     raise ConfigError(
       f"method {name!r} encodes with state fitted on sentences: pass the .npz the corpus was embedded with "
       "(--fitted FILE, or fitted=: embed.py's config.embed.fitted)"
