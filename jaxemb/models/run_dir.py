@@ -149,6 +149,26 @@ def saved_layers_stacked(run: RunDir) -> bool | None:
   return None
 
 
+# The key of a periodic checkpoint's meta that holds a copy of the run's fingerprint.json (`saved_fingerprint`).
+FINGERPRINT_COPY = "fingerprint"
+
+
+def saved_fingerprint(run: RunDir) -> tuple[int, dict[str, Any]] | None:
+  """(step, the run's fingerprint as the periodic checkpoint of that step saved it) for the newest checkpoint whose
+  meta reads and holds one; None when none does. The copy a fingerprint.json that no longer reads is checked
+  against (jaxemb.training.workdir)."""
+  if not run.checkpoints_dir.is_dir():
+    return None
+  for step in sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True):
+    try:
+      meta = json.loads((run.checkpoints_dir / str(step) / "meta" / "metadata").read_text())
+    except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
+      continue
+    if isinstance(meta, dict) and isinstance(meta.get(FINGERPRINT_COPY), dict):
+      return step, meta[FINGERPRINT_COPY]
+  return None
+
+
 def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
   """The newest best step's meta ({"step", "stsb_dev"}) read without its params (export's model card, the mteb
   model's revision); None when best/ holds no step."""

@@ -35,11 +35,20 @@ class RunCheckpoints:
     workdir: the run directory.
     keep: how many periodic checkpoints to keep.
     say: prints a line for the person running the job (what was removed or set aside).
+    fingerprint: the run's fingerprint record, a copy of which each periodic checkpoint's meta keeps
+      (`run_dir.saved_fingerprint`: a fingerprint.json that no longer reads is checked against it); None: none kept.
   """
 
-  def __init__(self, workdir: storage.PathLike, keep: int, say: Callable[[str], None] = print):
+  def __init__(
+    self,
+    workdir: storage.PathLike,
+    keep: int,
+    say: Callable[[str], None] = print,
+    fingerprint: dict[str, Any] | None = None,
+  ):
     self.run = run_dir.RunDir(workdir)
     self._say = say
+    self._fingerprint = {} if fingerprint is None else {run_dir.FINGERPRINT_COPY: fingerprint}
     checkpoint_files.quiet_orbax_failures()
     self._on_first_process(self._tidy)
     failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
@@ -60,7 +69,8 @@ class RunCheckpoints:
     self.periodic.save(
       int(state.step),
       ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(checkpoint_files.with_digest(meta, state))
+        state=ocp.args.StandardSave(state),
+        meta=ocp.args.JsonSave(checkpoint_files.with_digest({**meta, **self._fingerprint}, state)),
       ),
     )
 
@@ -98,7 +108,8 @@ class RunCheckpoints:
       else:
         cause = checkpoint_files.digest_problem(restored["state"], restored["meta"])
         if cause is None:
-          return restored["state"], checkpoint_files.without_digest(restored["meta"])
+          meta = checkpoint_files.without_digest(restored["meta"])
+          return restored["state"], {key: value for key, value in meta.items() if key != run_dir.FINGERPRINT_COPY}
       self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
       self.periodic.manager.reload()
     self._say_starting_again()

@@ -108,7 +108,8 @@ def _train(
   perf_counter; `claim`: the workdir's, whose fingerprint is recorded once the run has started."""
   tokenizer, columns = checked.source.tokenizer, checked.columns
   workdir = run_dir.RunDir(config.workdir)
-  ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, progress.say)
+  fingerprint = None if claim.fingerprint is None else claim.fingerprint.record
+  ckpt = checkpoints.RunCheckpoints(workdir.path, config.train.keep_checkpoints, progress.say, fingerprint)
   total_steps = config.train.num_steps or config.train.epochs * corpus.steps_per_epoch(
     len(next(iter(columns.values()))), config.train.batch_size
   )

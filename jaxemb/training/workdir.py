@@ -149,14 +149,14 @@ def check_fingerprint(
     WorkdirError: the run directory holds a run with other fields or data, or an unreadable fingerprint.
   """
   trained = run.has_step()
-  recorded = _read_fingerprint(run) if trained else None
+  recorded, notes = _read_fingerprint(run) if trained else (None, [])
   if recorded is None:
     notes = [f"{run.path} has no fingerprint (a run from an older jaxemb): recording this command's"] if trained else []
     return PendingFingerprint(run.fingerprint_file, _fingerprint_record(fields, data, []), tuple(notes))
   changed, changed_data = differences(recorded["fields"], fields), _data_differences(recorded.get("data"), data)
   if (changed or changed_data) and not resume_changed:
     raise _refusal(run, changed, changed_data, fields)
-  notes, change = [], {key: {"from": old, "to": new} for key, (old, new) in changed.items()}
+  change = {key: {"from": old, "to": new} for key, (old, new) in changed.items()}
   if data is not None and "data" not in recorded:
     notes.append(
       f"{run.fingerprint_file} records no data identity (a run from an older jaxemb): recording that of this "
@@ -220,17 +220,35 @@ def _refusal(
   )
 
 
-def _read_fingerprint(run: run_dir.RunDir) -> dict[str, Any] | None:
-  """The recorded fingerprint, None when there is none."""
+def _read_fingerprint(run: run_dir.RunDir) -> tuple[dict[str, Any] | None, list[str]]:
+  """(the recorded fingerprint, None when there is none; the line that says where it was read from when not from
+  fingerprint.json). A fingerprint.json that does not read (garbled on disk) is replaced by the copy the newest
+  periodic checkpoint saved, which the run writes back once it has started.
+
+  Raises:
+    WorkdirError: fingerprint.json does not read and no checkpoint saved a copy (one before this jaxemb).
+  """
   try:
-    recorded = json.loads(run.fingerprint_file.read_text())
+    recorded, problem = json.loads(run.fingerprint_file.read_text()), "is not a jaxemb fingerprint"
   except FileNotFoundError:
-    return None
+    return None, []
   except (OSError, ValueError) as e:
-    raise WorkdirError(f"{run.fingerprint_file} cannot be read ({e}): restore or delete it") from None
-  if not isinstance(recorded, dict) or not isinstance(recorded.get("fields"), dict):
-    raise WorkdirError(f"{run.fingerprint_file} is not a jaxemb fingerprint: restore or delete it")
-  return {**recorded, "fields": _method_of_today(recorded["fields"])}
+    recorded, problem = None, f"cannot be read ({e})"
+  notes = []
+  if not _is_fingerprint(recorded):
+    saved = run_dir.saved_fingerprint(run)
+    if saved is None or not _is_fingerprint(saved[1]):
+      raise WorkdirError(f"{run.fingerprint_file} {problem}: restore or delete it")
+    step, recorded = saved
+    notes.append(
+      f"{run.fingerprint_file} {problem}: checking this command against the copy saved with "
+      f"{run.checkpoints_dir / str(step)}, and writing it back"
+    )
+  return {**recorded, "fields": _method_of_today(recorded["fields"])}, notes
+
+
+def _is_fingerprint(recorded: Any) -> bool:
+  return isinstance(recorded, dict) and isinstance(recorded.get("fields"), dict)
 
 
 def _method_of_today(fields: dict[str, Any]) -> dict[str, Any]:

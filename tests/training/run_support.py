@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxemb.models import run_dir
 from tests.support import REPO, compiling_as_tests, short_senteval
 
 
@@ -62,9 +63,12 @@ def restore(directory: pathlib.Path, step: int | None, items=("state", "meta")):
 
 
 def saved(workdir: pathlib.Path) -> dict:
-  """Every array and meta of the newest periodic checkpoint and of the best step, as saved."""
+  """Every array and meta of the newest periodic checkpoint and of the best step, as saved; but the copy of the
+  run's fingerprint a periodic meta keeps, which names the run's paths (a run in a bucket is the same run)."""
+  step, restored = restore(workdir / "checkpoints", None)
+  meta = {key: value for key, value in restored["meta"].items() if key != run_dir.FINGERPRINT_COPY}
   return {
-    "checkpoints": restore(workdir / "checkpoints", None),
+    "checkpoints": (step, {**restored, "meta": meta}),
     "best": restore(workdir / "best", None, ("params", "meta")),
   }
 

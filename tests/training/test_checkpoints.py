@@ -233,7 +233,9 @@ def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored
   assert line.endswith(f"set aside as {aside.name}") and sorted(os.listdir(aside)) != []
   assert sorted(os.listdir(tmp_path / "run" / "checkpoints")) == ["2", aside.name]
   _, expected = restore(whole / "checkpoints", 2)
-  assert meta == checkpoint_files.without_digest(expected["meta"]) and "arrays_digest" in expected["meta"]
+  saved_meta = checkpoint_files.without_digest(expected["meta"])
+  assert saved_meta.pop(run_dir.FINGERPRINT_COPY) == json.loads((whole / "fingerprint.json").read_text())
+  assert meta == saved_meta and "arrays_digest" in expected["meta"]
   for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(expected["state"]), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 

@@ -187,6 +187,33 @@ def test_a_workdir_without_a_saved_step_is_no_run_its_fingerprint_replaced(tmp_p
     _recorded(run, fixed, False, said.append)
 
 
+def test_a_fingerprint_that_no_longer_reads_is_checked_against_the_newest_checkpoints_copy(tmp_path):
+  """Each periodic checkpoint's meta keeps a copy (jaxemb.training.checkpoints): a garbled fingerprint.json still
+  refuses another command, and the same command writes it back; the copy of a checkpoint whose meta does not read
+  is skipped."""
+  run = run_dir.RunDir(tmp_path / "run")
+  fields = workdir.fingerprint(TrainingRun.from_config(_config(tmp_path)))
+  record = {"fields": fields, "changes": []}
+  for step, meta in [(4, {"best_step": 4, "fingerprint": record}), (6, "{garbled")]:
+    (run.checkpoints_dir / str(step) / "meta").mkdir(parents=True)
+    (run.checkpoints_dir / str(step) / "meta" / "metadata").write_text(json.dumps(meta) if step == 4 else meta)
+  run.fingerprint_file.write_text('{"fields": {"model.path": "/tmp/x", "train.batch')
+  other = workdir.fingerprint(TrainingRun.from_config(_config(tmp_path, **{"train.batch_size": 4})))
+  with pytest.raises(WorkdirError, match=r"holds a run of another command .*: train\.batch_size 256 -> 4\."):
+    _recorded(run, other, False, print)
+  said = []
+  _recorded(run, fields, False, said.append)
+  assert said == [
+    f"{run.fingerprint_file} cannot be read (Unterminated string starting at: line 1 column 37 (char 36)): checking "
+    f"this command against the copy saved with {run.checkpoints_dir / '4'}, and writing it back"
+  ]
+  assert json.loads(run.fingerprint_file.read_text()) == record
+  run.fingerprint_file.write_text("[]")
+  shutil.rmtree(run.checkpoints_dir / "4")
+  with pytest.raises(WorkdirError, match=r"fingerprint\.json is not a jaxemb fingerprint: restore or delete it$"):
+    _recorded(run, fields, False, said.append)
+
+
 def _config_on_files(tmp_path):
   """(_config with its corpus and STS-B dev in files of its own, a function giving the data identity a run of it
   records: the corpus, and the dev file as the evaluator reads it)."""
