@@ -138,9 +138,7 @@ def saved_layers_stacked(run: RunDir) -> bool | None:
   """Whether the train state of the run's newest periodic checkpoint holds the encoder's layers stacked (`layers/...`,
   a run with config.model.scan_layers) rather than per layer, read from its metadata; None without a checkpoint
   whose metadata reads (the run starts from its first step)."""
-  if not run.checkpoints_dir.is_dir():
-    return None
-  for step in sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True):
+  for step in _periodic_steps_newest_first(run):
     try:
       metadata = ocp.StandardCheckpointHandler().metadata(run.checkpoints_dir / str(step) / "state")
     except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
@@ -157,16 +155,26 @@ def saved_fingerprint(run: RunDir) -> tuple[int, dict[str, Any]] | None:
   """(step, the run's fingerprint as the periodic checkpoint of that step saved it) for the newest checkpoint whose
   meta reads and holds one; None when none does. The copy a fingerprint.json that no longer reads is checked
   against (jaxemb.training.workdir)."""
-  if not run.checkpoints_dir.is_dir():
-    return None
-  for step in sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True):
+  for step in _periodic_steps_newest_first(run):
     try:
-      meta = json.loads((run.checkpoints_dir / str(step) / "meta" / "metadata").read_text())
+      meta = _read_meta(run.checkpoints_dir / str(step))
     except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
       continue
     if isinstance(meta, dict) and isinstance(meta.get(FINGERPRINT_COPY), dict):
       return step, meta[FINGERPRINT_COPY]
   return None
+
+
+def _periodic_steps_newest_first(run: RunDir) -> list[int]:
+  """The steps of the periodic checkpoint folders there are, listed without Orbax (which reads each one's files)."""
+  if not run.checkpoints_dir.is_dir():
+    return []
+  return sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True)
+
+
+def _read_meta(step_dir: storage.Path) -> Any:
+  """The JSON meta item of a step folder, as saved (read without Orbax: no restore, no barrier)."""
+  return json.loads((step_dir / "meta" / "metadata").read_text())
 
 
 def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
@@ -176,7 +184,7 @@ def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:
   steps = [int(child.name) for child in run.best_dir.iterdir() if child.name.isdigit()] if run.best_dir.is_dir() else []
   if not steps:
     return None
-  return checkpoint_files.without_digest(json.loads((run.best_dir / str(max(steps)) / "meta" / "metadata").read_text()))
+  return checkpoint_files.without_digest(_read_meta(run.best_dir / str(max(steps))))
 
 
 def save_eval_method(workdir: storage.PathLike, block: dict[str, Any]):
