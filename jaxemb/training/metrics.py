@@ -128,17 +128,25 @@ def local_events_folder(tensorboard_dir: storage.PathLike) -> pathlib.Path:
 
 
 def _records_before(path: storage.Path, step: int) -> list[str]:
-  """The lines of the metrics file `path` of the steps before `step`, without a last line cut short by a kill."""
+  """The lines of the metrics file `path` of the steps before `step`, without a last line cut short (a kill while an
+  older jaxemb appended to the file) or any other line that is no record (garbled on disk: dropped, said in one
+  line), so that a rerun continues."""
   if not path.is_file():
     return []
-  kept = []
-  for line in path.read_text(encoding="utf-8").splitlines():
+  kept, unreadable = [], []
+  lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+  for number, line in enumerate(lines, 1):
     try:
       record = json.loads(line)
-    except json.JSONDecodeError:
+      before = record["step"] < step
+    except (ValueError, TypeError, KeyError):
+      if number < len(lines):
+        unreadable.append(number)
       continue
-    if record["step"] < step:
+    if before:
       kept.append(line + "\n")
+  if unreadable:
+    progress.say(f"{path}: dropped {len(unreadable)} unreadable line(s) (line {', '.join(map(str, unreadable[:5]))})")
   return kept
 
 

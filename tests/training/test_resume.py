@@ -55,6 +55,19 @@ def test_a_resumed_runs_metrics_writer_drops_the_records_it_writes_again(tmp_pat
   assert [(e.step, e.summary.value[0].simple_value) for e in events if e.summary.value] == [(3, 30.0)]
 
 
+def test_lines_garbled_on_disk_are_dropped_saying_so_and_the_run_continues(tmp_path, capsys):
+  good = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 2.0}, {"step": 2, "stsb_dev": 70.0}]
+  garbled = [b'{"step": 1, "lo\x9bs": 1.0', b"12", b'{"loss": 3.0}', b'{"step": "2"}']
+  lines = [json.dumps(good[0]).encode(), *garbled, *(json.dumps(r).encode() for r in good[1:])]
+  (tmp_path / "metrics.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+  writer = metrics.MetricsWriter(run_dir.RunDir(tmp_path), 2)
+  writer.write(3, {"loss": 30.0})
+  writer.close()
+  written = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert written == [*good, {"step": 3, "loss": 30.0}]
+  assert capsys.readouterr().out == f"{tmp_path / 'metrics.jsonl'}: dropped 4 unreadable line(s) (line 2, 3, 4, 5)\n"
+
+
 def test_a_flushed_record_is_in_the_event_file_before_the_writer_closes(tmp_path):
   """What the loop relies on before each checkpoint: once `flush` returns, a kill loses none of the records so far,
   TensorBoard's included (tensorboardX's SummaryWriter.flush did not wait for its queue: steps went missing)."""
