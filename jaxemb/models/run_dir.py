@@ -172,9 +172,14 @@ def _periodic_steps_newest_first(run: RunDir) -> list[int]:
   return sorted((int(p.name) for p in run.checkpoints_dir.iterdir() if p.name.isdigit()), reverse=True)
 
 
+def meta_file(step_dir: storage.Path) -> storage.Path:
+  """The file of a step folder's JSON meta item."""
+  return step_dir / "meta" / "metadata"
+
+
 def _read_meta(step_dir: storage.Path) -> Any:
   """The JSON meta item of a step folder, as saved (read without Orbax: no restore, no barrier)."""
-  return json.loads((step_dir / "meta" / "metadata").read_text())
+  return json.loads(meta_file(step_dir).read_text())
 
 
 def read_best_meta(workdir: storage.PathLike) -> dict[str, Any] | None:

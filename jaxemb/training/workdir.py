@@ -149,13 +149,13 @@ def check_fingerprint(
     WorkdirError: the run directory holds a run with other fields or data, or an unreadable fingerprint.
   """
   trained = run.has_step()
-  recorded, notes = _read_fingerprint(run) if trained else (None, [])
+  recorded, source, notes = _read_fingerprint(run) if trained else (None, run.fingerprint_file, [])
   if recorded is None:
     notes = [f"{run.path} has no fingerprint (a run from an older jaxemb): recording this command's"] if trained else []
     return PendingFingerprint(run.fingerprint_file, _fingerprint_record(fields, data, []), tuple(notes))
   changed, changed_data = differences(recorded["fields"], fields), _data_differences(recorded.get("data"), data)
   if (changed or changed_data) and not resume_changed:
-    raise _refusal(run, changed, changed_data, fields)
+    raise _refusal(run, source, changed, changed_data, fields)
   change = {key: {"from": old, "to": new} for key, (old, new) in changed.items()}
   if data is not None and "data" not in recorded:
     notes.append(
@@ -203,26 +203,31 @@ def _data_listing(changed: dict[str, tuple[Any, Any]], fields: dict[str, Any]) -
 
 
 def _refusal(
-  run: run_dir.RunDir, changed: dict[str, tuple[Any, Any]], changed_data: dict[str, tuple[Any, Any]], fields: dict
+  run: run_dir.RunDir,
+  source: storage.Path,
+  changed: dict[str, tuple[Any, Any]],
+  changed_data: dict[str, tuple[Any, Any]],
+  fields: dict,
 ) -> WorkdirError:
-  """The one line that refuses a rerun with other fields (and maybe data) or on other data."""
+  """The one line that refuses a rerun with other fields (and maybe data) or on other data, naming where the run's
+  fingerprint was read (`source`)."""
   listing = "; ".join(
     ([_listing(changed)] if changed else []) + ([_data_listing(changed_data, fields)] if changed_data else [])
   )
   if changed:
     return WorkdirError(
-      f"{run.path} holds a run of another command ({run.fingerprint_file}): {listing}. Rerun with its values, "
+      f"{run.path} holds a run of another command ({source}): {listing}. Rerun with its values, "
       "choose another --config.workdir, or pass train.py --resume_changed to continue it with the new ones"
     )
   return WorkdirError(
-    f"{run.path} holds a run started on other data ({run.fingerprint_file}): {listing}. Restore the files it "
+    f"{run.path} holds a run started on other data ({source}): {listing}. Restore the files it "
     "started with, choose another --config.workdir, or pass train.py --resume_changed to continue it on these"
   )
 
 
-def _read_fingerprint(run: run_dir.RunDir) -> tuple[dict[str, Any] | None, list[str]]:
-  """(the recorded fingerprint, None when there is none; the line that says where it was read from when not from
-  fingerprint.json). A fingerprint.json that does not read (garbled on disk) is replaced by the copy the newest
+def _read_fingerprint(run: run_dir.RunDir) -> tuple[dict[str, Any] | None, storage.Path, list[str]]:
+  """(the recorded fingerprint, None when there is none; the file it was read from; the line that says so when that
+  is not fingerprint.json). A fingerprint.json that does not read (garbled on disk) is replaced by the copy the newest
   periodic checkpoint saved, which the run writes back once it has started.
 
   Raises:
@@ -231,20 +236,21 @@ def _read_fingerprint(run: run_dir.RunDir) -> tuple[dict[str, Any] | None, list[
   try:
     recorded, problem = json.loads(run.fingerprint_file.read_text()), "is not a jaxemb fingerprint"
   except FileNotFoundError:
-    return None, []
+    return None, run.fingerprint_file, []
   except (OSError, ValueError) as e:
     recorded, problem = None, f"cannot be read ({e})"
-  notes = []
+  source, notes = run.fingerprint_file, []
   if not _is_fingerprint(recorded):
     saved = run_dir.saved_fingerprint(run)
     if saved is None or not _is_fingerprint(saved[1]):
       raise WorkdirError(f"{run.fingerprint_file} {problem}: restore or delete it")
     step, recorded = saved
+    source = run_dir.meta_file(run.checkpoints_dir / str(step))
     notes.append(
       f"{run.fingerprint_file} {problem}: checking this command against the copy saved with "
       f"{run.checkpoints_dir / str(step)}, and writing it back"
     )
-  return {**recorded, "fields": _method_of_today(recorded["fields"])}, notes
+  return {**recorded, "fields": _method_of_today(recorded["fields"])}, source, notes
 
 
 def _is_fingerprint(recorded: Any) -> bool:
