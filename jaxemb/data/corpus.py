@@ -25,7 +25,7 @@ import zipfile
 import jax
 import numpy as np
 
-from jaxemb import atomic, storage
+from jaxemb import atomic, progress, storage
 from jaxemb.errors import ConfigError, DataError, StorageError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
@@ -394,18 +394,18 @@ def _cache_key(
 
 
 def _load_cache(path: storage.Path, num_rows: int, width: int) -> TemplateBatch | None:
-  """The cached batch, or None (with a warning when a file is there but unusable)."""
+  """The cached batch, or None (said in one line when a file is there but unusable)."""
   if not path.exists():
     return None
   try:
     with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as data:  # One read, also from a bucket.
       batch = TemplateBatch(**{name: data[name] for name in _FIELDS})
   except _CORRUPT_ERRORS as e:
-    logger.warning("Token cache %s is unreadable (%s); re-tokenising.", path, e)
+    progress.say(f"token cache {path} is unreadable ({e}): tokenising again")
     return None
   if batch.input_ids.shape != (num_rows, width) or len(batch.sentence_lengths) != num_rows:
-    logger.warning(
-      "Token cache %s holds %s rows, expected (%d, %d); re-tokenising.", path, batch.input_ids.shape, num_rows, width
+    progress.say(
+      f"token cache {path} holds {batch.input_ids.shape} rows, expected ({num_rows}, {width}): tokenising again"
     )
     return None
   logger.info("Loaded %d tokenised rows from %s.", num_rows, path)

@@ -1,7 +1,6 @@
 """Tests for jaxemb.data.corpus: the shared wiki1m and NLI samples, bad input, the token cache and batching."""
 
 import errno
-import logging
 
 import numpy as np
 import pytest
@@ -266,7 +265,7 @@ def test_cache_key_covers_every_input(tmp_path, bert_tokenizer, roberta_tokenize
 
 
 @pytest.mark.parametrize("damage", [b"not a zip file", None])
-def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, damage):
+def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, capsys, damage):
   tokenizer = CountingTokenizer(bert_tokenizer)
   template = templates.Template.parse(BERT_TEMPLATES[0], bert_tokenizer)
   first = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
@@ -274,10 +273,11 @@ def test_corrupt_cache_is_rebuilt(tmp_path, bert_tokenizer, sentences, caplog, d
   data = path.read_bytes()
   path.write_bytes(damage if damage is not None else data[: len(data) // 2])
   tokenizer.calls = 0
-  with caplog.at_level(logging.WARNING, logger=corpus.__name__):
-    again = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
+  capsys.readouterr()
+  again = corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
   assert tokenizer.calls > 0
-  assert f"Token cache {path} is unreadable" in caplog.text and "re-tokenising" in caplog.text
+  said = capsys.readouterr().out
+  assert said.startswith(f"token cache {path} is unreadable (") and said.endswith("): tokenising again\n")
   np.testing.assert_array_equal(again.input_ids, first.input_ids)
   tokenizer.calls = 0
   corpus.tokenize_cached(sentences, template, tokenizer, MAX_TOKENS, tmp_path, tokenization="in_context")
