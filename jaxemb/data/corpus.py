@@ -26,6 +26,7 @@ import jax
 import numpy as np
 
 from jaxemb import atomic, progress, storage
+from jaxemb.data import lines
 from jaxemb.errors import ConfigError, DataError, StorageError
 from jaxemb.templates import Template, TemplateBatch, Tokenizer, check_sentences, tokenize_sentences
 
@@ -45,31 +46,26 @@ PathLike = str | os.PathLike
 def read_columns(path: PathLike, data_format: str, cache_dir: PathLike | None = None) -> dict[str, list[str]]:
   """A training corpus by column (FORMATS): {"text"} for a sentence file, {"sent0", "sent1", "hard_neg"} for NLI."""
   if data_format == "text":
-    return {"text": read_sentences(path, cache_dir)}
+    return {"text": read_sentences(path)}
   if data_format == "nli":
     return read_nli_triples(path, cache_dir)
   raise ConfigError(f"data.format {data_format!r} is not one of {sorted(FORMATS)}")
 
 
-def read_sentences(path: PathLike, cache_dir: PathLike | None = None) -> list[str]:
+def read_sentences(path: PathLike) -> list[str]:
   """The lines of a one-sentence-per-line UTF-8 text file (SimCSE's wiki1m), as SimCSE reads them.
 
-  Like SimCSE (`load_dataset("text")`, whose `prepare_features` only replaces None), blank lines are KEPT as
-  examples: an empty or whitespace-only line stays in the list, so indices match line numbers - 1, and the
-  template encoder turns it into a row of the template alone. Line ends are stripped ("\\n", "\\r\\n", "\\r");
-  other whitespace is kept.
-
-  Args:
-    path: the text file.
-    cache_dir: the `datasets` cache folder; default: the Hugging Face default.
+  SimCSE reads it with `load_dataset("text")`, whose lines are those of Python's text mode: "\\n", "\\r\\n" and "\\r"
+  end a line and are stripped, other whitespace is kept (`lines.text_lines` reads them so, without `datasets`' import
+  and Arrow cache; tests/data/test_corpus.py checks them against it). Like SimCSE (whose `prepare_features` only
+  replaces None), blank lines are KEPT as examples: an empty or whitespace-only line stays in the list, so indices
+  match line numbers - 1, and the template encoder turns it into a row of the template alone.
 
   Raises:
-    DataError: naming the file, when it is missing, not UTF-8, or has no non-blank line.
+    DataError: naming the file, when it is missing, empty, not UTF-8 (naming the line) or has no non-blank line.
   """
   path = _existing_file(path)
-  if path.stat().st_size == 0:  # `datasets` would fail on it with a schema error.
-    raise DataError(f"{path}: empty file, no sentences")
-  sentences = _load(path, "text", cache_dir)["text"]
+  sentences = lines.text_lines(path, "utf-8")
   if not any(sentence.strip() for sentence in sentences):
     raise DataError(f"{path}: no sentences, only {len(sentences)} blank lines")
   return sentences

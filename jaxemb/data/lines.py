@@ -1,5 +1,5 @@
-"""The numbered lines of a dataset file, as the STS and transfer readers take them, and the identity (size and
-MD5) of each file read where a caller records them (`recording_reads`)."""
+"""The lines of a dataset file, as the STS and transfer readers and the training corpus's reader take them, and the
+identity (size and MD5) of each file read where a caller records them (`recording_reads`)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,14 @@ def recording_reads() -> Iterator[dict[pathlib.Path, dict[str, int | str]]]:
 
 
 def read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
-  """The (1-based number, text) of each line; DataError when the file is missing, empty or not `encoding` (the
-  message names the encoding as given)."""
+  """The (1-based number, text) of each line of `text_lines`."""
+  return list(enumerate(text_lines(path, encoding), start=1))
+
+
+def text_lines(path: pathlib.Path, encoding: str) -> list[str]:
+  """The lines of a text file as Python's text mode reads them (universal newlines: "\\n", "\\r\\n" and "\\r" end a
+  line), as SentEval's readers and `datasets`' text builder (SimCSE's corpus reader) do; DataError when the file is
+  missing, empty or not `encoding` (the message names the line and the encoding as given)."""
   if not path.is_file():
     raise DataError(f"{path}: no such file")
   data = path.read_bytes()
@@ -42,11 +48,11 @@ def read_lines(path: pathlib.Path, encoding: str) -> list[tuple[int, str]]:
   except UnicodeDecodeError as e:
     lineno = data[: e.start].count(b"\n") + 1
     raise DataError(f"{path}:{lineno}: not {encoding} ({e.reason})") from e
-  # Line ends as Python's text mode reads them, as SentEval's readers do (SICK's test file has CRLF ends). Not
-  # str.splitlines(): it would also break lines at U+0085, U+2028 or a form feed inside a sentence.
+  # Not str.splitlines(): it would also break lines at U+0085, U+2028 or a form feed inside a sentence (SICK's test
+  # file has CRLF ends).
   lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
   if lines[-1] == "":
     lines.pop()
   if not lines:
     raise DataError(f"{path}: empty file")
-  return list(enumerate(lines, start=1))
+  return lines

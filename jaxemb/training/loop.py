@@ -26,8 +26,8 @@ from jaxemb.training.workdir import Claim, claim_workdir, data_identity, refuse_
 
 
 def read_columns(config: TrainingRun) -> dict[str, list[str]]:
-  """config.data's training corpus by column (corpus.read_columns); `datasets` caches its tables in data.cache_dir
-  when that is a local folder."""
+  """config.data's training corpus by column (corpus.read_columns); `datasets` caches an NLI CSV's table in
+  data.cache_dir when that is a local folder."""
   cache_dir = config.data.cache_dir
   return corpus.read_columns(
     config.data.train_file, config.data.format, cache_dir if cache_dir and not storage.is_remote(cache_dir) else None

@@ -66,8 +66,8 @@ class _CountingBackend:
 
 
 @pytest.fixture(scope="module")
-def wiki(tmp_path_factory):
-  return corpus.read_sentences(shared_path("data", "wiki", "wiki1m_sample.txt"), tmp_path_factory.mktemp("hf"))
+def wiki():
+  return corpus.read_sentences(shared_path("data", "wiki", "wiki1m_sample.txt"))
 
 
 @pytest.fixture
@@ -94,7 +94,20 @@ def test_wiki_sample(wiki):
 
 def test_blank_lines_are_kept_like_simcse(tmp_path):
   path = write(tmp_path, "w.txt", "first\n\n  \nlast\r\n")
-  assert corpus.read_sentences(path, tmp_path / "hf") == ["first", "", "  ", "last"]
+  assert corpus.read_sentences(path) == ["first", "", "  ", "last"]
+
+
+def test_the_lines_are_those_datasets_text_builder_gives_simcse(tmp_path):
+  """Line ends as Python's text mode reads them ("\\n", "\\r\\n", lone "\\r"); U+0085, U+2028, form feeds and other
+  whitespace inside a line kept, as are a byte-order mark and blank lines."""
+  import datasets  # pylint: disable=import-outside-toplevel
+
+  text = "\ufeffone\r\ntwo\rthree\x85four\u2028five\x0csix\n\n \t \nseven\r\n\r\neight  "
+  path = tmp_path / "w.txt"
+  path.write_bytes(text.encode("utf-8"))
+  theirs = datasets.load_dataset("text", data_files=str(path), split="train", cache_dir=str(tmp_path / "hf"))["text"]
+  assert corpus.read_sentences(path) == theirs
+  assert len(theirs) == 8 and theirs[2] == "three\x85four\u2028five\x0csix"
 
 
 def test_nli_sample(tmp_path):
@@ -123,14 +136,14 @@ def test_nli_cells_are_text(tmp_path):
 @pytest.mark.parametrize("read", [corpus.read_sentences, corpus.read_nli_triples])
 def test_missing_file(tmp_path, read):
   with pytest.raises(DataError, match=f"{tmp_path / 'nope'}: no such file"):
-    read(tmp_path / "nope", tmp_path / "hf")
+    read(tmp_path / "nope")
 
 
 @pytest.mark.parametrize("text, match", [("", "empty file"), ("\n \n\n", "no sentences, only 3 blank lines")])
 def test_text_without_sentences(tmp_path, text, match):
   path = write(tmp_path, "w.txt", text)
   with pytest.raises(DataError, match=f"{path}: {match}"):
-    corpus.read_sentences(path, tmp_path / "hf")
+    corpus.read_sentences(path)
 
 
 def test_a_datasets_cache_the_disk_cannot_take_is_named_not_the_corpus(tmp_path, monkeypatch):
@@ -143,17 +156,17 @@ def test_a_datasets_cache_the_disk_cannot_take_is_named_not_the_corpus(tmp_path,
       raise datasets.exceptions.DatasetGenerationError("An error occurred while generating the dataset") from e
 
   monkeypatch.setattr(datasets, "load_dataset", full_disk)
-  path = write(tmp_path, "w.txt", "a sentence\n")
+  path = write(tmp_path, "n.csv", "sent0,sent1,hard_neg\na,b,c\n")
   message = f"^cannot write the datasets cache of {path} under {tmp_path / 'hf'}: .*No space left on device$"
   with pytest.raises(StorageError, match=message):
-    corpus.read_sentences(path, tmp_path / "hf")
+    corpus.read_nli_triples(path, tmp_path / "hf")
 
 
 def test_text_not_utf8(tmp_path):
   path = tmp_path / "w.txt"
   path.write_bytes(b"caf\xe9\n")
-  with pytest.raises(DataError, match=f"{path}: cannot be read as text"):
-    corpus.read_sentences(path, tmp_path / "hf")
+  with pytest.raises(DataError, match=rf"^{path}:1: not utf-8 \(invalid continuation byte\)$"):
+    corpus.read_sentences(path)
 
 
 @pytest.mark.parametrize(
