@@ -1,10 +1,11 @@
 """Training corpora: SimCSE's wiki1m sentences and NLI triples, tokenised once and batched by step.
 
-The readers use Hugging Face `datasets` as SimCSE's `train.py` does (`load_dataset("text")` for wiki1m,
-`load_dataset("csv")` for the NLI triples). `tokenize_cached` puts every sentence in a template once, at one
-fixed row width, and caches the arrays in .npz chunks. Batching is a pure function of (seed, step): the global
-batch of a step is a contiguous slice of a per-epoch permutation and each host reads its contiguous share, so a
-run resumes exactly from its step alone, on any number of hosts that divides the batch.
+The readers give what SimCSE's `train.py` reads with Hugging Face `datasets`: `load_dataset("text")`'s lines for
+wiki1m (read as it reads them, without it), `load_dataset("csv")` for the NLI triples (read with it).
+`tokenize_cached` puts every sentence in a template once, at one fixed row width, and caches the arrays in .npz
+chunks. Batching is a pure function of (seed, step): the global batch of a step is a contiguous slice of a per-epoch
+permutation and each host reads its contiguous share, so a run resumes exactly from its step alone, on any number of
+hosts that divides the batch.
 """
 
 from __future__ import annotations
@@ -296,8 +297,8 @@ def _load(
 ) -> dict[str, list]:
   """The file's columns through `datasets.load_dataset` (`string_columns`: each read as text), with its parse errors
   as a DataError naming the file."""
-  # Imported here, by the commands that read a training corpus: `datasets` (and pandas) take 1.3 s to import on a
-  # 2-core AMD EPYC, a quarter of `train.py --help`'s and every evaluate.py or embed.py start's.
+  # Imported here, by the runs that read an NLI corpus: `datasets` (and pandas) take 1.3 s to import on a 2-core AMD
+  # EPYC, a quarter of `train.py --help`'s and every evaluate.py or embed.py start's.
   import datasets  # pylint: disable=import-outside-toplevel
 
   if string_columns is not None:
