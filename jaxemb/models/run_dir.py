@@ -147,22 +147,41 @@ def saved_layers_stacked(run: RunDir) -> bool | None:
   return None
 
 
-# The key of a periodic checkpoint's meta that holds a copy of the run's fingerprint.json (`saved_fingerprint`).
+# The keys of a periodic checkpoint's meta that hold copies of the run's small files, which a rerun reads in place of
+# a file garbled on disk (`saved_copy`): fingerprint.json and model/config.json.
 FINGERPRINT_COPY = "fingerprint"
+MODEL_CONFIG_COPY = "model_config"
+COPIES = (FINGERPRINT_COPY, MODEL_CONFIG_COPY)
 
 
-def saved_fingerprint(run: RunDir) -> tuple[int, dict[str, Any]] | None:
-  """(step, the run's fingerprint as the periodic checkpoint of that step saved it) for the newest checkpoint whose
-  meta reads and holds one; None when none does. The copy a fingerprint.json that no longer reads is checked
-  against (jaxemb.training.workdir)."""
+def saved_copy(run: RunDir, key: str) -> tuple[int, dict[str, Any]] | None:
+  """(step, the copy under `key` (COPIES) that the periodic checkpoint of that step saved) for the newest checkpoint
+  whose meta reads and holds one; None when none does."""
   for step in _periodic_steps_newest_first(run):
     try:
       meta = _read_meta(run.checkpoints_dir / str(step))
     except (OSError, ValueError):  # Set aside when the run starts (jaxemb.training.checkpoints).
       continue
-    if isinstance(meta, dict) and isinstance(meta.get(FINGERPRINT_COPY), dict):
-      return step, meta[FINGERPRINT_COPY]
+    if isinstance(meta, dict) and isinstance(meta.get(key), dict):
+      return step, meta[key]
   return None
+
+
+def run_model_config(run: RunDir) -> tuple[EncoderConfig, dict[str, Any] | None, int | None]:
+  """(the run's model config, None, None) from its model/config.json; when that does not read (garbled on disk,
+  removed), (the config, its JSON, step) from the copy the newest periodic checkpoint keeps.
+
+  Raises:
+    CheckpointError: model/config.json does not read and no checkpoint keeps a copy.
+  """
+  try:
+    return hf.read_config(run.model_dir), None, None
+  except hf.CheckpointError:
+    saved = saved_copy(run, MODEL_CONFIG_COPY)
+    if saved is None:
+      raise
+  step, config_json = saved
+  return EncoderConfig.from_hf(config_json, source=str(meta_file(run.checkpoints_dir / str(step)))), config_json, step
 
 
 def _periodic_steps_newest_first(run: RunDir) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import threading
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -36,7 +37,8 @@ class RunCheckpoints:
     keep: how many periodic checkpoints to keep.
     say: prints a line for the person running the job (what was removed or set aside).
     fingerprint: the run's fingerprint record, a copy of which each periodic checkpoint's meta keeps
-      (`run_dir.saved_fingerprint`: a fingerprint.json that no longer reads is checked against it); None: none kept.
+      (`run_dir.saved_copy`: a fingerprint.json that no longer reads is checked against it); None: none kept. The
+      meta keeps a copy of the run's model/config.json too, once it reads.
   """
 
   def __init__(
@@ -48,7 +50,7 @@ class RunCheckpoints:
   ):
     self.run = run_dir.RunDir(workdir)
     self._say = say
-    self._fingerprint = {} if fingerprint is None else {run_dir.FINGERPRINT_COPY: fingerprint}
+    self._copies = {} if fingerprint is None else {run_dir.FINGERPRINT_COPY: fingerprint}
     checkpoint_files.quiet_orbax_failures()
     self._on_first_process(self._tidy)
     failed = threading.Event()  # Both folders are on one disk: its first write failure is the one reported.
@@ -70,7 +72,7 @@ class RunCheckpoints:
       int(state.step),
       ocp.args.Composite(
         state=ocp.args.StandardSave(state),
-        meta=ocp.args.JsonSave(checkpoint_files.with_digest({**meta, **self._fingerprint}, state)),
+        meta=ocp.args.JsonSave(checkpoint_files.with_digest({**meta, **self._copies_to_keep()}, state)),
       ),
     )
 
@@ -109,11 +111,21 @@ class RunCheckpoints:
         cause = checkpoint_files.digest_problem(restored["state"], restored["meta"])
         if cause is None:
           meta = checkpoint_files.without_digest(restored["meta"])
-          return restored["state"], {key: value for key, value in meta.items() if key != run_dir.FINGERPRINT_COPY}
+          return restored["state"], {key: value for key, value in meta.items() if key not in run_dir.COPIES}
       self._on_first_process(functools.partial(self._set_aside, step_dir, cause))
       self.periodic.manager.reload()
     self._say_starting_again()
     return None
+
+  def _copies_to_keep(self) -> dict[str, Any]:
+    """The copies each periodic checkpoint's meta keeps: the fingerprint's, and model/config.json's, read at the
+    first save (the run writes it at its start)."""
+    if run_dir.MODEL_CONFIG_COPY not in self._copies and jax.process_index() == 0:  # Its meta alone is written.
+      try:
+        self._copies[run_dir.MODEL_CONFIG_COPY] = json.loads(self.run.config_file.read_text())
+      except (OSError, ValueError):  # A garbled one is written again from an earlier copy at the next start.
+        pass
+    return self._copies
 
   def saved_state_shapes(self, step: int) -> Any:
     """The shapes and dtypes of the train state saved at `step`, a tree of dicts read from the checkpoint's

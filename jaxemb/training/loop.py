@@ -16,7 +16,7 @@ from jaxemb import atomic, hosts, progress, sharding, storage, xla
 from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, encoder_options
 from jaxemb.evaluation import evaluators
-from jaxemb.models import hf, run_dir
+from jaxemb.models import EncoderConfig, hf, run_dir
 from jaxemb.spec import TrainingRun
 from jaxemb.training import batches, checkpoints, objectives, preflight, selection, stopping
 from jaxemb.training import state as train_state
@@ -247,7 +247,7 @@ def _start(
   if resume_step is None:
     model_config, pretrained = load_start(config, source.model_dir)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = hf.read_config(workdir.model_dir)  # The run's: its MLM decoder as it started (preflight).
+    model_config = _run_model_config(workdir, source.tokenizer)  # Its MLM decoder as it started (preflight).
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   trainer = build_trainer(config, model_config, pretrained, objective, mesh, total_steps)
   # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run
@@ -265,6 +265,21 @@ def _start(
       pretrained = load_start(config, source.model_dir)[1]
     state = trainer.initial_state(pretrained)
   return trainer, model_config, state, meta
+
+
+def _run_model_config(workdir: run_dir.RunDir, tokenizer: Any) -> EncoderConfig:
+  """The run's model config (`run_dir.run_model_config`); a model/config.json that does not read is written again
+  (process 0) from the checkpoint's copy, and the tokenizer files beside it from the model the run trains
+  (`tokenizer`), as its start wrote them."""
+  model_config, copy, step = run_dir.run_model_config(workdir)
+  if copy is not None and jax.process_index() == 0:
+    atomic.write_json(workdir.config_file, copy)
+    hf.save_tokenizer(tokenizer, workdir.model_dir)
+    progress.say(
+      f"{workdir.config_file} does not read: written again from the copy saved with "
+      f"{workdir.checkpoints_dir / str(step)}, the tokenizer beside it from config.model.path"
+    )
+  return model_config
 
 
 @contextlib.contextmanager

@@ -241,7 +241,7 @@ def _read_fingerprint(run: run_dir.RunDir) -> tuple[dict[str, Any] | None, stora
     recorded, problem = None, f"cannot be read ({e})"
   source, notes = run.fingerprint_file, []
   if not _is_fingerprint(recorded):
-    saved = run_dir.saved_fingerprint(run)
+    saved = run_dir.saved_copy(run, run_dir.FINGERPRINT_COPY)
     if saved is None or not _is_fingerprint(saved[1]):
       raise WorkdirError(f"{run.fingerprint_file} {problem}: restore or delete it")
     step, recorded = saved

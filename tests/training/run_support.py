@@ -63,10 +63,10 @@ def restore(directory: pathlib.Path, step: int | None, items=("state", "meta")):
 
 
 def saved(workdir: pathlib.Path) -> dict:
-  """Every array and meta of the newest periodic checkpoint and of the best step, as saved; but the copy of the
-  run's fingerprint a periodic meta keeps, which names the run's paths (a run in a bucket is the same run)."""
+  """Every array and meta of the newest periodic checkpoint and of the best step, as saved; but the copies of the
+  run's files a periodic meta keeps, its fingerprint's naming the run's paths (a run in a bucket is the same run)."""
   step, restored = restore(workdir / "checkpoints", None)
-  meta = {key: value for key, value in restored["meta"].items() if key != run_dir.FINGERPRINT_COPY}
+  meta = {key: value for key, value in restored["meta"].items() if key not in run_dir.COPIES}
   return {
     "checkpoints": (step, {**restored, "meta": meta}),
     "best": restore(workdir / "best", None, ("params", "meta")),

@@ -235,9 +235,28 @@ def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored
   _, expected = restore(whole / "checkpoints", 2)
   saved_meta = checkpoint_files.without_digest(expected["meta"])
   assert saved_meta.pop(run_dir.FINGERPRINT_COPY) == json.loads((whole / "fingerprint.json").read_text())
+  assert saved_meta.pop(run_dir.MODEL_CONFIG_COPY) == json.loads((whole / "model" / "config.json").read_text())
   assert meta == saved_meta and "arrays_digest" in expected["meta"]
   for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(expected["state"]), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.e2e
+def test_a_garbled_model_config_is_written_again_from_the_checkpoints_copy(
+  whole_run, tiny_bert, wiki_head, tmp_path, capsys
+):
+  """The run's model/config.json garbled on disk: the rerun (of the finished run: no step left) writes it again,
+  byte for byte, from the copy the newest checkpoint keeps, where train.py's resume and evaluate.py stopped."""
+  whole, _ = whole_run
+  shutil.copytree(whole, tmp_path / "run")
+  config_file = tmp_path / "run" / "model" / "config.json"
+  config_file.write_text('{"architectures": ["Be')
+  loop.train(TrainingRun.from_config(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")))
+  assert f"{config_file} does not read: written again from the copy saved with {tmp_path}/run/checkpoints/3, " in (
+    capsys.readouterr().out
+  )
+  assert config_file.read_bytes() == (whole / "model" / "config.json").read_bytes()
+  assert run_dir.load_best(tmp_path / "run")[0] == run_dir.load_best(whole)[0]
 
 
 @pytest.mark.e2e
