@@ -317,9 +317,14 @@ def _summary(
   }
   if jax.process_index() == 0:
     atomic.write_json(workdir.summary_file, summary)
-  first = f", the first {recorder.first_step_seconds:.1f} s after the start" if steps_run else ""
+  ran = (
+    f"{steps_run} steps at {summary['steps_per_second']:.2f} steps/s, the first {recorder.first_step_seconds:.1f} s "
+    "after the start"
+    if steps_run
+    else f"no step left to run (the run had reached its {total_steps})"
+  )
   progress.say(
     f"done: best {meta['select_metric']} {meta['best_value']:.2f} at step {meta['best_step']} (before: "
-    f"{meta['value_before']:.2f}); {steps_run} steps at {summary['steps_per_second'] or 0:.2f} steps/s{first}"
+    f"{meta['value_before']:.2f}); {ran}"
   )
   return summary

@@ -252,9 +252,9 @@ def test_a_garbled_model_config_is_written_again_from_the_checkpoints_copy(
   config_file = tmp_path / "run" / "model" / "config.json"
   config_file.write_text('{"architectures": ["Be')
   loop.train(TrainingRun.from_config(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")))
-  assert f"{config_file} does not read: written again from the copy saved with {tmp_path}/run/checkpoints/3, " in (
-    capsys.readouterr().out
-  )
+  said = capsys.readouterr().out
+  assert f"{config_file} does not read: written again from the copy saved with {tmp_path}/run/checkpoints/3, " in said
+  assert said.endswith("); no step left to run (the run had reached its 3)\n"), said
   assert config_file.read_bytes() == (whole / "model" / "config.json").read_bytes()
   assert run_dir.load_best(tmp_path / "run")[0] == run_dir.load_best(whole)[0]
 
