@@ -342,7 +342,20 @@ def load_tokenizer(name_or_path: str | pathlib.Path):
   Encoder.from_pretrained, run of a sweep and evaluation job loads it): its callers share the tokenizer, which jaxemb
   only reads; copy it (copy.deepcopy) before changing it."""
   model_dir = resolve_model_dir(name_or_path)
-  return _load_tokenizer(model_dir.resolve(), _files_state(model_dir))
+  try:
+    return _load_tokenizer(model_dir.resolve(), _files_state(model_dir))
+  except ValueError as e:  # transformers' own parse of a garbled file (json.JSONDecodeError), said as one line.
+    garbled = [path.name for path in sorted(model_dir.glob("*.json")) if not _reads_as_json(path)]
+    where = model_dir / garbled[0] if garbled else model_dir
+    raise CheckpointError(f"{where}: the tokenizer does not load ({e}); restore the file from a copy") from None
+
+
+def _reads_as_json(path: pathlib.Path) -> bool:
+  try:
+    json.loads(path.read_text())
+    return True
+  except (OSError, ValueError):
+    return False
 
 
 @functools.lru_cache(maxsize=4)

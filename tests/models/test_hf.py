@@ -17,7 +17,7 @@ import torch
 import transformers
 
 from jaxemb.errors import ConfigError, StorageError
-from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, save_pretrained
+from jaxemb.models import CheckpointError, EncoderConfig, Transformer, load_pretrained, load_tokenizer, save_pretrained
 from jaxemb.models import bert, hf, hf_keys, run_dir
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import (
@@ -445,3 +445,12 @@ def test_a_tokenizer_the_disk_cannot_take_is_one_storage_line(tmp_path):
     hf.save_tokenizer(full, tmp_path)
   with pytest.raises(KeyError):  # Anything else is a bug, raised as it is.
     hf.save_tokenizer(_FailingTokenizer(KeyError("vocab")), tmp_path)
+
+
+def test_a_garbled_tokenizer_file_is_one_line_naming_it(tiny_bert, tmp_path):
+  shutil.copytree(tiny_bert, tmp_path / "model")
+  (tmp_path / "model" / "tokenizer.json").write_text('{"version": "1.0", "trunc')
+  with pytest.raises(CheckpointError) as raised:
+    load_tokenizer(tmp_path / "model")
+  assert str(raised.value).startswith(f"{tmp_path / 'model' / 'tokenizer.json'}: the tokenizer does not load (")
+  assert str(raised.value).endswith("); restore the file from a copy")
