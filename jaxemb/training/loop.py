@@ -274,7 +274,8 @@ def _run_model_config(workdir: run_dir.RunDir, tokenizer: Any) -> EncoderConfig:
   model_config, copy, step = run_dir.run_model_config(workdir)
   if copy is not None and jax.process_index() == 0:
     atomic.write_json(workdir.config_file, copy)
-    hf.save_tokenizer(tokenizer, workdir.model_dir)
+    with storage.local_folder(workdir.model_dir) as out:  # A bucket's: uploaded from a local folder.
+      hf.save_tokenizer(tokenizer, out)
     progress.say(
       f"{workdir.config_file} does not read: written again from the copy saved with "
       f"{workdir.checkpoints_dir / str(step)}, the tokenizer beside it from config.model.path"

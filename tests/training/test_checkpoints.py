@@ -20,7 +20,7 @@ import pytest
 
 from jaxemb import storage
 from jaxemb.errors import DataError, StorageError
-from jaxemb.models import checkpoint_files, run_dir
+from jaxemb.models import checkpoint_files, hf, run_dir
 from jaxemb.training import checkpoints, loop
 from jaxemb.spec import TrainingRun
 from tests.support import REPO, short_senteval
@@ -257,6 +257,18 @@ def test_a_garbled_model_config_is_written_again_from_the_checkpoints_copy(
   assert said.endswith("); no step left to run (the run had reached its 3)\n"), said
   assert config_file.read_bytes() == (whole / "model" / "config.json").read_bytes()
   assert run_dir.load_best(tmp_path / "run")[0] == run_dir.load_best(whole)[0]
+
+
+def test_a_model_config_in_a_bucket_is_written_again_there(bucket, tiny_bert, tmp_path, monkeypatch):
+  """The tokenizer files too: saved by a library that writes local folders only, uploaded beside the config."""
+  monkeypatch.chdir(tmp_path)  # Where a gs:// path taken for a local one would land.
+  copy = json.loads((tiny_bert / "config.json").read_text())
+  storage.path(f"{bucket}/run/checkpoints/3/meta/metadata").write_text(json.dumps({run_dir.MODEL_CONFIG_COPY: copy}))
+  loop._run_model_config(run_dir.RunDir(f"{bucket}/run"), hf.load_tokenizer(tiny_bert))  # pylint: disable=protected-access
+  written = {path.name for path in storage.path(f"{bucket}/run/model").iterdir()}
+  assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= written, written
+  assert json.loads(storage.path(f"{bucket}/run/model/config.json").read_text()) == copy
+  assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.e2e
