@@ -294,7 +294,10 @@ def test_two_train_py_started_at_once_on_one_bucket_workdir_one_trains(bucket, t
     "--config.train.num_steps=1",
     f"--config.compilation_cache_dir={tmp_path / 'xla'}",
   ]
-  racers = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+  env = driver_env()  # What is raced for is the lock, not the user's program: compiled as the tests compile.
+  racers = [
+    subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+  ]
   outputs = [racer.communicate(timeout=600) for racer in racers]
   assert sorted(racer.returncode for racer in racers) == [0, 1], [stderr[-2000:] for _, stderr in outputs]
   (winner, (stdout, _)), (_, (_, stderr)) = sorted(zip(racers, outputs), key=lambda pair: pair[0].returncode)
