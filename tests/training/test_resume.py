@@ -21,6 +21,7 @@ from jaxemb import storage
 from jaxemb.models import run_dir
 from jaxemb.training import metrics
 from tests.support import (
+  compiling_as_tests,
   REPO,
   UNCACHED_PROGRAMS,
   compiled_not_loaded,
@@ -172,13 +173,18 @@ def test_sigkill_then_rerun_resumes_to_the_same_params(tmp_path, train_py):
 # Enough steps that a signal lands mid-run on a fast machine; save_every past the end, so the only checkpoint before
 # the rerun is the one the signal's stop saves.
 _STOPPED_STEPS, _STOPPED_SAVE_EVERY = 40, 100
+# The stopped runs and the one they resume to compile as the tests compile: what they check is the stop, not the
+# user's program (the killed run's cache hits above are).
+_STOPPED_ENV = compiling_as_tests(os.environ)
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory, train_py):
   """The workdir of the run that the stopped runs resume to."""
   workdir = tmp_path_factory.mktemp("uninterrupted") / "run"
-  subprocess.run(train_py(workdir, _STOPPED_STEPS, _STOPPED_SAVE_EVERY), check=True, capture_output=True)
+  subprocess.run(
+    train_py(workdir, _STOPPED_STEPS, _STOPPED_SAVE_EVERY), env=_STOPPED_ENV, check=True, capture_output=True
+  )
   return workdir
 
 
@@ -188,7 +194,11 @@ def _started(command) -> subprocess.Popen:
   previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     return subprocess.Popen(
-      command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+      command,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT,
+      text=True,
+      env={**_STOPPED_ENV, "PYTHONUNBUFFERED": "1"},
     )
   finally:
     signal.signal(signal.SIGINT, previous)
@@ -224,7 +234,7 @@ def test_a_signal_saves_exits_with_its_status_and_rerun_resumes_to_the_same_para
   step = int(match.group(1))
   assert 1 <= step < _STOPPED_STEPS
   assert os.listdir(tmp_path / "stopped" / "checkpoints") == [str(step)]
-  resumed = subprocess.run(command(tmp_path / "stopped"), check=True, capture_output=True, text=True)
+  resumed = subprocess.run(command(tmp_path / "stopped"), env=_STOPPED_ENV, check=True, capture_output=True, text=True)
   assert f"resumed from {tmp_path / 'stopped' / 'checkpoints'} at step {step}" in resumed.stdout + resumed.stderr
   whole, again = final_params(uninterrupted), final_params(tmp_path / "stopped")
   for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(again), strict=True):
