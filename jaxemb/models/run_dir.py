@@ -17,12 +17,14 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import pathlib
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from absl import logging
 
 from jaxemb import atomic, storage
 from jaxemb.errors import DataError
@@ -148,10 +150,12 @@ def saved_layers_stacked(run: RunDir) -> bool | None:
 
 
 # The keys of a periodic checkpoint's meta that hold copies of the run's small files, which a rerun reads in place of
-# a file garbled on disk (`saved_copy`): fingerprint.json and model/config.json.
+# a file garbled on disk (`saved_copy`): fingerprint.json, model/config.json, and the sha256 of each file of model/
+# (a file that still parses may hold other bytes).
 FINGERPRINT_COPY = "fingerprint"
 MODEL_CONFIG_COPY = "model_config"
-COPIES = (FINGERPRINT_COPY, MODEL_CONFIG_COPY)
+MODEL_DIGESTS_COPY = "model_digests"
+COPIES = (FINGERPRINT_COPY, MODEL_CONFIG_COPY, MODEL_DIGESTS_COPY)
 
 
 def saved_copy(run: RunDir, key: str) -> tuple[int, dict[str, Any]] | None:
@@ -167,21 +171,62 @@ def saved_copy(run: RunDir, key: str) -> tuple[int, dict[str, Any]] | None:
   return None
 
 
-def run_model_config(run: RunDir) -> tuple[EncoderConfig, dict[str, Any] | None, int | None]:
-  """(the run's model config, None, None) from its model/config.json; when that does not read (garbled on disk,
-  removed), (the config, its JSON, step) from the copy the newest periodic checkpoint keeps.
+def model_digests(run: RunDir) -> dict[str, str]:
+  """The sha256 of each file of the run's model/ folder, by name."""
+  return {file.name: _sha256(file) for file in sorted(run.model_dir.iterdir()) if file.is_file()}
+
+
+def changed_model_files(run: RunDir, model_dir: storage.PathLike | None = None) -> tuple[int | None, list[str]]:
+  """(step, the files of the run's model/ folder, or of `model_dir` (its local copy), that were changed or removed
+  since the newest periodic checkpoint keeping their digests saved them, the one of `step`); (None, []) when none
+  keeps them."""
+  saved = saved_copy(run, MODEL_DIGESTS_COPY)
+  if saved is None:
+    return None, []
+  folder = storage.path(model_dir or run.model_dir)
+  return saved[0], sorted(name for name, digest in saved[1].items() if _sha256(folder / name) != digest)
+
+
+def _sha256(file: storage.Path) -> str | None:
+  try:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+  except FileNotFoundError:
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunModel:
+  """The run's model config, and the files of its model/ folder that were changed or removed on disk since the
+  checkpoint of `step` saved their digests (or a config.json that does not read): what a rerun writes again, the
+  config from `config_json`, the copy that checkpoint keeps."""
+
+  config: EncoderConfig
+  damaged: tuple[str, ...] = ()
+  config_json: dict[str, Any] | None = None
+  step: int | None = None
+
+
+def read_run_model(run: RunDir) -> RunModel:
+  """The run's model config from model/config.json, or, when that file does not read or differs from its digest,
+  from the copy the newest periodic checkpoint keeps; and which files of model/ differ from their digests.
 
   Raises:
     CheckpointError: model/config.json does not read and no checkpoint keeps a copy.
   """
+  step, damaged = changed_model_files(run)
+  damaged = set(damaged)
+  copy = saved_copy(run, MODEL_CONFIG_COPY)
   try:
-    return hf.read_config(run.model_dir), None, None
+    config = hf.read_config(run.model_dir)
   except hf.CheckpointError:
-    saved = saved_copy(run, MODEL_CONFIG_COPY)
-    if saved is None:
+    if copy is None:
       raise
-  step, config_json = saved
-  return EncoderConfig.from_hf(config_json, source=str(meta_file(run.checkpoints_dir / str(step)))), config_json, step
+    damaged.add(run.config_file.name)
+  if copy is None or run.config_file.name not in damaged:
+    return RunModel(config, tuple(sorted(damaged)), step=step)
+  step, config_json = copy
+  config = EncoderConfig.from_hf(config_json, source=str(meta_file(run.checkpoints_dir / str(step))))
+  return RunModel(config, tuple(sorted(damaged)), config_json, step)
 
 
 def _periodic_steps_newest_first(run: RunDir) -> list[int]:
@@ -259,4 +304,20 @@ def open_source(name_or_path: storage.PathLike) -> ModelSource:
   and tokenizer read."""
   run = RunDir(name_or_path) if is_run_dir(name_or_path) else None
   model_dir = hf.resolve_model_dir(name_or_path) if run is None else storage.local_copy(run.model_dir)
+  if run is not None:
+    _warn_of_changed_model_files(run, model_dir)
   return ModelSource(run, model_dir, hf.read_config(model_dir), hf.load_tokenizer(model_dir))
+
+
+def _warn_of_changed_model_files(run: RunDir, model_dir: pathlib.Path):
+  """A run whose model/ files were changed on disk (`changed_model_files`) may encode otherwise than it trained:
+  said, with what writes them again."""
+  step, changed = changed_model_files(run, model_dir)
+  if changed:
+    logging.warning(
+      "%s: %s changed on disk since %s was saved: the run's train.py command, run again, writes them again as "
+      "the run wrote them",
+      run.model_dir,
+      ", ".join(changed),
+      run.checkpoints_dir / str(step),
+    )

@@ -38,7 +38,7 @@ class RunCheckpoints:
     say: prints a line for the person running the job (what was removed or set aside).
     fingerprint: the run's fingerprint record, a copy of which each periodic checkpoint's meta keeps
       (`run_dir.saved_copy`: a fingerprint.json that no longer reads is checked against it); None: none kept. The
-      meta keeps a copy of the run's model/config.json too, once it reads.
+      meta keeps a copy of the run's model/config.json too, once it reads, and the digests of model/'s files.
   """
 
   def __init__(
@@ -118,9 +118,10 @@ class RunCheckpoints:
     return None
 
   def _copies_to_keep(self) -> dict[str, Any]:
-    """The copies each periodic checkpoint's meta keeps: the fingerprint's, and model/config.json's, read at the
-    first save (the run writes it at its start)."""
-    if run_dir.MODEL_CONFIG_COPY not in self._copies and jax.process_index() == 0:  # Its meta alone is written.
+    """The copies each periodic checkpoint's meta keeps: the fingerprint's, and model/config.json's and the digests
+    of model/'s files, read at the first save (the run writes them at its start, or mends them)."""
+    if run_dir.MODEL_DIGESTS_COPY not in self._copies and jax.process_index() == 0:  # Its meta alone is written.
+      self._copies[run_dir.MODEL_DIGESTS_COPY] = run_dir.model_digests(self.run)
       try:
         self._copies[run_dir.MODEL_CONFIG_COPY] = json.loads(self.run.config_file.read_text())
       except (OSError, ValueError):  # A garbled one is written again from an earlier copy at the next start.

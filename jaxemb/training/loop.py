@@ -247,7 +247,8 @@ def _start(
   if resume_step is None:
     model_config, pretrained = load_start(config, source.model_dir)
   else:  # The checkpoint holds every weight: the pretrained ones are not read, only the shapes it saved.
-    model_config = _run_model_config(workdir, source.tokenizer)  # Its MLM decoder as it started (preflight).
+    # Its MLM decoder as it started (preflight).
+    model_config = _run_model_config(workdir, source.tokenizer, config.method.to_block())
     pretrained = _saved_encoder_shapes(ckpt.saved_state_shapes(resume_step))
   trainer = build_trainer(config, model_config, pretrained, objective, mesh, total_steps)
   # A new run records its own model (a decoder untied by model.tie_word_embeddings included), over any that a run
@@ -267,20 +268,25 @@ def _start(
   return trainer, model_config, state, meta
 
 
-def _run_model_config(workdir: run_dir.RunDir, tokenizer: Any) -> EncoderConfig:
-  """The run's model config (`run_dir.run_model_config`); a model/config.json that does not read is written again
-  (process 0) from the checkpoint's copy, and the tokenizer files beside it from the model the run trains
-  (`tokenizer`), as its start wrote them."""
-  model_config, copy, step = run_dir.run_model_config(workdir)
-  if copy is not None and jax.process_index() == 0:
-    atomic.write_json(workdir.config_file, copy)
-    with storage.local_folder(workdir.model_dir) as out:  # A bucket's: uploaded from a local folder.
-      hf.save_tokenizer(tokenizer, out)
+def _run_model_config(workdir: run_dir.RunDir, tokenizer: Any, method_block: dict[str, Any]) -> EncoderConfig:
+  """The run's model config (`run_dir.read_run_model`); the files of its model/ folder that were garbled, changed
+  or removed on disk are written again (process 0) as its start wrote them: config.json from the checkpoint's copy,
+  eval_method.json from config.method (the fingerprint keeps it the run's), the tokenizer from the model the run
+  trains (`tokenizer`)."""
+  model = run_dir.read_run_model(workdir)
+  if model.damaged and jax.process_index() == 0:
+    if model.config_json is not None:
+      atomic.write_json(workdir.config_file, model.config_json)
+    if workdir.eval_method_file.name in model.damaged:
+      run_dir.save_eval_method(workdir.path, method_block)
+    if set(model.damaged) - {workdir.config_file.name, workdir.eval_method_file.name}:
+      with storage.local_folder(workdir.model_dir) as out:  # A bucket's: uploaded from a local folder.
+        hf.save_tokenizer(tokenizer, out)
     progress.say(
-      f"{workdir.config_file} does not read: written again from the copy saved with "
-      f"{workdir.checkpoints_dir / str(step)}, the tokenizer beside it from config.model.path"
+      f"{workdir.model_dir}: {', '.join(model.damaged)} changed on disk since "
+      f"{workdir.checkpoints_dir / str(model.step)} was saved: written again as the run wrote them at its start"
     )
-  return model_config
+  return model.config
 
 
 @contextlib.contextmanager

@@ -108,7 +108,7 @@ def _check_kept_decoder(config: TrainingRun):
   run = run_dir.RunDir(config.workdir)
   if tie is None or not run.config_file.is_file() or not run.has_step():
     return
-  started = run_dir.run_model_config(run)[0].tie_word_embeddings
+  started = run_dir.read_run_model(run).config.tie_word_embeddings
   if tie != started:
     raise ConfigError(
       f"config.model.tie_word_embeddings={tie}: the run in {run.path} started with {started} "

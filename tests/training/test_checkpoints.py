@@ -236,6 +236,7 @@ def test_an_unreadable_checkpoint_is_named_set_aside_and_the_one_before_restored
   saved_meta = checkpoint_files.without_digest(expected["meta"])
   assert saved_meta.pop(run_dir.FINGERPRINT_COPY) == json.loads((whole / "fingerprint.json").read_text())
   assert saved_meta.pop(run_dir.MODEL_CONFIG_COPY) == json.loads((whole / "model" / "config.json").read_text())
+  assert saved_meta.pop(run_dir.MODEL_DIGESTS_COPY) == run_dir.model_digests(run_dir.RunDir(whole))
   assert meta == saved_meta and "arrays_digest" in expected["meta"]
   for x, y in zip(jax.tree.leaves(state), jax.tree.leaves(expected["state"]), strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -253,18 +254,49 @@ def test_a_garbled_model_config_is_written_again_from_the_checkpoints_copy(
   config_file.write_text('{"architectures": ["Be')
   loop.train(TrainingRun.from_config(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")))
   said = capsys.readouterr().out
-  assert f"{config_file} does not read: written again from the copy saved with {tmp_path}/run/checkpoints/3, " in said
+  assert (
+    f"{tmp_path}/run/model: config.json changed on disk since {tmp_path}/run/checkpoints/3 was saved: written again "
+    "as the run wrote them at its start\n"
+  ) in said
   assert said.endswith("); no step left to run (the run had reached its 3)\n"), said
   assert config_file.read_bytes() == (whole / "model" / "config.json").read_bytes()
   assert run_dir.load_best(tmp_path / "run")[0] == run_dir.load_best(whole)[0]
+
+
+@pytest.mark.e2e
+def test_model_files_changed_on_disk_are_written_again_as_the_run_wrote_them(
+  whole_run, tiny_bert, wiki_head, tmp_path, capsys, caplog
+):
+  """Files of the run's model/ that still read but hold other bytes (a digit of config.json, a word of the
+  vocabulary) or are gone (eval_method.json): the rerun finds them by the digests the newest checkpoint keeps and
+  writes them again, byte for byte."""
+  whole, _ = whole_run
+  shutil.copytree(whole, tmp_path / "run")
+  model = tmp_path / "run" / "model"
+  config = model / "config.json"
+  config.write_text(config.read_text().replace('"num_attention_heads": 4', '"num_attention_heads": 2'))
+  tokenizer = model / "tokenizer.json"
+  tokenizer.write_text(tokenizer.read_text(encoding="utf-8").replace('"the":', '"thf":', 1), encoding="utf-8")
+  (model / "eval_method.json").unlink()
+  changed = f"{model}: config.json, eval_method.json, tokenizer.json changed on disk since {tmp_path}/run/checkpoints/3"
+  run_dir.open_source(tmp_path / "run")  # What encoding and export open: said, not refused.
+  assert f"{changed} was saved: the run's train.py command, run again, writes them again" in caplog.text
+  loop.train(TrainingRun.from_config(checkpoint_kill.kill_config(tiny_bert, tmp_path / "run", wiki_head, "")))
+  said = capsys.readouterr().out
+  assert f"{changed} was saved: written again as the run wrote them at its start\n" in said, said
+  for file in (whole / "model").iterdir():
+    assert (model / file.name).read_bytes() == file.read_bytes(), file.name
 
 
 def test_a_model_config_in_a_bucket_is_written_again_there(bucket, tiny_bert, tmp_path, monkeypatch):
   """The tokenizer files too: saved by a library that writes local folders only, uploaded beside the config."""
   monkeypatch.chdir(tmp_path)  # Where a gs:// path taken for a local one would land.
   copy = json.loads((tiny_bert / "config.json").read_text())
-  storage.path(f"{bucket}/run/checkpoints/3/meta/metadata").write_text(json.dumps({run_dir.MODEL_CONFIG_COPY: copy}))
-  loop._run_model_config(run_dir.RunDir(f"{bucket}/run"), hf.load_tokenizer(tiny_bert))  # pylint: disable=protected-access
+  digests = {"config.json": "0" * 64, "tokenizer.json": "0" * 64}  # Both gone from model/.
+  meta = {run_dir.MODEL_CONFIG_COPY: copy, run_dir.MODEL_DIGESTS_COPY: digests}
+  storage.path(f"{bucket}/run/checkpoints/3/meta/metadata").write_text(json.dumps(meta))
+  run = run_dir.RunDir(f"{bucket}/run")
+  loop._run_model_config(run, hf.load_tokenizer(tiny_bert), {})  # pylint: disable=protected-access
   written = {path.name for path in storage.path(f"{bucket}/run/model").iterdir()}
   assert {"config.json", "tokenizer.json", "tokenizer_config.json"} <= written, written
   assert json.loads(storage.path(f"{bucket}/run/model/config.json").read_text()) == copy
