@@ -597,11 +597,13 @@ def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):
     raise
 
 
-def remove_partial_files(folder: pathlib.Path) -> list[pathlib.Path]:
-  """Removes the temporary files of `replace_file` that a killed writer left directly in the local folder `folder`;
-  the removed ones. Called only by a folder's owner (a run holding its workdir's lock): another process's write in
-  flight there would lose its file."""
-  partial = sorted(folder.glob(f"*{PARTIAL}")) if folder.is_dir() else []
+def remove_partial_files(folder: pathlib.Path, target_name: str = "") -> list[pathlib.Path]:
+  """Removes the temporary files of `replace_file` that a killed writer left directly in the local folder `folder`
+  (those of the file `target_name` alone, if given); the removed ones. Called only by their owner (a run holding its
+  workdir's lock; the one process a file is written by): another process's write in flight would lose its file."""
+  partial = (
+    sorted(folder.glob(f"{target_name}.*{PARTIAL}" if target_name else f"*{PARTIAL}")) if folder.is_dir() else []
+  )
   for path in partial:
     path.unlink(missing_ok=True)
   return partial

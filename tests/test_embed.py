@@ -91,6 +91,7 @@ def test_a_killed_job_rerun_ends_as_an_uninterrupted_one_bit_for_bit(tiny_bert, 
   assert killed[0] == embed_kill.KILLED, killed[2][-3000:]
   left = _files(tmp_path / "out")
   assert {"shards/00000.done.json", shards.vectors_file(1)} <= left.keys() and "shards/00001.done.json" not in left
+  assert [name for name in left if name.startswith(f"{embed_kill.KILL_WRITING}.")], left.keys()  # Its temporary file.
   status, stdout, stderr = _embed(tiny_bert, corpus, tmp_path / "out", cache)
   assert status == 0, stderr[-3000:]
   assert stdout.startswith("embedded 48 sentences into 3 shards in ")

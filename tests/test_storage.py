@@ -67,6 +67,9 @@ def test_the_partial_files_a_killed_writer_left_are_removed_by_the_folders_owner
   assert storage.remove_partial_files(tmp_path) == sorted(left)
   assert all(p.exists() for p in kept) and not any(p.exists() for p in left)
   assert storage.remove_partial_files(tmp_path / "missing") == []
+  for path in left:
+    path.write_bytes(b"{")
+  assert storage.remove_partial_files(tmp_path, "summary.json") == [left[1]]  # One file's alone.
 
 
 def test_a_gs_path_without_gcsfs_says_what_to_install(monkeypatch):
