@@ -601,9 +601,8 @@ def remove_partial_files(folder: pathlib.Path, target_name: str = "") -> list[pa
   """Removes the temporary files of `replace_file` that a killed writer left directly in the local folder `folder`
   (those of the file `target_name` alone, if given); the removed ones. Called only by their owner (a run holding its
   workdir's lock; the one process a file is written by): another process's write in flight would lose its file."""
-  partial = (
-    sorted(folder.glob(f"{target_name}.*{PARTIAL}" if target_name else f"*{PARTIAL}")) if folder.is_dir() else []
-  )
+  pattern = f"{target_name}.*{PARTIAL}" if target_name else f"*{PARTIAL}"
+  partial = sorted(folder.glob(pattern)) if folder.is_dir() else []
   for path in partial:
     path.unlink(missing_ok=True)
   return partial
