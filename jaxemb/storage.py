@@ -597,11 +597,12 @@ def replace_file(target: pathlib.Path, fill: Callable[[IO[bytes]], Any]):
     raise
 
 
-def remove_partial_files(folder: pathlib.Path, target_name: str = "") -> list[pathlib.Path]:
+def remove_partial_files(folder: pathlib.Path, stem: str = "") -> list[pathlib.Path]:
   """Removes the temporary files of `replace_file` that a killed writer left directly in the local folder `folder`
-  (those of the file `target_name` alone, if given); the removed ones. Called only by their owner (a run holding its
-  workdir's lock; the one process a file is written by): another process's write in flight would lose its file."""
-  pattern = f"{target_name}.*{PARTIAL}" if target_name else f"*{PARTIAL}"
+  (if `stem` is given, those of the files named `stem` or `stem`.* alone); the removed ones. Called only by their
+  owner (a run holding its workdir's lock; the one process those files are written by): another process's write in
+  flight would lose its file."""
+  pattern = f"{stem}.*{PARTIAL}" if stem else f"*{PARTIAL}"
   partial = sorted(folder.glob(pattern)) if folder.is_dir() else []
   for path in partial:
     path.unlink(missing_ok=True)

@@ -355,8 +355,8 @@ def _write_shard(out: storage.Path, k: int, first: int, vectors: np.ndarray, ids
   """Writes shard `k`'s vectors, its ids (`ids`, else record numbers from `first`), then its done record, removing
   what a host killed while writing them left (the one host of the job that writes shard `k`)."""
   if not storage.is_remote(out):  # A bucket's object is there whole or not at all.
-    for name in (shards.vectors_file(k), shards.ids_file(k, True), shards.ids_file(k, False), shards.done_file(k)):
-      storage.remove_partial_files(pathlib.Path(out / name).parent, pathlib.PurePosixPath(name).name)
+    stem = pathlib.Path(out / shards.shard_stem(k))
+    storage.remove_partial_files(stem.parent, stem.name)  # One listing for the shard's files.
   data = shards.npy_bytes(vectors)
   atomic.write(out / shards.vectors_file(k), lambda f: f.write(data))
   if ids is None:

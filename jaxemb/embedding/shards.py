@@ -28,17 +28,22 @@ SHARDS = "shards"
 ENTRY_FIELDS = ("index", "rows", "first_line", "sha256")  # A shard's entry in the manifest.
 
 
+def shard_stem(index: int) -> str:
+  """What the name of each file of shard `index` starts with, before its first dot."""
+  return f"{SHARDS}/{index:05d}"
+
+
 def vectors_file(index: int) -> str:
-  return f"{SHARDS}/{index:05d}.npy"
+  return f"{shard_stem(index)}.npy"
 
 
 def ids_file(index: int, strings: bool) -> str:
   """The ids of shard `index`: int64 record numbers (.npy), or the id column's strings (.json)."""
-  return f"{SHARDS}/{index:05d}.ids.{'json' if strings else 'npy'}"
+  return f"{shard_stem(index)}.ids.{'json' if strings else 'npy'}"
 
 
 def done_file(index: int) -> str:
-  return f"{SHARDS}/{index:05d}.done.json"
+  return f"{shard_stem(index)}.done.json"
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
