@@ -494,9 +494,7 @@ def _verified_copy(target: pathlib.Path, url: str, listed: Object, recorded: Any
     return verified if this_object else None  # No digest to check it by (Cloud Storage always gives one).
   else:
     kind, expected, digest = check
-    with open(target, "rb") as f:
-      while chunk := f.read(_CHUNK_BYTES):
-        digest.update(chunk)
+    _read_into(target, [digest])
     if digest.digest().hex() == expected:
       return verified
     differs = f"{kind} {digest.digest().hex()}, {expected} listed"
@@ -506,6 +504,25 @@ def _verified_copy(target: pathlib.Path, url: str, listed: Object, recorded: Any
 
 
 _CHUNK_BYTES = 2**22
+
+
+def file_digests(file: PathLike, *algorithms: str) -> dict[str, Any]:
+  """{"size": its bytes, and the hex digest of each hashlib algorithm named ("sha256", "md5")} of a file, local or
+  in a bucket, read once in chunks. Raises FileNotFoundError when it is not there."""
+  hashers = {name: hashlib.new(name, usedforsecurity=False) for name in algorithms}
+  size = _read_into(path(file), hashers.values())
+  return {"size": size, **{name: hasher.hexdigest() for name, hasher in hashers.items()}}
+
+
+def _read_into(file: PathLike, hashers: Iterable[Any]) -> int:
+  """Feeds the bytes of `file` to each of `hashers` in chunks; returns how many there were."""
+  size, hashers = 0, tuple(hashers)
+  with path(file).open("rb") as f:
+    while chunk := f.read(_CHUNK_BYTES):
+      size += len(chunk)
+      for hasher in hashers:
+        hasher.update(chunk)
+  return size
 
 
 def _digest_check(listed: Object) -> tuple[str, str, Any] | None:

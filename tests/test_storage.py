@@ -82,6 +82,20 @@ def test_a_gs_path_without_gcsfs_says_what_to_install(monkeypatch):
     storage._gcsfs.cache_clear()  # pylint: disable=protected-access
 
 
+def test_file_digests_read_a_local_file_and_an_object_whole_across_chunks(bucket, tmp_path, monkeypatch):
+  """Chunks of 1000 bytes (the library's: 4 MiB): a file of 2,308 bytes spans three, the last one short."""
+  monkeypatch.setattr(storage, "_CHUNK_BYTES", 1000)
+  data = bytes(range(256)) * 9 + b"tail"
+  expected = {"size": 2308, "sha256": hashlib.sha256(data).hexdigest(), "md5": hashlib.md5(data).hexdigest()}
+  (tmp_path / "file.bin").write_bytes(data)
+  storage.path(f"{bucket}/file.bin").write_bytes(data)
+  assert storage.file_digests(tmp_path / "file.bin", "sha256", "md5") == expected
+  assert storage.file_digests(f"{bucket}/file.bin", "sha256", "md5") == expected
+  assert storage.file_digests(tmp_path / "file.bin", "md5") == {"size": 2308, "md5": expected["md5"]}
+  with pytest.raises(FileNotFoundError):
+    storage.file_digests(f"{bucket}/missing.bin", "sha256")
+
+
 def test_atomic_writes_to_a_bucket_are_whole_or_nothing(bucket):
   target = f"{bucket}/run/fingerprint.json"
   atomic.write_json(target, {"a": 1})

@@ -31,7 +31,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 import contextlib
 import dataclasses
-import hashlib
 import http.client
 import json
 import logging
@@ -441,12 +440,7 @@ def _compare(
 def _digest(path: pathlib.Path) -> dict[str, Any]:
   """Size, sha256 and md5 of a local file: sha256 is what a local file is checked by, md5 what a bucket lists of
   the object it is uploaded to."""
-  sha256, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
-  with open(path, "rb") as f:
-    while chunk := f.read(_CHUNK):
-      sha256.update(chunk)
-      md5.update(chunk)
-  return {"size": path.stat().st_size, "sha256": sha256.hexdigest(), "md5": md5.hexdigest()}
+  return storage.file_digests(path, "sha256", "md5")
 
 
 def _stored(root: storage.Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -281,7 +281,7 @@ def _is_recorded(out: storage.Path, name: str, record: dict, md5: str, sha256: s
   if listed is not None:
     return name in listed and listed[name].md5 == record.get(md5, listed[name].md5)
   path = pathlib.Path(out / name)
-  return path.is_file() and (sha256 not in record or _file_sha256(path) == record[sha256])
+  return path.is_file() and (sha256 not in record or storage.file_digests(path, "sha256")["sha256"] == record[sha256])
 
 
 def _listing(out: storage.Path) -> dict[str, storage.Object] | None:
@@ -292,14 +292,6 @@ def _listing(out: storage.Path) -> dict[str, storage.Object] | None:
     return {f"{shards.SHARDS}/{name}": listed for name, listed in storage.objects(out / shards.SHARDS).items()}
   except FileNotFoundError:
     return {}
-
-
-def _file_sha256(path: pathlib.Path) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    while chunk := f.read(1 << 22):
-      digest.update(chunk)
-  return digest.hexdigest()
 
 
 def _embed_shards(

@@ -17,7 +17,6 @@ model sources that encoding and export load (a Hugging Face checkpoint or a run 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import pathlib
 from typing import Any
@@ -189,7 +188,7 @@ def changed_model_files(run: RunDir, model_dir: storage.PathLike | None = None) 
 
 def _sha256(file: storage.Path) -> str | None:
   try:
-    return hashlib.sha256(file.read_bytes()).hexdigest()
+    return storage.file_digests(file, "sha256")["sha256"]
   except FileNotFoundError:
     return None
 

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import pathlib
@@ -112,12 +111,10 @@ def data_identity(config: spec.TrainingRun, evaluated: dict[pathlib.Path, dict[s
 def _file_identity(value: str) -> dict[str, Any]:
   """{"size", "md5"} of the file `value` names (a gs:// object: its copy in the download cache, and its generation)."""
   generation = storage.objects(value)[""].generation if storage.is_remote(value) else None
-  digest, size = hashlib.md5(usedforsecurity=False), 0
-  with open(storage.local_copy(value), "rb") as f:
-    while chunk := f.read(2**22):
-      digest.update(chunk)
-      size += len(chunk)
-  return {"size": size, "md5": digest.hexdigest(), **({"generation": generation} if generation else {})}
+  return {
+    **storage.file_digests(storage.local_copy(value), "md5"),
+    **({"generation": generation} if generation else {}),
+  }
 
 
 @dataclasses.dataclass(frozen=True)
