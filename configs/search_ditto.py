@@ -1,4 +1,4 @@
-"""Ditto's head search on STS-B dev: every layer x head, one encoder pass per layer.
+"""Ditto's head search on STS-B dev: every layer x head, as many layers an encoder pass as 1 GiB of vectors holds.
 
   python evaluate.py --config configs/search_ditto.py --config.model.path=bert-base-uncased \
       --config.data.senteval_dir=../shared/data/senteval

@@ -279,7 +279,8 @@ class Encoder:
     convert_to_tensor: bool = False,
     prefetch: Sequence[str] | None = None,
   ) -> np.ndarray | jax.Array:
-    """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), heads, hidden] for ditto_all_heads).
+    """[len(sentences), hidden] float32 vectors, in input order ([len(sentences), layers x heads, hidden] for
+    ditto_all_heads).
 
     `batch_size` overrides the encoder's own for this call (sentence-transformers' keyword). One str is one
     sentence and gives one vector ([hidden]), as sentence-transformers does; an empty list gives

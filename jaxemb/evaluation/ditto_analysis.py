@@ -224,20 +224,18 @@ def _head_search(
 ) -> tuple[list[tuple[int, int]], list[dict[str, Any]]]:
   """Ditto's grid: every (layer, head) scored on STS-B dev, the best `top_heads` on the test tasks. Returns those
   heads, and a row per head (best first) with its scores and its diagonal's correlation with TF-IDF."""
-  model_config = loaded[0]
-  layer_embed = search.ditto_layer_embed(config, loaded)
+  heads = search.ditto_head_grid(config, loaded)
   preprocess = common.preprocess_from_config(config.eval)
-  num_layers, num_heads = model_config.num_hidden_layers, model_config.num_attention_heads
-  dev_scores = search.ditto_head_scores(layer_embed, num_layers, num_heads, dev, preprocess, config.eval.progress)
-  grid = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
+  dev_scores = search.ditto_head_scores(heads, dev, preprocess, config.eval.progress)
+  grid = [(layer, head) for layer in range(heads.num_layers) for head in range(heads.num_heads)]
   ranked = [grid[k] for k in sorted(range(len(grid)), key=lambda k: -dev_scores[k].stsb_dev)]
   top = ranked[: config.ditto_analysis.top_heads]
-  test = search.head_sts_results(layer_embed, top, tasks, preprocess)
+  test = search.head_sts_results(heads, top, tasks, preprocess)
   rows = [
     {
       "layer": layer,
       "head": head,
-      "stsb_dev": dev_scores[layer * num_heads + head].stsb_dev,
+      "stsb_dev": dev_scores[layer * heads.num_heads + head].stsb_dev,
       "sts_test_avg": test[layer, head].average if (layer, head) in test else None,
       "pearson": float(pearson[layer, head]),
       "spearman": float(spearman[layer, head]),

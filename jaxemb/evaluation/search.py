@@ -55,52 +55,81 @@ def greedy_template_search(
   return scored
 
 
+# The most bytes of vectors one pass of the head grid keeps (`head_sts_results`): every head of as many layers as fit,
+# for every sentence (STS-B dev's 3,000 in one pass for MiniLM's 6 layers, 2 for bert-base's 12: 110 MB a layer).
+PASS_BYTES = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadGrid:
+  """Ditto's vectors of every head of a model, for its head search.
+
+  Attributes:
+    embed: `(layer, layers) -> embed`, embed giving [n, layers x heads, width] float32: every head of `layers`
+      layers from `layer` on, layer-major, from one encoder pass.
+    num_layers, num_heads: the model's.
+    width: each head's vector's.
+  """
+
+  embed: Callable[[int, int], common.Embed]
+  num_layers: int
+  num_heads: int
+  width: int
+
+  def layers_per_pass(self, sentences: int) -> int:
+    """How many layers one pass over `sentences` reads: as many as PASS_BYTES holds, one at least."""
+    return max(1, PASS_BYTES // max(1, sentences * self.num_heads * self.width * 4))
+
+
 def ditto_head_scores(
-  layer_embed: Callable[[int], common.Embed],
-  num_layers: int,
-  num_heads: int,
-  dev: sts_data.StsTask,
-  preprocess: common.Preprocess,
-  show_progress: bool | None = None,
+  grid: HeadGrid, dev: sts_data.StsTask, preprocess: common.Preprocess, show_progress: bool | None = None
 ) -> list[Candidate]:
   """STS-B dev Spearman of every (layer, head), in grid order, the layers done shown on stderr (`progress.track`'s
-  `show`).
+  `show`). Every head is scored on its slice of the vectors of as few encoder passes as `head_sts_results` makes."""
+  heads = [(layer, head) for layer in range(grid.num_layers) for head in range(grid.num_heads)]
+  with progress.track("layers' heads on STS-B dev", grid.num_layers, "layer", show_progress) as advance:
 
-  `layer_embed(layer)` embeds sentences as [n, heads, hidden] (one encoder pass per layer); every head is then
-  scored on its slice of those vectors.
-  """
-  heads = [(layer, head) for layer in range(num_layers) for head in range(num_heads)]
-  with progress.track("layers' heads on STS-B dev", num_layers, "layer", show_progress) as advance:
-
-    def embed_and_count(layer: int) -> common.Embed:
+    def embed_and_count(layer: int, layers: int) -> common.Embed:
       def embed(sentences):
-        vectors = layer_embed(layer)(sentences)
-        advance(1)
+        vectors = grid.embed(layer, layers)(sentences)
+        advance(layers)
         return vectors
 
       return embed
 
-    results = head_sts_results(embed_and_count, heads, [dev], preprocess)
+    results = head_sts_results(dataclasses.replace(grid, embed=embed_and_count), heads, [dev], preprocess)
   return [Candidate("grid", f"layer {layer} head {head}", results[layer, head][dev.name].all) for layer, head in heads]
 
 
 def head_sts_results(
-  layer_embed: Callable[[int], common.Embed],
+  grid: HeadGrid,
   heads: Sequence[tuple[int, int]],
   tasks: Sequence[sts_data.StsTask],
   preprocess: common.Preprocess,
 ) -> dict[tuple[int, int], sts.StsResult]:
-  """The STS result of each (layer, head) of `heads` on `tasks`: one `layer_embed(layer)` pass per distinct layer
-  over the tasks' distinct sentences, each head scored on its slice."""
+  """The STS result of each (layer, head) of `heads` on `tasks`: the tasks' distinct sentences embedded once for each
+  run of consecutive layers among `heads` that `grid.layers_per_pass` allows, each head scored on its slice."""
   sentences = sts.distinct_sentences(tasks, preprocess)
   row = {sentence: i for i, sentence in enumerate(sentences)}
   results = {}
-  for layer in dict.fromkeys(layer for layer, _ in heads):
-    vectors = layer_embed(layer)(sentences)
-    for head in (h for at, h in heads if at == layer):
-      embed = lambda batch, h=head: vectors[[row[s] for s in batch], h]
+  for first, layers in _layer_runs(sorted({layer for layer, _ in heads}), grid.layers_per_pass(len(sentences))):
+    vectors = grid.embed(first, layers)(sentences)
+    for layer, head in ((at, h) for at, h in heads if first <= at < first + layers):
+      column = (layer - first) * grid.num_heads + head
+      embed = lambda batch, column=column: vectors[[row[s] for s in batch], column]
       results[layer, head] = sts.evaluate_sts(embed, tasks, preprocess)
   return results
+
+
+def _layer_runs(layers: Sequence[int], most: int) -> list[tuple[int, int]]:
+  """(first, count) of each run of consecutive `layers` (sorted), `most` layers long at most."""
+  runs = []
+  for layer in layers:
+    if runs and runs[-1][0] + runs[-1][1] == layer and runs[-1][1] < most:
+      runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+    else:
+      runs.append((layer, 1))
+  return runs
 
 
 def run_template_search(config: TemplateSearchRun) -> dict[str, Any]:
@@ -144,28 +173,20 @@ def run_ditto_search(config: DittoSearchRun) -> dict[str, Any]:
   """evaluate.py's `ditto_search` job: every layer x head of the model, Ditto's `method.variant`."""
 
   def search(model, dev, preprocess):
-    model_config = model[0]
-    return ditto_head_scores(
-      ditto_layer_embed(config, model),
-      model_config.num_hidden_layers,
-      model_config.num_attention_heads,
-      dev,
-      preprocess,
-      config.eval.progress,
-    )
+    return ditto_head_scores(ditto_head_grid(config, model), dev, preprocess, config.eval.progress)
 
   return _run_search(config, search)
 
 
-def ditto_layer_embed(config: EvaluationRun, model: tuple[Any, Any, Any]) -> Callable[[int], common.Embed]:
-  """`layer -> embed`, embed giving Ditto's `method.variant` vectors of every head of `layer`
-  ([n, heads, hidden]); `model` is (config, params, tokenizer)."""
+def ditto_head_grid(config: EvaluationRun, model: tuple[Any, Any, Any]) -> HeadGrid:
+  """The HeadGrid of Ditto's `method.variant` on `model`, (config, params, tokenizer)."""
+  model_config, method = model[0], _named_method(config)
 
-  def layer_embed(layer: int) -> common.Embed:
-    method = dataclasses.replace(_named_method(config), name="ditto_all_heads", layer=layer, head=0)
-    return Encoder(*model, method, **encoder_options(config.model, config.eval)).encode
+  def embed(layer: int, layers: int) -> common.Embed:
+    every = dataclasses.replace(method, name="ditto_all_heads", layer=layer, layers=layers, head=0)
+    return Encoder(*model, every, **encoder_options(config.model, config.eval)).encode
 
-  return layer_embed
+  return HeadGrid(embed, model_config.num_hidden_layers, model_config.num_attention_heads, method.width(model_config))
 
 
 def _dev_spearman(encoder: Encoder, dev: sts_data.StsTask, preprocess: common.Preprocess) -> float:

@@ -9,11 +9,13 @@ from scipy import stats
 
 from configs import search_ditto, search_template
 from jaxemb import pooling
+from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError
 from jaxemb.data import sts as sts_data
 from jaxemb.evaluation import search
 from jaxemb.models import EncoderOutput
 from jaxemb import spec
-from tests.support import assert_float32_close, short_senteval
+from tests.support import assert_float32_close, short_senteval, transformer_roundings
 
 
 def test_greedy_template_search_uses_the_best_relation_for_the_prefixes():
@@ -42,20 +44,28 @@ def _tiny_dev():
   return sts_data.StsTask("STSBenchmark", "dev", {"dev": subset})
 
 
-def test_ditto_head_scores_score_each_head_on_its_slice():
+@pytest.mark.parametrize("pass_bytes, passes", [(1, [(0, 1), (1, 1)]), (2**30, [(0, 2)])])
+def test_ditto_head_scores_score_each_head_on_its_slice(monkeypatch, pass_bytes, passes):
+  """Every head of each layer a pass reads is scored on its own slice: a layer a pass when a layer's vectors fill
+  PASS_BYTES, both layers in one when they fit."""
+  monkeypatch.setattr(search, "PASS_BYTES", pass_bytes)
   dev = _tiny_dev()
   rng = np.random.default_rng(0)
   tables = {layer: {} for layer in range(2)}
+  calls = []
 
-  def layer_embed(layer):
+  def layers_embed(first, layers):
     def embed(sentences):
-      for s in sentences:
-        tables[layer].setdefault(s, rng.normal(size=(3, 4)))
-      return np.stack([tables[layer][s] for s in sentences])
+      calls.append((first, layers))
+      for layer in range(first, first + layers):
+        for s in sentences:
+          tables[layer].setdefault(s, rng.normal(size=(3, 4)))
+      return np.stack([np.concatenate([tables[at][s] for at in range(first, first + layers)]) for s in sentences])
 
     return embed
 
-  scored = search.ditto_head_scores(layer_embed, 2, 3, dev, None)
+  scored = search.ditto_head_scores(search.HeadGrid(layers_embed, 2, 3, 4), dev, None)
+  assert calls == passes
   assert [c.name for c in scored] == [f"layer {layer} head {h}" for layer in range(2) for h in range(3)]
   subset = dev.subsets["dev"]
   for candidate in scored:
@@ -64,6 +74,29 @@ def test_ditto_head_scores_score_each_head_on_its_slice():
     b = np.stack([tables[layer][s][head] for s in subset.sentences2])
     cosines = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert candidate.stsb_dev == pytest.approx(100 * stats.spearmanr(cosines, subset.scores).statistic)
+
+
+def test_a_pass_reads_runs_of_consecutive_layers_up_to_its_most():
+  assert search._layer_runs([0, 1, 2, 3, 4], 2) == [(0, 2), (2, 2), (4, 1)]
+  assert search._layer_runs([1, 2, 5, 7, 8], 3) == [(1, 2), (5, 1), (7, 2)]
+  assert search._layer_runs([3], 1) == [(3, 1)]
+
+
+def test_every_head_of_several_layers_in_one_pass_equals_each_layers_own_pass(tiny_bert):
+  """ditto_all_heads over layers 1-2 of the tiny BERT: its two slices are each layer's own heads (the same
+  attention and states, in another program: float32 rounding apart)."""
+  sentences = ["a tiny sentence", "another one that is a little longer", "x"]
+  encoder = Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", layer=1, layers=2, head=0))
+  both = encoder.encode(sentences)
+  assert both.shape == (3, 2 * 4, 32)
+  roundings = transformer_roundings(encoder.config)  # The forward, then Ditto's weighted sum over the tokens.
+  for layer in (1, 2):
+    own = Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", layer=layer, head=0)).encode(sentences)
+    assert_float32_close(both[:, (layer - 1) * 4 : layer * 4], own, roundings)
+  with pytest.raises(ConfigError, match=r"^ditto layers 2-3 / head 0 out of range for a model with 3 layers x 4 heads"):
+    Encoder.from_pretrained(tiny_bert, Method("ditto_all_heads", layer=2, layers=2, head=0))
+  with pytest.raises(ConfigError, match=r"^method 'ditto' takes no layers"):
+    Method("ditto", layers=2)
 
 
 def test_ditto_all_heads_slices_equal_single_heads():
