@@ -28,6 +28,8 @@ EXPERIMENTS = [
   "cotbert_table3",
   "cotbert_table4",
   "cotbert_table6",
+  "ditto_table1",
+  "ditto_table2",
 ]
 
 
@@ -58,6 +60,22 @@ def test_every_experiment_file_plans_runs_whose_configs_build(name, tmp_path, be
     else:
       assert run.config.eval.output_json == str(run.directory / sweep.RESULT_FILE)
       Method.from_block(run.config.method)
+
+
+@pytest.mark.parametrize(
+  "column, model, head, rows",
+  [
+    ("bert", "bert-base-uncased", (0, 9), ["first_last_avg", "prompt", "ditto"]),
+    ("roberta", "roberta-base", (0, 4), ["first_last_avg", "prompt", "ditto"]),
+    ("electra", "google/electra-base-discriminator", (0, 10), ["first_last_avg", "ditto"]),
+  ],
+)
+def test_ditto_table2_scores_each_model_with_the_head_the_paper_selected(tmp_path, column, model, head, rows):
+  """Ditto §A.2's heads, 1-based 1-10, 1-5 and 1-11; ELECTRA's discriminator has no prompt row (no [MASK] learned)."""
+  runs = sweep.plan(Experiment.from_config(_experiment("ditto_table2", tmp_path, column)))
+  methods = [Method.from_block(run.config.method) for run in runs]
+  assert [method.name for method in methods] == rows and {run.config.model.path for run in runs} == {model}
+  assert (methods[-1].layer, methods[-1].head, methods[-1].variant) == (*head, "first_last")
 
 
 def test_rows_and_command_line_overrides_reach_each_run(tmp_path):
