@@ -30,6 +30,7 @@ from jaxemb.encode import Encoder
 from jaxemb.data import sts as sts_data
 from jaxemb.errors import ConfigError, DataError, WorkdirError
 from jaxemb.methods import Method
+from jaxemb.methods import base as methods_base
 from jaxemb.progress import track
 from jaxemb.spec import Embed, EmbedRun
 
@@ -92,9 +93,7 @@ def open_encoder(config: EmbedRun) -> Encoder:
       f"method {method.name!r} encodes with state fitted on sentences and {config.model.path} has none: set "
       "--config.embed.fitted=FILE (the .npz evaluate.py writes beside its output_json)"
     )
-  shape = method.vector_shape(encoder.config)
-  if len(shape) != 1:
-    raise ConfigError(f"method {method.name!r} gives a {list(shape)} array a sentence; embed.py writes one vector")
+  methods_base.require_one_vector(method, encoder.config, "embed.py writes one vector")
   if mesh is None:
     return encoder
   # Every call reads the params on every device of the mesh: put there once, not sent with each batch.

@@ -28,9 +28,12 @@ def encoder_from_config(config: EvaluationRun, method: Method | None = None) -> 
   """The Encoder of config.model.path with `method`, else config.method; none named: a run directory's own method
   (its eval_method.json), a sentence-transformers checkpoint's own pooling."""
   with common.opening_model(config.model):
-    return Encoder.from_pretrained(
+    encoder = Encoder.from_pretrained(
       config.model.path, method or config.method, **encoder_options(config.model, config.eval)
     )
+  why = f"the {config.job} job scores one vector a sentence (every head at once is configs/search_ditto.py's)"
+  methods_base.require_one_vector(encoder.method, encoder.config, why)
+  return encoder
 
 
 def shown_encode(config: EvaluationRun, encoder: Encoder, names: list[str]) -> common.Embed:

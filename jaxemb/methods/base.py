@@ -402,6 +402,14 @@ def check_fitted(
   return arrays
 
 
+def require_one_vector(method: Method, config: EncoderConfig, why: str):
+  """ConfigError when `method` gives `config`'s model more than one vector a sentence (ditto_all_heads, the head
+  search's): `why` says what takes one."""
+  shape = method.vector_shape(config)
+  if len(shape) != 1:
+    raise ConfigError(f"method {method.name!r} gives a {list(shape)} array a sentence; {why}")
+
+
 def model_digest(config: EncoderConfig, params: Any) -> str:
   """A digest of the model: its architecture and its embedding tables (as float32)."""
   digest = hashlib.sha256(json.dumps(dataclasses.asdict(config), sort_keys=True).encode())

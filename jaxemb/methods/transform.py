@@ -62,11 +62,7 @@ class Transform(base.Method):
 
   def validate(self, config: EncoderConfig, num_masks: int):
     self.source.validate(config, num_masks)
-    if len(self.source.vector_shape(config)) != 1:
-      raise ConfigError(
-        f"{self.name} maps one vector per sentence; method {self.source.name!r} gives "
-        f"{self.source.vector_shape(config)} per sentence"
-      )
+    base.require_one_vector(self.source, config, f"{self.name} maps one vector a sentence")
 
   def required_weights(self) -> dict[str, str]:
     return self.source.required_weights()

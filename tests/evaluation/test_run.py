@@ -13,6 +13,7 @@ from configs import eval_baselines, eval_prompt, eval_transfer
 from jaxemb.data.sts import StsTask, join_tokens
 from jaxemb.evaluation import run, sts
 from jaxemb import xla
+from jaxemb.errors import ConfigError
 from jaxemb.spec import EvaluationRun
 from tests.support import REPO, UNCACHED_PROGRAMS, compiled_not_loaded, shared_path, short_senteval
 from tests.evaluation_support import STSB, TASKS, FakeEncoder
@@ -79,6 +80,16 @@ def test_ditto_head_out_of_range_is_rejected(tiny_checkpoint):
   config = _config(eval_baselines, path, **{"method.name": "ditto", "method.head": 12})
   with pytest.raises(ValueError, match="out of range"):
     run.run_sts(EvaluationRun.from_config(config))
+
+
+def test_every_head_at_once_is_refused_in_one_line_before_any_encoding(tiny_bert, capsys):
+  """ditto_all_heads gives [heads, width] a sentence, the head search's: the STS job refused it only after encoding
+  every sentence, with a traceback (its scorer's shape check)."""
+  config = _config(eval_baselines, tiny_bert, **{"method.name": "ditto_all_heads", "method.head": 0})
+  message = r"^method 'ditto_all_heads' gives a \[4, 32\] array a sentence; the sts job scores one vector a sentence"
+  with pytest.raises(ConfigError, match=message):
+    run.run_sts(EvaluationRun.from_config(config))
+  assert not _ANY_PROGRESS.search(capsys.readouterr().err)
 
 
 def test_missing_data_directory_names_it(tmp_path, tiny_checkpoint):
