@@ -27,6 +27,7 @@ import numpy as np
 from jaxemb import config_fields, storage
 from jaxemb.data.sts import add_period as append_period
 from jaxemb.encode import Encoder, Method
+from jaxemb.methods.base import require_one_vector
 from jaxemb.models import run_dir
 
 
@@ -63,6 +64,7 @@ class JaxembModel(AbsEncoder):
     del device  # JAX's default device.
     self.model = Encoder.from_pretrained(model_name, method, **encoder_kwargs)
     method = self.model.method
+    require_one_vector(method, self.model.config, "mteb scores one vector a sentence")
     self.add_period = method.add_period if add_period is None else add_period
     if revision is None:
       best = run_dir.read_best_meta(model_name) if run_dir.is_run_dir(model_name) else None

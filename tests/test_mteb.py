@@ -11,6 +11,7 @@ import pytest
 from jaxemb import storage
 from jaxemb.data.sts import join_tokens, load_sts_task
 from jaxemb.encode import Encoder, Method
+from jaxemb.errors import ConfigError
 from jaxemb.evaluation import common, sts
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import shared_path
@@ -65,6 +66,11 @@ def test_ditto_model_follows_mteb_encoder_protocol(tiny_bert, capsys):
   assert re.fullmatch(r"weights-[0-9a-f]{12}", meta.revision)
   assert meta.experiment_kwargs == {"method": "ditto", "layer": 1, "head": 2}
   assert meta.n_parameters == sum(np.size(leaf) for leaf in jax.tree.leaves(model.model.params))
+
+
+def test_every_head_at_once_is_refused_in_one_line(tiny_bert):
+  with pytest.raises(ConfigError, match=r"^method 'ditto_all_heads' gives a \[4, 32\] array a sentence; mteb scores"):
+    JaxembModel(tiny_bert, method=Method("ditto_all_heads", head=0))
 
 
 def test_prompt_model_appends_a_period_as_jaxemb_evaluation(tiny_bert):
