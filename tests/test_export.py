@@ -32,6 +32,13 @@ def with_pooler(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def electra(tmp_path_factory):
+  """A tiny ELECTRA discriminator whose word embeddings (16 wide) are projected to its 32-wide layers: Ditto's
+  static variant sums the raw rows, its first-last the projected ones."""
+  return write_random_checkpoint(tmp_path_factory.mktemp("electra"), "electra", head=False, embedding_size=16)
+
+
+@pytest.fixture(scope="module")
 def with_mlm(tmp_path_factory, tiny_bert):
   """Tiny random `*ForMaskedLM` checkpoints, which hold the MLM transform of head "mlm_transform"."""
   return {"bert": tiny_bert, "roberta": write_random_checkpoint(tmp_path_factory.mktemp("mlm-roberta"), "roberta")}
@@ -99,6 +106,37 @@ def test_prompt_sentence_transformers_module_equals_jaxemb(with_pooler, with_mlm
   ours = encoder.encode(sentences)
   model = _sentence_transformers(out)
   _assert_exported(model.encode(sentences), encoder, ours)
+
+
+@pytest.mark.parametrize(
+  "family, fields",
+  [
+    ("bert", dict(layer=1, head=2, variant="first_last")),
+    ("roberta", dict(layer=0, head=3, variant="last")),
+    ("bert", dict(layer=2, head=0, variant="static")),
+    ("roberta", dict(layer=1, head=1, variant="embedding_output", tokenization="alone")),
+    ("electra", dict(layer=0, head=1, variant="first_last")),
+    ("electra", dict(layer=1, head=3, variant="static")),
+  ],
+  ids=lambda value: value if isinstance(value, str) else "-".join(map(str, value.values())),
+)
+def test_ditto_sentence_transformers_module_equals_jaxemb(with_pooler, electra, tmp_path, family, fields):
+  """The custom module (trust_remote_code: sentence-transformers' Transformer hands on no attention weights) gives
+  Encoder.encode's vectors for each variant, with the sentences as they are (stripped as jaxemb strips them in
+  context). The weighted sum is bounded on the scale of its terms' magnitudes, sum_t a_t |s_t|: it may cancel."""
+  torch = pytest.importorskip("torch")
+  method = Method("ditto", **fields)
+  source = {**with_pooler, "electra": electra}[family]
+  out = export.export_model(source, tmp_path / "ditto", method)
+  encoder = Encoder.from_pretrained(source, method)
+  model = _sentence_transformers(out)
+  module = model[0]
+  with torch.no_grad():
+    weights, states = module.weights_and_states(module.tokenize(SENTENCES))
+    magnitudes = torch.einsum("bt,bth->bh", weights, states.abs()).numpy()
+  ours = encoder.encode(SENTENCES)
+  assert_float32_close(model.encode(SENTENCES), ours, transformer_roundings(encoder.config), scale=magnitudes)
+  assert json.loads((out / "modules.json").read_text())[0]["type"] == "jaxemb_ditto.DittoEncoder"
 
 
 def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, tmp_path):
@@ -323,7 +361,7 @@ def test_what_cannot_be_exported_is_refused(tiny_bert, tmp_path):
     export.export_model(tiny_bert, tmp_path / "a", "first_last_avg")
   with pytest.raises(ValueError, match="needs the checkpoint's pooler weights"):
     export.export_model(tiny_bert, tmp_path / "b", "cls")
-  with pytest.raises(ValueError, match=r"name a method \(one of cls, cls_before_pooler, last_avg, prompt\)$"):
+  with pytest.raises(ValueError, match=r"name a method \(one of cls, cls_before_pooler, last_avg, ditto, prompt\)$"):
     export.export_model(tiny_bert, tmp_path / "c")
   with pytest.raises(FileNotFoundError, match=r"^\S+/missing does not exist: pass a Hugging Face model folder"):
     export.export_model(tmp_path / "missing", tmp_path / "e")  # Not "name a method": no method would find it.

@@ -44,7 +44,7 @@ LAYERS = {
   "jaxemb.evaluation": 3,
   "jaxemb.embedding.job": 3,
   "jaxemb.model_card": 3,
-  # The commands and the package's lazy public API; the mteb adapter; the module file export copies (torch only).
+  # The commands and the package's lazy public API; the mteb adapter; the module files export copies (torch only).
   "jaxemb": 4,
   "jaxemb.sweep": 4,
   "jaxemb.export": 4,
@@ -52,6 +52,7 @@ LAYERS = {
   "jaxemb.cli": 4,
   "jaxemb.mteb": 4,
   "jaxemb.st_prompt_module": 4,
+  "jaxemb.st_ditto_module": 4,
   # What the tests and benchmarks share (random checkpoints, the GCS emulator): no module imports it. The authors'
   # steps in PyTorch and the repository's paths are in testing_support/, outside the wheel: no module imports that.
   "jaxemb.testing": 5,

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import numbers
+import pathlib
 from typing import Any, Callable, ClassVar, Mapping
 
 import jax
@@ -400,6 +401,15 @@ def check_fitted(
       f"one's {digest[:12]}): fit it again (evaluate.py) on this model"
     )
   return arrays
+
+
+def write_custom_module(out: Any, source: str, name: str, class_name: str, settings: dict[str, Any]):
+  """A sentence-transformers custom module in the exported folder `out` (a storage.Path): jaxemb's file `source`
+  (jaxemb/st_*_module.py) copied as `<name>.py`, modules.json naming `<name>.<class_name>` (which
+  `SentenceTransformer(out, trust_remote_code=True)` loads), and its `settings` as `<name>.json`."""
+  atomic.write_text(out / f"{name}.py", (pathlib.Path(__file__).parents[1] / source).read_text())
+  atomic.write_json(out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": f"{name}.{class_name}"}])
+  atomic.write_json(out / f"{name}.json", settings)
 
 
 def require_one_vector(method: Method, config: EncoderConfig, why: str):

@@ -13,6 +13,8 @@ from jaxemb.errors import ConfigError
 from jaxemb.methods import base
 from jaxemb.models import EncoderConfig, Transformer
 
+DITTO_MODULE = "jaxemb_ditto"  # The custom module's file (.py) and config (.json) in an exported folder.
+
 
 @base.register
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -82,3 +84,37 @@ class Ditto(base.Tokenized):
   def vector_shape(self, config: EncoderConfig) -> tuple[int, ...]:
     heads = (len(self.layers_read()) * config.num_attention_heads,) if self.name == "ditto_all_heads" else ()
     return (*heads, self.width(config))
+
+  @property
+  def exportable(self) -> bool:
+    return self.name == "ditto"
+
+  def export(self, out: Any, config: EncoderConfig, params: Any, tokenizer: Any, fitted: Any = None):
+    """modules.json naming the custom module `jaxemb_ditto.DittoEncoder` (a copy of jaxemb/st_ditto_module.py,
+    loaded with trust_remote_code: sentence-transformers' own modules hand on no attention weights) and its
+    jaxemb_ditto.json: the layer, head, variant and tokenization."""
+    del params, tokenizer, fitted  # Ditto fits nothing; the module reads the checkpoint beside it.
+    self.check_exportable()
+    fields = {"layer": self.layer, "head": self.head, "variant": self.variant, "tokenization": self.tokenization}
+    base.write_custom_module(
+      out,
+      "st_ditto_module.py",
+      DITTO_MODULE,
+      "DittoEncoder",
+      {
+        **fields,
+        "max_length": config.max_length,
+      },
+    )
+
+  @property
+  def remote_code(self) -> bool:
+    return True
+
+  def card_text(self) -> str:
+    return (
+      "## Method\n\nDitto (Chen et al., 2023, https://github.com/alibaba-damo-academy/SpokenNLP): the "
+      f"{self.variant} token vectors weighted by the diagonal of attention head {self.head} of layer {self.layer} "
+      "(0-based) and summed. The custom module `jaxemb_ditto.py` in this folder computes it with torch and "
+      "transformers, so sentence-transformers loads it with `trust_remote_code=True`.\n"
+    )

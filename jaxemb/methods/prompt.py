@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import pathlib
 from typing import Any
 
 import jax
 
-from jaxemb import atomic, denoise, pooling, templates, views
+from jaxemb import denoise, pooling, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.methods import base, pooled
 from jaxemb.models import EncoderConfig, Transformer
@@ -133,13 +132,11 @@ class Prompt(base.Tokenized):
     del fitted  # A prompt method fits nothing.
     self.check_exportable()
     template = templates.Template.parse(self.template, tokenizer)
-    module = pathlib.Path(__file__).parents[1] / "st_prompt_module.py"
-    atomic.write_text(out / f"{PROMPT_MODULE}.py", module.read_text())
-    atomic.write_json(
-      out / "modules.json", [{"idx": 0, "name": "0", "path": "", "type": f"{PROMPT_MODULE}.PromptEncoder"}]
-    )
-    atomic.write_json(
-      out / f"{PROMPT_MODULE}.json",
+    base.write_custom_module(
+      out,
+      "st_prompt_module.py",
+      PROMPT_MODULE,
+      "PromptEncoder",
       {
         "template": self.template,
         "prefix_text": template.prefix_text,

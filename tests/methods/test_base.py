@@ -61,7 +61,7 @@ def test_every_method_of_the_papers_is_registered_in_order():
     "prompt",
     "prompt_mlm_top_k",
   )
-  assert methods.exportable_names() == ("cls", "cls_before_pooler", "last_avg", "prompt")
+  assert methods.exportable_names() == ("cls", "cls_before_pooler", "last_avg", "ditto", "prompt")
 
 
 def test_every_method_has_its_block_of_its_own_fields():

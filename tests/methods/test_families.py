@@ -62,11 +62,11 @@ def test_weights_each_method_reads_beyond_the_encoders():
 
 
 def test_methods_without_a_sentence_transformers_form_say_so():
-  for method in (Method("first_last_avg"), Method("prompt_mlm_top_k"), Method("ditto"), Method("static_avg")):
+  for method in (Method("first_last_avg"), Method("prompt_mlm_top_k"), Method("ditto_all_heads"), Method("static_avg")):
     assert not method.exportable
     message = (
       f"^method '{method.name}' has no sentence-transformers form here; "
-      r"exportable methods: \('cls', 'cls_before_pooler', 'last_avg', 'prompt'\)"
+      r"exportable methods: \('cls', 'cls_before_pooler', 'last_avg', 'ditto', 'prompt'\)"
     )
     with pytest.raises(NotExportable, match=message):
       method.export(None, ELECTRA, {}, None)
