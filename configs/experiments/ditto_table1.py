@@ -15,6 +15,10 @@ MODEL = "bert-base-uncased"
 BIASES = ("remove_frequent", "remove_subwords", "lowercase", "remove_punctuation")  # PromptBERT Table 3's last row.
 
 
+def _average(name: str) -> dict:
+  return {"set": {"model.path": MODEL, "method.name": name}}
+
+
 def _ditto(variant: str) -> dict:
   return {"base": "eval_ditto", "set": {"model.path": MODEL, "method.variant": variant}}
 
@@ -25,11 +29,10 @@ def get_config():
   config.description = "Learning-free sentence embeddings of bert-base-uncased: baselines and Ditto (head 1-10)."
   config.workdir = "runs/experiments/ditto_table1"
   config.base = "eval_baselines"
-  average = lambda name: {"set": {"model.path": MODEL, "method.name": name}}
   config.rows = (
-    {"name": "BERT static avg.", "paper": "56.02", **average("static_avg")},
-    {"name": "BERT last avg.", "paper": "52.57", **average("last_avg")},
-    {"name": "BERT first-last avg.", "paper": "56.70", **average("first_last_avg")},
+    {"name": "BERT static avg.", "paper": "56.02", **_average("static_avg")},
+    {"name": "BERT last avg.", "paper": "52.57", **_average("last_avg")},
+    {"name": "BERT first-last avg.", "paper": "56.70", **_average("first_last_avg")},
     {
       "name": "BERT static remove biases avg.",
       "paper": "63.10",

@@ -14,7 +14,8 @@ from configs.experiments import common
 MODELS = {"bert": "bert-base-uncased", "roberta": "roberta-base", "electra": "google/electra-base-discriminator"}
 HEADS = {"bert": (0, 9), "roberta": (0, 4), "electra": (0, 10)}  # Ditto §A.2: heads 1-10, 1-5 and 1-11.
 PAPER = {"bert": ("56.70", "67.85", "64.77"), "roberta": ("56.57", "61.08", "61.96"), "electra": ("36.28", "", "52.00")}
-TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
+# The manual prompt's fields beyond configs/eval_prompt.py's (whose template is BERT's); ELECTRA has no prompt row.
+PROMPT = {"bert": {}, "roberta": {"method.template": "This sentence : ' [X] ' means [MASK] ."}}
 
 
 def get_config(model: str = "bert"):
@@ -27,10 +28,15 @@ def get_config(model: str = "bert"):
   config.workdir = f"runs/experiments/ditto_table2_{model}"
   config.base = "eval_baselines"
   path = {"model.path": MODELS[model]}
-  prompt_row = {"name": "Last manual prompt", "paper": prompt, "base": "eval_prompt"}
+  prompt_row = {
+    "name": "Last manual prompt",
+    "paper": prompt,
+    "base": "eval_prompt",
+    "set": {**path, **PROMPT.get(model, {})},
+  }
   config.rows = (
     {"name": "First-last avg.", "paper": average, "set": {**path, "method.name": "first_last_avg"}},
-    *([{**prompt_row, "set": {**path, "method.template": TEMPLATES[model]}}] if model in TEMPLATES else []),
+    *([prompt_row] if model in PROMPT else []),
     {
       "name": "First-last Ditto",
       "paper": ditto,
