@@ -95,16 +95,9 @@ class Ditto(base.Tokenized):
     jaxemb_ditto.json: the layer, head, variant and tokenization."""
     del params, tokenizer, fitted  # Ditto fits nothing; the module reads the checkpoint beside it.
     self.check_exportable()
-    fields = {"layer": self.layer, "head": self.head, "variant": self.variant, "tokenization": self.tokenization}
+    settings = {"layer": self.layer, "head": self.head, "variant": self.variant, "tokenization": self.tokenization}
     base.write_custom_module(
-      out,
-      "st_ditto_module.py",
-      DITTO_MODULE,
-      "DittoEncoder",
-      {
-        **fields,
-        "max_length": config.max_length,
-      },
+      out, "st_ditto_module.py", DITTO_MODULE, "DittoEncoder", {**settings, "max_length": config.max_length}
     )
 
   @property
