@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 from jaxemb import config_fields, templates, views
 from jaxemb.errors import ConfigError
+from jaxemb.methods import base
 from jaxemb.methods.base import Method
 from jaxemb.models import bert
 
@@ -478,9 +479,20 @@ class EvaluationRun(Block):
   eval: Eval = field("The STS tasks, sentence rules, encoder batches and the output.")
   transfer: Transfer | None = field("The transfer tasks and classifier; absent: none.")
 
+  # The method fields the job varies (a search's); a block naming a method that takes not all of them is refused
+  # first, in one line naming the job, rather than by a field of the job's config that method does not take.
+  VARIES: ClassVar[tuple[str, ...]] = ()
+
   @classmethod
   def from_config(cls, block: Any) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
+    name = (block.get("method") or {}).get("name")
+    searched = [method for method in base.names() if all(method in base.taking(f) for f in cls.VARIES)]
+    if name and cls.VARIES and name not in searched:
+      raise ConfigError(
+        f"config.method.name={name!r}: the {block.get('job')} job varies the {' and '.join(cls.VARIES)} of "
+        f"{' or '.join(searched)}"
+      )
     return super().from_config({k: v for k, v in block.items() if k in names or k not in cls.JOB_BLOCKS})
 
 
@@ -533,6 +545,7 @@ class DittoSearch(Block):
 
 @dataclasses.dataclass(frozen=True)
 class DittoSearchRun(EvaluationRun):
+  VARIES: ClassVar[tuple[str, ...]] = ("layer", "head")
   search: DittoSearch = field("The ranked table.")
 
 
@@ -550,6 +563,7 @@ class TemplateSearch(DittoSearch):
 
 @dataclasses.dataclass(frozen=True)
 class TemplateSearchRun(EvaluationRun):
+  VARIES: ClassVar[tuple[str, ...]] = ("template",)
   search: TemplateSearch = field("The candidates and the ranked table.")
 
 

@@ -131,6 +131,23 @@ def test_a_block_of_another_job_is_not_read_and_a_method_naming_none_sets_nothin
     spec.EmbedRun.from_config(config)
 
 
+@pytest.mark.parametrize(
+  "name, method, message",
+  [
+    ("search_ditto", "last_avg", "the ditto_search job varies the layer and head of ditto or ditto_all_heads"),
+    ("search_ditto", "prompt", "the ditto_search job varies the layer and head of ditto or ditto_all_heads"),
+    ("search_template", "last_avg", "the template_search job varies the template of prompt or prompt_mlm_top_k"),
+  ],
+)
+def test_a_search_of_a_method_that_has_not_its_fields_is_refused_naming_the_job(name, method, message):
+  """Not by a field of the search's method block that the named method does not take (Ditto's `variant`)."""
+  config = _config(name)
+  config.method.name = method
+  with pytest.raises(ConfigError) as refused:
+    spec.spec_class(config).from_config(config)
+  assert str(refused.value) == f"config.method.name={method!r}: {message}"
+
+
 def test_the_spec_brings_no_corpus_reader_into_a_command_that_embeds():
   """embed.py and evaluate.py import jaxemb.encode, which imports the spec: `datasets` (0.4 s, ~85 MiB of RSS) stays
   out of them, as before the spec (the training corpus's format is checked by preflight)."""
