@@ -10,6 +10,7 @@ written there in one upload.
 
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method last_avg --out exported/minilm
   python -m jaxemb.export --model runs/promptbert --out exported/promptbert   # the run's own method
+  python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --method ditto --method.head=8 --out exported/ditto
   python -m jaxemb.export --model ../shared/models/all-MiniLM-L6-v2 --evaluated sts.json --out exported/whitened
   python -m jaxemb.export --model gs://bucket/runs/promptbert --out gs://bucket/exported/promptbert
 """
@@ -18,14 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
-from jaxemb import atomic, cli, model_card, storage, templates
+from jaxemb import atomic, cli, model_card, storage
 from jaxemb.encode import Method, open_model
 from jaxemb.errors import ConfigError, StorageError
 from jaxemb.methods import NotExportable, base as methods_base, exportable_names
-from jaxemb.methods.prompt import METHOD_HEADS
 from jaxemb.models import hf
 
 EXPORTABLE = exportable_names()
@@ -126,15 +127,17 @@ def _keeps_mlm_head(method: Method, card_facts: dict[str, Any]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
   """The command: prints the exported folder (and the Hub URL); an error a user can act on is one line, status 1."""
-  parser = argparse.ArgumentParser(prog="python -m jaxemb.export", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(
+    prog="python -m jaxemb.export",
+    description=__doc__.split("\n\n")[0],
+    epilog="--method.FIELD=VALUE sets a field of the named method's block, as evaluate.py's --config.method.FIELD "
+    "does (e.g. --method.template='[X] means [MASK] .', --method.head=8 for ditto).",
+  )
   parser.add_argument(
     "--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory (local or gs://)"
   )
   parser.add_argument("--out", required=True, help="the new directory to write (local or gs://)")
   parser.add_argument("--method", help=f"one of {EXPORTABLE}; default: a run directory's own method")
-  parser.add_argument("--template", default=templates.SLOT, help="the prompt method's template, with [X] and [MASK]")
-  parser.add_argument("--denoise", action="store_true", help="prompt: subtract the position-offset template bias")
-  parser.add_argument("--head", default="none", choices=METHOD_HEADS, help="prompt: applied to the [MASK] vector")
   parser.add_argument(
     "--evaluated",
     metavar="JSON",
@@ -142,18 +145,14 @@ def main(argv: list[str] | None = None) -> int:
   )
   parser.add_argument("--fitted", help="a method's fitted state: the .npz evaluate.py wrote beside its output_json")
   parser.add_argument("--push_to_hub", metavar="REPO", help="then upload the folder to this Hub model repository")
-  args = parser.parse_args(argv)
-  # The prompt options set away from their defaults: the method's block (the others are no method's own).
-  given = {
-    key: getattr(args, key) for key in ("template", "head", "denoise") if getattr(args, key) != parser.get_default(key)
-  }
-  if args.method is None and given:
-    parser.error("--template, --denoise and --head need --method")
+  args, method_flags = parser.parse_known_args(argv)
+  if args.method is None and method_flags:
+    first = method_flags[0]
+    parser.error(f"{first} needs --method" if first.startswith("--method.") else f"unrecognized arguments: {first}")
   if args.evaluated and args.method:
     parser.error("--evaluated names the method: drop --method")
   try:
-    denoise = {"denoise": "position_offset"} if args.denoise else {}
-    method = None if args.method is None else Method.from_block({"name": args.method, **given, **denoise})
+    method = None if args.method is None else Method.from_block(_method_block(args.method, method_flags, parser))
     fitted = args.fitted
     if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
       summary = json.loads(storage.path(args.evaluated).read_text())
@@ -166,6 +165,39 @@ def main(argv: list[str] | None = None) -> int:
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again.
     return cli.failed_status(e)
   return 0
+
+
+def _method_block(name: str, flags: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:
+  """Method `name`'s block from --method.FIELD=VALUE (or --method.FIELD VALUE) flags, each value read as the type of
+  the field's default, a nested block's field too (--method.source.name); argparse's error for another argument. A
+  field the method does not take is left to `Method.from_block`'s line naming those it does."""
+  block, words = {"name": name}, iter(flags)
+  for word in words:
+    match = re.fullmatch(r"--method\.(\w+(?:\.\w+)?)(?:=(.*))?", word, re.DOTALL)
+    text = match and (match.group(2) if match.group(2) is not None else next(words, None))
+    if text is None:
+      parser.error(f"{word}: expected a value" if match else f"unrecognized arguments: {word}")
+    *nested, field = match.group(1).split(".")
+    target, default = block, methods_base.defaults(name)
+    for part in nested:  # A nested block starts from its default's name, which its own flag may change.
+      inner = default.get(part) if isinstance(default.get(part), dict) else {}
+      target, default = target.setdefault(part, {"name": inner.get("name", "")}), inner
+    target[field] = _typed(word, text, default.get(field), parser)
+  return block
+
+
+def _typed(flag: str, text: str, default: Any, parser: argparse.ArgumentParser) -> Any:
+  """A flag's value as the type of the field's default (as ml_collections reads --config.method.FIELD)."""
+  if isinstance(default, bool):
+    if text.lower() not in ("true", "false"):
+      parser.error(f"{flag}: {text!r} is not true or false")
+    return text.lower() == "true"
+  if isinstance(default, (int, float)):
+    try:
+      return type(default)(text)
+    except ValueError:
+      parser.error(f"{flag}: {text!r} is not {'an int' if isinstance(default, int) else 'a float'}")
+  return text
 
 
 if __name__ == "__main__":

@@ -184,7 +184,8 @@ def problems(command: Command) -> list[str]:
     program, args = REPO / argv[0], argv[1:]
     if not program.is_file():
       return [f"{command.where}: python {argv[0]}: no such file"]
-  return [f"{command.where}: {problem}" for problem in _argument_problems(program, args)]
+  found = _argument_problems(program, args) + _method_field_problems(program, args)
+  return [f"{command.where}: {problem}" for problem in found]
 
 
 def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
@@ -201,6 +202,8 @@ def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
       config_file = value if value is not None else next(words, None)
     elif takes_config and name.startswith(("config.", "noconfig.")):  # --noconfig.a.b sets a bool field to False.
       fields.append((flag, name.split(".", 1)[1], value))
+    elif name.startswith("method.") and "method" in _defined_flags(program):
+      continue  # A field of the method --method names: _method_field_problems.
     elif name not in _defined_flags(program) and name.removeprefix("no") not in _defined_flags(program):
       found.append(f"{flag}: {program.relative_to(REPO)} defines no such flag")
   if config_file is None:
@@ -220,6 +223,25 @@ def _argument_problems(program: pathlib.Path, args: list[str]) -> list[str]:
   if "rows" in config:  # An experiment (sweep.py): its rows' base configs and the overrides applied to each.
     overrides = [value for _, field, value in fields if field == "overrides" and value is not None]
     found += _experiment_problems(config, overrides[-1] if overrides else "")
+  return found
+
+
+def _method_field_problems(program: pathlib.Path, args: list[str]) -> list[str]:
+  """The --method.FIELD flags of a command taking --method NAME (jaxemb.export) that name no field of that method's
+  block."""
+  if "method" not in _defined_flags(program):
+    return []
+  given = [arg.split("=", 1)[0] for arg in args if arg.startswith("--method.")]
+  named = next((value for flag, value in zip(args, args[1:]) if flag == "--method"), None)
+  if not given or named not in methods.names():
+    return [f"{flag}: no --method naming a method" for flag in given]
+  found = []
+  for flag in given:
+    value = methods.defaults(named)
+    for part in flag.removeprefix("--method.").split("."):
+      value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+      found.append(f"{flag}: method {named!r} has no such field")
   return found
 
 
@@ -408,6 +430,11 @@ def _problems_in(text: str) -> list[str]:
     ("`python -m jaxemb.export --modle m --out o`", "doc.md:1: --modle: jaxemb/export.py defines no such flag"),
     ("`python train.py --config.train.seed=1`", "doc.md:1: --config.train.seed: no --config file to hold it"),
     (
+      "`python -m jaxemb.export --model m --method last_avg --method.template=x --out o`",
+      "doc.md:1: --method.template: method 'last_avg' has no such field",
+    ),
+    ("`python -m jaxemb.export --model m --method.head=8 --out o`", "doc.md:1: --method.head: no --method naming"),
+    (
       "a\n\nb `python train.py\n--config configs/promptbert.py --config.trian.seed=1` c",  # A span over a line break.
       "doc.md:3: --config.trian.seed: no field 'trian' in config (did you mean 'train'?)",
     ),
@@ -422,7 +449,8 @@ def test_commands_naming_what_exists_pass():
   assert not _problems_in(
     "```bash\npython train.py --config configs/promptbert.py --config.train.batch_size=8 --resume_changed \\\n"
     "    --noverbose --verbosity=1 --config.model.path=... ...   # comment --config.zz\n"
-    'python -m jaxemb.export --model m --out o --denoise\npython -m pytest -q -m "not slow"\n```\n'
+    "python -m jaxemb.export --model m --out o --method prompt --method.denoise=position_offset --method.head pooler\n"
+    'python -m pytest -q -m "not slow"\n```\n'
     "```\n$ python train.py --config configs/promptbert.py --config.train.batchsize=8\n```\n"  # Not a shell block.
     "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
     "`eval_ditto.py --config.method.variant=last`"

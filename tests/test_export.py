@@ -291,33 +291,33 @@ def test_model_card_names_hub_base_model_and_dataset():
 
 
 def test_command_line(with_pooler, tmp_path, capsys):
-  assert (
-    export.main(
-      [
-        "--model",
-        str(with_pooler["bert"]),
-        "--method",
-        "prompt",
-        "--template",
-        TEMPLATES["bert"],
-        "--denoise",
-        "--out",
-        str(tmp_path / "out"),
-      ]
-    )
-    == 0
-  )
+  """--method.FIELD=VALUE (or a space before the value) sets the named method's field as evaluate.py's
+  --config.method.FIELD does, typed by its default."""
+  model = ["--model", str(with_pooler["bert"])]
+  prompt = ["--method", "prompt", "--method.template", TEMPLATES["bert"], "--method.denoise=position_offset"]
+  assert export.main([*model, *prompt, "--out", str(tmp_path / "out")]) == 0
   assert capsys.readouterr().out.strip() == str(tmp_path / "out")
   assert json.loads((tmp_path / "out" / "jaxemb_prompt.json").read_text())["denoise"] is True
-  with pytest.raises(SystemExit):
-    export.main(["--model", str(with_pooler["bert"]), "--template", TEMPLATES["bert"], "--out", str(tmp_path / "x")])
-  capsys.readouterr()
+  assert export.main([*model, "--method", "ditto", "--method.head", "3", "--out", str(tmp_path / "ditto")]) == 0
+  assert Encoder.from_pretrained(tmp_path / "ditto").method == Method("ditto", head=3)
+  # Not a method's field, or not of its type: argparse's usage error.
+  for flags, said in [
+    (["--method.template", TEMPLATES["bert"]], "--method.template needs --method"),
+    (["--method", "ditto", "--method.head=first"], "--method.head=first: 'first' is not an int"),
+    (["--method", "ditto", "--method.layer"], "--method.layer: expected a value"),
+    (["--method", "ditto", "--layer=1"], "unrecognized arguments: --layer=1"),
+  ]:
+    with pytest.raises(SystemExit):
+      export.main([*model, *flags, "--out", str(tmp_path / "x")])
+    assert capsys.readouterr().err.strip().endswith(f"error: {said}")
   # An error a user can act on is one line and status 1.
-  assert (
-    export.main(["--model", str(with_pooler["bert"]), "--method", "first_last_avg", "--out", str(tmp_path / "y")]) == 1
-  )
-  err = capsys.readouterr().err
-  assert err.startswith("error: method 'first_last_avg' has no sentence-transformers form") and err.count("\n") == 1
+  for flags, said in [
+    (["--method", "first_last_avg"], "method 'first_last_avg' has no sentence-transformers form"),
+    (["--method", "last_avg", "--method.template=[X]"], "method 'last_avg' takes no template; got template='[X]'"),
+  ]:
+    assert export.main([*model, *flags, "--out", str(tmp_path / "y")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
 
 
 def _push_args(with_pooler, tmp_path) -> list[str]:

@@ -73,7 +73,7 @@ class Prompt(base.Tokenized):
       given = "none was given" if self.template == templates.SLOT else f"got {self.template!r}"
       raise ConfigError(
         f"method {self.name!r} needs a template with [MASK] (Method's template: --config.method.template, "
-        f"jaxemb.export's --template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
+        f"jaxemb.export's --method.template), e.g. PromptBERT's 'This sentence : \"[X]\" means [MASK] .'; "
         f"{given}"
       )
     if self.name == "prompt_mlm_top_k" and not 0 < self.top_k <= config.vocab_size:
