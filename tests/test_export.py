@@ -1,6 +1,7 @@
 """jaxemb.export: the exported sentence-transformers models give the vectors `Encoder.encode` gives; their model
 cards; the command and its upload."""
 
+import argparse
 import json
 import math
 
@@ -318,6 +319,17 @@ def test_command_line(with_pooler, tmp_path, capsys):
     assert export.main([*model, *flags, "--out", str(tmp_path / "y")]) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {said}") and err.count("\n") == 1, err
+
+
+def test_method_flags_take_their_fields_types_and_a_nested_blocks_fields():
+  parser = argparse.ArgumentParser()
+  flags = ["--method.lowercase=False", "--method.token_rows", "mlm_decoder"]
+  block = export._method_block("static_remove_biases", flags, parser)  # pylint: disable=protected-access
+  assert block == {"name": "static_remove_biases", "lowercase": False, "token_rows": "mlm_decoder"}
+  flags = ["--method.source.name=last_avg", "--method.dims=8", "--method.source.tokenization=alone"]
+  block = export._method_block("whitening", flags, parser)  # pylint: disable=protected-access
+  assert block == {"name": "whitening", "source": {"name": "last_avg", "tokenization": "alone"}, "dims": 8}
+  assert Method.from_block(block).source == Method("last_avg", tokenization="alone")
 
 
 def _push_args(with_pooler, tmp_path) -> list[str]:
