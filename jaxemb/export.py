@@ -30,6 +30,9 @@ from jaxemb.methods import NotExportable, base as methods_base, exportable_names
 from jaxemb.models import hf
 
 EXPORTABLE = exportable_names()
+# Written into the folder first and removed last: a folder holding it is an export that a kill or a fault (a full
+# disk, a lost connection to the bucket) stopped, which the same command then writes again.
+UNFINISHED = ".jaxemb_export_unfinished"
 
 
 def export_model(
@@ -47,13 +50,17 @@ def export_model(
   repository it is meant for, is what the model card's code loads (default: the folder, by its name, after a
   download for one in a bucket); `fitted` the fitted state of a method that fits one (evaluate.py's .npz beside its
   output_json), kept in the folder. Raises NotExportable for methods outside EXPORTABLE and OptiPrompt's continuous
-  templates, ConfigError for a method the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`.
+  templates, ConfigError for a method the checkpoint lacks weights for, FileExistsError for a non-empty `out_dir`
+  other than an export that stopped before its end (UNFINISHED), which is written again.
   """
   out = storage.path(out_dir)
-  if out.exists() and any(out.iterdir()):
-    raise FileExistsError(f"{out} is not empty; export into a new directory")
+  unfinished = _unfinished(out)
   config, params, tokenizer, method = _load(source, method)
   card_facts = model_card.facts(source)
+  if unfinished:
+    print(f"note: {out} holds an export that stopped before its end: writing it again", file=sys.stderr)
+    out.rmtree()
+  atomic.write_text(out / UNFINISHED, "jaxemb.export is writing this folder; until it ends it is not a model\n")
   hf.save_pretrained(
     out,
     config,
@@ -70,7 +77,17 @@ def export_model(
   method.export(out, config, params, tokenizer, arrays)
   atomic.write_json(out / methods_base.METHOD_FILE, method.to_block())  # It loads back without restating it.
   model_card.write(out, source, method, card_facts, hub_repo)
+  (out / UNFINISHED).unlink()
   return out
+
+
+def _unfinished(out: storage.Path) -> bool:
+  """Whether `out` holds an export that stopped before its end; FileExistsError for any other non-empty folder."""
+  if not (out.exists() and any(out.iterdir())):
+    return False
+  if not (out / UNFINISHED).exists():
+    raise FileExistsError(f"{out} is not empty; export into a new directory")
+  return True
 
 
 def push_to_hub(out: storage.PathLike, repo: str) -> str:

@@ -4,12 +4,14 @@ cards; the command and its upload."""
 import argparse
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
 
 from jaxemb import export, model_card, storage
 from jaxemb.encode import Encoder, Method
+from jaxemb.errors import StorageError
 from jaxemb.methods.prompt import PROMPT_MODULE
 from jaxemb.testing.checkpoints import write_random_checkpoint
 from tests.support import assert_float32_close, float32_atol, transformer_roundings, vector_scale
@@ -228,6 +230,28 @@ def test_a_run_in_a_bucket_exports_into_the_bucket_and_loads_back(trained_run, b
   assert export.push_to_hub(out, "me/model") == "https://huggingface.co/me/model"
   assert uploads == [str(storage.local_copy(out))], "a bucket's folder is uploaded from its local copy"
   assert not list(tmp_path.glob("gs:*")) and not list(tmp_path.glob("*/gs:*"))
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_an_export_a_fault_stopped_is_written_again_by_the_same_command(with_pooler, bucket, tmp_path, capsys, where):
+  """A fault once the weights are written (the model card's write fails, as on a full disk or a cut connection)
+  leaves the folder marked unfinished; the same command then writes it whole, saying so in one line."""
+  out = str(tmp_path / "out") if where == "local" else f"{bucket}/exported/stopped"
+  command = ["--model", str(with_pooler["bert"]), "--method", "last_avg", "--out", out]
+  refused = f"cannot write {out}/README.md: No space left on device"
+  with pytest.MonkeyPatch.context() as patched:
+    patched.setattr(model_card, "write", lambda *args: (_ for _ in ()).throw(StorageError(refused)))
+    assert export.main(command) == 1
+  assert capsys.readouterr().err == f"error: {refused}\n"
+  folder = storage.path(out)
+  assert (folder / export.UNFINISHED).exists() and (folder / "model.safetensors").exists()
+  assert export.main(command) == 0
+  assert capsys.readouterr().err == f"note: {out} holds an export that stopped before its end: writing it again\n"
+  whole = export.export_model(with_pooler["bert"], tmp_path / "whole", "last_avg")
+  local = lambda folder: (p.relative_to(folder).as_posix() for p in pathlib.Path(folder).rglob("*") if p.is_file())
+  files = lambda folder: sorted(storage.objects(folder) if storage.is_remote(folder) else local(folder))
+  assert files(folder) == files(whole)
+  assert not (folder / export.UNFINISHED).exists() and (folder / "README.md").exists()
 
 
 def _card(out):
