@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     "--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory (local or gs://)"
   )
   parser.add_argument("--out", required=True, help="the new directory to write (local or gs://)")
-  parser.add_argument("--method", help=f"one of {EXPORTABLE}; default: a run directory's own method")
+  parser.add_argument("--method", help=f"one of {', '.join(EXPORTABLE)}; default: a run directory's own method")
   parser.add_argument(
     "--evaluated",
     metavar="JSON",
