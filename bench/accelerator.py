@@ -24,7 +24,7 @@ the sections that need them are skipped with the reason.
   python bench/accelerator.py --sections train --trace /tmp/trace # + a profile of jaxemb's steps (xprof reads it)
   python bench/accelerator.py --sections train --set model.scan_unroll=12 --set model.remat_policy=full
   python bench/accelerator.py --models minilm --shapes 16x32 --train-batch 16 --train-tokens 16 \
-      --settings promptbert --sts-model minilm --repeats 2        # a CPU smoke run
+      --settings promptbert --sts-model minilm --repeats 2        # a CPU smoke run (--no-authors: jaxemb alone)
 """
 
 import argparse
@@ -233,6 +233,7 @@ def train_section(
   repeats: int,
   trace_dir: str = "",
   overrides: tuple[str, ...] = (),
+  authors: bool = True,
 ):
   print(
     f"\n## train step (global batch {batch}, sentences up to {tokens} tokens; MFU = 3 x full forward FLOPs "
@@ -247,7 +248,7 @@ def train_section(
     ours = jaxemb_train(name, model_dir, sentences, batch, tokens, dtype, overrides)
     cases = [ours]
     try:
-      cases.append(authors_train(name, model_dir, sentences))
+      cases += [authors_train(name, model_dir, sentences)] if authors else []
     except Exception as e:  # pylint: disable=broad-except  # A missing setting or device: say so, keep going.
       print(f"| {name} | authors' PyTorch fp16 | skipped: {type(e).__name__}: {e} | | | | |")
     first = {c.name: common.seconds(c.step) for c in cases}  # What a run waits for: compiles, autotuning.
@@ -312,6 +313,13 @@ def _arguments() -> argparse.Namespace:
   parser.add_argument("--repeats", type=int, default=5)
   parser.add_argument("--trace", default="", help="train: write a jax.profiler trace of jaxemb's steps here")
   parser.add_argument(
+    "--authors",
+    action=argparse.BooleanOptionalAction,
+    default=True,
+    help="train: time the authors' step beside jaxemb's (--no-authors: jaxemb's alone; their fp16 step takes minutes "
+    "on a CPU)",
+  )
+  parser.add_argument(
     "--set",
     action="append",
     default=[],
@@ -367,6 +375,7 @@ def main():
         args.repeats,
         args.trace,
         tuple(args.set),
+        args.authors,
       )
     if "sts" in sections:
       dev_seconds = sts_section(path(args.sts_model), pathlib.Path(args.senteval), args.dtype)

@@ -2,7 +2,8 @@
 # Issue 52's measurements in one lent device window (an H100/H200; 15 minutes of device time, start included).
 #
 # Here, before asking for the machine (builds .device/, git-ignored: the wheels the device image lacks and the data
-# and tokenizers the bench reads; about 16 MiB):
+# and tokenizers the bench reads; about 16 MiB; then runs the train section's paths on this CPU at a toy size, ~2.5
+# minutes, and stops if they fail, so that a window measures instead of debugging):
 #   bash bench/device_session.sh prepare
 # Then one call of the device tool's run:
 #   command: bash bench/device_session.sh measure    carry: [".device"]    timeout_s: 560
@@ -37,6 +38,21 @@ prepare() {
   (cd ../shared/models/all-MiniLM-L6-v2 && find . -type f ! -name '*.safetensors' ! -name '*.bin' ! -name README.md \
     -exec install -D -m 644 {} "$OLDPWD/.device/minilm-shaped/{}" \;)
   du -sh .device
+  smoke
+}
+
+smoke() {
+  # MiniLM, batch 16: the three settings' jaxemb steps with the paths `measure` takes on a GPU (the encoder calls
+  # stacked, the small ones looped) and their traces read as there; the authors' fp16 step takes minutes a step on a
+  # CPU, so it is left out.
+  local trace
+  trace=$(mktemp -d)
+  timeout 600 python3 bench/accelerator.py --train-model minilm --train-batch 16 --train-tokens 16 --sections train \
+    --settings promptbert,simcse,cotbert --repeats 1 --dtype float32 --no-authors --trace "$trace" \
+    --set model.stack_encoder_calls=True --set model.loop_small_calls=True \
+    && python3 bench/trace_summary.py "$trace"/* --top 3 > /dev/null && echo "smoke run on the CPU: ok" \
+    || { echo "smoke run on the CPU failed: fix it before asking for the device" >&2; rm -rf "$trace"; return 1; }
+  rm -rf "$trace"
 }
 
 setup() {
