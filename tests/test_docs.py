@@ -232,7 +232,8 @@ def _method_field_problems(program: pathlib.Path, args: list[str]) -> list[str]:
   if "method" not in _defined_flags(program):
     return []
   given = [arg.split("=", 1)[0] for arg in args if arg.startswith("--method.")]
-  named = next((value for flag, value in zip(args, args[1:]) if flag == "--method"), None)
+  spaced = (value for flag, value in zip(args, args[1:]) if flag == "--method")
+  named = next((arg.split("=", 1)[1] for arg in args if arg.startswith("--method=")), next(spaced, None))
   if not given or named not in methods.names():
     return [f"{flag}: no --method naming a method" for flag in given]
   found = []
@@ -450,6 +451,7 @@ def test_commands_naming_what_exists_pass():
     "```bash\npython train.py --config configs/promptbert.py --config.train.batch_size=8 --resume_changed \\\n"
     "    --noverbose --verbosity=1 --config.model.path=... ...   # comment --config.zz\n"
     "python -m jaxemb.export --model m --out o --method prompt --method.denoise=position_offset --method.head pooler\n"
+    "python -m jaxemb.export --model m --out o --method=ditto --method.layer=1\n"
     'python -m pytest -q -m "not slow"\n```\n'
     "```\n$ python train.py --config configs/promptbert.py --config.train.batchsize=8\n```\n"  # Not a shell block.
     "`sweep.py --config configs/experiments/promptbert_table3.py:cased --table_only`, `cotroberta.py`, "
