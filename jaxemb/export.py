@@ -21,6 +21,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 from typing import Any
 
 from jaxemb import atomic, cli, model_card, storage
@@ -147,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
     prog="python -m jaxemb.export",
     description=__doc__.split("\n\n")[0],
-    epilog="--method.FIELD=VALUE sets a field of the named method's block, as evaluate.py's --config.method.FIELD "
-    "does (e.g. --method.template='[X] means [MASK] .', --method.head=8 for ditto).",
+    epilog=_method_fields_text(),
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
   parser.add_argument(
     "--model", required=True, help="HF checkpoint directory or hub id, or a jaxemb run directory (local or gs://)"
@@ -182,6 +183,18 @@ def main(argv: list[str] | None = None) -> int:
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again.
     return cli.failed_status(e)
   return 0
+
+
+def _method_fields_text() -> str:
+  """--help's list of each exportable method's fields at their defaults, which --method.FIELD=VALUE sets."""
+  lines = [
+    "--method.FIELD=VALUE sets a field of the named method's block, as evaluate.py's --config.method.FIELD does",
+    "(e.g. --method ditto --method.head=8). The fields, at their defaults:",
+  ]
+  for name in EXPORTABLE:
+    fields = ", ".join(f"{k}={v}" for k, v in methods_base.defaults(name).items() if k != "name")
+    lines.append(textwrap.fill(f"{name}: {fields}", width=116, initial_indent="  ", subsequent_indent="    "))
+  return "\n".join(lines)
 
 
 def _method_block(name: str, flags: list[str], parser: argparse.ArgumentParser) -> dict[str, Any]:

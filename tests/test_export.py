@@ -318,6 +318,9 @@ def test_model_card_names_hub_base_model_and_dataset():
 def test_command_line(with_pooler, tmp_path, capsys):
   """--method.FIELD=VALUE (or a space before the value) sets the named method's field as evaluate.py's
   --config.method.FIELD does, typed by its default."""
+  with pytest.raises(SystemExit):  # --help lists each exportable method's fields at their defaults.
+    export.main(["--help"])
+  assert "\n  ditto: tokenization=in_context, layer=0, head=9, variant=first_last\n" in capsys.readouterr().out
   model = ["--model", str(with_pooler["bert"])]
   prompt = ["--method", "prompt", "--method.template", TEMPLATES["bert"], "--method.denoise=position_offset"]
   assert export.main([*model, *prompt, "--out", str(tmp_path / "out")]) == 0
