@@ -304,6 +304,9 @@ class Objective(Block):
   def check(self):
     if len(self.columns) != len(self.templates):
       raise ConfigError(f"objective.columns {self.columns} and objective.templates need one entry per view")
+    for i, template in enumerate(self.templates):
+      if problem := templates.slot_problem(template):
+        raise ConfigError(f"{self.WHERE}.templates[{i}]={template!r}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)

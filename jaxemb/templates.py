@@ -45,6 +45,13 @@ Array = np.ndarray | jax.Array
 Encoding = tuple[list[int], list[tuple[int, int]]]  # Token ids, char offsets.
 
 
+def slot_problem(text: str) -> str | None:
+  """Why `text` cannot be a template whatever the tokenizer (None when it can): the sentence goes in one [X]. A
+  config's check names its field with it, before any model loads."""
+  count = text.count(SLOT)
+  return None if count == 1 else f"must contain exactly one {SLOT}, found {count}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Template:
   """A template tokenised for one tokenizer.
@@ -86,8 +93,8 @@ class Template:
         when the slot merges into template tokens even for a plain word, or
         when its mask tokens do not match its ``[MASK]`` count.
     """
-    if text.count(SLOT) != 1:
-      raise ConfigError(f"Template {text!r} must contain exactly one {SLOT}, found {text.count(SLOT)}.")
+    if problem := slot_problem(text):
+      raise ConfigError(f"Template {text!r} {problem}.")
     prefix_text, suffix_text = text.replace(MASK, tokenizer.mask_token).split(SLOT)
     start = len(prefix_text)
     (probe,) = _tokenize(tokenizer, [prefix_text + _PROBE + suffix_text])

@@ -510,7 +510,6 @@ def test_fewer_sentences_than_the_batch_size_run_as_just_their_rows(tiny_bert):
     (Method("ditto", layer=3), "out of range"),
     (Method("ditto", head=4), "out of range"),
     (Method("tfidf_first_last"), "needs an idf_path"),
-    (Method("prompt", template="no slot [MASK]"), "exactly one \\[X\\]"),
     (Method("static_avg", token_rows="mlm_decoder"), "ties its MLM decoder to the word embeddings"),
   ],
 )

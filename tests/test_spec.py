@@ -80,6 +80,12 @@ def test_a_missing_field_and_rules_across_fields_are_refused():
   config.objective.columns = ("text",)
   with pytest.raises(ConfigError, match=r"objective\.columns \('text',\) and objective\.templates need one entry"):
     spec.TrainingRun.from_config(config)
+  config = _config()
+  config.objective.templates = ("[X] means [MASK] .", "a sentence's [MASK] .")
+  with pytest.raises(
+    ConfigError, match=r"^config\.objective\.templates\[1\]=\"a sentence's \[MASK\] \.\": must contain"
+  ):
+    spec.TrainingRun.from_config(config)
 
 
 def test_a_spec_is_frozen_and_every_field_has_a_type_and_a_doc():

@@ -61,6 +61,8 @@ class Prompt(base.Tokenized):
       raise ConfigError(f"head {self.head!r} is not one of {METHOD_HEADS}")
     if self.denoise not in denoise.KINDS:
       raise ConfigError(f"denoise {self.denoise!r} is not one of {denoise.KINDS}")
+    if problem := templates.slot_problem(self.template):
+      raise ConfigError(f"method {self.name!r}: template {self.template!r} {problem}")
 
   def validate(self, config: EncoderConfig, num_masks: int):
     if not config.is_masked_lm:

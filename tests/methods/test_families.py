@@ -118,6 +118,14 @@ def test_denoise_takes_trainings_kinds():
     Method("prompt", template=PROMPT, denoise="pad").check_exportable()
 
 
+def test_a_template_without_one_slot_is_refused_naming_it_before_any_tokenizer():
+  """Its sentence goes in one [X]: the method says so when it is built, before a model is opened."""
+  for template, found in [("no slot [MASK] .", 0), ("[X] and [X] mean [MASK] .", 2)]:
+    message = rf"^method 'prompt': template '{re.escape(template)}' must contain exactly one \[X\], found {found}$"
+    with pytest.raises(ConfigError, match=message):
+      Method("prompt", template=template)
+
+
 def test_a_training_view_becomes_its_evaluation_method(bert_tokenizer):
   """Model selection's method: the view in evaluation mode, the sentence's own tokens between the template ids."""
   template = Template.parse(PROMPT, bert_tokenizer)
