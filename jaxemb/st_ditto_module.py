@@ -45,7 +45,10 @@ class DittoEncoder(torch.nn.Module):
     with open(os.path.join(input_path, CONFIG_FILE), encoding="utf-8") as f:
       config = json.load(f)
     # The eager attention computes the probabilities it returns; the fused kernels return none.
-    model = transformers.AutoModel.from_pretrained(input_path, attn_implementation="eager").eval()
+    # model_kwargs: no pooler where the weights have none (jaxemb's export writes them).
+    model = transformers.AutoModel.from_pretrained(
+      input_path, attn_implementation="eager", **config.get("model_kwargs", {})
+    ).eval()
     return cls(model, transformers.AutoTokenizer.from_pretrained(input_path), config)
 
   def save(self, output_path, *args, **kwargs):

@@ -45,7 +45,7 @@ class PromptEncoder(torch.nn.Module):
     with open(os.path.join(input_path, CONFIG_FILE), encoding="utf-8") as f:
       config = json.load(f)
     auto = transformers.AutoModelForMaskedLM if config["head"] == "mlm_transform" else transformers.AutoModel
-    model = auto.from_pretrained(input_path).eval()
+    model = auto.from_pretrained(input_path, **config.get("model_kwargs", {})).eval()  # No pooler where none was saved.
     return cls(model, transformers.AutoTokenizer.from_pretrained(input_path), config)
 
   def save(self, output_path, *args, **kwargs):

@@ -142,6 +142,26 @@ def test_ditto_sentence_transformers_module_equals_jaxemb(with_pooler, electra, 
   assert json.loads((out / "modules.json").read_text())[0]["type"] == "jaxemb_ditto.DittoEncoder"
 
 
+@pytest.mark.parametrize(
+  "method",
+  [
+    Method("last_avg"),
+    Method("prompt", template=TEMPLATES["bert"], denoise="position_offset"),
+    Method("ditto", layer=1, head=2),
+  ],
+  ids=lambda method: method.name,
+)
+def test_weights_without_a_pooler_load_without_one(tiny_bert, tmp_path, capfd, method):
+  """An MLM checkpoint's weights (tiny_bert's) hold no pooler: each exported module loads its BertModel without one,
+  as the weights are, and transformers reports no weight drawn at random ("MISSING", the pooler's before). The
+  vectors of each module against jaxemb's: the tests above, on checkpoints with a pooler."""
+  out = export.export_model(tiny_bert, tmp_path / "st", method)
+  capfd.readouterr()
+  model = _sentence_transformers(out)
+  assert "MISSING" not in capfd.readouterr().err
+  assert getattr(model[0], "auto_model", getattr(model[0], "model", None)).pooler is None
+
+
 def test_prompt_module_keeps_sentence_transformers_encode_keywords(with_pooler, tmp_path):
   """batch_size, normalize_embeddings, convert_to_tensor, one str, and model.similarity behave as for any model."""
   method = Method("prompt", template=TEMPLATES["bert"], denoise="position_offset")

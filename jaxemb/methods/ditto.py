@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jaxemb import pooling, templates
 from jaxemb.errors import ConfigError
 from jaxemb.methods import base
-from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.models import EncoderConfig, Transformer, hf
 
 DITTO_MODULE = "jaxemb_ditto"  # The custom module's file (.py) and config (.json) in an exported folder.
 
@@ -93,9 +93,15 @@ class Ditto(base.Tokenized):
     """modules.json naming the custom module `jaxemb_ditto.DittoEncoder` (a copy of jaxemb/st_ditto_module.py,
     loaded with trust_remote_code: sentence-transformers' own modules hand on no attention weights) and its
     jaxemb_ditto.json: the layer, head, variant and tokenization."""
-    del params, tokenizer, fitted  # Ditto fits nothing; the module reads the checkpoint beside it.
+    del tokenizer, fitted  # Ditto fits nothing; the module reads the checkpoint beside it.
     self.check_exportable()
-    settings = {"layer": self.layer, "head": self.head, "variant": self.variant, "tokenization": self.tokenization}
+    settings = {
+      "layer": self.layer,
+      "head": self.head,
+      "variant": self.variant,
+      "tokenization": self.tokenization,
+      "model_kwargs": hf.model_load_kwargs(config, params),
+    }
     base.write_custom_module(
       out, "st_ditto_module.py", DITTO_MODULE, "DittoEncoder", {**settings, "max_length": config.max_length}
     )

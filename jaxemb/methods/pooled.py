@@ -18,7 +18,7 @@ import numpy as np
 from jaxemb import atomic, pooling, templates
 from jaxemb.errors import ConfigError
 from jaxemb.methods import base
-from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.models import EncoderConfig, Transformer, hf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +122,11 @@ class Pooled(base.Tokenized):
         for i, (path, kind) in enumerate(modules)
       ],
     )
-    atomic.write_json(out / "sentence_bert_config.json", {"max_seq_length": config.max_length, "do_lower_case": False})
+    load = hf.model_load_kwargs(config, params)  # "model_args": the name every sentence-transformers release reads.
+    atomic.write_json(
+      out / "sentence_bert_config.json",
+      {"max_seq_length": config.max_length, "do_lower_case": False, **({"model_args": load} if load else {})},
+    )
     atomic.write_json(
       out / "1_Pooling" / "config.json",
       {

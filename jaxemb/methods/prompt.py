@@ -17,7 +17,7 @@ import jax
 from jaxemb import denoise, pooling, templates, views
 from jaxemb.errors import ConfigError
 from jaxemb.methods import base, pooled
-from jaxemb.models import EncoderConfig, Transformer
+from jaxemb.models import EncoderConfig, Transformer, hf
 
 # What a prompt vector goes through after denoising (supervised PromptBERT; kongds/Prompt-BERT `evaluation.py`):
 # nothing, the checkpoint's MLM head transform (BERT, --mask_embedding_sentence_org_mlp; applied to h and the bias
@@ -155,6 +155,8 @@ class Prompt(base.Tokenized):
         # 0: positions from 0, as the authors count them (RoBERTa included); HF RoBERTa's numbering starts at 2.
         "bias_position_offset": views.bias_position_offset(self.bias_positions, config),
         "max_length": config.max_length,
+        # The MLM transform's *ForMaskedLM builds no pooler; a *Model loads the weights as they are.
+        "model_kwargs": {} if self.head == "mlm_transform" else hf.model_load_kwargs(config, params),
       },
     )
 

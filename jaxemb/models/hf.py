@@ -417,6 +417,17 @@ def write_architecture(out_dir: str | os.PathLike, config: EncoderConfig, tokeni
   write_model_files(out_dir, config, tokenizer, **{FROM_SCRATCH: True})
 
 
+# The model types whose `*Model` adds a pooler unless told not to (`add_pooling_layer`); ELECTRA's has none.
+_POOLED_MODEL_TYPES = ("bert", "roberta")
+
+
+def model_load_kwargs(config: EncoderConfig, params: Params) -> dict[str, Any]:
+  """What `transformers.AutoModel.from_pretrained` needs to load the weights `params` as they are: no pooler where the
+  model type's `*Model` has one and the weights none (an MLM checkpoint's, a pre-training run's), which it would
+  otherwise draw at random and report as missing. An exported model's modules load it so."""
+  return {"add_pooling_layer": False} if config.model_type in _POOLED_MODEL_TYPES and "pooler" not in params else {}
+
+
 def save_pretrained(out_dir: str | os.PathLike, config: EncoderConfig, params: Params, tokenizer=None):
   """Writes config.json, model.safetensors (float32) and, when given, the tokenizer files, in Hugging Face
   format, to a local or gs:// folder: `transformers.AutoModel(ForMaskedLM).from_pretrained(out_dir)` loads them."""
