@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import numpy as np
 
 from jaxemb import atomic, cli, embedding, hosts, storage
+from jaxemb.data import lines
 from jaxemb.embedding import job
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
@@ -437,16 +438,25 @@ def _say(line: str):
 def _read_queries(path: str, manifest: dict[str, Any], fitted: str | None) -> tuple[list[str] | None, np.ndarray]:
   """(the query texts, None for vectors given; their [queries, dim] vectors) of the --queries file."""
   if path.endswith(".npy"):
-    with storage.path(path).open("rb") as f:
-      vectors = np.load(f)
-    if vectors.ndim != 2 or vectors.shape[1] != manifest["dim"]:
-      raise DataError(f"{path}: {list(vectors.shape)} vectors; the index's are [N, {manifest['dim']}]")
-    return None, vectors
-  texts = [line for line in storage.path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    return None, _query_vectors(path, manifest["dim"])
+  # Lines as the corpus's reader takes them; a file not UTF-8 is refused naming its line.
+  texts = [line for line in lines.text_lines(storage.path(path), "utf-8") if line.strip()]
   if not texts:
     raise DataError(f"{path}: no queries: write one a line")
   encoder, preprocess = query_encoder(manifest, fitted)
   return texts, encoder.encode([preprocess(text) for text in texts], show_progress=False)
+
+
+def _query_vectors(path: str, dim: int) -> np.ndarray:
+  """The [queries, dim] vectors of the .npy file `path`; DataError naming it when it holds no such numbers."""
+  try:
+    with storage.path(path).open("rb") as f:
+      vectors = np.load(f)  # No pickled objects: a file that is not an array is refused, not run.
+  except (ValueError, EOFError) as e:
+    raise DataError(f"{path}: not a .npy file of query vectors, as np.save writes one") from e
+  if vectors.dtype.kind not in "fiu" or vectors.ndim != 2 or vectors.shape[1] != dim:
+    raise DataError(f"{path}: {list(vectors.shape)} {vectors.dtype} vectors; the index's are [N, {dim}] numbers")
+  return vectors
 
 
 def _corpus_lines(manifest: dict[str, Any], rows: np.ndarray) -> dict[int, str]:
