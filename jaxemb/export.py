@@ -26,7 +26,7 @@ from typing import Any
 
 from jaxemb import atomic, cli, model_card, storage
 from jaxemb.encode import Method, open_model
-from jaxemb.errors import ConfigError, StorageError
+from jaxemb.errors import ConfigError, DataError, StorageError
 from jaxemb.methods import NotExportable, base as methods_base, exportable_names
 from jaxemb.models import hf
 
@@ -172,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
   try:
     method = None if args.method is None else Method.from_block(_method_block(args.method, method_flags, parser))
     fitted = args.fitted
-    if args.evaluated:  # Its "method" block (every field) and, for a method that fits, the state it wrote.
-      summary = json.loads(storage.path(args.evaluated).read_text())
-      method, fitted = Method.from_stored(summary["method"]), fitted or summary.get("fitted_state")
+    if args.evaluated:
+      method, fitted_state = _evaluated(args.evaluated)
+      fitted = fitted or fitted_state
     storage.check([args.model], writes=[args.out])
     out = export_model(args.model, args.out, method, hub_repo=args.push_to_hub, fitted=fitted)
     print(out)
@@ -183,6 +183,19 @@ def main(argv: list[str] | None = None) -> int:
   except Exception as e:  # pylint: disable=broad-except  # Bugs are raised again.
     return cli.failed_status(e)
   return 0
+
+
+def _evaluated(path: str) -> tuple[Method, str | None]:
+  """The method (every field of its block) of the output_json an evaluate.py STS job wrote and, for a method that
+  fits, the state it wrote beside it; DataError naming the file when it is no such summary."""
+  what = "--evaluated takes the output_json of an evaluate.py STS job"
+  try:
+    summary = json.loads(storage.path(path).read_text())
+  except ValueError as e:  # Not JSON, or not UTF-8.
+    raise DataError(f"{path}: not JSON ({e}); {what}") from None
+  if not isinstance(summary, dict) or "method" not in summary:
+    raise DataError(f'{path}: no "method" entry; {what}')
+  return Method.from_stored(summary["method"]), summary.get("fitted_state")
 
 
 def _method_fields_text() -> str:

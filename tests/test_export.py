@@ -358,10 +358,16 @@ def test_command_line(with_pooler, tmp_path, capsys):
     with pytest.raises(SystemExit):
       export.main([*model, *flags, "--out", str(tmp_path / "x")])
     assert capsys.readouterr().err.strip().endswith(f"error: {said}")
-  # An error a user can act on is one line and status 1.
+  # An error a user can act on is one line and status 1: a method the export refuses; an --evaluated file that is
+  # not JSON, or not an STS job's summary.
+  (tmp_path / "log.json").write_text("STS12 47.1\n")
+  (tmp_path / "transfer.json").write_text('{"MR": 75.1}\n')
+  evaluated = "--evaluated takes the output_json of an evaluate.py STS job"
   for flags, said in [
     (["--method", "first_last_avg"], "method 'first_last_avg' has no sentence-transformers form"),
     (["--method", "last_avg", "--method.template=[X]"], "method 'last_avg' takes no template; got template='[X]'"),
+    (["--evaluated", str(tmp_path / "log.json")], f"{tmp_path / 'log.json'}: not JSON (Expecting value: line 1"),
+    (["--evaluated", str(tmp_path / "transfer.json")], f'{tmp_path / "transfer.json"}: no "method" entry; {evaluated}'),
   ]:
     assert export.main([*model, *flags, "--out", str(tmp_path / "y")]) == 1
     err = capsys.readouterr().err

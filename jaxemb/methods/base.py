@@ -23,13 +23,14 @@ import io
 import json
 import numbers
 import pathlib
+import zipfile
 from typing import Any, Callable, ClassVar, Mapping
 
 import jax
 import numpy as np
 
 from jaxemb import atomic, config_fields, storage, templates
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.methods import legacy
 from jaxemb.models import EncoderConfig, Transformer
 
@@ -435,9 +436,17 @@ def save_fitted(path: storage.PathLike, fitted: dict[str, np.ndarray]):
 
 
 def read_fitted(path: storage.PathLike) -> dict[str, np.ndarray]:
-  """The fitted arrays `save_fitted` wrote to `path`; ConfigError when there is no such file."""
+  """The fitted arrays `save_fitted` wrote to `path`; ConfigError when there is no such file, DataError when it is
+  no .npz of arrays (np.load refuses pickled objects)."""
   path = storage.path(path)
+  what = "a method's fitted state, written by evaluate.py beside its output_json"
   if not path.is_file():
-    raise ConfigError(f"{path}: no such file (a method's fitted state, written by evaluate.py beside its output_json)")
-  with np.load(io.BytesIO(path.read_bytes())) as arrays:
-    return dict(arrays)
+    raise ConfigError(f"{path}: no such file ({what})")
+  try:
+    arrays = np.load(io.BytesIO(path.read_bytes()))
+    if isinstance(arrays, np.lib.npyio.NpzFile):  # One .npy array is no archive.
+      with arrays:
+        return dict(arrays)
+  except (ValueError, EOFError, zipfile.BadZipFile):  # Pickled data, a cut or garbled archive.
+    pass
+  raise DataError(f"{path}: not an .npz of arrays ({what})")

@@ -3,6 +3,8 @@ registered for these tests alone) is refused until fitted, fits through the Enco
 reads its arrays back from the file evaluate.py's STS job writes beside its output_json."""
 
 import dataclasses
+import io
+import re
 from typing import Any
 
 import jax.numpy as jnp
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxemb.encode import Encoder
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import run
 from jaxemb.methods import Method, base
 from jaxemb.testing.checkpoints import write_random_checkpoint
@@ -80,9 +82,32 @@ def test_the_sts_job_fits_on_the_test_tasks_and_keeps_the_state(tiny_bert, cente
   assert summary["fitted_state"] == str(tmp_path / "sts.npz") and fitted["mean"].shape == (32,)
 
 
-def test_a_missing_state_file_is_one_line(tmp_path):
+def test_a_missing_or_unreadable_state_file_is_one_line(tmp_path):
+  """Missing; a text file (np.load would take it for pickled data, which it refuses); one .npy array; an .npz cut in
+  half (a copy that stopped) or with bytes garbled."""
   with pytest.raises(ConfigError, match="state.npz: no such file"):
     base.read_fitted(tmp_path / "state.npz")
+  base.save_fitted(tmp_path / "whole.npz", {"mean": np.arange(2000.0), "dims": np.int64(3)})
+  data = (tmp_path / "whole.npz").read_bytes()
+  garbled = bytearray(data)
+  garbled[100:110] = bytes(10)
+  files = {
+    "text.npz": b"not arrays\n",
+    "one.npy": _npy_bytes(np.ones(3)),
+    "cut.npz": data[: len(data) // 2],
+    "garbled.npz": bytes(garbled),
+  }
+  for name, content in files.items():
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(DataError, match=rf"^\S+/{re.escape(name)}: not an \.npz of arrays \(a method's fitted state"):
+      base.read_fitted(tmp_path / name)
+  assert sorted(base.read_fitted(tmp_path / "whole.npz")) == ["dims", "mean"]
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+  out = io.BytesIO()
+  np.save(out, array)
+  return out.getvalue()
 
 
 def test_the_state_is_refused_for_another_method_or_model_in_one_line(tiny_bert, centered, tmp_path):
