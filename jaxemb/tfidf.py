@@ -19,6 +19,7 @@ import pathlib
 import numpy as np
 
 from jaxemb import atomic, storage, templates
+from jaxemb.errors import DataError
 
 
 def fit_idf(sentences: Iterable[str], tokenizer: templates.Tokenizer, chunk_size: int = 10_000) -> dict[int, float]:
@@ -68,7 +69,11 @@ def save_idf(path: storage.PathLike, idf: dict[int, float]):
 
 
 def load_idf(path: storage.PathLike) -> dict[int, float]:
-  return {int(token): float(value) for token, value in json.loads(storage.path(path).read_text()).items()}
+  """The {token id: IDF} table `save_idf` wrote; DataError naming the file when it holds no such table."""
+  try:
+    return {int(token): float(value) for token, value in json.loads(storage.path(path).read_text()).items()}
+  except (ValueError, TypeError, AttributeError) as e:  # Not JSON, not an object, or not ids and numbers.
+    raise DataError(f"{path}: not an IDF table, {{token id: weight}} as configs/fit_idf.py writes ({e})") from None
 
 
 def idf_vector(idf: dict[int, float], vocab_size: int) -> np.ndarray:

@@ -7,6 +7,7 @@ import pytest
 
 from configs import fit_idf
 from jaxemb import tfidf
+from jaxemb.errors import DataError
 from jaxemb.evaluation import run
 from jaxemb.spec import FitIdfRun
 from tests.support import shared_path
@@ -31,6 +32,14 @@ def test_save_load_and_vector(root, tmp_path, bert_tokenizer, request):
   assert np.count_nonzero(vector) == 2  # "cat" and "dog"; "a" is in every sentence.
   with pytest.raises(ValueError, match="another tokenizer"):
     tfidf.idf_vector(idf, 100)
+
+
+def test_a_file_that_is_no_idf_table_is_one_line_naming_it(tmp_path):
+  """Cut JSON, a list, a key that is no token id: what fit_idf did not write."""
+  for name, text in [("cut.json", '{"101": 0.5, "1'), ("list.json", "[0.5]"), ("words.json", '{"cat": 1.2}')]:
+    (tmp_path / name).write_text(text)
+    with pytest.raises(DataError, match=rf"^\S+/{name}: not an IDF table, {{token id: weight}} as configs/fit_idf"):
+      tfidf.load_idf(tmp_path / name)
 
 
 def test_fit_idf_by_hand_in_chunks(bert_tokenizer):
