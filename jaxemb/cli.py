@@ -67,6 +67,7 @@ _PRINT_CONFIG = flags.DEFINE_bool(
 # The kinds of config file (configs/), each run by one command; `run` is told which a command takes, for its --help.
 TRAINING, EVALUATION, EXPERIMENT, EMBEDDING = "training", "evaluation", "experiment", "embedding"
 # absl's help flags (--help, -?, --helpshort, --helpfull; -h too), which the commands answer themselves (`_help`).
+_PACKAGE = pathlib.Path(__file__).resolve().parent  # jaxemb/: an error raised in it is a bug, with its traceback.
 _HELP_FLAGS = re.compile(r"--?(h|\?|help|helpshort|helpfull)")
 
 # File-system errors whose message names the path (jaxemb raises FileNotFoundError("<path> ...") for a missing
@@ -301,12 +302,37 @@ def _parse_flags(argv: list[str], takes: tuple[str, ...]) -> list[str]:
   except flags.Error as e:  # A bad value (--config.train.batch_size=abc), --config missing, get_config refused.
     error, cause = _innermost_user_error(e) or ConfigError(str(e).removeprefix("flag ")), e
   except (AttributeError, KeyError) as e:  # ml_collections' config_flags looks an overridden field up and fails.
-    error, cause = _unknown_override(argv), e
+    error, cause = _config_file_error(e, argv) or _unknown_override(argv), e
+    if error is None:
+      raise
+  except Exception as e:  # pylint: disable=broad-except  # The config file's own Python fails; others raise again.
+    error, cause = _config_file_error(e, argv), e
     if error is None:
       raise
   if _verbose_env() or any(re.fullmatch(r"--?verbose(=(true|1))?", arg, re.IGNORECASE) for arg in argv):
     raise error from cause
   sys.exit(_fail(str(error)))
+
+
+def _config_file_error(error: Exception, argv: Sequence[str]) -> ConfigError | None:
+  """The error of the --config file's own code (a syntax error, a name or import it gets wrong) as one line naming
+  its line, where it was raised; None for an error raised elsewhere (a bug, shown with its traceback)."""
+  value = _config_argument(argv)
+  if value is None:
+    return None
+  config_file = pathlib.Path(value.split(":", 1)[0]).resolve()
+  if isinstance(error, SyntaxError):
+    if error.filename is None or pathlib.Path(error.filename).resolve() != config_file:
+      return None
+    line, said = error.lineno, f"{error.msg}: {(error.text or '').strip()}"
+  else:  # The file's innermost line, where nothing of jaxemb's ran below it (ml_collections' or importlib's may).
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [i for i, frame in enumerate(frames) if pathlib.Path(frame.filename).resolve() == config_file]
+    below = [pathlib.Path(frame.filename).resolve() for frame in frames[own[-1] + 1 :]] if own else []
+    if not own or any(_PACKAGE in path.parents for path in below):
+      return None
+    line, said = frames[own[-1]].lineno, str(error)
+  return ConfigError(f"{value.split(':', 1)[0]}:{line}: {type(error).__name__}: {said} (--verbose: the traceback)")
 
 
 def _innermost_user_error(error: BaseException) -> UserError | None:

@@ -328,6 +328,24 @@ def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():
   assert shown("jaxemb.data.corpus", logging.INFO) and shown("root", logging.INFO)
 
 
+def test_a_config_files_own_python_error_is_one_line_naming_its_line_and_a_bug_keeps_its_traceback(tmp_path):
+  """A syntax error, and a name get_config gets wrong, are the file's; an error jaxemb raises under get_config is a
+  bug, with its traceback (a template parsed with no tokenizer)."""
+  files = {
+    "syntax.py": ("def get_config(:\n", "syntax.py:1: SyntaxError: invalid syntax: def get_config(:"),
+    "name.py": ("def get_config():\n  return undefined\n", "name.py:2: NameError: name 'undefined' is not defined"),
+  }
+  for name, (text, said) in files.items():
+    (tmp_path / name).write_text(text)
+    message = _one_error_line(*_run("evaluate.py", "--config", str(tmp_path / name)))
+    assert message == f"{tmp_path / said} (--verbose: the traceback)"
+  (tmp_path / "bug.py").write_text(
+    "from jaxemb import templates\n\n\ndef get_config():\n  return templates.Template.parse('[X]', None)\n"
+  )
+  status, _, stderr = _run("evaluate.py", "--config", str(tmp_path / "bug.py"))
+  assert status == 1 and "Traceback" in stderr and 'templates.py", line' in stderr, stderr
+
+
 def test_a_config_file_typo_and_a_config_prepare_cannot_take_are_one_line(tmp_path):
   """A field a config file sets that its block lacks is refused when the command builds its spec (ml_collections
   checks only the command line's overrides); prepare.py names the configs it takes."""
