@@ -498,8 +498,13 @@ def _find_local(source: pathlib.Path, names: Iterable[str], test) -> pathlib.Pat
 
 
 def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | None, retries: int) -> str:
-  path, lock = need.path, _lock_path(need.path)
-  if lock.is_file():
+  """SentEval's folder verified against its lock record, or fetched (copied or unpacked) file by file; a fetch a kill
+  or a fault stopped leaves its `.unfinished` marker beside the folder, so that the next run fetches it again rather
+  than take the folders it finds for data put there by hand."""
+  path, lock, unfinished = need.path, _lock_path(need.path), need.path.with_name(need.path.name + ".unfinished")
+  if unfinished.exists():
+    logger.warning("%s: an earlier prepare.py stopped while writing it; fetching again", path)
+  elif lock.is_file():
     record = json.loads(lock.read_text())
     found = _stored(path, record["files"])
     missing = [name for name in record["files"] if name not in found]
@@ -512,8 +517,11 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
     )
   elif all((path / folder).is_dir() for folder in need.folders):
     return "present (not fetched by prepare.py, so not verified)"
+  atomic.write_text(unfinished, "prepare.py is writing the folder beside this file; until it ends it is not whole\n")
   with _staged(path) as local:
-    return _fetch_senteval(local, need, artifact, source, retries)
+    done = _fetch_senteval(local, need, artifact, source, retries)
+  unfinished.unlink()
+  return done
 
 
 def _fetch_senteval(

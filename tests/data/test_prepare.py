@@ -390,6 +390,53 @@ def test_an_evaluation_config_copies_senteval_into_a_bucket_and_checks_the_model
   assert not list(tmp_path.glob("gs:*"))
 
 
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_a_senteval_copy_a_fault_stopped_is_fetched_again_by_the_next_run(tmp_path, model, where, request, monkeypatch):
+  """The copy stopped at its last file (a full disk: half of it written; in a bucket, the upload cut), when every
+  folder a config reads is there: the next run fetches it again, where it took the folders for data put there by
+  hand, and the folder ends whole and locked."""
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  files = {**SENTEVAL, "STS/STSBenchmark/sts-test.csv": SENTEVAL["STS/STSBenchmark/sts-dev.csv"]}  # Copied last.
+  source = tmp_path / "source"
+  for name, data in files.items():
+    (source / "senteval" / name).parent.mkdir(parents=True, exist_ok=True)
+    (source / "senteval" / name).write_bytes(data)
+  root = str(tmp_path) if where == "local" else request.getfixturevalue("bucket")
+  config = eval_prompt.get_config()
+  config.model.path, config.eval.tasks, config.data.senteval_dir = model, STS_TASKS, f"{root}/senteval"
+  if where == "local":
+    copy = prepare.shutil.copyfile
+
+    def fault(src, dst):
+      if pathlib.Path(dst).name == "sts-test.csv":
+        pathlib.Path(dst).write_bytes(pathlib.Path(src).read_bytes()[:5])
+        raise OSError(28, "No space left on device")
+      return copy(src, dst)
+
+    monkeypatch.setattr(prepare.shutil, "copyfile", fault)
+  else:
+    upload = storage.upload
+
+    def fault(local, target):
+      if local.is_dir():
+        for file in sorted(p for p in local.rglob("*") if p.is_file())[:-1]:
+          upload(file, f"{target}/{file.relative_to(local).as_posix()}")
+        raise ConnectionResetError("the connection was cut")
+      return upload(local, target)
+
+    monkeypatch.setattr(storage, "upload", fault)
+  with pytest.raises(OSError):
+    prepare.prepare(_spec(config), source=source)
+  monkeypatch.undo()
+  monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
+  done = prepare.prepare(_spec(config), source=source)
+  assert done[f"{root}/senteval"] == f"fetched from {source / 'senteval'} ({len(files)} files)"
+  for name, data in files.items():
+    assert storage.path(f"{root}/senteval/{name}").read_bytes() == data
+  assert not storage.path(f"{root}/senteval.unfinished").exists()
+  assert prepare.prepare(_spec(config), source=source)[f"{root}/senteval"] == f"verified ({len(files)} files)"
+
+
 def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
   monkeypatch.setenv("JAXEMB_DATA", "/big/disk")
   assert promptbert.get_config().data.train_file == "/big/disk/wiki1m_for_simcse.txt"
