@@ -66,8 +66,8 @@ _PRINT_CONFIG = flags.DEFINE_bool(
 )
 # The kinds of config file (configs/), each run by one command; `run` is told which a command takes, for its --help.
 TRAINING, EVALUATION, EXPERIMENT, EMBEDDING = "training", "evaluation", "experiment", "embedding"
-# absl's help flags (--help, -?, --helpshort, --helpfull; -h too), which the commands answer themselves (`_help`).
 _PACKAGE = pathlib.Path(__file__).resolve().parent  # jaxemb/: an error raised in it is a bug, with its traceback.
+# absl's help flags (--help, -?, --helpshort, --helpfull; -h too), which the commands answer themselves (`_help`).
 _HELP_FLAGS = re.compile(r"--?(h|\?|help|helpshort|helpfull)")
 
 # File-system errors whose message names the path (jaxemb raises FileNotFoundError("<path> ...") for a missing

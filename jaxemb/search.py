@@ -454,6 +454,8 @@ def _query_vectors(path: str, dim: int) -> np.ndarray:
       vectors = np.load(f)  # No pickled objects: a file that is not an array is refused, not run.
   except (ValueError, EOFError) as e:
     raise DataError(f"{path}: not a .npy file of query vectors, as np.save writes one") from e
+  if not isinstance(vectors, np.ndarray):  # An .npz archive.
+    raise DataError(f"{path}: an .npz archive; --queries takes one .npy array of [queries, {dim}] vectors")
   if vectors.dtype.kind not in "fiu" or vectors.ndim != 2 or vectors.shape[1] != dim:
     raise DataError(f"{path}: {list(vectors.shape)} {vectors.dtype} vectors; the index's are [N, {dim}] numbers")
   return vectors

@@ -1,6 +1,7 @@
 """jaxemb.search against a NumPy brute force: the same neighbours, scores to a float32 dot's rounding, ties to the
 lower row across block boundaries and processes; the command over an index folder written here with NumPy."""
 
+import io
 import json
 import re
 import os
@@ -399,13 +400,14 @@ def test_blocks_split_over_devices_and_rows_over_processes_give_the_brute_force(
 
 
 def test_a_queries_file_that_cannot_be_read_is_one_line_naming_it(tiny_index, tmp_path, capsys):
-  """Text not UTF-8 (the line named), an empty file, a .npy that is no array (pickled data numpy refuses to load)
-  and one of strings: each one line, no traceback."""
+  """Text not UTF-8 (the line named), an empty file, a .npy that is no array (pickled data numpy refuses to load),
+  an .npz archive and an array of strings: each one line, no traceback."""
   folder, _, vectors = tiny_index
   files = {
     "latin1.txt": (lambda p: p.write_bytes(b"a query\ncaf\xe9\n"), r"latin1\.txt:2: not utf-8 \(invalid"),
     "empty.txt": (lambda p: p.write_bytes(b""), r"empty\.txt: empty file"),
     "text.npy": (lambda p: p.write_text("not an array\n"), r"text\.npy: not a \.npy file of query vectors"),
+    "archive.npy": (lambda p: p.write_bytes(_npz_bytes(vectors)), r"archive\.npy: an \.npz archive; --queries takes"),
     "words.npy": (
       lambda p: np.save(p, np.full((1, vectors.shape[1]), "a")),
       rf"words\.npy: \[1, {vectors.shape[1]}\] <U1 vectors; the index's are \[N, {vectors.shape[1]}\] numbers",
@@ -415,3 +417,9 @@ def test_a_queries_file_that_cannot_be_read_is_one_line_naming_it(tiny_index, tm
     write(tmp_path / name)
     assert search.main(["--index", str(folder), "--queries", str(tmp_path / name)]) == 1
     assert re.fullmatch(rf"error: .*{message}[^\n]*\n", capsys.readouterr().err), name
+
+
+def _npz_bytes(vectors: np.ndarray) -> bytes:
+  out = io.BytesIO()
+  np.savez(out, vectors=vectors)
+  return out.getvalue()
