@@ -25,6 +25,8 @@ import json
 import logging
 import pathlib
 import re
+import sys
+import time
 import zlib
 from typing import Any, Sequence
 
@@ -68,7 +70,30 @@ class Run:
 
   @property
   def finished(self) -> bool:
-    return (self.directory / RESULT_FILE).is_file()
+    return self.result() is not None
+
+  def result(self) -> dict[str, Any] | None:
+    """The run's sts.json, None when it has none. One that does not read as the scores (a file garbled or edited
+    since it was written whole) is set aside, said on stderr, so that the run is scored again, not skipped as
+    finished while the table cannot read it."""
+    path = self.directory / RESULT_FILE
+    try:
+      result = json.loads(path.read_text())
+    except FileNotFoundError:
+      return None
+    except ValueError as e:  # Not JSON, or not UTF-8.
+      cause = f"not JSON: {e}"
+    else:
+      if isinstance(result, dict) and {"average", "stsb_dev", "tasks"} <= result.keys():
+        return result
+      cause = "not the scores evaluate.py writes"
+    aside = path.with_name(f"{RESULT_FILE}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+    try:
+      path.rename(aside)
+    except FileNotFoundError:  # Another host of the sweep set it aside first.
+      return None
+    print(f"note: {path} is unreadable ({cause}): set aside as {aside.name}; the run is scored again", file=sys.stderr)
+    return None
 
 
 def is_training_config(config: ml_collections.ConfigDict) -> bool:
@@ -237,7 +262,8 @@ def aggregate(experiment: spec.Experiment, runs: Sequence[Run]) -> list[dict[str
   records = []
   for row in experiment.rows:
     mine = [run for run in runs if run.row == row["name"]]
-    results = [json.loads((run.directory / RESULT_FILE).read_text()) for run in mine if run.finished]
+    finished = [(run, result) for run, result in ((run, run.result()) for run in mine) if result is not None]
+    results = [result for _, result in finished]
     scores = {
       "average": [r["average"] for r in results],
       "stsb_dev": [r["stsb_dev"] for r in results],
@@ -250,7 +276,7 @@ def aggregate(experiment: spec.Experiment, runs: Sequence[Run]) -> list[dict[str
         "runs": len(results),
         "planned": len(mine),
         "model": mine[0].config.model.path,
-        "seeds": [run.seed for run in mine if run.finished],
+        "seeds": [run.seed for run, _ in finished],
         **{name: _stats(values) for name, values in scores.items()},
       }
     )

@@ -164,6 +164,27 @@ def test_table_is_mean_and_std_over_the_finished_runs(tmp_path):
   assert (tmp_path / "table.md").read_text() == text
 
 
+def test_an_unreadable_result_is_set_aside_and_its_run_scored_again(tmp_path, capsys):
+  """An sts.json garbled since it was written whole (or edited into something else) no longer marks its run
+  finished, which the rerun skipped while the table could not read it: set aside, said, and the run left to do."""
+  experiment = Experiment.from_config(_experiment("promptbert_table10", tmp_path, seeds=(1, 2, 3)))
+  plan = sweep.plan(experiment)
+  runs = plan[3:]  # PromptBERT's three seeds.
+  for run, average in zip(runs, (70.0, 71.0, 75.0)):
+    _fake_result(run, average)
+  (runs[1].directory / sweep.RESULT_FILE).write_text('{"average": 71.0, "std')
+  (runs[2].directory / sweep.RESULT_FILE).write_text("[75.0]\n")
+  record = sweep.aggregate(experiment, plan)[1]
+  assert record["runs"] == 1 and record["seeds"] == [1] and record["average"]["mean"] == 70.0
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 2 and err[0].startswith(f"note: {runs[1].directory / sweep.RESULT_FILE} is unreadable (not JSON")
+  assert err[1].endswith("(not the scores evaluate.py writes): set aside as " + err[1].split(" as ")[1])
+  assert [run.finished for run in runs] == [True, False, False]
+  for run in runs[1:]:
+    (aside,) = run.directory.glob(f"{sweep.RESULT_FILE}.corrupt-*")
+    assert aside.read_text() in ('{"average": 71.0, "std', "[75.0]\n")
+
+
 def test_a_rerun_with_other_overrides_plans_new_run_directories(tmp_path):
   """A run directory is named by its row and a hash of the row's complete overrides (its own and the command
   line's): other overrides never reuse, or skip as finished, a run of another command, and the table reads the new
