@@ -305,10 +305,12 @@ def _corrupt(path: pathlib.Path, detail: str) -> DataError:
 def _prepare_file(need: Need, artifact: Artifact, source: pathlib.Path | None, retries: int) -> str:
   path = need.path
   if path.is_file():
-    if _lock_path(path).is_file():
-      _verify(path, json.loads(_lock_path(path).read_text()))
+    locked, record = _lock_path(path).is_file(), _read_lock(path)
+    if record is not None:
+      _verify(path, record)
       return "verified"
-    return "present (not fetched by prepare.py, so not verified)"
+    if not locked:
+      return "present (not fetched by prepare.py, so not verified)"
   with _staged(path) as local:
     return _fetch_file(local, path, artifact, source, retries)
 
@@ -480,6 +482,26 @@ def _lock_path(path: storage.Path) -> storage.Path:
   return path.with_name(path.name + ".lock.json")
 
 
+def _read_lock(path: storage.Path) -> dict[str, Any] | None:
+  """The lock record of `path` (a file, or SentEval's folder), None when there is none. One that does not read (a
+  file garbled since it was written whole) is moved to `<lock>.corrupt` and said: `path` is then fetched anew."""
+  lock = _lock_path(path)
+  try:
+    record = json.loads(lock.read_text())
+  except FileNotFoundError:
+    return None
+  except ValueError as e:  # Not JSON, or not UTF-8.
+    cause = str(e)
+  else:
+    if isinstance(record, dict) and (path.is_file() or isinstance(record.get("files"), dict)):
+      return record
+    cause = "not a lock record prepare.py writes"
+  corrupt = lock.with_name(lock.name + ".corrupt")
+  lock.rename(corrupt)
+  logger.warning("%s is unreadable (%s); moved to %s: fetching %s anew", lock, cause, corrupt.name, path)
+  return None
+
+
 def _write_lock(path: pathlib.Path, record: Mapping[str, Any]):
   atomic.write_json(_lock_path(path), record, indent=1)
 
@@ -502,10 +524,10 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
   or a fault stopped leaves its `.unfinished` marker beside the folder, so that the next run fetches it again rather
   than take the folders it finds for data put there by hand."""
   path, lock, unfinished = need.path, _lock_path(need.path), need.path.with_name(need.path.name + ".unfinished")
+  locked, record = lock.is_file(), _read_lock(path)
   if unfinished.exists():
     logger.warning("%s: an earlier prepare.py stopped while writing it; fetching again", path)
-  elif lock.is_file():
-    record = json.loads(lock.read_text())
+  elif record is not None:
     found = _stored(path, record["files"])
     missing = [name for name in record["files"] if name not in found]
     if not missing:
@@ -515,7 +537,7 @@ def _prepare_senteval(need: Need, artifact: Artifact, source: pathlib.Path | Non
     logger.warning(
       "%s: %d files recorded in %s are missing (%s ...); fetching again", path, len(missing), lock, missing[0]
     )
-  elif all((path / folder).is_dir() for folder in need.folders):
+  elif not locked and all((path / folder).is_dir() for folder in need.folders):
     return "present (not fetched by prepare.py, so not verified)"
   atomic.write_text(unfinished, "prepare.py is writing the folder beside this file; until it ends it is not whole\n")
   with _staged(path) as local:

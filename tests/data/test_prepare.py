@@ -437,6 +437,32 @@ def test_a_senteval_copy_a_fault_stopped_is_fetched_again_by_the_next_run(tmp_pa
   assert prepare.prepare(_spec(config), source=source)[f"{root}/senteval"] == f"verified ({len(files)} files)"
 
 
+def test_a_garbled_lock_record_is_moved_aside_and_its_data_fetched_again(tmp_path, model, caplog):
+  """A lock file that does not read (garbled on disk since it was written whole) stopped every later run with a
+  traceback: moved to `.corrupt`, said, and the file or folder fetched again and locked anew."""
+  source = tmp_path / "source"
+  (source / "wiki").mkdir(parents=True)
+  (source / "wiki" / "wiki1m_sample.txt").write_bytes(WIKI[:700])
+  for name, data in SENTEVAL.items():
+    (source / "senteval" / name).parent.mkdir(parents=True, exist_ok=True)
+    (source / "senteval" / name).write_bytes(data)
+  config = _spec(_train_config(promptbert, tmp_path, model, "wiki1m_sample.txt"))
+  data = tmp_path / "data"
+  prepare.prepare(config, source=source)
+  locks = [data / "wiki1m_sample.txt.lock.json", data / "senteval.lock.json"]
+  for lock, garbled in zip(locks, ['{"size": 70', '{"source": "x"}\n']):  # Cut JSON; a folder's without "files".
+    lock.write_text(garbled)
+  done = prepare.prepare(config, source=source)
+  assert done[str(data / "wiki1m_sample.txt")].startswith("fetched from") and done[str(data / "senteval")].startswith(
+    "fetched from"
+  )
+  for lock, garbled in zip(locks, ['{"size": 70', '{"source": "x"}\n']):
+    assert lock.with_name(lock.name + ".corrupt").read_text() == garbled and "sha256" in lock.read_text()
+    assert f"{lock} is unreadable (" in caplog.text
+  done = prepare.prepare(config, source=source)
+  assert done[str(data / "wiki1m_sample.txt")] == "verified" and done[str(data / "senteval")].startswith("verified")
+
+
 def test_configs_default_paths_follow_jaxemb_data(monkeypatch):
   monkeypatch.setenv("JAXEMB_DATA", "/big/disk")
   assert promptbert.get_config().data.train_file == "/big/disk/wiki1m_for_simcse.txt"
