@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import sys
 from typing import Any
 
 from jaxemb import atomic, storage
@@ -46,13 +47,27 @@ def write(
   atomic.write_text(out / "README.md", _metadata(method, card_facts) + body)
 
 
+def _training_fields(run: run_dir.RunDir) -> dict[str, Any]:
+  """The fields the run's fingerprint.json records; {} without one, or when it does not read (garbled on disk: said,
+  and the card names none; the weights export as they are)."""
+  if not run.fingerprint_file.is_file():
+    return {}
+  try:
+    return dict(json.loads(run.fingerprint_file.read_text())["fields"])
+  except (ValueError, KeyError, TypeError) as e:
+    print(
+      f"note: {run.fingerprint_file} does not read ({e!r}): the model card names no training fields", file=sys.stderr
+    )
+    return {}
+
+
 def facts(source: str | pathlib.Path) -> dict[str, Any]:
   """What a card says about the source: its Hub base model (None when unknown), and for a run directory the
   training fields, the best step and its STS-B dev score, and the STS-B dev evaluations of metrics.jsonl."""
   if not run_dir.is_run_dir(source):
     return {"base_model": _hub_id(source), "training": None}
   run = run_dir.RunDir(source)
-  fields = json.loads(run.fingerprint_file.read_text())["fields"] if run.fingerprint_file.is_file() else {}
+  fields = _training_fields(run)
   best = run_dir.read_best_meta(source) or {}
   metric = next((key for key in best if key != "step"), None)  # The run's eval.select_metric, as best/ records it.
   evaluations = []

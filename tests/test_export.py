@@ -5,6 +5,7 @@ import argparse
 import json
 import math
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -316,6 +317,16 @@ def test_model_card_of_a_run_directory(trained_run, tmp_path):
   assert f"`{metric}`" in text and f"step {best['step']}, {best[metric]:.2f}" in text
   assert "Method('cls_before_pooler')" in text and "trust_remote_code" not in text
   assert str(trained_run) not in text and f"(`{trained_run.name}`)" in text
+
+
+def test_a_run_whose_fingerprint_does_not_read_exports_with_a_card_naming_no_training_fields(
+  trained_run, tmp_path, capsys
+):
+  run = shutil.copytree(trained_run, tmp_path / "run")
+  (run / "fingerprint.json").write_text('{"fields": {"model.path": ')
+  _, text = _card(export.export_model(run, tmp_path / "out"))
+  assert "`objective.loss`" not in text and "Method('cls_before_pooler')" in text
+  assert capsys.readouterr().err.startswith(f"note: {run / 'fingerprint.json'} does not read (JSONDecodeError(")
 
 
 def test_the_cards_method_is_python_that_builds_it():
