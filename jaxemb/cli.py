@@ -320,7 +320,8 @@ def _config_file_error(error: Exception, argv: Sequence[str]) -> ConfigError | N
   value = _config_argument(argv)
   if value is None:
     return None
-  config_file = pathlib.Path(value.split(":", 1)[0]).resolve()
+  name = value.split(":", 1)[0]  # FILE of FILE:argument.
+  config_file = pathlib.Path(name).resolve()
   if isinstance(error, SyntaxError):
     if error.filename is None or pathlib.Path(error.filename).resolve() != config_file:
       return None
@@ -332,7 +333,7 @@ def _config_file_error(error: Exception, argv: Sequence[str]) -> ConfigError | N
     if not own or any(_PACKAGE in path.parents for path in below):
       return None
     line, said = frames[own[-1]].lineno, str(error)
-  return ConfigError(f"{value.split(':', 1)[0]}:{line}: {type(error).__name__}: {said} (--verbose: the traceback)")
+  return ConfigError(f"{name}:{line}: {type(error).__name__}: {said} (--verbose: the traceback)")
 
 
 def _innermost_user_error(error: BaseException) -> UserError | None:

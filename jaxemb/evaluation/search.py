@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from jaxemb import progress, storage
+from jaxemb import progress, storage, templates
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method, encoder_options
 from jaxemb.errors import ConfigError, DataError
@@ -37,8 +37,8 @@ def relation_template(relation: str) -> str:
 
 def wrapped_template(wrapper: str, relation: str) -> str:
   """The second stage: a prefix wrapping [X] (e.g. `This sentence : "[X]"`) before the chosen relation."""
-  if wrapper.count("[X]") != 1:
-    raise ConfigError(f"template search wrapper {wrapper!r} must contain [X] exactly once")
+  if problem := templates.slot_problem(wrapper):
+    raise ConfigError(f"template search wrapper {wrapper!r} {problem}")
   return relation_template(relation).replace("[X]", wrapper, 1)
 
 

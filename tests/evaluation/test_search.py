@@ -33,7 +33,9 @@ def test_greedy_template_search_uses_the_best_relation_for_the_prefixes():
 
 
 def test_wrapper_without_slot_is_rejected():
-  with pytest.raises(ValueError, match="must contain \\[X\\] exactly once"):
+  with pytest.raises(
+    ValueError, match="^template search wrapper 'This sentence' must contain exactly one \\[X\\], found 0$"
+  ):
     search.wrapped_template("This sentence", "means")
 
 
