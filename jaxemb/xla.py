@@ -29,10 +29,12 @@ import json
 import math
 import os
 import platform
+import sys
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+from jax._src import compilation_cache, compilation_cache_interface  # To check its entries (_check_entries_read).
 from jax._src import config as jax_config  # For a per-compile cache setting; jax has no public one.
 from jax.experimental import serialize_executable
 
@@ -281,3 +283,51 @@ def use_compilation_cache(directory: str):
     jax.config.update("jax_compilation_cache_dir", os.path.expanduser(directory))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)  # The CPU's 0.5 s compiles too.
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    _check_entries_read()
+
+
+def _check_entries_read():
+  """Has JAX's file cache, from now on in this process, treat an entry that does not decompress as absent, after
+  removing it, so that the program is compiled and written again whole. JAX writes an entry in place and never
+  replaces one (jaxlib 0.10.2's LRUCache.put: a file that exists is kept): an entry a kill or a full disk cut short
+  was otherwise read, warned about and compiled again by every later run, the train step's minutes included. JAX
+  has no public hook for its cache object: `get_file_cache` is the factory its cache is made by, once a process
+  and after each reset."""
+  make = compilation_cache.get_file_cache
+  if not isinstance(make, _CheckedFactory):
+    compilation_cache.get_file_cache = _CheckedFactory(make)
+
+
+class _CheckedFactory:
+  """`compilation_cache.get_file_cache` that wraps the cache it makes in `_CheckedEntries`."""
+
+  def __init__(self, make: Callable[[str], Any]):
+    self._make = make
+
+  def __call__(self, path: str) -> Any:
+    made = self._make(path)
+    return None if made is None else (_CheckedEntries(made[0]), made[1])
+
+
+class _CheckedEntries(compilation_cache_interface.CacheInterface):
+  """A JAX file cache whose `get` removes an entry that does not decompress and returns None (a miss)."""
+
+  def __init__(self, cache: compilation_cache_interface.CacheInterface):
+    self._cache = cache
+    self._path = cache._path  # pylint: disable=protected-access
+
+  def get(self, key: str) -> bytes | None:
+    value = self._cache.get(key)
+    if value is None:
+      return None
+    try:
+      compilation_cache.decompress_executable(value)
+    except Exception as e:  # pylint: disable=broad-exception-caught  # zlib's, zstd's: the stream is cut or garbled.
+      entry = self._path / f"{key}-cache"
+      entry.unlink(missing_ok=True)
+      print(f"note: compilation cache entry {entry} did not read ({e}): removed, compiling it again", file=sys.stderr)
+      return None
+    return value
+
+  def put(self, key: str, value: bytes) -> None:
+    self._cache.put(key, value)

@@ -3,6 +3,8 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+from jax._src import compilation_cache
+import numpy as np
 import pytest
 
 from jaxemb import xla
@@ -68,6 +70,45 @@ def test_programs_xla_cannot_serialize_are_compiled_without_a_cache_write(every_
     assert float(xla.jit(lambda x: x @ x.T + 2)(x)[0, 0]) == 7.0
     # Compiled ahead of time too (a bench's or a test's `lower(...).compile()`).
     assert float(xla.jit(lambda x: x @ x.T + 3).lower(x).compile()(x)[0, 0]) == 8.0
+
+
+@pytest.fixture
+def users_cache(tmp_path):
+  """The persistent cache the entry points turn on (`xla.use_compilation_cache`), in `tmp_path`; the process's own
+  settings again after the test."""
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+  previous = {name: getattr(jax.config, name) for name in (*names, "jax_persistent_cache_min_entry_size_bytes")}
+  support.set_compilation_cache({})  # A cache another test of this worker made is made again, by the new factory.
+  xla.use_compilation_cache(str(tmp_path))
+  yield tmp_path
+  support.set_compilation_cache(previous)
+
+
+def _cut_short_probe(x):
+  return jnp.sin(x) * 3.0
+
+
+def test_a_cache_entry_a_fault_cut_short_is_removed_compiled_and_written_again(users_cache, capfd):
+  """JAX writes an entry in place and keeps any file it finds: one cut short (a kill, a full disk) was read, warned
+  about and compiled again by every later run. It is compiled once more, written whole and loaded from then on."""
+  x = np.arange(6, dtype=np.float32)
+  expected = np.asarray(jax.jit(_cut_short_probe)(x))
+  [entry] = users_cache.glob("jit__cut_short_probe-*-cache")
+  whole = entry.read_bytes()
+  entry.write_bytes(whole[: len(whole) // 2])
+  for run in range(2):  # A later run, then the one after it.
+    jax.clear_caches()
+    with warnings.catch_warnings():
+      warnings.simplefilter("error")  # JAX's "Error reading persistent compilation cache entry" is a UserWarning.
+      np.testing.assert_array_equal(jax.jit(_cut_short_probe)(x), expected)
+    compilation_cache.decompress_executable(entry.read_bytes())
+    notes = [line for line in capfd.readouterr().err.splitlines() if line.startswith("note:")]
+    if run == 0:
+      [note] = notes
+      assert note.startswith(f"note: compilation cache entry {entry} did not read (")
+      assert note.endswith("): removed, compiling it again")
+    else:
+      assert notes == []
 
 
 def test_bfloat16_dots_multiply_in_bfloat16_on_the_cpu():
