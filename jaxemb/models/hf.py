@@ -340,14 +340,25 @@ def load_tokenizer(name_or_path: str | pathlib.Path):
   memory that a JAX process does not need (tests/models/test_hf.py checks both give one tokenizer).
   A folder is loaded once while its files stay as they are (RoBERTa's takes 0.4-0.8 s on a 2-core Zen 3; each
   Encoder.from_pretrained, run of a sweep and evaluation job loads it): its callers share the tokenizer, which jaxemb
-  only reads; copy it (copy.deepcopy) before changing it."""
+  only reads; copy it (copy.deepcopy) before changing it. CheckpointError for a file that does not parse and for a
+  folder without its vocabulary file."""
   model_dir = resolve_model_dir(name_or_path)
   try:
-    return _load_tokenizer(model_dir.resolve(), _files_state(model_dir))
+    tokenizer = _load_tokenizer(model_dir.resolve(), _files_state(model_dir))
   except ValueError as e:  # transformers' own parse of a garbled file (json.JSONDecodeError), said as one line.
     garbled = [path.name for path in sorted(model_dir.glob("*.json")) if not _reads_as_json(path)]
     where = model_dir / garbled[0] if garbled else model_dir
     raise CheckpointError(f"{where}: the tokenizer does not load ({e}); restore the file from a copy") from None
+  specials = tokenizer.all_special_tokens
+  if len(tokenizer) <= len(specials):
+    # transformers 5 builds a BERT or RoBERTa tokenizer of nothing but these from tokenizer_config.json alone, which
+    # turns every word into [UNK] (BERT) or drops it (RoBERTa), and numbers the special tokens 0, 1, ...
+    raise CheckpointError(
+      f"{model_dir}: the tokenizer has no vocabulary, only its special tokens ({', '.join(specials)}): its "
+      "vocabulary file is missing (tokenizer.json; or BERT's vocab.txt, RoBERTa's vocab.json and merges.txt); copy it "
+      "from the model this one was trained from"
+    )
+  return tokenizer
 
 
 def _reads_as_json(path: pathlib.Path) -> bool:
@@ -364,9 +375,8 @@ def _load_tokenizer(model_dir: pathlib.Path, files_state: tuple) -> Any:
   import transformers  # pylint: disable=g-import-not-at-top
 
   own_class = _own_tokenizer_class(model_dir)
-  if own_class is None:
-    return transformers.AutoTokenizer.from_pretrained(str(model_dir))
-  return getattr(transformers, own_class).from_pretrained(str(model_dir))
+  loader = transformers.AutoTokenizer if own_class is None else getattr(transformers, own_class)
+  return loader.from_pretrained(str(model_dir))
 
 
 def _files_state(folder: pathlib.Path) -> tuple:

@@ -447,6 +447,23 @@ def test_a_tokenizer_the_disk_cannot_take_is_one_storage_line(tmp_path):
     hf.save_tokenizer(_FailingTokenizer(KeyError("vocab")), tmp_path)
 
 
+def test_a_folder_without_its_vocabulary_file_is_one_line_saying_so(tiny_checkpoint, tmp_path):
+  """transformers builds a tokenizer of the special tokens alone from tokenizer_config.json (every word [UNK] for
+  BERT, none at all for RoBERTa, [MASK] a wrong id): the numbers came out as if from the model."""
+  family, checkpoint = tiny_checkpoint
+  shutil.copytree(checkpoint, tmp_path / family)
+  (tmp_path / family / "tokenizer.json").unlink()
+  with pytest.raises(CheckpointError) as raised:
+    load_tokenizer(tmp_path / family)
+  assert str(raised.value).startswith(
+    f"{tmp_path / family}: the tokenizer has no vocabulary, only its special tokens ("
+  )
+  assert str(raised.value).endswith(
+    "vocabulary file is missing (tokenizer.json; or BERT's vocab.txt, RoBERTa's "
+    "vocab.json and merges.txt); copy it from the model this one was trained from"
+  )
+
+
 def test_a_garbled_tokenizer_file_is_one_line_naming_it(tiny_bert, tmp_path):
   shutil.copytree(tiny_bert, tmp_path / "model")
   (tmp_path / "model" / "tokenizer.json").write_text('{"version": "1.0", "trunc')
