@@ -361,6 +361,18 @@ def load_tokenizer(name_or_path: str | pathlib.Path):
   return tokenizer
 
 
+def check_tokenizer_fits(model_dir: pathlib.Path, config: EncoderConfig, tokenizer: Any):
+  """CheckpointError where `tokenizer` has ids past the model's word-embedding rows (tokens added to it without the
+  embeddings resized): JAX's lookup gives NaN for them where PyTorch's raises."""
+  if len(tokenizer) > config.vocab_size:
+    extra = tokenizer.convert_ids_to_tokens(list(range(config.vocab_size, min(len(tokenizer), config.vocab_size + 3))))
+    raise CheckpointError(
+      f"{model_dir}: the tokenizer has {len(tokenizer)} tokens, the model's embedding table {config.vocab_size} rows: "
+      f"{', '.join(extra)}{' ...' if len(tokenizer) > config.vocab_size + 3 else ''} have none (tokens added without "
+      "resizing the embeddings: transformers' resize_token_embeddings, then save the model again)"
+    )
+
+
 def _reads_as_json(path: pathlib.Path) -> bool:
   try:
     json.loads(path.read_text())

@@ -305,7 +305,9 @@ def open_source(name_or_path: storage.PathLike) -> ModelSource:
   model_dir = hf.resolve_model_dir(name_or_path) if run is None else storage.local_copy(run.model_dir)
   if run is not None:
     _warn_of_changed_model_files(run, model_dir)
-  return ModelSource(run, model_dir, hf.read_config(model_dir), hf.load_tokenizer(model_dir))
+  config, tokenizer = hf.read_config(model_dir), hf.load_tokenizer(model_dir)
+  hf.check_tokenizer_fits(model_dir, config, tokenizer)
+  return ModelSource(run, model_dir, config, tokenizer)
 
 
 def _warn_of_changed_model_files(run: RunDir, model_dir: pathlib.Path):

@@ -1,5 +1,6 @@
 """Hugging Face checkpoint layouts in, Hugging Face checkpoints out."""
 
+import copy
 import json
 import pathlib
 import shutil
@@ -462,6 +463,23 @@ def test_a_folder_without_its_vocabulary_file_is_one_line_saying_so(tiny_checkpo
     "vocabulary file is missing (tokenizer.json; or BERT's vocab.txt, RoBERTa's "
     "vocab.json and merges.txt); copy it from the model this one was trained from"
   )
+
+
+def test_a_tokenizer_with_tokens_past_the_embedding_table_is_refused_naming_them(tiny_bert, tmp_path):
+  """Tokens added to the tokenizer without the embeddings resized: JAX's lookup gave NaN vectors for sentences with
+  them (PyTorch's raises)."""
+  shutil.copytree(tiny_bert, tmp_path / "model")
+  tokenizer = copy.deepcopy(load_tokenizer(tiny_bert))
+  tokenizer.add_tokens(["[NEG]", "zzqx"])
+  tokenizer.save_pretrained(tmp_path / "model")
+  with pytest.raises(CheckpointError) as raised:
+    run_dir.open_source(tmp_path / "model")
+  assert str(raised.value) == (
+    f"{tmp_path / 'model'}: the tokenizer has 30524 tokens, the model's embedding table 30522 rows: [neg], zzqx have "
+    "none (tokens added without resizing the embeddings: transformers' resize_token_embeddings, then save the model "
+    "again)"
+  )
+  assert run_dir.open_source(tiny_bert).config.vocab_size == len(load_tokenizer(tiny_bert)) == 30522
 
 
 def test_a_garbled_tokenizer_file_is_one_line_naming_it(tiny_bert, tmp_path):
