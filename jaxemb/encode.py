@@ -113,6 +113,8 @@ class Encoder:
   at the cost of more, smaller calls there. `padded_tokens / real_tokens` is the padding: 1.13 on the 7 STS tasks with
   the default multiple 4 (MiniLM's tokenizer, batches of 128; 11 shapes), 1.28 with 8 (7 shapes).
   `normalize` is `encode`'s unless a call says (True where the model's own modules scale vectors: `from_pretrained`).
+  A sentence keeps at most `max_sentence_tokens` tokens (None: no bound of its own) and never more than the model's
+  rows hold beside the template: a longer one loses its end, as sentence-transformers cuts it.
   """
 
   def __init__(
@@ -157,6 +159,11 @@ class Encoder:
       config, None if fitted is None else methods_base.check_fitted(fitted, method, config, params)
     )
     self.max_sentence_tokens, self.length_multiple = max_sentence_tokens, length_multiple
+    # The tokens a sentence keeps: max_sentence_tokens, and never more than the model's rows hold beside the template,
+    # so that a longer one loses its end, as sentence-transformers cuts it (and jaxemb's exported modules), rather than
+    # stop a corpus's job at its first long line.
+    room = config.max_length - self.template.num_tokens
+    self._sentence_tokens = min(max_sentence_tokens or room, room) if room > 0 else max_sentence_tokens
     self.compile_flops = xla.compile_flops() if compile_flops is None else _checked_compile_flops(compile_flops)
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
@@ -511,7 +518,7 @@ class Encoder:
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows the method reads: the sentences in the template (for static_remove_biases their filtered
     text alone)."""
-    return self.method.rows(self.template, self.tokenizer, sentences, self.max_sentence_tokens, self.config.max_length)
+    return self.method.rows(self.template, self.tokenizer, sentences, self._sentence_tokens, self.config.max_length)
 
 
 @functools.lru_cache(maxsize=4)

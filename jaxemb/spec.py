@@ -384,7 +384,11 @@ class Encoding(Block):
     (jaxemb.xla.compile_flops: 1.2e11 on the CPU, 1e15 on a GPU or TPU).""",
     lambda value: None if value == -1 or value >= 0 else "must be -1 (the backend's) or a number >= 0",
   )
-  max_sentence_tokens: int = field("Truncate sentences to this many tokens; 0 = no truncation.", at_least(0))
+  max_sentence_tokens: int = field(
+    """Truncate sentences to this many tokens; 0 = to what the model's rows hold beside the template, the bound of
+    every value (a longer sentence loses its end, as sentence-transformers cuts it).""",
+    at_least(0),
+  )
   progress: bool = field(
     """Show the encoding on stderr: the tasks, sentences done of all, sentences/s, time left on a terminal's bar;
     where stderr is no terminal (nohup, CI logs) a line every 30 s and one once each encoder call is done. False:

@@ -69,6 +69,25 @@ def test_minilm_without_a_method_embeds_as_sentence_transformers(capsys):
   assert_float32_close(ours, theirs, roundings)
 
 
+def test_a_sentence_longer_than_the_model_loses_its_end_as_sentence_transformers_cuts_it(tiny_bert):
+  """A plain checkpoint (no max_seq_length): sentence-transformers cuts a row at the model's 128 positions; a prompt's
+  template keeps its tokens and the sentence gives way. A corpus's long line stopped embed.py with a traceback."""
+  sentence_transformers = pytest.importorskip("sentence_transformers")
+  long = " ".join(["word", "play"] * 150)  # 300 tokens.
+  sentences = [long, "A man is playing a guitar."]
+  model = sentence_transformers.SentenceTransformer(str(tiny_bert), device="cpu")  # No modules.json: mean pooling.
+  theirs = model.encode(sentences)
+  encoder = Encoder.from_pretrained(tiny_bert, "last_avg")
+  assert model.max_seq_length == encoder.config.max_length == 128
+  assert_float32_close(encoder.encode(sentences), theirs, transformer_roundings(encoder.config))
+  prompt = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT))
+  room = 128 - prompt.template.num_tokens
+  cut = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT), max_sentence_tokens=room)
+  np.testing.assert_array_equal(prompt.encode([long]), cut.encode([long]))
+  longer = Encoder.from_pretrained(tiny_bert, Method("prompt", template=PROMPT), max_sentence_tokens=room + 50)
+  np.testing.assert_array_equal(longer.encode([long]), cut.encode([long]))  # A bound past the model's is the model's.
+
+
 _TRANSFORMER, _POOLING, _NORMALIZE, _DENSE = (
   {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
   for i, (path, kind) in enumerate(
@@ -340,15 +359,23 @@ def test_prefetched_sentences_are_tokenised_once_on_their_thread_and_encode_as_w
     np.testing.assert_array_equal(got, want)
 
 
-def test_an_error_in_prefetched_sentences_is_raised_by_the_call_that_encodes_them(tiny_bert):
+def test_an_error_in_prefetched_sentences_is_raised_by_the_call_that_encodes_them(tiny_bert, monkeypatch):
   encoder = Encoder.from_pretrained(tiny_bert, Method("last_avg"), length_multiple=64)
-  too_long = [SENTENCES[0], " ".join(["word"] * 1000)]
+  rows = encoder._rows
+
+  def rows_or_error(sentences):  # A tokenizer's own error (a row past the model's is cut now, so none is left).
+    if "poison" in sentences:
+      raise ValueError(f"cannot tokenise sentence {sentences.index('poison')}")
+    return rows(sentences)
+
+  monkeypatch.setattr(encoder, "_rows", rows_or_error)
+  poisoned = [SENTENCES[0], "poison"]
   with pytest.raises(ValueError) as unprefetched:
-    encoder.encode(too_long)
-  encoder.encode(SENTENCES, prefetch=too_long)  # Not this call's sentences: no error.
+    encoder.encode(poisoned)
+  encoder.encode(SENTENCES, prefetch=poisoned)  # Not this call's sentences: no error.
   with pytest.raises(ValueError) as prefetched:
-    encoder.encode(too_long)
-  assert str(prefetched.value) == str(unprefetched.value) and "Sentence 1" in str(prefetched.value)
+    encoder.encode(poisoned)
+  assert str(prefetched.value) == str(unprefetched.value) and "sentence" in str(prefetched.value)
   encoder.encode(SENTENCES, prefetch=[SENTENCES[0], 7])  # Not a str: raised by the call that encodes them.
   with pytest.raises(TypeError, match="Sentence 1 is not a str but int"):
     encoder.encode([SENTENCES[0], 7])
