@@ -22,6 +22,7 @@ SENTENCES = [
   "  A woman slices an onion!  ",
   "hello",
   "the quick brown fox jumps over the lazy dog , twice , before breakfast on a cold morning .",
+  " ".join(["word", "play"] * 100),  # Past the tiny models' 128 positions: both cut its end, the template kept whole.
 ]
 TEMPLATES = {"bert": 'This sentence : "[X]" means [MASK] .', "roberta": "This sentence : ' [X] ' means [MASK] ."}
 
