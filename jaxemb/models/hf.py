@@ -148,16 +148,30 @@ def read_state_dict(model_dir: pathlib.Path) -> tuple[dict[str, np.ndarray], str
     index = json.loads((model_dir / SAFETENSORS_INDEX).read_text())
     files = [model_dir / name for name in sorted(set(index["weight_map"].values()))]
   elif (model_dir / TORCH_BIN).is_file():
-    return _read_torch_bin(model_dir / TORCH_BIN), str(model_dir / TORCH_BIN)
+    return _checked_finite(_read_torch_bin(model_dir / TORCH_BIN), model_dir / TORCH_BIN), str(model_dir / TORCH_BIN)
   else:
     raise CheckpointError(f"{model_dir}: no weights found (looked for {SAFETENSORS}, {SAFETENSORS_INDEX}, {TORCH_BIN})")
   state = {}
   for file in files:
     try:
-      state.update({k: np.asarray(v) for k, v in load_file(str(file)).items()})
+      weights = {k: np.asarray(v) for k, v in load_file(str(file)).items()}
     except Exception as e:  # pylint: disable=broad-except
       raise CheckpointError(f"{file}: cannot read safetensors ({type(e).__name__}: {e})") from None
+    state.update(_checked_finite(weights, file))
   return state, str(files[0])
+
+
+def _checked_finite(weights: dict[str, np.ndarray], file: pathlib.Path) -> dict[str, np.ndarray]:
+  """`weights`, after checking that every float weight is finite: one NaN weight makes every vector NaN, which an
+  evaluation shows as nan but an embedding job would write for a whole corpus (and a search rank first)."""
+  for name, weight in weights.items():
+    if jnp.issubdtype(weight.dtype, jnp.floating) and not np.isfinite(weight).all():
+      bad = int(np.size(weight) - np.isfinite(weight).sum())
+      raise CheckpointError(
+        f"{file}: weight {name} holds NaN or infinity in {bad:,} of its {np.size(weight):,} values: the checkpoint is "
+        "damaged (or saved by a run that diverged); load the one it came from"
+      )
+  return weights
 
 
 def _read_torch_bin(path: pathlib.Path) -> dict[str, np.ndarray]:

@@ -243,6 +243,29 @@ def test_broken_checkpoints_name_the_file(tmp_path, damage, message):
     load_pretrained(tmp_path)
 
 
+@pytest.mark.parametrize("layout", ["float32", "bfloat16", "pytorch_model.bin"])
+def test_a_weight_that_is_not_finite_is_refused_naming_it(tmp_path, layout):
+  # One NaN weight makes every vector NaN: embed.py would write a corpus of them, which a search ranks first.
+  write_random_checkpoint(tmp_path, "bert")
+  weights = tmp_path / "model.safetensors"
+  state = safetensors.torch.load_file(str(weights))
+  name = "bert.encoder.layer.1.output.dense.weight"
+  state[name][3, :2] = torch.tensor([float("nan"), float("-inf")])
+  if layout == "pytorch_model.bin":
+    weights.unlink()
+    weights = tmp_path / "pytorch_model.bin"
+    torch.save(state, weights)
+  else:
+    state = {k: v.to(getattr(torch, layout)) if v.is_floating_point() else v for k, v in state.items()}
+    safetensors.torch.save_file(state, str(weights))
+  with pytest.raises(CheckpointError) as raised:
+    load_pretrained(tmp_path)
+  assert str(raised.value) == (
+    f"{weights}: weight {name} holds NaN or infinity in 2 of its {state[name].numel():,} values: the checkpoint is "
+    "damaged (or saved by a run that diverged); load the one it came from"
+  )
+
+
 def test_unused_weights_are_reported(tmp_path, caplog):
   write_random_checkpoint(tmp_path, "bert")
   state = safetensors.numpy.load_file(str(tmp_path / "model.safetensors"))
