@@ -196,6 +196,11 @@ def _claim(out: storage.Path, manifest: dict[str, Any], num_shards: int) -> dict
       for key in sorted(theirs.keys() | ours.keys())
       if theirs.get(key) != ours.get(key)
     ]
+    if changed and not _holds_done_shards(out):  # A job stopped before its first shard (a setting it refused).
+      raise WorkdirError(
+        f"{out} holds the manifest of another job and none of its shards ({'; '.join(changed)}): remove {out} "
+        "(it holds no vectors), or choose another --config.embed.output"
+      )
     if changed:
       raise WorkdirError(
         f"{out} holds the embeddings of another job ({'; '.join(changed)}): rerun with what it was made with, "
@@ -226,6 +231,15 @@ def _readable_manifest(out: storage.Path, manifest: dict[str, Any], num_shards: 
   if jax.process_index() == 0:
     print(f"{out / shards.MANIFEST} was unreadable; the shards there are this job's: writing it again", flush=True)
   return None
+
+
+def _holds_done_shards(out: storage.Path) -> bool:
+  """Whether the folder `out` holds any shard's done record, of whichever job."""
+  listed = _listing(out)
+  folder = pathlib.Path(out / shards.SHARDS)
+  if listed is None:
+    listed = {p.name: p for p in folder.iterdir()} if folder.is_dir() else {}
+  return any(name.endswith(shards.DONE_SUFFIX) for name in listed)
 
 
 def _done_record(out: storage.Path, k: int) -> Any:
@@ -318,14 +332,17 @@ def _embed_shards(
       # The next shard is tokenised while this one runs through the model.
       prefetch = None if upcoming is None else upcoming[0]
       vectors = _vectors(encoder, sentences, config.embed, advance, prefetch)
-      _write_shard(out, k, k * rows_per_shard, vectors, ids, job)
+      with np.errstate(over="ignore"):  # A float16 overflow is refused, naming its record.
+        written = vectors.astype(config.embed.dtype, copy=False)
+      _check_finite(vectors, written, config, encoder.method.name, k * rows_per_shard, ids)
+      _write_shard(out, k, k * rows_per_shard, written, ids, job)
   return rows
 
 
 def _vectors(
   encoder: Encoder, sentences: list[str], embed: Any, advance: Callable[[int], None], prefetch: list[str] | None
 ) -> np.ndarray:
-  """The vectors of one shard's sentences as config.embed asks (normalized, dtype), the progress advanced."""
+  """The vectors of one shard's sentences, normalized as config.embed asks, the progress advanced."""
   counted = 0
 
   def encoded(n: int):
@@ -339,7 +356,29 @@ def _vectors(
     sentences, normalize=embed.normalize or None, progress=encoded, show_progress=False, prefetch=prefetch
   )
   advance(len(sentences) - counted)  # Repeated sentences, which the encoder encodes once.
-  return vectors.astype(embed.dtype, copy=False)
+  return vectors
+
+
+def _check_finite(
+  vectors: np.ndarray, written: np.ndarray, config: EmbedRun, method: str, first: int, ids: list[str] | None
+):
+  """A DataError naming the first record of the shard from record `first` whose written vector is not finite: a
+  model or fitted state that gives NaN, or float16 too narrow for the vectors, would write a shard of them, and a
+  search ranks NaN first. Nothing of the shard is written, so a rerun with the cause mended embeds it."""
+  bad = np.flatnonzero(~np.isfinite(written).all(axis=1))
+  if not len(bad):
+    return
+  row = int(bad[0])
+  where = (
+    f"{config.embed.corpus}:{first + row + 1}"
+    if config.embed.format == "text"
+    else (f"{config.embed.corpus}: record {ids[row] if ids else first + row}")
+  )
+  if np.isfinite(vectors[row]).all():
+    cause = "float16 cannot hold its values (beyond 65,504): set --config.embed.dtype=float32"
+  else:
+    cause = f"the model {config.model.path} with method {method!r} gives NaN or infinity for it"
+  raise DataError(f"{where}: its vector is not finite ({len(bad):,} of the shard's {len(written):,} are not): {cause}")
 
 
 def _write_shard(out: storage.Path, k: int, first: int, vectors: np.ndarray, ids: list[str] | None, job: str):

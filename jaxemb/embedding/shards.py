@@ -25,6 +25,7 @@ from jaxemb.errors import DataError
 FORMAT = 1  # manifest.json's "format": a reader refuses another.
 MANIFEST = "manifest.json"
 SHARDS = "shards"
+DONE_SUFFIX = ".done.json"  # A shard's done record: written last, once its vectors and ids are whole.
 ENTRY_FIELDS = ("index", "rows", "first_line", "sha256")  # A shard's entry in the manifest.
 
 
@@ -43,7 +44,7 @@ def ids_file(index: int, strings: bool) -> str:
 
 
 def done_file(index: int) -> str:
-  return f"{shard_stem(index)}.done.json"
+  return f"{shard_stem(index)}{DONE_SUFFIX}"
 
 
 def npy_bytes(array: np.ndarray) -> bytes:

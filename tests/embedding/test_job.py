@@ -6,19 +6,22 @@ two hosts, in processes of their own: tests/test_embed.py."""
 import hashlib
 import json
 import re
+import shutil
 import threading
 import types
 
 import numpy as np
 import pytest
+import safetensors.numpy
 
 from configs import embed as embed_config
 from jaxemb import embedding, storage
 from jaxemb.data.sts import add_period
 from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError, WorkdirError
+from jaxemb.errors import ConfigError, DataError, WorkdirError
 from jaxemb.methods import base as methods_base
+from jaxemb.models import load_tokenizer
 from jaxemb.spec import EmbedRun
 from tests.support import REPO, shared_path
 
@@ -245,6 +248,63 @@ def test_a_tsv_corpus_with_ids_in_float16_normalized(tiny_bert, lines, tmp_path)
     ]
   )
   np.testing.assert_array_equal(vectors[:], expected.astype(np.float16))
+
+
+def _edited_copy(model, folder, name, edit):
+  """A copy of the checkpoint `model` in `folder` with weight `name` changed in place by `edit`."""
+  shutil.copytree(model, folder)
+  state = safetensors.numpy.load_file(str(folder / "model.safetensors"))
+  edit(state[name])
+  safetensors.numpy.save_file(state, str(folder / "model.safetensors"))
+  return folder
+
+
+def test_a_vector_that_is_not_finite_stops_the_job_before_its_shard_is_written(tiny_bert, lines, tmp_path):
+  # A weight finite but at float32's limit overflows the forward of each sentence holding its token: NaN vectors,
+  # which a search would rank first. The shard before them is written, theirs is not.
+  tokenizer, token = load_tokenizer(tiny_bert), load_tokenizer(tiny_bert).convert_tokens_to_ids("south")
+  model = _edited_copy(
+    tiny_bert, tmp_path / "overflows", "bert.embeddings.word_embeddings.weight", lambda w: w.__setitem__(token, 3e38)
+  )
+  holding = [line for line in lines if token in tokenizer(line)["input_ids"]]
+  others = [line for line in lines if line not in holding]
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("".join(f"{line}\n" for line in others[:22] + holding[:3] + others[22:30]), "utf-8")
+  config = _config(model, corpus, tmp_path / "out", dict(name="last_avg"), shard_rows=20)
+  with pytest.raises(DataError) as raised:
+    job.embed_corpus(EmbedRun.from_config(config))
+  assert str(raised.value) == (
+    f"{corpus}:23: its vector is not finite (3 of the shard's 13 are not): "
+    f"the model {model} with method 'last_avg' gives NaN or infinity for it"
+  )
+  assert (tmp_path / "out/shards/00000.done.json").is_file()
+  assert not list((tmp_path / "out/shards").glob("00001*"))
+
+
+def test_vectors_float16_cannot_hold_stop_the_job_naming_the_record(tiny_bert, lines, tmp_path):
+  model = _edited_copy(
+    tiny_bert, tmp_path / "large", "bert.encoder.layer.2.output.LayerNorm.bias", lambda b: b.__iadd__(1e5)
+  )
+  path = tmp_path / "corpus.tsv"
+  path.write_text("id\ttext\n" + "".join(f"doc-{i}\t{line}\n" for i, line in enumerate(lines[:8])), "utf-8")
+  config = _config(model, path, tmp_path / "out", dict(name="last_avg"), format="tsv", id_column="id", dtype="float16")
+  with pytest.raises(DataError) as raised:
+    job.embed_corpus(EmbedRun.from_config(config))
+  assert str(raised.value) == (
+    f"{path}: record doc-0: its vector is not finite (8 of the shard's 8 are not): float16 cannot hold its values "
+    "(beyond 65,504): set --config.embed.dtype=float32"
+  )
+  # The folder holds the stopped job's manifest alone: the line says that removing it loses nothing.
+  config.embed.dtype = "float32"
+  with pytest.raises(WorkdirError) as raised:
+    job.embed_corpus(EmbedRun.from_config(config))
+  assert str(raised.value) == (
+    f'{tmp_path}/out holds the manifest of another job and none of its shards (dtype "float16" -> "float32"): '
+    f"remove {tmp_path}/out (it holds no vectors), or choose another --config.embed.output"
+  )
+  shutil.rmtree(tmp_path / "out")
+  job.embed_corpus(EmbedRun.from_config(config))
+  assert np.abs(embedding.load(tmp_path / "out").vectors[:]).min() > 65504
 
 
 def test_whitening_embeds_with_the_state_it_was_fitted(tiny_bert, corpus, lines, tmp_path):
