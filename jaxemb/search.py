@@ -52,7 +52,7 @@ _AXIS = "rows"  # The mesh axis a corpus block is split along.
 
 class Neighbours(NamedTuple):
   """Each query's top k, best first: `scores` [queries, k] float32 and `rows` [queries, k] int64 (corpus rows;
-  -1 with score -inf where the corpus has fewer than k rows to offer)."""
+  -1 with score -inf where the corpus has fewer than k rows to offer: rows holding NaN or infinity offer none)."""
 
   scores: np.ndarray
   rows: np.ndarray
@@ -147,7 +147,7 @@ def _search_host(
     _scan_corpus(
       step,
       mesh,
-      _padded(queries[i : i + chunk], chunk),
+      _padded(_finite_queries(queries[i : i + chunk], i), chunk),
       corpus,
       (start, stop),
       exclude[i : i + chunk] - start,
@@ -158,6 +158,19 @@ def _search_host(
   if not found:
     return np.zeros((0, step.k), np.float32), np.zeros((0, step.k), np.int32)
   return tuple(np.concatenate(part)[: len(queries)] for part in zip(*found))
+
+
+def _finite_queries(rows: Any, first: int, source: str = "") -> np.ndarray:
+  """The query rows from query `first` as a NumPy array; a DataError (its line starting with `source`) naming the
+  first that holds NaN or infinity, whose scores against every row would be NaN, ranked at random."""
+  rows = np.asarray(rows)
+  bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+  if len(bad):
+    raise DataError(
+      f"{source}query {first + bad[0]} holds NaN or infinity ({len(bad):,} of queries {first}-{first + len(rows) - 1}"
+      " do): it has no score against any row"
+    )
+  return rows
 
 
 def _padded(rows: Any, size: int) -> np.ndarray:
@@ -177,28 +190,36 @@ def _scan_corpus(
 ) -> tuple[np.ndarray, np.ndarray]:
   """The top k of one chunk of queries among corpus rows [start, stop), as (scores, rows - start); `exclude` is
   counted from `start` too. Blocks go to the device one after another; JAX dispatches each step without waiting,
-  so the host reads the next block while the device scores this one. Only a block with filler rows (the last) or
-  a query's excluded row takes the masked step."""
+  so the host reads the next block while the device scores this one. Only a block with filler rows (the last),
+  rows holding NaN or infinity (no one's neighbours: their scores would rank first) or a query's excluded row
+  takes the masked step."""
   start, stop = rows
   replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(_AXIS))
   queries = jax.device_put(queries, replicated)
   device_exclude = np.pad(exclude, (0, len(queries) - len(exclude)), constant_values=-1).astype(np.int32)
   device_exclude = jax.device_put(device_exclude, replicated)
+  every_row = jax.device_put(np.ones(block_rows, bool), split)
   best = step.initial(len(queries))
   for first in range(0, stop - start, block_rows):
     end = first + block_rows
-    block = jax.device_put(_padded(corpus[start + first : start + min(end, stop - start)], block_rows), split)
-    masked = end > stop - start or bool(((exclude >= first) & (exclude < end)).any())
-    best = step(masked, *best, queries, block, np.int32(first), np.int32(stop - start), device_exclude)
+    block = np.asarray(corpus[start + first : start + min(end, stop - start)])
+    finite = np.isfinite(block).all(axis=1)
+    keep = every_row
+    if end > stop - start or not finite.all():  # Filler rows, or rows no score can rank.
+      keep = jax.device_put(np.pad(finite, (0, block_rows - len(block))), split)
+      block = np.where(finite[:, None], block, 0)
+    masked = keep is not every_row or bool(((exclude >= first) & (exclude < end)).any())
+    block = jax.device_put(_padded(block, block_rows), split)
+    best = step(masked, *best, queries, block, np.int32(first), keep, device_exclude)
   return np.asarray(best[0]), np.asarray(best[1])
 
 
 class _Step:
-  """The jitted steps of one search: (masked; best scores, best rows, queries, block, block's first row, rows,
+  """The jitted steps of one search: (masked; best scores, best rows, queries, block, block's first row, keep,
   exclude) -> the best scores and rows after the block, rows counted from the process's first row. Two programs,
-  each compiled at its first call: the masked one scores rows past `rows` (filler) and each query's `exclude` row
-  -inf, the other skips that pass over the scores, which XLA's CPU loop costs more than the top k (1,024 x 4,096
-  scores: 25 ms, the dot 40 ms)."""
+  each compiled at its first call: the masked one scores the block's rows `keep` ([block rows] bools) leaves out
+  (filler, rows that are not finite) and each query's `exclude` row -inf, the other skips that pass over the
+  scores, which XLA's CPU loop costs more than the top k (1,024 x 4,096 scores: 25 ms, the dot 40 ms)."""
 
   def __init__(self, mesh: jax.sharding.Mesh, k: int, cosine: bool, approximate: bool, recall_target: float):
     self.k = k
@@ -209,11 +230,11 @@ class _Step:
       )
       # all_gather's result is the same on every device, which shard_map cannot infer from a tiled gather.
       scored = jax.shard_map(
-        top_k, mesh=mesh, in_specs=(P(), P(_AXIS), P(), P(), P()), out_specs=(P(), P()), check_vma=False
+        top_k, mesh=mesh, in_specs=(P(), P(_AXIS), P(), P(_AXIS), P()), out_specs=(P(), P()), check_vma=False
       )
 
-      def step(best_scores, best_rows, queries, block, first, valid, exclude, scored=scored):
-        scores, rows = scored(queries, block, first, valid, exclude)
+      def step(best_scores, best_rows, queries, block, first, keep, exclude, scored=scored):
+        scores, rows = scored(queries, block, first, keep, exclude)
         return _merge(best_scores, best_rows, scores, rows, k)
 
       self._steps[masked] = jax.jit(step)
@@ -233,9 +254,9 @@ def _block_step(mesh: jax.sharding.Mesh, k: int, cosine: bool, approximate: bool
   return _Step(mesh, k, cosine, approximate, recall_target)
 
 
-def _device_top_k(queries, block, first, valid, exclude, *, k, cosine, approximate, recall_target, masked):
+def _device_top_k(queries, block, first, keep, exclude, *, k, cosine, approximate, recall_target, masked):
   """One device's share of a block: the top k of its rows for each query, gathered from every device in row order
-  ([queries, devices * k] scores and rows). `masked`: rows at or past `valid` (the last block's filler) and each
+  ([queries, devices * k] scores and rows). `masked`: rows `keep` (this device's share of it) leaves out and each
   query's `exclude` row score -inf."""
   if cosine:
     queries, block = _unit(queries), _unit(block.astype(jnp.float32))
@@ -245,7 +266,7 @@ def _device_top_k(queries, block, first, valid, exclude, *, k, cosine, approxima
   precision = jax.lax.Precision.DEFAULT if approximate else jax.lax.Precision.HIGHEST
   scores = jnp.dot(queries, block.astype(jnp.float32).T, precision=precision)
   if masked:
-    scores = jnp.where((rows < valid)[None, :] & (rows[None, :] != exclude[:, None]), scores, -jnp.inf)
+    scores = jnp.where(keep[None, :] & (rows[None, :] != exclude[:, None]), scores, -jnp.inf)
   kept = min(k, block.shape[0])
   if approximate:
     scores, index = jax.lax.approx_max_k(scores, kept, recall_target=recall_target)
@@ -458,7 +479,7 @@ def _query_vectors(path: str, dim: int) -> np.ndarray:
     raise DataError(f"{path}: an .npz archive; --queries takes one .npy array of [queries, {dim}] vectors")
   if vectors.dtype.kind not in "fiu" or vectors.ndim != 2 or vectors.shape[1] != dim:
     raise DataError(f"{path}: {list(vectors.shape)} {vectors.dtype} vectors; the index's are [N, {dim}] numbers")
-  return vectors
+  return _finite_queries(vectors, 0, f"{path}: ")
 
 
 def _corpus_lines(manifest: dict[str, Any], rows: np.ndarray) -> dict[int, str]:

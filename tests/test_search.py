@@ -15,7 +15,7 @@ from jaxemb import search
 from jaxemb.embedding import job
 from jaxemb.methods import base as methods_base
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, DataError
 from tests import search_host
 from tests.support import REPO, free_port, shared_path, simulated_devices
 
@@ -145,6 +145,33 @@ def test_the_last_blocks_filler_rows_are_never_neighbours(metric):
   found = search.search(queries, corpus, 40, metric=metric, block_rows=32)  # Blocks of 32: 8 rows, then 24 filler.
   _, expected = _brute_force(queries, corpus, 40, metric)
   np.testing.assert_array_equal(found.rows, expected)
+
+
+@pytest.mark.parametrize("metric", search.METRICS)
+def test_rows_that_are_not_finite_are_no_ones_neighbours(metric):
+  """Rows holding NaN or infinity (a full block's and the last block's) score no query: NaN would rank first, as
+  lax.top_k orders it above every number. The neighbours are those of the other rows, numbered as in the corpus;
+  past them, rows -1."""
+  rng = np.random.default_rng(9)
+  corpus, queries = rng.standard_normal((70, 6)).astype(np.float32), rng.standard_normal((5, 6)).astype(np.float32)
+  corpus[[3, 40, 69], [0, 2, 5]] = [np.nan, np.inf, -np.inf]
+  finite = np.setdiff1d(np.arange(70), [3, 40, 69])
+  found = search.search(queries, corpus, 10, metric=metric, block_rows=32)
+  assert np.isin(found.rows, finite).all()
+  _assert_exact(
+    search.Neighbours(found.scores, np.searchsorted(finite, found.rows)), queries, corpus[finite], 10, metric
+  )
+  every = search.search(queries, corpus, 70, metric=metric, block_rows=32)
+  assert (every.rows[:, 67:] == -1).all() and np.isneginf(every.scores[:, 67:]).all()
+  assert [sorted(rows) for rows in every.rows[:, :67].tolist()] == [finite.tolist()] * 5
+
+
+def test_a_query_that_is_not_finite_is_refused_naming_it():
+  queries = np.ones((3, 4), np.float32)
+  queries[1, 2] = np.nan
+  with pytest.raises(DataError) as raised:
+    search.search(queries, np.ones((8, 4), np.float32), 2)
+  assert str(raised.value) == "query 1 holds NaN or infinity (1 of queries 0-2 do): it has no score against any row"
 
 
 def test_k_is_cut_to_the_corpus_and_a_missing_neighbour_is_row_minus_one():
@@ -411,6 +438,10 @@ def test_a_queries_file_that_cannot_be_read_is_one_line_naming_it(tiny_index, tm
     "words.npy": (
       lambda p: np.save(p, np.full((1, vectors.shape[1]), "a")),
       rf"words\.npy: \[1, {vectors.shape[1]}\] <U1 vectors; the index's are \[N, {vectors.shape[1]}\] numbers",
+    ),
+    "nan.npy": (
+      lambda p: np.save(p, np.where(np.arange(2)[:, None] == 1, np.nan, np.asarray(vectors[:2]))),
+      r"nan\.npy: query 1 holds NaN or infinity \(1 of queries 0-1 do\): it has no score against any row",
     ),
   }
   for name, (write, message) in files.items():
