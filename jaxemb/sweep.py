@@ -10,7 +10,8 @@ one setting at a time (PromptBERT Tables 8-9, CoT-BERT Tables 3, 4 and 6). An ex
     (<row> is `slug`: the row's name and a hash of its overrides, so a command with other overrides makes new runs)
     <workdir>/table.md, .json  mean ± std per row over whatever sts.json files exist
 
-A run with sts.json is finished and skipped; any other resumes from its last checkpoint (train.py's resume). Runs are
+A run with sts.json is finished and skipped, as is one whose training diverged (diverged.json: resuming would
+diverge again, as the same steps would run); any other resumes from its last checkpoint (train.py's resume). Runs are
 independent, so hosts can split them (`--shard i/n`) and any host can write the table once they are done. The
 workdir may be in a bucket (gs://), where every host sees every run.
 """
@@ -38,11 +39,12 @@ from jaxemb import cli
 from jaxemb import config_fields, spec
 from jaxemb import storage
 from jaxemb import xla
-from jaxemb.errors import ConfigError
+from jaxemb.errors import ConfigError, Diverged
 from jaxemb.evaluation import run as eval_run
 from jaxemb.training import loop
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
+DIVERGED_FILE = "diverged.json"  # A training run whose loss or params went non-finite: done, without scores.
 # The papers' 7 test tasks ("all" setting), with the column names of their tables.
 TASK_COLUMNS = {
   "STS12": "STS12",
@@ -70,7 +72,11 @@ class Run:
 
   @property
   def finished(self) -> bool:
-    return self.result() is not None
+    return self.diverged or self.result() is not None
+
+  @property
+  def diverged(self) -> bool:
+    return (self.directory / DIVERGED_FILE).exists()
 
   def result(self) -> dict[str, Any] | None:
     """The run's sts.json, None when it has none. One that does not read as the scores (a file garbled or edited
@@ -200,11 +206,22 @@ def shard(runs: Sequence[Run], index: int, count: int) -> list[Run]:
 
 def execute(run: Run) -> dict[str, Any]:
   """Trains (or resumes) a training run and scores its best step on the 7 STS tasks with evaluate.py's STS job
-  (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last."""
+  (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last, or <run>/diverged.json when
+  the training diverges (said in a note line)."""
   if not run.is_training:
     return eval_run.run_sts(spec.EvaluationRun.from_config(run.config))
   trained = spec.TrainingRun.from_config(run.config)
-  training = loop.train(trained)
+  try:
+    training = loop.train(trained)
+  except Diverged as e:  # A seed's result, not the sweep's end: the next runs go on.
+    atomic.write_json(run.directory / DIVERGED_FILE, {"seed": run.seed, "error": str(e)})
+    print(
+      f"note: {run.directory} diverged ({e}): recorded in {DIVERGED_FILE}, which the table counts and a rerun "
+      "skips (remove it to train the run again)",
+      file=sys.stderr,
+      flush=True,
+    )
+    return {"diverged": str(e)}
   summary = {
     **eval_run.run_sts(scoring_run(trained)),
     "best_step": training["best_step"],
@@ -275,6 +292,7 @@ def aggregate(experiment: spec.Experiment, runs: Sequence[Run]) -> list[dict[str
         "paper": row.get("paper", ""),
         "runs": len(results),
         "planned": len(mine),
+        "diverged": sum(run.diverged for run in mine),
         "model": mine[0].config.model.path,
         "seeds": [run.seed for run, _ in finished],
         **{name: _stats(values) for name, values in scores.items()},
@@ -323,7 +341,7 @@ def markdown(experiment: spec.Experiment, records: Sequence[dict[str, Any]]) -> 
       r["paper"] or "–",
       f"{average['mean']:.2f} ± {average['std']:.2f}" if average else "–",
       *(f"{average[k]:.2f}" if average else "–" for k in ("min", "max")),
-      f"{r['runs']}/{r['planned']}",
+      f"{r['runs']}/{r['planned']}" + (f", {r['diverged']} diverged" if r["diverged"] else ""),
       *(f"{r[task]['mean']:.2f}" if r[task] else "–" for task in TASK_COLUMNS),
       f"{r['stsb_dev']['mean']:.2f}" if r["stsb_dev"] else "–",
       r["model"],
