@@ -112,7 +112,8 @@ def complete(config: ml_collections.ConfigDict, argv: Sequence[str] = ()):
   """Adds to `config` (unlocked, in place) the library's fields it leaves out: those of the method config.method
   names (`jaxemb.methods.base.defaults`; a transform's source block in it too), and those of each config.evals
   entry's type. The names on the command line `argv` win over the file's: `--config.method.name=<name>` completes
-  that method's fields (the file's stay, for its spec to refuse those the method does not take), and
+  that method's fields (the file's fields that method takes stay; those it does not were the file's method's, and
+  are left out, said in a note line; one the command line sets is the spec's to refuse), and
   `--config.evals.<name>.type=<type>` adds an evaluator, its `every` left unset for the command line to give. A name
   or type that is not one is left for the spec and the evaluators to refuse."""
   if "method" in config:
@@ -130,11 +131,14 @@ def complete_method(block: ml_collections.ConfigDict, name: str | None, argv: Se
   """Names method `name` (None: the block's own) in the method block `block` (config.<where>) and adds the fields of
   that method it leaves out, a transform's nested source block completed by its own name in turn
   (`--config.<where>.source.name`)."""
-  name = block.get("name", "") if name is None else name
+  own = block.get("name", "")
+  name = own if name is None else name
   if name not in methods.names():
     return  # No method (a run's own), or not one: the spec says so.
   block.name = name
   defaults = methods.defaults(name)
+  if name != own:
+    _leave_out_fields_of(own, block, defaults, argv, where)
   _add_missing(block, {key: value for key, value in defaults.items() if not isinstance(value, dict)})
   for key, value in defaults.items():
     if isinstance(value, dict):  # A transform's source method.
@@ -142,6 +146,27 @@ def complete_method(block: ml_collections.ConfigDict, name: str | None, argv: Se
         block[key] = ml_collections.ConfigDict({"name": value["name"]})
       source = _flag_value(argv, rf"{CONFIG}\.{re.escape(where)}\.{key}\.name")
       complete_method(block[key], source, argv, f"{where}.{key}")
+
+
+def _leave_out_fields_of(
+  own: str, block: ml_collections.ConfigDict, takes: Mapping[str, Any], argv: Sequence[str], where: str
+):
+  """Removes from `block` the fields of the config file's method `own` that the method the command line names (its
+  fields `takes`) does not take, unless the command line sets them too, and says which in one line on stderr:
+  `eval_analysis.py`'s template is its prompt's, not Ditto's, and whitening's source is not the file's prompt."""
+  left_out = [
+    key
+    for key in list(block.keys())
+    if key not in takes and _flag_value(argv, rf"{CONFIG}\.{re.escape(where)}\.{re.escape(key)}(\..*)?") is None
+  ]
+  for key in left_out:
+    del block[key]
+  if left_out:
+    owner = f"a field of method {own!r}, not of {block.name!r}" if own else f"not a field of method {block.name!r}"
+    fields = " and ".join(left_out)
+    print(
+      f"note: --{CONFIG}.{where}.name={block.name}: the config file's {fields} ({owner}) is left out", file=sys.stderr
+    )
 
 
 def _add_missing(block: ml_collections.ConfigDict, defaults: Mapping[str, Any]):

@@ -10,7 +10,7 @@ import sys
 import pytest
 from absl import flags
 
-from configs import train_common
+from configs import eval_prompt, train_common
 from jaxemb import cli
 from jaxemb.errors import ConfigError, Diverged, StorageError
 from jaxemb.methods import base as methods
@@ -202,9 +202,31 @@ def test_print_config_prints_the_resolved_config_and_exits_0(tmp_path):
 
 
 def test_print_config_refuses_what_the_command_would_refuse():
-  """Not a listing of a config the command would not run: its error line instead (a template the method takes not)."""
-  refused = _command("evaluate.py", "eval_prompt.py", "--config.method.name=whitening", "--print_config")
-  assert _one_error_line(*refused).startswith("config.method: method 'whitening' takes no template; got template=")
+  """Not a listing of a config the command would not run: its error line instead (a template the method takes not,
+  set on the command line)."""
+  refused = _command(
+    "evaluate.py", "eval_prompt.py", "--config.method.name=whitening", "--config.method.template=[X]", "--print_config"
+  )
+  assert _one_error_line(*refused) == (
+    "config.method: method 'whitening' takes no template; got template='[X]'; its fields: corpus, dims, source; "
+    "methods that take template: prompt, prompt_mlm_top_k"
+  )
+
+
+def test_a_method_the_command_line_names_leaves_out_the_config_files_fields_it_does_not_take(monkeypatch, capsys):
+  """eval_analysis.py's template is its prompt's: Ditto's analysis (Ditto Table 5) ran into 'ditto takes no
+  template' and no flag could unset it. The fields the named method takes stay (PromptBERT's template for the MLM
+  top-k), and whitening's source is its own default, said in the note, not the file's prompt."""
+  config = _completed(monkeypatch, "eval_analysis.py", "--config.method.name=ditto", "--config.method.head=3")
+  assert config.method.to_dict() == {**methods.defaults("ditto"), "head": 3}
+  assert capsys.readouterr().err == (
+    "note: --config.method.name=ditto: the config file's template (a field of method 'prompt', not of 'ditto') is "
+    "left out\n"
+  )
+  config = _completed(monkeypatch, "eval_prompt.py", "--config.method.name=prompt_mlm_top_k")
+  assert config.method.template == eval_prompt.get_config().method.template and not capsys.readouterr().err
+  config = _completed(monkeypatch, "eval_prompt.py", "--config.method.name=whitening")
+  assert config.method.to_dict() == methods.defaults("whitening") and "template" in capsys.readouterr().err
 
 
 @pytest.mark.e2e  # The commands get as far as opening the model and the data (12-22 s).
