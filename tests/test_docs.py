@@ -18,13 +18,14 @@ import itertools
 import pathlib
 import re
 import shlex
+import sys
 
 import pytest
 from absl import app  # noqa: F401  # pylint: disable=unused-import  # Defines absl's own flags (--pdb, ...) that every command takes.
 from absl import flags
 from absl import logging  # noqa: F401  # pylint: disable=unused-import  # Defines --verbosity, --logtostderr, ...
 
-from jaxemb import cli, config_fields
+from jaxemb import cli, config_fields, spec
 from jaxemb import sweep
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import evaluators
@@ -338,6 +339,44 @@ def test_docs_quote_commands_of_every_kind():
 def test_every_quoted_command_names_an_entry_point_config_and_flags_that_exist():
   found = [problem for command in _all_commands() for problem in problems(command)]
   assert not found, "\n".join(found)
+
+
+def test_every_quoted_command_builds_the_spec_its_command_runs(monkeypatch):
+  """Each quoted command's config, its --config.* overrides applied as the command applies them, is one its spec
+  accepts (what --print_config checks): a field the named method does not take, a value of a field's wrong kind
+  fail here. (docs/experiments.md's Ditto Table 5 command stopped with 'method ditto takes no template'.)"""
+  problems, checked = [], 0
+  for command in _all_commands():
+    argv = _config_words(command.argv)
+    if command.argv[0] not in ENTRY_POINTS or not argv:
+      continue
+    checked += 1
+    monkeypatch.setattr(sys, "argv", [command.argv[0], *argv])  # config_flags reads the overrides from sys.argv.
+    values = flags.FlagValues()
+    config = cli.define_config("the command's config", values)
+    try:
+      values(sys.argv)
+      typed = spec.spec_class(config.value)
+      if typed is not None:
+        typed.from_config(config.value)
+    except Exception as e:  # pylint: disable=broad-except  # Each problem named, all at once.
+      problems.append(f"{command.where}: {' '.join(command.argv)}: {type(e).__name__}: {e}")
+  assert not problems, "\n".join(problems)
+  assert checked > 100  # Every entry point's commands in README and docs/.
+
+
+def _config_words(argv: tuple[str, ...]) -> list[str]:
+  """The --config FILE and --config.* words of a command, those holding an elided part (`...`, `<run>`) left out;
+  [] for a command without --config."""
+  words = []
+  for i, word in enumerate(argv):
+    if _PLACEHOLDER in word or "<" in word:
+      continue
+    if word == "--config" and i + 1 < len(argv):
+      words += [word, argv[i + 1]]
+    elif word.startswith(("--config=", "--config.", "--noconfig.")):
+      words.append(word)
+  return words if any(word == "--config" or word.startswith("--config=") for word in words) else []
 
 
 def test_every_config_field_the_docs_name_is_a_field_of_a_config():
