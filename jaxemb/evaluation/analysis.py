@@ -200,17 +200,26 @@ SAMPLE_ORDERS = ("first", "random")
 
 
 def read_sample(
-  path: str | pathlib.Path, size: int, max_words: int = 0, lowercase: bool = False, order: str = "first", seed: int = 0
+  path: str | pathlib.Path,
+  size: int,
+  max_words: int = 0,
+  lowercase: bool = False,
+  order: str = "first",
+  seed: int = 0,
+  *,
+  field: str,
 ) -> list[str]:
   """`size` non-empty lines of a text file: the first ones (order "first"), as kongds/Prompt-BERT's code samples
   wiki1m for anisotropy (it lowercases them and keeps the first 32 words), or `size` drawn uniformly without
   replacement with `seed`, kept in file order (order "random": the papers' "randomly sampled" sentences).
-  `max_words` 0 keeps every word."""
+  `max_words` 0 keeps every word. `field`, the config field naming the file, is what an error names."""
   if order not in SAMPLE_ORDERS:
     raise ConfigError(f"sample order {order!r} is not one of {SAMPLE_ORDERS}")
   path = pathlib.Path(path)
   if not path.is_file():
-    raise sts_data.DataError(f"{path}: no such file (the sentence sample for anisotropy)")
+    raise sts_data.DataError(
+      f"{field}={path}: no such file; point it at a text file, one sentence per line (e.g. the wiki1m sample)"
+    )
   sample = []
   with path.open(encoding="utf-8") as lines:
     for line in lines:
@@ -223,7 +232,7 @@ def read_sample(
     chosen = np.sort(np.random.default_rng(seed).choice(len(sample), size, replace=False))
     sample = [sample[i] for i in chosen]
   if len(sample) < 2:
-    raise sts_data.DataError(f"{path}: {len(sample)} non-empty lines; anisotropy needs at least 2")
+    raise sts_data.DataError(f"{field}={path}: {len(sample)} non-empty lines; anisotropy needs at least 2")
   if len(sample) < size:  # A number over fewer sentences than the paper's is not quite the paper's.
     print(f"note: {path} has {len(sample)} non-empty lines, fewer than the {size} asked: all are used", file=sys.stderr)
   return sample
@@ -235,7 +244,13 @@ def run_analysis(config: AnalysisRun) -> dict[str, Any]:
   a = config.analysis
   # Data errors surface before the model is loaded.
   sample = read_sample(
-    a.sample_file, a.sample_size, a.sample_max_words, a.sample_lowercase, a.sample_order, a.sample_seed
+    a.sample_file,
+    a.sample_size,
+    a.sample_max_words,
+    a.sample_lowercase,
+    a.sample_order,
+    a.sample_seed,
+    field="analysis.sample_file",
   )
   with common.reading_senteval(config.data):
     stsb_test = sts_data.load_sts_task(config.data.senteval_dir, "STSBenchmark", "test", config.data.source)

@@ -170,7 +170,9 @@ def run_ditto_analysis(config: DittoAnalysisRun) -> dict[str, Any]:
   if not a.idf_path:
     raise ConfigError("ditto_analysis.idf_path is empty: fit an IDF table first (configs/fit_idf.py)")
   idf_table = tfidf.load_idf(a.idf_path)
-  sample = analysis.read_sample(a.sample_file, a.sample_size, order=a.sample_order, seed=a.sample_seed)
+  sample = analysis.read_sample(
+    a.sample_file, a.sample_size, order=a.sample_order, seed=a.sample_seed, field="ditto_analysis.sample_file"
+  )
   tasks, dev = run.load_tasks(config)
   with common.opening_model(config.model):
     source = run_dir.open_source(config.model.path)  # A Hugging Face checkpoint or a run's best step.

@@ -1,6 +1,7 @@
 """Tests for jaxemb.evaluation.analysis: each metric against its formula written out directly, the [MASK] top
 tokens against HF PyTorch, and a whole run on all-MiniLM-L6-v2."""
 
+import functools
 import importlib.util
 import json
 import sys
@@ -11,6 +12,7 @@ import torch
 import transformers
 
 from configs import eval_analysis
+from jaxemb.errors import DataError
 from jaxemb.evaluation import analysis
 from jaxemb.models import load_pretrained, load_tokenizer
 from jaxemb.spec import AnalysisRun
@@ -178,16 +180,30 @@ def test_run_analysis_on_minilm(tmp_path, capsys):
 
 def test_read_sample_first_lines_or_a_seeded_random_sample(tmp_path, capsys):
   path = tmp_path / "lines.txt"
+  read = functools.partial(analysis.read_sample, path, field="analysis.sample_file")
   path.write_text("".join(f"Line {i} word word\n" + ("\n" if i % 3 == 0 else "") for i in range(100)), encoding="utf-8")
-  first = analysis.read_sample(path, 5, max_words=2, lowercase=True)
+  first = read(5, max_words=2, lowercase=True)
   assert first == [f"line {i}" for i in range(5)]  # Blank lines skipped, 2 words, lowercased.
-  drawn = analysis.read_sample(path, 10, order="random", seed=1)
-  assert drawn == analysis.read_sample(path, 10, order="random", seed=1)  # Seeded.
-  assert drawn != analysis.read_sample(path, 10, order="random", seed=2)
+  drawn = read(10, order="random", seed=1)
+  assert drawn == read(10, order="random", seed=1)  # Seeded.
+  assert drawn != read(10, order="random", seed=2)
   numbers = [int(line.split()[1]) for line in drawn]
   assert len(set(numbers)) == 10 and numbers == sorted(numbers) and numbers != list(range(10))
   assert not capsys.readouterr().err
-  assert len(analysis.read_sample(path, 1000, order="random")) == 100  # Fewer lines than asked: all, and a note.
+  assert len(read(1000, order="random")) == 100  # Fewer lines than asked: all, and a note.
   assert capsys.readouterr().err == f"note: {path} has 100 non-empty lines, fewer than the 1000 asked: all are used\n"
   with pytest.raises(ValueError, match="sample order 'shuffled' is not one of"):
-    analysis.read_sample(path, 5, order="shuffled")
+    read(5, order="shuffled")
+
+
+@pytest.mark.parametrize("field", ["analysis.sample_file", "ditto_analysis.sample_file"])
+def test_a_sample_file_missing_or_too_short_is_one_line_naming_its_field(tmp_path, field):
+  with pytest.raises(DataError) as raised:
+    analysis.read_sample(tmp_path / "wiki.txt", 100, field=field)
+  assert str(raised.value) == (
+    f"{field}={tmp_path / 'wiki.txt'}: no such file; point it at a text file, one sentence per line (e.g. the wiki1m "
+    "sample)"
+  )
+  (tmp_path / "wiki.txt").write_text("one line\n\n", encoding="utf-8")
+  with pytest.raises(DataError, match=rf"^{field}=.*wiki.txt: 1 non-empty lines; anisotropy needs at least 2$"):
+    analysis.read_sample(tmp_path / "wiki.txt", 100, field=field)
