@@ -32,6 +32,7 @@ from jaxemb import atomic, pooling, storage, templates, tfidf, xla
 from jaxemb.errors import ConfigError
 from jaxemb.evaluation import analysis, common, correlation, run, search
 from jaxemb.models import Transformer, run_dir
+from jaxemb.progress import track
 from jaxemb.spec import DittoAnalysisRun
 
 
@@ -203,9 +204,8 @@ def run_ditto_analysis(config: DittoAnalysisRun) -> dict[str, Any]:
   impact = xla.jit(
     functools.partial(impact_matrix, model, mask_id=tokenizer.mask_token_id, batch_size=a.impact_batch_size)
   )
-  summary["impact"] = _impact_correlation(
-    impact, params, _sentence_rows(tokenizer, sample[: a.impact_size], a.impact_max_tokens), idf, a
-  )
+  rows = _sentence_rows(tokenizer, sample[: a.impact_size], a.impact_max_tokens)
+  summary["impact"] = _impact_correlation(impact, params, rows, idf, a, config.eval.progress)
   summary["seconds"]["impact"] = time.perf_counter() - start
 
   summary["figures"] = _figures(config, model, params, tokenizer, impact, top[0])
@@ -256,15 +256,16 @@ def _sentence_rows(tokenizer: templates.Tokenizer, sentences: Sequence[str], max
 
 
 def _impact_correlation(
-  impact: Any, params: Any, rows: Sequence[np.ndarray], idf: np.ndarray, options: Any
+  impact: Any, params: Any, rows: Sequence[np.ndarray], idf: np.ndarray, options: Any, progress: bool
 ) -> dict[str, Any]:
   """Table 3's row: the correlation of each token's mean impact (`impact(params, row)` jitted) with its TF-IDF;
-  `options` is config.ditto_analysis."""
+  `options` is config.ditto_analysis. The sentences' progress is shown as config.eval.progress says (`progress`):
+  N^2 forwards a sentence, minutes on a CPU."""
   impacts = []
-  for k, row in enumerate(rows):
-    impacts.append(token_impact(impact(params, jnp.asarray(row))))
-    if (k + 1) % 10 == 0:
-      logging.info("impact matrices: %d of %d sentences", k + 1, len(rows))
+  with track("impact matrices", len(rows), "sentence", progress) as advance:
+    for row in rows:
+      impacts.append(token_impact(impact(params, jnp.asarray(row))))
+      advance(1)
   weights = [sentence_tfidf(row[1:-1], idf, options.tfidf_normalize) for row in rows]
   pearson, spearman = tfidf_correlation(impacts, weights)
   return {
