@@ -266,6 +266,9 @@ def test_a_killed_sweep_reruns_only_what_did_not_finish(root, tmp_path, monkeypa
   assert not list(tmp_path.glob("gs:*"))
 
 
+DIVERGED = "loss is nan at step 7; stopped without saving; the checkpoints saved before it (in ..., if any) are kept"
+
+
 def test_a_run_that_diverges_is_recorded_counted_and_skipped_while_the_sweep_goes_on(tmp_path, monkeypatch, capsys):
   """A diverged seed stopped the sweep, and every rerun diverged again at the same step (the same steps from the
   same checkpoint), so the seeds after it never ran."""
@@ -275,7 +278,7 @@ def test_a_run_that_diverges_is_recorded_counted_and_skipped_while_the_sweep_goe
   def train(config):
     trained.append(config.train.seed)
     if config.train.seed == 2:
-      raise Diverged("loss is nan at step 7; stopped without saving; the last good checkpoint in ... is kept")
+      raise Diverged(DIVERGED)
     return {"best_step": 10, "select_metric": "stsb_dev/STSBenchmark", "best_value": 80.0}
 
   tasks = {task: {"all": 70.0} for task in sweep.TASK_COLUMNS}
@@ -285,14 +288,10 @@ def test_a_run_that_diverges_is_recorded_counted_and_skipped_while_the_sweep_goe
   text = sweep.run_experiment(experiment)
   assert trained == [1, 2, 3] and "| 70.00 ± 0.00 | 70.00 | 70.00 | 2/3, 1 diverged |" in text
   diverged = sweep.plan(experiment)[1]
-  assert json.loads((diverged.directory / sweep.DIVERGED_FILE).read_text()) == {
-    "seed": 2,
-    "error": "loss is nan at step 7; stopped without saving; the last good checkpoint in ... is kept",
-  }
+  assert json.loads((diverged.directory / sweep.DIVERGED_FILE).read_text()) == {"seed": 2, "error": DIVERGED}
   assert capsys.readouterr().err == (
-    f"note: {diverged.directory} diverged (loss is nan at step 7; stopped without saving; the last good checkpoint "
-    f"in ... is kept): recorded in diverged.json, which the table counts and a rerun skips (remove it to train the "
-    "run again)\n"
+    f"note: {diverged.directory} diverged ({DIVERGED}): recorded in diverged.json, which the table counts and a "
+    "rerun skips (remove it to train the run again)\n"
   )
   assert sweep.run_experiment(experiment) == text and trained == [1, 2, 3]
   assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["diverged"] == 1

@@ -186,8 +186,8 @@ class StepRecorder:
   def _report(self, done: int, metrics: dict[str, float]):
     if not np.isfinite(metrics["loss"]):
       raise Diverged(
-        f"loss is {metrics['loss']} at step {done}; stopped without saving; the last good checkpoint "
-        f"in {self.workdir.checkpoints_dir} is kept"
+        f"loss is {metrics['loss']} at step {done}; stopped without saving; the checkpoints saved before it "
+        f"(in {self.workdir.checkpoints_dir}, if any) are kept"
       )
     if self.first_step_seconds is None:
       self.first_step_seconds = time.perf_counter() - self.started
