@@ -143,8 +143,10 @@ def _search_host(
   row): the queries in chunks of one padded size, each chunk a pass over the rows."""
   start, stop = host_rows(len(corpus), jax.process_index(), jax.process_count())
   chunk = min(QUERY_ROWS, 1 << max(len(queries) - 1, 0).bit_length())
-  found = [
-    _scan_corpus(
+  found = []
+  for i in range(0, len(queries), chunk):
+    scan = functools.partial(
+      _scan_corpus,
       step,
       mesh,
       _padded(_finite_queries(queries[i : i + chunk], i), chunk),
@@ -153,8 +155,10 @@ def _search_host(
       exclude[i : i + chunk] - start,
       block_rows,
     )
-    for i in range(0, len(queries), chunk)
-  ]
+    scores, rows = scan(check_rows=False)
+    # A row holding NaN or infinity scores NaN or +-inf, and NaN and +inf rank first: only then are the rows
+    # checked, a pass on the host that a search of few queries would feel (1 query, 200,000 rows: +50%).
+    found.append(scan(check_rows=True) if np.isnan(scores).any() or np.isposinf(scores).any() else (scores, rows))
   if not found:
     return np.zeros((0, step.k), np.float32), np.zeros((0, step.k), np.int32)
   return tuple(np.concatenate(part)[: len(queries)] for part in zip(*found))
@@ -187,12 +191,13 @@ def _scan_corpus(
   rows: tuple[int, int],
   exclude: np.ndarray,
   block_rows: int,
+  check_rows: bool,
 ) -> tuple[np.ndarray, np.ndarray]:
   """The top k of one chunk of queries among corpus rows [start, stop), as (scores, rows - start); `exclude` is
   counted from `start` too. Blocks go to the device one after another; JAX dispatches each step without waiting,
   so the host reads the next block while the device scores this one. Only a block with filler rows (the last),
-  rows holding NaN or infinity (no one's neighbours: their scores would rank first) or a query's excluded row
-  takes the masked step."""
+  rows holding NaN or infinity (with `check_rows`: no one's neighbours, as their scores would rank first) or a
+  query's excluded row takes the masked step."""
   start, stop = rows
   replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(_AXIS))
   queries = jax.device_put(queries, replicated)
@@ -203,7 +208,7 @@ def _scan_corpus(
   for first in range(0, stop - start, block_rows):
     end = first + block_rows
     block = np.asarray(corpus[start + first : start + min(end, stop - start)])
-    finite = np.isfinite(block).all(axis=1)
+    finite = np.isfinite(block).all(axis=1) if check_rows else np.ones(len(block), bool)
     keep = every_row
     if end > stop - start or not finite.all():  # Filler rows, or rows no score can rank.
       keep = jax.device_put(np.pad(finite, (0, block_rows - len(block))), split)
