@@ -235,11 +235,11 @@ def _readable_manifest(out: storage.Path, manifest: dict[str, Any], num_shards: 
 
 def _holds_done_shards(out: storage.Path) -> bool:
   """Whether the folder `out` holds any shard's done record, of whichever job."""
-  listed = _listing(out)
-  folder = pathlib.Path(out / shards.SHARDS)
-  if listed is None:
-    listed = {p.name: p for p in folder.iterdir()} if folder.is_dir() else {}
-  return any(name.endswith(shards.DONE_SUFFIX) for name in listed)
+  names = _listing(out)
+  if names is None:  # A local folder.
+    folder = pathlib.Path(out / shards.SHARDS)
+    names = [path.name for path in folder.iterdir()] if folder.is_dir() else []
+  return any(name.endswith(shards.DONE_SUFFIX) for name in names)
 
 
 def _done_record(out: storage.Path, k: int) -> Any:
@@ -369,11 +369,10 @@ def _check_finite(
   if not len(bad):
     return
   row = int(bad[0])
-  where = (
-    f"{config.embed.corpus}:{first + row + 1}"
-    if config.embed.format == "text"
-    else (f"{config.embed.corpus}: record {ids[row] if ids else first + row}")
-  )
+  if config.embed.format == "text":
+    where = f"{config.embed.corpus}:{first + row + 1}"
+  else:
+    where = f"{config.embed.corpus}: record {ids[row] if ids else first + row}"
   if np.isfinite(vectors[row]).all():
     cause = "float16 cannot hold its values (beyond 65,504): set --config.embed.dtype=float32"
   else:
