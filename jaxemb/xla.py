@@ -3,7 +3,8 @@ other choices of how they compile per backend.
 
 On the CPU, XLA hands dots to YNNPACK by default (jaxlib 0.10), and upcasts a bfloat16 dot whole to float32. Per
 compute dtype jaxemb picks the library each dot goes to (bench/encoder_forward.py, docs/benchmarks.md):
-- float32: oneDNN's matmuls on x86 (the library torch's CPU matmuls come from; XLA's Eigen dots elsewhere).
+- float32: oneDNN's matmuls on x86 CPUs with AVX-512 (the library torch's CPU matmuls come from; XLA's Eigen dots
+  elsewhere, see `onednn_dots`).
   YNNPACK is 2-3x slower than Eigen on BERT's attention products (batch x heads of [length, head_dim]
   matrices): the bert-base-sized forward at batch 64 x 64 took 4.3 s with it and 3.8 s without (2 cores).
   oneDNN's were 1-13% faster than Eigen's in the forward and 2-4% in the train step on an AMD EPYC; on Intel
@@ -28,6 +29,7 @@ import functools
 import json
 import math
 import os
+import pathlib
 import platform
 import sys
 from typing import Any, Callable
@@ -53,6 +55,9 @@ CPU_OPTIONS = {
 }
 # oneDNN is built into x86 jaxlibs only; other CPUs keep XLA's Eigen dots for float32.
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
+# The CPU flags of oneDNN's avx512_core, the ISA of the f32 matmul kernels jaxemb's choice of oneDNN was measured with
+# (brgemm); below it oneDNN takes its gemm kernels, which XLA's oneDNN thread pool deadlocks on (`onednn_dots`).
+_AVX512_CORE = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq"})
 # Token rows (batch x length) a device's call encodes below which float32 dots stay with Eigen: oneDNN's per-dot
 # overhead outweighs its faster kernels there (MiniLM forward, 4 x 16 tokens: 11.3 ms with Eigen's, 12.6 ms with
 # oneDNN's; 16 x 32: 63.0 and 58.7 ms; the tiny test models' steps, 5% of the test suite's time).
@@ -66,9 +71,31 @@ def cpu_options(dtype: Any = jnp.float32, few_rows: bool = False) -> dict[str, A
   """CPU_OPTIONS for programs computing in `dtype` (other dtypes: float32's) on this machine, EIGEN_DOTS instead
   of oneDNN's for `few_rows` (fewer than ONEDNN_MIN_ROWS per call)."""
   options = CPU_OPTIONS.get(jnp.dtype(dtype).name, CPU_OPTIONS["float32"])
-  if "xla_cpu_use_onednn" in options and (few_rows or not _X86):
+  if "xla_cpu_use_onednn" in options and (few_rows or not onednn_dots()):
     options = EIGEN_DOTS
   return dict(options)
+
+
+@functools.cache
+def onednn_dots() -> bool:
+  """Whether float32 dots go to oneDNN on this machine: an x86 CPU with AVX-512 (oneDNN's avx512_core, not capped
+  below it by $ONEDNN_MAX_CPU_ISA). Below it oneDNN runs a float32 matmul through its gemm kernels, which split their
+  work again inside the tasks of XLA's thread pool for oneDNN, and that pool (jaxlib 0.10.2) sometimes never runs the
+  inner split: on an AVX2 AMD EPYC, 9 of 62 `embed.py` runs that encoded a short batch of long rows hung for good or
+  crashed, none of 50 with Eigen's dots (docs/benchmarks.md, "oneDNN's dots without AVX-512")."""
+  if not _X86:
+    return False
+  capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+  return _AVX512_CORE <= _cpu_flags() and capped.startswith(("ALL", "AVX512", "AVX10"))
+
+
+def _cpu_flags() -> frozenset[str]:
+  """The CPU's feature flags as Linux lists them (none elsewhere, where jaxemb then keeps Eigen's dots)."""
+  try:
+    text = pathlib.Path("/proc/cpuinfo").read_text()
+  except OSError:
+    return frozenset()
+  return frozenset(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
 
 
 def dot_output_dtype(dtype: Any) -> Any:

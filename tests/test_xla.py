@@ -18,7 +18,7 @@ def compiled_text(fn, dtype, *args) -> str:
   return xla.jit(fn, dtype).lower(*args).compile(compiler_options=USERS_XLA_OPTIONS).as_text()
 
 
-@pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
+@pytest.mark.skipif(not xla.onednn_dots(), reason="float32 dots go to oneDNN on x86 CPUs with AVX-512 only")
 def test_float32_dots_go_to_onednn_not_ynnpack():
   assert jax.default_backend() == "cpu" and xla.compiler_options() == xla.CPU_OPTIONS["float32"]
   q = jnp.ones((2, 8, 2, 4))
@@ -34,6 +34,30 @@ def test_programs_of_few_rows_keep_eigen_dots():
   assert "onednn_fusion" not in xla.jit(jnp.matmul, few_rows=True).lower(x, x.T).compile().as_text()
   assert xla.cpu_options(jnp.float32, few_rows=True) == xla.EIGEN_DOTS
   assert xla.cpu_options(jnp.bfloat16, few_rows=True) == xla.CPU_OPTIONS["bfloat16"]
+
+
+@pytest.fixture
+def cpu_flags(monkeypatch):
+  """Sets the x86 CPU flags `xla.onednn_dots` reads (a function of the flags); the machine's own again after."""
+  monkeypatch.setattr(xla, "_X86", True)
+  monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+  xla.onednn_dots.cache_clear()
+  yield lambda *flags: monkeypatch.setattr(xla, "_cpu_flags", lambda: frozenset(flags))
+  xla.onednn_dots.cache_clear()
+
+
+def test_float32_dots_go_to_onednn_only_with_avx512(cpu_flags, monkeypatch):
+  """Below AVX-512, oneDNN's gemm kernels hang XLA's thread pool now and then (an AVX2 AMD EPYC: `embed.py` of a
+  short batch of 256-token rows hung or crashed in 9 of 62 runs; bench/cpu_dots_stress.py): Eigen's dots."""
+  cpu_flags("sse4_2", "avx", "avx2", "fma", "f16c")
+  assert xla.cpu_options(jnp.float32) == xla.EIGEN_DOTS
+  xla.onednn_dots.cache_clear()
+  cpu_flags("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq")
+  assert xla.cpu_options(jnp.float32) == xla.CPU_OPTIONS["float32"]
+  xla.onednn_dots.cache_clear()
+  monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN told to keep to AVX2: its gemm kernels again.
+  assert xla.cpu_options(jnp.float32) == xla.EIGEN_DOTS
+  assert xla.cpu_options(jnp.bfloat16) == xla.CPU_OPTIONS["bfloat16"]  # YNNPACK's, on every CPU.
 
 
 @pytest.mark.skipif(not xla._X86, reason="oneDNN is in x86 jaxlibs only")
