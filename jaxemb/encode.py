@@ -163,7 +163,7 @@ class Encoder:
     # so that a longer one loses its end, as sentence-transformers cuts it (and jaxemb's exported modules), rather than
     # stop a corpus's job at its first long line.
     room = config.max_length - self.template.num_tokens
-    self._sentence_tokens = min(max_sentence_tokens or room, room) if room > 0 else max_sentence_tokens
+    self.sentence_tokens = min(max_sentence_tokens or room, room) if room > 0 else max_sentence_tokens
     self.compile_flops = xla.compile_flops() if compile_flops is None else _checked_compile_flops(compile_flops)
     # On a mesh (training's, params possibly split across hosts) each batch is split over its devices and the
     # vectors come back replicated, so every process reads all of them.
@@ -176,6 +176,8 @@ class Encoder:
     self._prefetched: concurrent.futures.Future | None = None  # (distinct sentences, their rows) of a prefetch.
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
+    # Distinct sentences encoded with all of `sentence_tokens`: any tokens beyond were cut (embed.py says how many).
+    self.full_sentences = 0
 
   @classmethod
   def from_pretrained(
@@ -200,7 +202,9 @@ class Encoder:
     if method is None and not run_dir.is_run_dir(name_or_path):
       source = run_dir.open_source(name_or_path)
       method, own = _own_method(source.model_dir, name_or_path)
-      kwargs = {**own, **kwargs}
+      # An option given as None (evaluate.py's and embed.py's config fields left at "none of their own") is the
+      # model's: embed.py cut MiniLM's sentences at 510 tokens, not at its 256 as sentence-transformers does.
+      kwargs = {**own, **{name: value for name, value in kwargs.items() if value is not None}}
     else:
       source, method = open_model(name_or_path, method)
     if fitted is None and method.fit_source() is not None and isinstance(name_or_path, (str, pathlib.Path)):
@@ -405,6 +409,8 @@ class Encoder:
     if not unique:
       return np.zeros((0, *self.method.vector_shape(self.config)), np.float32)
     batch_size = self._rows_per_call(int(batch_size), len(unique))
+    if self.sentence_tokens:
+      self.full_sentences += int(np.count_nonzero(rows.sentence_lengths >= self.sentence_tokens))
     lengths = rows.attention_mask.sum(1)
     order = np.argsort(lengths, kind="stable")
     vectors = None
@@ -518,7 +524,7 @@ class Encoder:
   def _rows(self, sentences: list[str]) -> templates.TemplateBatch:
     """The host-side rows the method reads: the sentences in the template (for static_remove_biases their filtered
     text alone)."""
-    return self.method.rows(self.template, self.tokenizer, sentences, self._sentence_tokens, self.config.max_length)
+    return self.method.rows(self.template, self.tokenizer, sentences, self.sentence_tokens, self.config.max_length)
 
 
 @functools.lru_cache(maxsize=4)

@@ -419,3 +419,24 @@ def assert_same_params(a, b):
   assert a.keys() == b.keys()
   for path in a:
     np.testing.assert_array_equal(np.asarray(a[path]), np.asarray(b[path]), err_msg="/".join(path))
+
+
+# sentence-transformers' modules.json entries, for `sentence_transformers_folder`.
+ST_TRANSFORMER, ST_POOLING, ST_NORMALIZE, ST_DENSE = (
+  {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
+  for i, (path, kind) in enumerate(
+    [("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"), ("2_Dense", "Dense")]
+  )
+)
+
+
+def sentence_transformers_folder(tiny_bert, out, modules, pooling, max_seq_length=None) -> pathlib.Path:
+  """A copy of the tiny BERT with sentence-transformers' `modules` (None: none) and `pooling` config."""
+  model = shutil.copytree(tiny_bert, out)
+  if modules is not None:
+    (model / "modules.json").write_text(json.dumps(modules))
+    (model / "1_Pooling").mkdir()
+    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
+  if max_seq_length is not None:
+    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
+  return model

@@ -1,6 +1,5 @@
 """Every sentence-vector method against a direct HF PyTorch computation of the same definition."""
 
-import json
 import re
 import shutil
 import threading
@@ -19,7 +18,17 @@ from jaxemb.errors import ConfigError
 from jaxemb.models import CheckpointError, load_tokenizer
 from jaxemb.testing.checkpoints import hf_tokenizer, write_random_checkpoint
 from tests.encode_support import PROMPT, SENTENCES, torch_reference
-from tests.support import EPS32, assert_float32_close, shared_path, transformer_roundings
+from tests.support import (
+  EPS32,
+  ST_DENSE,
+  ST_NORMALIZE,
+  ST_POOLING,
+  ST_TRANSFORMER,
+  assert_float32_close,
+  sentence_transformers_folder,
+  shared_path,
+  transformer_roundings,
+)
 
 MINILM_METHODS = [
   Method("cls"),
@@ -88,27 +97,7 @@ def test_a_sentence_longer_than_the_model_loses_its_end_as_sentence_transformers
   np.testing.assert_array_equal(longer.encode([long]), cut.encode([long]))  # A bound past the model's is the model's.
 
 
-_TRANSFORMER, _POOLING, _NORMALIZE, _DENSE = (
-  {"idx": i, "name": str(i), "path": path, "type": f"sentence_transformers.models.{kind}"}
-  for i, (path, kind) in enumerate(
-    [("", "Transformer"), ("1_Pooling", "Pooling"), ("2_Normalize", "Normalize"), ("2_Dense", "Dense")]
-  )
-)
-
-
-def _sentence_transformers_folder(tiny_bert, out, modules, pooling, max_seq_length=None):
-  """A copy of the tiny BERT with sentence-transformers' `modules` (None: none) and `pooling` config."""
-  model = shutil.copytree(tiny_bert, out)
-  if modules is not None:
-    (model / "modules.json").write_text(json.dumps(modules))
-    (model / "1_Pooling").mkdir()
-    (model / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **pooling}))
-  if max_seq_length is not None:
-    (model / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length}))
-  return model
-
-
-_POOLED = [_TRANSFORMER, _POOLING]
+_POOLED = [ST_TRANSFORMER, ST_POOLING]
 _LEGACY_CLS = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}  # Export's form: every release's.
 
 
@@ -117,20 +106,23 @@ _LEGACY_CLS = {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False
   [
     (None, {}, None, ("last_avg", False), "last_avg, mean pooling, as it has no sentence-transformers modules.json;"),
     (_POOLED, _LEGACY_CLS, 16, ("cls_before_pooler", False), "embed: cls pooling, rows of at most 16 tokens;"),
-    (_POOLED + [_NORMALIZE], {"pooling_mode": "mean"}, None, ("last_avg", True), "mean pooling, unit length;"),
+    (_POOLED + [ST_NORMALIZE], {"pooling_mode": "mean"}, None, ("last_avg", True), "mean pooling, unit length;"),
     (_POOLED, {}, None, ("last_avg", False), "embed: mean pooling;"),  # No mode: mean, as sentence-transformers reads.
   ],
 )
 def test_a_model_without_a_method_embeds_as_its_own_modules(
   tiny_bert, tmp_path, capsys, modules, pooling, max_seq_length, expected, said
 ):
-  model = _sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling, max_seq_length)
+  model = sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling, max_seq_length)
   encoder = Encoder.from_pretrained(model)
   assert (encoder.method.name, encoder.normalize) == expected
   assert encoder.max_sentence_tokens == (max_seq_length and max_seq_length - 2)
   err = capsys.readouterr().err
   assert err.startswith(f"{model}: method {expected[0]}") and said in err and err.count("\n") == 1
   assert Encoder.from_pretrained(model, normalize=not expected[1]).normalize is not expected[1]  # Arguments win.
+  # None, as evaluate.py and embed.py pass a config field left at "none of its own", leaves the model's rule.
+  unset = Encoder.from_pretrained(model, max_sentence_tokens=None, normalize=None)
+  assert (unset.max_sentence_tokens, unset.normalize) == (encoder.max_sentence_tokens, encoder.normalize)
 
 
 @pytest.mark.parametrize(
@@ -138,12 +130,12 @@ def test_a_model_without_a_method_embeds_as_its_own_modules(
   [
     (_POOLED, {"pooling_mode": "max"}, "1_Pooling/config.json pools by max, which no method does"),
     (_POOLED, {"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": True}, "by cls \\+ mean,"),
-    (_POOLED + [_DENSE], {}, "lists module 'sentence_transformers.models.Dense', which no pooled method"),
-    ([_TRANSFORMER], {}, "lists no Pooling module"),
+    (_POOLED + [ST_DENSE], {}, "lists module 'sentence_transformers.models.Dense', which no pooled method"),
+    ([ST_TRANSFORMER], {}, "lists no Pooling module"),
   ],
 )
 def test_modules_no_method_embeds_as_are_refused_in_one_line(tiny_bert, tmp_path, modules, pooling, message):
-  model = _sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling)
+  model = sentence_transformers_folder(tiny_bert, tmp_path / "model", modules, pooling)
   with pytest.raises(ConfigError, match=message) as raised:
     Encoder.from_pretrained(model)
   assert "\n" not in str(raised.value) and "name a method" in str(raised.value)

@@ -57,12 +57,12 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   todo = [k for k in mine if k not in done]
   start = time.perf_counter()
   rows = _embed_shards(config, corpus, encoder, out, todo, job)
-  sentences, count = _summed([rows, len(todo)])  # Every host is done past this point.
+  sentences, count, full = _summed([rows, len(todo), encoder.full_sentences])  # Every host is done past this point.
   seconds = time.perf_counter() - start
   if jax.process_index() == 0:
     manifest = {**manifest, "shards": [_entry(out, k, job) for k in range(corpus.num_shards)], "complete": True}
     atomic.write_json(out / shards.MANIFEST, manifest)
-    print(summary_line(sentences, count, corpus.num_shards, seconds, e.output), flush=True)
+    print(summary_line(sentences, count, corpus.num_shards, seconds, e.output) + cut_note(full, encoder), flush=True)
   return {"sentences": sentences, "shards": count, "seconds": seconds, "manifest": manifest}
 
 
@@ -115,7 +115,9 @@ def new_manifest(config: EmbedRun, corpus: reader.Corpus, encoder: Encoder) -> d
     "model_dtype": config.model.dtype,
     "method": encoder.method.to_block(),
     "fitted_sha256": fitted_sha256(encoder),
-    "sentences": {"add_period": adds_period(config, encoder), "max_sentence_tokens": config.eval.max_sentence_tokens},
+    # The tokens a sentence kept (eval.max_sentence_tokens, else the model's own cut or its rows' room): what
+    # search.py cuts the queries to, and a rerun must match.
+    "sentences": {"add_period": adds_period(config, encoder), "max_sentence_tokens": encoder.sentence_tokens},
     "dim": int(encoder.method.vector_shape(encoder.config)[0]),
     "dtype": config.embed.dtype,
     "normalized": bool(config.embed.normalize or encoder.normalize),
@@ -425,6 +427,15 @@ def _summed(values: list[int]) -> list[int]:
   if jax.process_count() == 1:
     return values
   return [int(v) for v in np.asarray(multihost_utils.process_allgather(np.array(values, np.int32))).sum(0)]
+
+
+def cut_note(full: int, encoder: Encoder) -> str:
+  """What the summary line adds when `full` distinct sentences filled the tokens a sentence keeps (Encoder's
+  `sentence_tokens`, as the manifest records it): the end of any longer one is not in its vector, as
+  sentence-transformers cuts it too."""
+  if not full:
+    return ""
+  return f"; {full:,} of them filled the {encoder.sentence_tokens:,} tokens a sentence keeps: any beyond were cut"
 
 
 def summary_line(sentences: int, count: int, num_shards: int, seconds: float, output: str) -> str:

@@ -23,7 +23,7 @@ from jaxemb.errors import ConfigError, DataError, WorkdirError
 from jaxemb.methods import base as methods_base
 from jaxemb.models import load_tokenizer
 from jaxemb.spec import EmbedRun
-from tests.support import REPO, shared_path
+from tests.support import REPO, ST_POOLING, ST_TRANSFORMER, sentence_transformers_folder, shared_path
 
 PROMPT = 'This sentence : "[X]" means [MASK] .'
 
@@ -62,6 +62,22 @@ def _thread_and_count(sentences):
 
 def _encoder(config, method):
   return Encoder.from_pretrained(config.model.path, method, **job.encoder_options(EmbedRun.from_config(config)))
+
+
+def test_a_model_s_own_cut_applies_and_the_summary_counts_the_sentences_it_reached(tiny_bert, tmp_path, capsys):
+  """A sentence-transformers model of max_seq_length 16 keeps 14 tokens of a sentence, as it embeds by itself
+  (embed.py kept 510); the last line counts the sentences that filled them."""
+  model = sentence_transformers_folder(tiny_bert, tmp_path / "model", [ST_TRANSFORMER, ST_POOLING], {}, 16)
+  lines = ["a short one.", " ".join(["word"] * 40), " ".join(["word"] * 14), "another one."]
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  job.embed_corpus(EmbedRun.from_config(_config(model, corpus, tmp_path / "out")))
+  vectors, _, manifest = embedding.load(tmp_path / "out")
+  assert manifest["sentences"]["max_sentence_tokens"] == 14  # What search.py cuts the queries to.
+  np.testing.assert_array_equal(vectors[1], vectors[2])  # The 40 words cut to their first 14.
+  assert not np.array_equal(vectors[0], vectors[1])
+  out = capsys.readouterr().out
+  assert out.endswith("; 2 of them filled the 14 tokens a sentence keeps: any beyond were cut\n"), out
 
 
 @pytest.mark.parametrize(
