@@ -176,8 +176,7 @@ class Encoder:
     self._prefetched: concurrent.futures.Future | None = None  # (distinct sentences, their rows) of a prefetch.
     self.real_tokens = 0  # Tokens of the encoded rows, [CLS] and [SEP] included: what the sentences need.
     self.padded_tokens = 0  # Tokens the encoder ran on: batch_size x width per batch.
-    # Distinct sentences encoded with all of `sentence_tokens`: any tokens beyond were cut (embed.py says how many).
-    self.full_sentences = 0
+    self.full_sentences = 0  # Distinct sentences that filled `sentence_tokens`: any tokens beyond were cut.
 
   @classmethod
   def from_pretrained(
