@@ -7,7 +7,7 @@ compute dtype jaxemb picks the library each dot goes to (bench/encoder_forward.p
   elsewhere, see `onednn_dots`).
   YNNPACK is 2-3x slower than Eigen on BERT's attention products (batch x heads of [length, head_dim]
   matrices): the bert-base-sized forward at batch 64 x 64 took 4.3 s with it and 3.8 s without (2 cores).
-  oneDNN's were 1-13% faster than Eigen's in the forward and 2-4% in the train step on an AMD EPYC; on Intel
+  oneDNN's were 1-13% faster than Eigen's in the forward and 2-4% in the train step on an AMD EPYC Zen 4; on Intel
   Xeons, where Eigen's dots reached 270-290 GF/s against torch's 350-400, they are Intel's own kernels. Calls of
   few token rows (ONEDNN_MIN_ROWS) keep Eigen's, whose per-dot overhead is lower.
 - bfloat16: YNNPACK's, dot by dot, given dots that return float32 (`dot_output_dtype`): bf16 multiplies with
