@@ -48,7 +48,7 @@ def cpu_flags(monkeypatch):
 
 def test_float32_dots_go_to_onednn_only_with_avx512(cpu_flags, monkeypatch):
   """Below AVX-512, oneDNN's gemm kernels hang XLA's thread pool now and then (an AVX2 AMD EPYC: `embed.py` of a
-  short batch of 256-token rows hung or crashed in 9 of 62 runs; bench/cpu_dots_stress.py): Eigen's dots."""
+  short batch of 512-token rows hung or crashed in 9 of 62 runs; bench/cpu_dots_stress.py): Eigen's dots."""
   cpu_flags("sse4_2", "avx", "avx2", "fma", "f16c")
   assert xla.cpu_options(jnp.float32) == xla.EIGEN_DOTS
   xla.onednn_dots.cache_clear()
