@@ -67,12 +67,7 @@ _CPU_FEATURES = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_bf16": "AVX512-BF
 def cpu_model() -> str:
   """The CPU's model name and dot-relevant extensions (/proc/cpuinfo), printed beside every timing: numbers compare
   only on one CPU, and a VM's model name can be as short as "AMD EPYC"."""
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      fields = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-  except OSError:
-    fields = {}
-  fields = {key.strip(): value.strip() for key, value in fields.items()}
+  fields = xla.cpu_info()
   flags = set(fields.get("flags", "").split())
   features = ", ".join(name for flag, name in _CPU_FEATURES.items() if flag in flags)
   return f"{fields.get('model name', 'unknown CPU')} ({features + '; ' if features else ''}{os.cpu_count()} CPUs)"

@@ -91,11 +91,17 @@ def onednn_dots() -> bool:
 
 def _cpu_flags() -> frozenset[str]:
   """The CPU's feature flags as Linux lists them (none elsewhere, where jaxemb then keeps Eigen's dots)."""
+  return frozenset(cpu_info().get("flags", "").split())
+
+
+def cpu_info() -> dict[str, str]:
+  """The first processor's fields in /proc/cpuinfo ("model name", "flags", ...); none where there is no such file."""
   try:
-    text = pathlib.Path("/proc/cpuinfo").read_text()
+    text = pathlib.Path("/proc/cpuinfo").read_text(encoding="utf-8")
   except OSError:
-    return frozenset()
-  return frozenset(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    return {}
+  fields = (line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+  return {key.strip(): value.strip() for key, value in fields}
 
 
 def dot_output_dtype(dtype: Any) -> Any:
