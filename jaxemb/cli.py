@@ -20,7 +20,8 @@ An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSErro
 file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
 exception is a bug and keeps its traceback; --verbose (or JAXEMB_VERBOSE=1) shows the traceback of all of them and
 the INFO logs of orbax, absl and jax, which a normal run leaves out. A Ctrl-C that stops a command at once is one
-line too, `interrupted (Ctrl-C)`, exit status 130.
+line too, `interrupted (Ctrl-C)`, exit status 130. A process of a multi-host job ends at once after its line or
+traceback (`failed_status`), and a collective failing because another process of the job has gone is one line.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import signal
 import sys
 import textwrap
 import traceback
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, NoReturn, Sequence
 
 from absl import app
 from absl import flags
@@ -45,7 +46,7 @@ from absl import logging as absl_logging
 import ml_collections
 from ml_collections import config_flags
 
-from jaxemb import config_fields, spec, storage
+from jaxemb import config_fields, hosts, spec, storage
 from jaxemb.errors import ConfigError, UserError
 from jaxemb.evaluation import evaluators
 from jaxemb.methods import base as methods
@@ -280,19 +281,29 @@ def user_message(error: BaseException) -> str | None:
     error.filename is not None or isinstance(error, _FILE_SYSTEM_ERRORS) or error.errno in _FILE_SYSTEM_ERRNOS
   ):
     return f"{error.filename}: {error.strerror}" if error.filename is not None and error.strerror else str(error)
-  return None
+  return hosts.lost_process(error)
 
 
 def failed_status(error: Exception) -> int:
   """For a command's `except` clause: an error the user can act on said in one line on stderr, and exit status 1;
-  a bug raised again (`user_message`)."""
+  a bug raised again (`user_message`). A process of a multi-host job (`hosts.in_job`) ends at once instead, with
+  status 1 after the line or a bug's traceback: JAX's exit-time shutdown would hold it at a barrier for the job's
+  other processes (up to 5 minutes, or until another's heartbeats time out after 100 s) and then abort it with a
+  fatal error of many lines; ending closes its connections, so the others' next collective fails at once and says
+  so in a line (`hosts.lost_process`)."""
   message = user_message(error)
+  if not hosts.in_job():
+    if message is None:
+      raise error
+    return _fail(message)
   if message is None:
-    raise error
-  return _fail(message)
+    traceback.print_exception(error)
+  else:
+    _fail(message)
+  _exit_now(1)
 
 
-def _exit_now(status: int):
+def _exit_now(status: int) -> NoReturn:
   """Ends the process with `status` at once, without the interpreter's exit-time clean-up. A stop at once can come
   while a thread is still inside XLA (train.py's compile-ahead thread compiling the first step); one that takes the
   GIL back while the interpreter exits unwinds through C++ frames and aborts the process (`terminate called after

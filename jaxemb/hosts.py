@@ -6,6 +6,7 @@ A module of its own, light to import: embed.py joins a job without loading the t
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import jax
@@ -32,6 +33,29 @@ def join_job(coordinator_address: str = "", num_processes: int = 1, process_id: 
     return
   jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU hosts need it; accelerators ignore it.
   jax.distributed.initialize(**given)
+
+
+# What a collective's error says when another process of the job has gone (killed, preempted, crashed): its
+# connections closed (Gloo, the CPU hosts' collectives: seen here with a host killed mid-job), or the coordination
+# service's verdict once its heartbeats stopped. An error of this process's own (out of memory, say) is not one.
+_PEER_GONE = re.compile(r"(closed|reset) by peer|Broken pipe|heartbeat timeout|tasks are unhealthy", re.IGNORECASE)
+
+
+def in_job() -> bool:
+  """Whether this process joined a job of several (`join_job`)."""
+  return jax.distributed.is_initialized()
+
+
+def lost_process(error: BaseException) -> str | None:
+  """The one line for `error` where it is a collective of this job failing because another process of it has gone,
+  else None: every process then stops, and the same command rerun on every host continues from what was saved."""
+  if not (in_job() and isinstance(error, jax.errors.JaxRuntimeError) and _PEER_GONE.search(str(error))):
+    return None
+  cause = re.sub(r"\[[^\]\s]+:\d+\] ", "", str(error).strip().splitlines()[0])  # Less the C++ source position.
+  return (
+    f"process {jax.process_index()} of {jax.process_count()}: another process of this job has gone ({cause[:200]}); "
+    "run the same command on every host again: it continues from what was saved"
+  )
 
 
 def detected_cluster() -> Any:

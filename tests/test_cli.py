@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 from absl import flags
 
@@ -338,6 +339,38 @@ def test_user_message_names_what_the_user_can_fix_and_nothing_else():
   assert cli.user_message(OSError(errno.ECONNREFUSED, "Connection refused")) is None
   assert cli.user_message(ValueError("a bug")) is None
   assert cli.user_message(KeyError("a bug")) is None
+
+
+# What a Gloo collective raised in process 0 of an embed.py job once process 1 was killed (tests/test_embed.py).
+_GLOO_PEER_GONE = (
+  "UNKNOWN: Gloo AllGather failed: [external/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer "
+  "[127.0.0.1]:49063"
+)
+
+
+def test_a_process_of_a_multi_host_job_ends_at_once_after_its_line_or_traceback(monkeypatch, capsys):
+  """Not through JAX's exit-time barrier, which held it for the job's other processes and then aborted it; a
+  collective failing because another process has gone is one line (tests/test_embed.py: a host lost mid-job)."""
+  gone, out_of_memory = (jax.errors.JaxRuntimeError(m) for m in (_GLOO_PEER_GONE, "RESOURCE_EXHAUSTED: Out of memory"))
+  assert cli.user_message(gone) is None  # No job of several processes: a bug's traceback.
+  monkeypatch.setattr(cli.hosts, "in_job", lambda: True)
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+
+  def exit_now(status):
+    raise SystemExit(status)
+
+  monkeypatch.setattr(cli, "_exit_now", exit_now)
+  assert cli.user_message(gone) == (
+    "process 0 of 2: another process of this job has gone (UNKNOWN: Gloo AllGather failed: Connection closed by peer "
+    "[127.0.0.1]:49063); run the same command on every host again: it continues from what was saved"
+  )
+  assert cli.user_message(out_of_memory) is None  # This process's own.
+  with pytest.raises(SystemExit) as exited:
+    cli.failed_status(ConfigError("config.x: bad"))
+  assert exited.value.code == 1 and capsys.readouterr().err == "error: config.x: bad\n"
+  with pytest.raises(SystemExit) as exited:
+    cli.failed_status(out_of_memory)
+  assert exited.value.code == 1 and capsys.readouterr().err.endswith("RESOURCE_EXHAUSTED: Out of memory\n")
 
 
 def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():

@@ -109,25 +109,54 @@ def _slurm(process_id: int, port: int) -> dict[str, str]:
   return {**slurm_task(process_id, 2), "JAX_COORDINATOR_PORT": str(port), **simulated_devices(2)}
 
 
-@pytest.mark.e2e  # Three embed.py processes of a tiny model, two of them one job (10-20 s).
-def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_them(
-  tiny_bert, tmp_path, bucket, gcs_emulator, monkeypatch
-):
-  corpus, cache = _corpus(tmp_path), f"--config.compilation_cache_dir={tmp_path / 'xla'}"
-  status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=simulated_devices(2))
-  assert status == 0, stderr[-3000:]
-  port = free_port()
+def _pair(tiny_bert, corpus, out, cache, env, host_1_dies=False) -> list[tuple[int, str, str]]:
+  """(exit status, stdout, stderr) of both processes of a two-host embed.py job; with `host_1_dies`, process 1 is
+  killed writing shard 3, the second of its two, once it wrote shard 2."""
+  port, kill = free_port(), {embed_kill.KILL_SHARD_ENV: "3"}
   pair = [
-    _embed(tiny_bert, corpus, f"{bucket}/out", cache, env={**gcs_emulator.env, **_slurm(i, port)}, wait=False)
+    _embed(
+      tiny_bert,
+      corpus,
+      out,
+      cache,
+      env={**env, **_slurm(i, port), **(kill if i else {})},
+      program=("-m", "tests.embedding.embed_kill") if host_1_dies and i else ("embed.py",),
+      wait=False,
+    )
     for i in range(2)
   ]
   outputs = [process.communicate(timeout=600) for process in pair]
-  for process, (_, stderr) in zip(pair, outputs):
-    assert process.returncode == 0, stderr[-3000:]
+  return [(process.returncode, *output) for process, output in zip(pair, outputs)]
+
+
+@pytest.mark.e2e  # Five embed.py processes of a tiny model, two pairs of them one job each (15-25 s).
+def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_them_a_lost_one_included(
+  tiny_bert, tmp_path, bucket, gcs_emulator, monkeypatch
+):
+  """A host of the job killed: the other says so in one line and stops at once (not at JAX's exit barrier, which
+  waited out the lost host's heartbeats, 100 s, and aborted); the same command rerun on both ends the job."""
+  corpus, cache = _corpus(tmp_path), f"--config.compilation_cache_dir={tmp_path / 'xla'}"
+  status, _, stderr = _embed(tiny_bert, corpus, tmp_path / "one", cache, env=simulated_devices(2))
+  assert status == 0, stderr[-3000:]
+  (status, _, stderr), lost = _pair(tiny_bert, corpus, f"{bucket}/out", cache, gcs_emulator.env, host_1_dies=True)
+  assert lost[0] == embed_kill.KILLED, lost[2][-3000:]
+  assert (
+    status == 1
+    and "Traceback" not in stderr
+    and re.fullmatch(
+      r"error: process 0 of 2: another process of this job has gone \(.*Gloo .* failed: Connection (closed|reset) by "
+      r"peer .*\); run the same command on every host again: it continues from what was saved",
+      stderr.splitlines()[-1],
+    )
+  ), stderr[-3000:]
+  outputs = _pair(tiny_bert, corpus, f"{bucket}/out", cache, gcs_emulator.env)
+  for status, _, stderr in outputs:
+    assert status == 0, stderr[-3000:]
   # Gloo's C++ notices ("[Gloo] Rank 0 is connected to 1 peer ranks. ...") share stdout in pieces that land on
   # either side of ours (one write, its line end another): process 0 says its line once, process 1 nothing of ours.
-  summary = r"embedded 64 sentences into 4 shards in [\d.]+ s \([\d,]+/s\) -> " + re.escape(f"{bucket}/out")
-  assert len(re.findall(summary, outputs[0][0])) == 1 and "embedded" not in outputs[1][0], outputs
+  summary = r"embedded 16 sentences into 1 shard in [\d.]+ s \([\d,]+/s\) -> " + re.escape(f"{bucket}/out")
+  summary += re.escape(" (3 of 4 shards were there already)")
+  assert len(re.findall(summary, outputs[0][1])) == 1 and "embedded" not in outputs[1][1], outputs
   monkeypatch.setenv(storage.DOWNLOADS_ENV, str(tmp_path / "downloads"))
   ours, theirs = embedding.load(f"{bucket}/out"), embedding.load(tmp_path / "one")
   np.testing.assert_array_equal(ours.vectors[:], theirs.vectors[:])

@@ -1,6 +1,6 @@
-"""embed.py that dies with os._exit halfway through writing the ids of shard 1, its vectors written, before its done
-record: a real kill, which leaves the files of that moment (the ids' temporary file among them) and runs no `finally`
-block.
+"""embed.py that dies with os._exit halfway through writing the ids of shard 1 (or of the shard $EMBED_KILL_SHARD
+names), its vectors written, before its done record: a real kill, which leaves the files of that moment (the ids'
+temporary file among them) and runs no `finally` block.
 
 Run in a subprocess, in the repository, as `python -m tests.embedding.embed_kill <embed.py's arguments>`.
 """
@@ -13,7 +13,8 @@ from jaxemb import atomic
 from jaxemb.embedding import shards
 from testing_support.shared import REPO
 
-KILL_WRITING = shards.ids_file(1, strings=False)
+KILL_SHARD_ENV = "EMBED_KILL_SHARD"
+KILL_WRITING = shards.ids_file(int(os.environ.get(KILL_SHARD_ENV, "1")), strings=False)
 KILLED = 77  # The exit status of a run that reached its kill point.
 _write = atomic.write
 
