@@ -20,8 +20,8 @@ An error a user can act on is a `jaxemb.errors.UserError`, a file-system `OSErro
 file, no permission, a full disk) or a bad flag (an unknown config field, a value of the wrong type). Every other
 exception is a bug and keeps its traceback; --verbose (or JAXEMB_VERBOSE=1) shows the traceback of all of them and
 the INFO logs of orbax, absl and jax, which a normal run leaves out. A Ctrl-C that stops a command at once is one
-line too, `interrupted (Ctrl-C)`, exit status 130. A process of a multi-host job ends at once after its line or
-traceback (`failed_status`), and a collective failing because another process of the job has gone is one line.
+line too, `interrupted (Ctrl-C)`, exit status 130. So is a collective of a multi-host job that failed because
+another of its processes has gone, which ends the process at once (`failed_status`).
 """
 
 from __future__ import annotations
@@ -286,21 +286,18 @@ def user_message(error: BaseException) -> str | None:
 
 def failed_status(error: Exception) -> int:
   """For a command's `except` clause: an error the user can act on said in one line on stderr, and exit status 1;
-  a bug raised again (`user_message`). A process of a multi-host job (`hosts.in_job`) ends at once instead, with
-  status 1 after the line or a bug's traceback: JAX's exit-time shutdown would hold it at a barrier for the job's
-  other processes (up to 5 minutes, or until another's heartbeats time out after 100 s) and then abort it with a
-  fatal error of many lines; ending closes its connections, so the others' next collective fails at once and says
-  so in a line (`hosts.lost_process`)."""
+  a bug raised again (`user_message`). A collective that failed because another process of a multi-host job has
+  gone (`hosts.lost_process`) ends this process at once after its line: JAX's exit-time shutdown would hold it at a
+  barrier until the lost process's heartbeats time out (100 s) and then abort it with a fatal error of many lines.
+  Every other error keeps that barrier, where the job's other processes, failing alike, reach it after saying their
+  own line (ending at once took JAX's coordination service down under those not there yet, which then aborted)."""
   message = user_message(error)
-  if not hosts.in_job():
-    if message is None:
-      raise error
-    return _fail(message)
   if message is None:
-    traceback.print_exception(error)
-  else:
-    _fail(message)
-  _exit_now(1)
+    raise error
+  status = _fail(message)
+  if hosts.lost_process(error) is not None:
+    _exit_now(status)
+  return status
 
 
 def _exit_now(status: int) -> NoReturn:

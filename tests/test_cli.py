@@ -348,9 +348,12 @@ _GLOO_PEER_GONE = (
 )
 
 
-def test_a_process_of_a_multi_host_job_ends_at_once_after_its_line_or_traceback(monkeypatch, capsys):
-  """Not through JAX's exit-time barrier, which held it for the job's other processes and then aborted it; a
-  collective failing because another process has gone is one line (tests/test_embed.py: a host lost mid-job)."""
+def test_a_collective_that_lost_another_process_of_the_job_is_one_line_and_ends_the_process_at_once(
+  monkeypatch, capsys
+):
+  """Not through JAX's exit-time barrier, which held it until the lost process's heartbeats timed out and then aborted
+  it (tests/test_embed.py: a host lost mid-job). Every other error keeps that barrier, where the job's other
+  processes, failing alike, each say their own line (ending at once took the coordination service down under them)."""
   gone, out_of_memory = (jax.errors.JaxRuntimeError(m) for m in (_GLOO_PEER_GONE, "RESOURCE_EXHAUSTED: Out of memory"))
   assert cli.user_message(gone) is None  # No job of several processes: a bug's traceback.
   monkeypatch.setattr(cli.hosts, "in_job", lambda: True)
@@ -360,17 +363,19 @@ def test_a_process_of_a_multi_host_job_ends_at_once_after_its_line_or_traceback(
     raise SystemExit(status)
 
   monkeypatch.setattr(cli, "_exit_now", exit_now)
-  assert cli.user_message(gone) == (
+  line = (
     "process 0 of 2: another process of this job has gone (UNKNOWN: Gloo AllGather failed: Connection closed by peer "
     "[127.0.0.1]:49063); run the same command on every host again: it continues from what was saved"
   )
-  assert cli.user_message(out_of_memory) is None  # This process's own.
+  assert cli.user_message(gone) == line
+  assert cli.user_message(out_of_memory) is None  # This process's own: a bug's traceback.
   with pytest.raises(SystemExit) as exited:
-    cli.failed_status(ConfigError("config.x: bad"))
-  assert exited.value.code == 1 and capsys.readouterr().err == "error: config.x: bad\n"
-  with pytest.raises(SystemExit) as exited:
+    cli.failed_status(gone)
+  assert exited.value.code == 1 and capsys.readouterr().err == f"error: {line}\n"
+  assert cli.failed_status(ConfigError("config.x: bad")) == 1  # Returned: the exit barrier follows.
+  assert capsys.readouterr().err == "error: config.x: bad\n"
+  with pytest.raises(jax.errors.JaxRuntimeError):
     cli.failed_status(out_of_memory)
-  assert exited.value.code == 1 and capsys.readouterr().err.endswith("RESOURCE_EXHAUSTED: Out of memory\n")
 
 
 def test_library_info_logs_are_left_out_and_jaxembs_and_warnings_kept():
