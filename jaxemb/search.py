@@ -35,7 +35,7 @@ import numpy as np
 
 from jaxemb import atomic, cli, embedding, hosts, storage
 from jaxemb.data import lines
-from jaxemb.embedding import job
+from jaxemb.embedding import job, reader
 from jaxemb.encode import Encoder, Method
 from jaxemb.errors import ConfigError, DataError
 from jaxemb.evaluation import common
@@ -465,8 +465,10 @@ def _read_queries(path: str, manifest: dict[str, Any], fitted: str | None) -> tu
   """(the query texts, None for vectors given; their [queries, dim] vectors) of the --queries file."""
   if path.endswith(".npy"):
     return None, _query_vectors(path, manifest["dim"])
-  # Lines as the corpus's reader takes them; a file not UTF-8 is refused naming its line.
-  texts = [line for line in lines.text_lines(storage.path(path), "utf-8") if line.strip()]
+  # Lines as the corpus's reader takes them (a byte-order mark opening the file dropped); a file not UTF-8 is refused
+  # naming its line.
+  first, *rest = lines.text_lines(storage.path(path), "utf-8")
+  texts = [line for line in [first.removeprefix(reader.BYTE_ORDER_MARK), *rest] if line.strip()]
   if not texts:
     raise DataError(f"{path}: no queries: write one a line")
   encoder, preprocess = query_encoder(manifest, fitted)

@@ -286,7 +286,8 @@ def test_the_command_embeds_query_sentences_with_the_index_model_and_shows_the_l
   each query's list is the brute force's over the index's vectors."""
   folder, _, vectors = tiny_index
   queries = tmp_path / "queries.txt"
-  queries.write_text(f"{SENTENCES[4]}\n\n{SENTENCES[1]}\n", encoding="utf-8")  # A blank line is no query.
+  # A blank line is no query, and the byte-order mark Notepad's UTF-8 opens a file with is no text (utf-8-sig).
+  queries.write_text(f"{SENTENCES[4]}\n\n{SENTENCES[1]}\n", encoding="utf-8-sig")
   out = tmp_path / "neighbours.jsonl"
   assert search.main(["--index", str(folder), "--queries", str(queries), "--k", "3", "--output", str(out)]) == 0
   results = [json.loads(line) for line in out.read_text().splitlines()]

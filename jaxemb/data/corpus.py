@@ -317,8 +317,8 @@ def _load(
 
 def _read_header(path: pathlib.Path) -> list[str]:
   """The CSV header; a DataError naming the file when it has no rows or lacks a column of NLI_COLUMNS."""
-  try:
-    with path.open(newline="", encoding="utf-8") as f:
+  try:  # utf-8-sig: a byte-order mark opening the file is no part of its first column's name, as pandas reads it.
+    with path.open(newline="", encoding="utf-8-sig") as f:
       rows = filter(_is_row, csv.reader(f))
       header, first_row = next(rows, None), next(rows, None)
   except UnicodeDecodeError as e:

@@ -6,7 +6,7 @@ Formats (config.embed.format, FORMATS): "text", one sentence a line, every line 
 training reads a corpus (record i is line i + 1; line ends "\\n" and "\\r\\n" are stripped); "tsv" (tab-separated,
 no quoting: one record a line) and "csv" (RFC 4180: a quoted field may hold commas and newlines), each with a header
 line naming its columns: the sentence is the `text_column` field, the record's id the `id_column` one (optional);
-their blank lines are no records.
+their blank lines are no records. A byte-order mark opening the file is dropped.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ from typing import IO, Any, Iterator
 from jaxemb.errors import ConfigError, DataError
 
 FORMATS = ("text", "tsv", "csv")
+# What Excel's "CSV UTF-8" and Notepad's UTF-8 start a file with: no text, dropped where it opens the file (as
+# Python's utf-8-sig codec and pandas' read_csv drop it), so that a header's first column keeps its name.
+BYTE_ORDER_MARK = "\ufeff"
 _DIALECTS = {"tsv": dict(delimiter="\t", quoting=csv.QUOTE_NONE), "csv": {}}
 
 
@@ -66,17 +69,19 @@ class _Lines:
     raw = self._f.readline()
     if not raw:
       raise StopIteration
+    first = self.offset == 0
     self.offset += len(raw)
     self.number += 1
     if self._digest is not None:
       self._digest.update(raw)
     try:
-      return raw.decode("utf-8")
+      text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
       raise DataError(
         f"{self._path}:{self.number}: not UTF-8 ({e.reason} at byte {e.start + 1} of the line): embed.py reads UTF-8 "
         "text; convert the file (iconv -f <its encoding> -t UTF-8)"
       ) from None
+    return text.removeprefix(BYTE_ORDER_MARK) if first else text
 
 
 def _records(lines: _Lines, columns: Columns, path: pathlib.Path) -> Iterator[tuple[str, str | None]]:

@@ -133,6 +133,14 @@ def test_nli_cells_are_text(tmp_path):
   }
 
 
+def test_an_nli_csv_opening_with_a_byte_order_mark_reads_as_simcse_reads_it(tmp_path):
+  """pandas (SimCSE's reader, through datasets) drops the mark Excel's "CSV UTF-8" opens a file with, so the header's
+  first column keeps its name; jaxemb's check of the header had refused it as missing."""
+  path = tmp_path / "n.csv"
+  path.write_bytes(b"\xef\xbb\xbfsent0,sent1,hard_neg\na,b,c\n")
+  assert corpus.read_nli_triples(path, tmp_path / "hf") == {"sent0": ["a"], "sent1": ["b"], "hard_neg": ["c"]}
+
+
 @pytest.mark.parametrize("read", [corpus.read_sentences, corpus.read_nli_triples])
 def test_missing_file(tmp_path, read):
   with pytest.raises(DataError, match=f"{tmp_path / 'nope'}: no such file"):

@@ -41,6 +41,24 @@ def test_a_tsv_or_csv_corpus_reads_its_columns_by_header_and_skips_blank_lines(t
   assert [ids for _, ids in shards] == [None, None]
 
 
+@pytest.mark.parametrize(
+  "fmt, text, first",
+  [("text", "first line\nsecond\n", "first line"), ("csv", "text,id\nfirst line,a\n", "first line")],
+)
+def test_a_byte_order_mark_opening_the_file_is_no_text(tmp_path, fmt, text, first):
+  """Excel's "CSV UTF-8" and Notepad start the file with one: a header's first column keeps its name (it was refused
+  as `no column 'text' in its header (\ufefftext, id)`), a text corpus's first record its text; a mark further on
+  is text. The digest is of the file's bytes, the mark included."""
+  data = b"\xef\xbb\xbf" + text.encode()
+  path = tmp_path / f"corpus.{fmt}"
+  path.write_bytes(data + "\ufeffthird\n".encode() * (fmt == "text"))
+  corpus, shards = _shards(path, fmt, shard_rows=8)
+  assert shards[0][0][0] == first and corpus.size == path.stat().st_size
+  assert corpus.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+  if fmt == "text":
+    assert shards[0][0][2] == "\ufeffthird"
+
+
 def test_a_csv_field_may_hold_a_newline(tmp_path):
   path = tmp_path / "corpus.csv"
   path.write_text('text\n"two\nlines"\nnext\nlast\n', encoding="utf-8")
