@@ -291,11 +291,12 @@ def failed_status(error: Exception) -> int:
   barrier until the lost process's heartbeats time out (100 s) and then abort it with a fatal error of many lines.
   Every other error keeps that barrier, where the job's other processes, failing alike, reach it after saying their
   own line (ending at once took JAX's coordination service down under those not there yet, which then aborted)."""
-  message = user_message(error)
+  lost = hosts.lost_process(error)
+  message = lost or user_message(error)
   if message is None:
     raise error
   status = _fail(message)
-  if hosts.lost_process(error) is not None:
+  if lost:
     _exit_now(status)
   return status
 
