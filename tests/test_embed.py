@@ -112,15 +112,15 @@ def _slurm(process_id: int, port: int) -> dict[str, str]:
 def _pair(tiny_bert, corpus, out, cache, env, host_1_dies=False) -> list[tuple[int, str, str]]:
   """(exit status, stdout, stderr) of both processes of a two-host embed.py job; with `host_1_dies`, process 1 is
   killed writing shard 3, the second of its two, once it wrote shard 2."""
-  port, kill = free_port(), {embed_kill.KILL_SHARD_ENV: "3"}
+  port, dies = free_port(), [False, host_1_dies]
   pair = [
     _embed(
       tiny_bert,
       corpus,
       out,
       cache,
-      env={**env, **_slurm(i, port), **(kill if i else {})},
-      program=("-m", "tests.embedding.embed_kill") if host_1_dies and i else ("embed.py",),
+      env={**env, **_slurm(i, port), **({embed_kill.KILL_SHARD_ENV: "3"} if dies[i] else {})},
+      program=("-m", "tests.embedding.embed_kill") if dies[i] else ("embed.py",),
       wait=False,
     )
     for i in range(2)
