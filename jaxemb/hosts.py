@@ -6,10 +6,17 @@ A module of its own, light to import: embed.py joins a job without loading the t
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import pathlib
 import re
-from typing import Any
+from typing import Any, Iterable
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from jaxemb.errors import ConfigError
 
 # The clusters joined without flags (jax/_src/clusters names): TPU VMs of a pod slice (GCE, GKE), SLURM and Open
 # MPI. Not jax's Kubernetes detection: a plain pod (a dev container) would have every single-machine run try it.
@@ -56,6 +63,60 @@ def lost_process(error: BaseException) -> str | None:
     f"process {jax.process_index()} of {jax.process_count()}: another process of this job has gone ({cause[:200]}); "
     "run the same command on every host again: it continues from what was saved"
   )
+
+
+def check_same_command(fields: Iterable[tuple[str, Any]]):
+  """Stops every process of the job in one line unless all run the same code on the same command: `fields` are
+  (name, value) of what the command set (its spec's leaves, less what is each process's own). A host whose `git
+  pull` failed, or started with another flag or $JAXEMB_DATA, would otherwise run a program of its own beside the
+  others' (a hang at the first collective, or a model mixed of two settings). Digests of each process's code and
+  fields are gathered, then, where the fields differ, of each field, so that the line names them."""
+  if not in_job():
+    return
+  fields = list(fields)
+  header = _gathered([_digest(_source_files()), _digest(jax.__version__), len(fields), _digest(fields)])
+  if (code := (header[:, :2] != header[0, :2]).any(1)).any():
+    raise ConfigError(
+      f"process {_listed(code)} of {len(header)} runs other code than process 0 (jaxemb's source files or jax's "
+      "version differ): install the same jaxemb and jax on every host, then run the same command on each"
+    )
+  if (header[:, 2:] == header[0, 2:]).all():
+    return
+  if (count := header[:, 2] != header[0, 2]).any():
+    differ = f"a config of {header[count, 2][0]} fields against {header[0, 2]} (another config file or method)"
+  else:
+    values = _gathered([_digest(value) for _, value in fields])
+    count = (values != values[0]).any(1)
+    names = [name for (name, _), differs in zip(fields, (values != values[0]).any(0)) if differs]
+    differ = f"{', '.join(names)} differ{'s' if len(names) == 1 else ''}"
+  raise ConfigError(
+    f"process {_listed(count)} of {len(header)} runs another command than process 0: {differ}; run the same "
+    "command on every host"
+  )
+
+
+def _listed(processes: np.ndarray) -> str:
+  """The indices where `processes` is True: "1" or "1, 3"."""
+  return ", ".join(str(i) for i in np.flatnonzero(processes))
+
+
+def _digest(value: Any) -> int:
+  """32 bits of the SHA-256 of `value`'s repr, as an int32 (what a collective carries)."""
+  return int.from_bytes(hashlib.sha256(repr(value).encode()).digest()[:4], "little", signed=True)
+
+
+@functools.cache
+def _source_files() -> str:
+  """The SHA-256 of jaxemb's Python files (their paths in the package and their bytes)."""
+  package, digest = pathlib.Path(__file__).parent, hashlib.sha256()
+  for path in sorted(package.rglob("*.py")):
+    digest.update(f"{path.relative_to(package)}\0".encode() + path.read_bytes())
+  return digest.hexdigest()
+
+
+def _gathered(values: list[int]) -> np.ndarray:
+  """[process, value]: every process's `values` (as many on each)."""
+  return np.asarray(multihost_utils.process_allgather(np.array(values, np.int32))).reshape(jax.process_count(), -1)
 
 
 def detected_cluster() -> Any:

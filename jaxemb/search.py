@@ -428,6 +428,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace):
   hosts.join_job()  # On a pod slice or a SLURM job step every host runs the command and searches its own rows.
+  hosts.check_same_command((f"--{name}", value) for name, value in sorted(vars(args).items()))
   storage.check([args.index], writes=[path for path in (args.output, args.faiss_out) if path])
   vectors, ids, manifest = embedding.load(args.index)
   if args.faiss_out:

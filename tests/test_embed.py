@@ -129,6 +129,22 @@ def _pair(tiny_bert, corpus, out, cache, env, host_1_dies=False) -> list[tuple[i
   return [(process.returncode, *output) for process, output in zip(pair, outputs)]
 
 
+@pytest.mark.e2e  # Two embed.py processes stopped before their model loads (~5 s).
+def test_a_host_started_with_another_flag_stops_the_job_before_anything_is_written(tiny_bert, tmp_path):
+  """Process 1 of a job given a flag process 0 was not: both stop in one line naming the field, before the output
+  folder is made (`hosts.check_same_command`), not with a manifest of one and shards of the other."""
+  port, out = free_port(), tmp_path / "out"
+  flags = [(), ("--config.embed.normalize=True",)]
+  pair = [_embed(tiny_bert, _corpus(tmp_path), out, *flags[i], env=_slurm(i, port), wait=False) for i in range(2)]
+  for process, (_, stderr) in zip(pair, [process.communicate(timeout=300) for process in pair]):
+    assert process.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert stderr.splitlines()[-1] == (
+      "error: process 1 of 2 runs another command than process 0: config.embed.normalize differs; run the same "
+      "command on every host"
+    ), stderr[-3000:]
+  assert not out.exists()
+
+
 @pytest.mark.e2e  # Five embed.py processes of a tiny model, two pairs of them one job each (15-25 s).
 def test_two_hosts_write_disjoint_shards_into_a_bucket_as_one_process_writes_them_a_lost_one_included(
   tiny_bert, tmp_path, bucket, gcs_emulator, monkeypatch

@@ -3,13 +3,15 @@ a SLURM job step of several tasks; not a plain machine, one task or a Kubernetes
 tests/training/test_multihost.py, tests/test_embed.py, tests/test_search.py."""
 
 import os
+import subprocess
+import sys
 import warnings
 
 import jax
 import pytest
 
 from jaxemb import hosts
-from tests.support import slurm_task
+from tests.support import REPO, free_port, slurm_task
 
 
 @pytest.fixture
@@ -59,3 +61,64 @@ def test_a_process_joins_once(initialize_calls, monkeypatch):
   monkeypatch.setattr(jax.distributed, "is_initialized", lambda: True)
   hosts.join_job("10.0.0.1:1234", num_processes=2, process_id=1)
   assert not initialize_calls
+
+
+# Each process of a two-process job checks, in turn, the commands of _COMMANDS: process 1's is the second of each
+# pair. Its code is the same but where "code" says otherwise (its jaxemb files' digest changed).
+_COMMANDS = {
+  "same": ([("config.a", 1), ("config.b", "x")], [("config.a", 1), ("config.b", "x")]),
+  "one field": ([("config.a", 1), ("config.b", "x")], [("config.a", 1), ("config.b", "y")]),
+  "two fields": ([("config.a", 1), ("config.b", "x")], [("config.a", 2.0), ("config.b", "y")]),
+  "more fields": ([("config.a", 1)], [("config.a", 1), ("config.c", 0)]),
+  "code": ([("config.a", 1)], [("config.a", 1)]),
+}
+_CHECKS = f"""
+import sys
+from jaxemb import errors, hosts
+hosts.join_job()
+process = int(sys.argv[1])
+for case, commands in {_COMMANDS!r}.items():
+  if case == "code" and process == 1:
+    hosts._source_files = lambda: "another checkout"
+  try:
+    hosts.check_same_command(commands[process])
+    print(case, "| ran")
+  except errors.ConfigError as error:
+    print(case, "|", error)
+"""
+
+
+@pytest.mark.e2e  # Two processes of one job on loopback (~5 s).
+def test_processes_running_other_commands_or_code_are_all_stopped_naming_what_differs():
+  port = str(free_port())
+  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COORDINATOR_PORT": port}
+  pair = [
+    subprocess.Popen(
+      [sys.executable, "-c", _CHECKS, str(i)],
+      env={**env, **slurm_task(i, 2)},
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  outputs = [process.communicate(timeout=300) for process in pair]
+  assert [process.returncode for process in pair] == [0, 0], [stderr[-3000:] for _, stderr in outputs]
+  said = "process 1 of 2 runs another command than process 0: "
+  expected = {
+    "same": "ran",
+    "one field": said + "config.b differs; run the same command on every host",
+    "two fields": said + "config.a, config.b differ; run the same command on every host",
+    "more fields": said + "a config of 2 fields against 1 (another config file or method); run the same command on "
+    "every host",
+    "code": "process 1 of 2 runs other code than process 0 (jaxemb's source files or jax's version differ): install "
+    "the same jaxemb and jax on every host, then run the same command on each",
+  }
+  for stdout, _ in outputs:  # Both processes say the same.
+    lines = dict(line.split(" | ", 1) for line in stdout.splitlines() if " | " in line)
+    assert lines == expected, stdout
+
+
+def test_a_single_process_checks_nothing_and_gathers_nothing(monkeypatch):
+  monkeypatch.setattr(hosts, "_gathered", lambda values: pytest.fail("gathered outside a job"))
+  hosts.check_same_command([("config.a", object())])

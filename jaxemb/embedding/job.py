@@ -32,6 +32,7 @@ from jaxemb.errors import ConfigError, DataError, WorkdirError
 from jaxemb.methods import Method
 from jaxemb.methods import base as methods_base
 from jaxemb.progress import track
+from jaxemb import spec
 from jaxemb.spec import Embed, EmbedRun
 
 DTYPES = ("float32", "float16")
@@ -45,6 +46,7 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   the manifest."""
   _check_fields(config.embed)
   hosts.join_job()  # The job of the cluster this process runs in, if any.
+  hosts.check_same_command(spec.leaves(config, "config."))
   e = config.embed
   corpus = reader.scan(storage.local_copy(e.corpus), e.format, e.text_column, e.id_column, e.shard_rows)
   encoder = open_encoder(config)

@@ -17,6 +17,7 @@ from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, encoder_options
 from jaxemb.evaluation import evaluators
 from jaxemb.models import EncoderConfig, hf, run_dir
+from jaxemb import spec
 from jaxemb.spec import TrainingRun
 from jaxemb.training import batches, checkpoints, objectives, preflight, selection, stopping
 from jaxemb.training import state as train_state
@@ -55,6 +56,8 @@ def train(config: TrainingRun, resume_changed: bool = False) -> dict[str, Any]:
   """
   started = time.perf_counter()
   hosts.join_job(**dataclasses.asdict(config.train.distributed))  # Once per process: a sweep calls train() again.
+  own = "config.train.distributed.process_id"  # Each process its own, given with a coordinator_address.
+  hosts.check_same_command(item for item in spec.leaves(config, "config.") if item[0] != own)
   xla.keep_step_memory()
   with stopping.CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
