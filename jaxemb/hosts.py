@@ -1,6 +1,8 @@
 """The multi-host job a process is one of: every host runs the same command and joins the job here, at a given
 coordinator or at the one of the cluster jax.distributed.initialize() detects (a TPU pod slice, a SLURM job step,
 an Open MPI launch): train.py's runs (config.train.distributed names a coordinator), embed.py's and search's jobs.
+Its processes then check that they run the same code and command (`check_same_command`), and a collective failing
+because one of them has gone is said in one line (`lost_process`).
 A module of its own, light to import: embed.py joins a job without loading the training loop.
 """
 
@@ -82,15 +84,15 @@ def check_same_command(fields: Iterable[tuple[str, Any]]):
     )
   if (header[:, 2:] == header[0, 2:]).all():
     return
-  if (count := header[:, 2] != header[0, 2]).any():
-    differ = f"a config of {header[count, 2][0]} fields against {header[0, 2]} (another config file or method)"
+  if (others := header[:, 2] != header[0, 2]).any():
+    differ = f"a config of {header[others, 2][0]} fields against {header[0, 2]} (another config file or method)"
   else:
     values = _gathered([_digest(value) for _, value in fields])
-    count = (values != values[0]).any(1)
+    others = (values != values[0]).any(1)
     names = [name for (name, _), differs in zip(fields, (values != values[0]).any(0)) if differs]
     differ = f"{', '.join(names)} differ{'s' if len(names) == 1 else ''}"
   raise ConfigError(
-    f"process {_listed(count)} of {len(header)} runs another command than process 0: {differ}; run the same "
+    f"process {_listed(others)} of {len(header)} runs another command than process 0: {differ}; run the same "
     "command on every host"
   )
 

@@ -159,3 +159,29 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
       best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
       got["encoder"]["layers"]["query"]["kernel"][0],
     )
+
+
+@pytest.mark.e2e  # Two train.py processes stopped before their model loads (~5 s).
+def test_a_host_started_with_another_learning_rate_stops_the_job_before_the_workdir_is_claimed(tmp_path, tiny_bert):
+  """Process 1 given another learning rate (a worker of a pod slice started by hand): both stop in one line naming
+  the field, before either claims the workdir, instead of training a model of two settings."""
+  port, workdir = str(free_port()), tmp_path / "run"
+  commands = [
+    _command(tiny_bert, _corpus(tmp_path), workdir, tmp_path / "cache", learning_rate=lr) for lr in (3e-5, 1e-5)
+  ]
+  pair = [
+    subprocess.Popen(
+      commands[i],
+      env=_env(2, **slurm_task(i, 2), JAX_COORDINATOR_PORT=port),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  for _, stderr in _wait(pair, returncode=1):
+    assert "Traceback" not in stderr and stderr.splitlines()[-1] == (
+      "error: process 1 of 2 runs another command than process 0: config.train.learning_rate differs; run the same "
+      "command on every host"
+    ), _stderr_tail(stderr)
+  assert not workdir.exists()
