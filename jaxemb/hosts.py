@@ -76,7 +76,7 @@ def check_same_command(fields: Iterable[tuple[str, Any]]):
   if not in_job():
     return
   fields = list(fields)
-  header = _gathered([_digest(_source_files()), _digest(jax.__version__), len(fields), _digest(fields)])
+  header = gathered([_digest(_source_files()), _digest(jax.__version__), len(fields), _digest(fields)])
   if (code := (header[:, :2] != header[0, :2]).any(1)).any():
     raise ConfigError(
       f"process {_listed(code)} of {len(header)} runs other code than process 0 (jaxemb's source files or jax's "
@@ -87,9 +87,10 @@ def check_same_command(fields: Iterable[tuple[str, Any]]):
   if (others := header[:, 2] != header[0, 2]).any():
     differ = f"a config of {header[others, 2][0]} fields against {header[0, 2]} (another config file or method)"
   else:
-    values = _gathered([_digest(value) for _, value in fields])
-    others = (values != values[0]).any(1)
-    names = [name for (name, _), differs in zip(fields, (values != values[0]).any(0)) if differs]
+    values = gathered([_digest(value) for _, value in fields])
+    differs = values != values[0]
+    others = differs.any(1)
+    names = [name for (name, _), field_differs in zip(fields, differs.any(0)) if field_differs]
     differ = f"{', '.join(names)} differ{'s' if len(names) == 1 else ''}"
   raise ConfigError(
     f"process {_listed(others)} of {len(header)} runs another command than process 0: {differ}; run the same "
@@ -116,8 +117,8 @@ def _source_files() -> str:
   return digest.hexdigest()
 
 
-def _gathered(values: list[int]) -> np.ndarray:
-  """[process, value]: every process's `values` (as many on each)."""
+def gathered(values: list[int]) -> np.ndarray:
+  """[process, value]: every process's int32 `values` (as many on each; a barrier: every process has reached it)."""
   return np.asarray(multihost_utils.process_allgather(np.array(values, np.int32))).reshape(jax.process_count(), -1)
 
 

@@ -120,5 +120,5 @@ def test_processes_running_other_commands_or_code_are_all_stopped_naming_what_di
 
 
 def test_a_single_process_checks_nothing_and_gathers_nothing(monkeypatch):
-  monkeypatch.setattr(hosts, "_gathered", lambda values: pytest.fail("gathered outside a job"))
+  monkeypatch.setattr(hosts, "gathered", lambda values: pytest.fail("gathered outside a job"))
   hosts.check_same_command([("config.a", object())])

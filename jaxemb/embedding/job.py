@@ -428,7 +428,7 @@ def _summed(values: list[int]) -> list[int]:
   """`values` summed over the hosts of the job (a barrier: every host has reached it)."""
   if jax.process_count() == 1:
     return values
-  return [int(v) for v in np.asarray(multihost_utils.process_allgather(np.array(values, np.int32))).sum(0)]
+  return [int(v) for v in hosts.gathered(values).sum(0)]
 
 
 def cut_note(full: int, encoder: Encoder) -> str:
