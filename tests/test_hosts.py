@@ -1,6 +1,7 @@
 """Which environments start a multi-host job (jaxemb/hosts.py), checked without one: the configured coordinator,
-a SLURM job step of several tasks; not a plain machine, one task or a Kubernetes pod. Jobs for real:
-tests/training/test_multihost.py, tests/test_embed.py, tests/test_search.py."""
+a SLURM job step of several tasks; not a plain machine, one task or a Kubernetes pod. The processes' check of one
+command and code in a job of two on loopback. Jobs for real: tests/training/test_multihost.py, tests/test_embed.py,
+tests/test_search.py."""
 
 import os
 import subprocess
