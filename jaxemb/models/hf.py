@@ -349,7 +349,7 @@ _TOKENIZER_CLASSES = {"bert": "BertTokenizer", "roberta": "RobertaTokenizer"}
 
 def load_tokenizer(name_or_path: str | pathlib.Path):
   """The Hugging Face tokenizer saved with a model (local directory or hub id): what AutoTokenizer loads. For a
-  BERT or RoBERTa folder that names its model type's own class, that class is loaded directly, because
+  BERT or RoBERTa folder that names its model type's own class or none, that class is loaded directly, because
   AutoTokenizer imports torch when it is installed (transformers' configuration module): 1.2 s and 200 MB of
   memory that a JAX process does not need (tests/models/test_hf.py checks both give one tokenizer).
   A folder is loaded once while its files stay as they are (RoBERTa's takes 0.4-0.8 s on a 2-core Zen 3; each
@@ -413,16 +413,26 @@ def _files_state(folder: pathlib.Path) -> tuple:
 
 
 def _own_tokenizer_class(model_dir: pathlib.Path) -> str | None:
-  """The class name in _TOKENIZER_CLASSES that AutoTokenizer would pick for `model_dir` with nothing to reconcile
-  (tokenizer_config.json names its model type's class, no custom code), else None."""
+  """The class name in _TOKENIZER_CLASSES that AutoTokenizer would pick for `model_dir` with nothing to reconcile: no
+  custom code, and the class tokenizer_config.json names (else config.json's) is the model type's, or none is named,
+  as in bert-base-uncased's and roberta-base's own folders (AutoTokenizer then loads the model type's class; a
+  missing tokenizer_config.json reads as no fields, as it reads it). Else None."""
   try:
-    declared, config = (json.loads((model_dir / name).read_text()) for name in ("tokenizer_config.json", "config.json"))
+    config = json.loads((model_dir / "config.json").read_text())
+    declared = _json_if_there(model_dir / "tokenizer_config.json")
   except (OSError, ValueError):  # AutoTokenizer says what is missing or malformed.
     return None
-  if not (isinstance(declared, dict) and isinstance(config, dict)) or "auto_map" in declared:
+  if not (isinstance(declared, dict) and isinstance(config, dict)) or "auto_map" in declared or "auto_map" in config:
     return None
   own_class = _TOKENIZER_CLASSES.get(config.get("model_type"))
-  return own_class if own_class and declared.get("tokenizer_class") in (own_class, f"{own_class}Fast") else None
+  named = declared.get("tokenizer_class")
+  named = config.get("tokenizer_class") if named is None else named
+  return own_class if own_class and named in (None, own_class, f"{own_class}Fast") else None
+
+
+def _json_if_there(path: pathlib.Path) -> Any:
+  """The parsed file, {} where there is none."""
+  return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def write_model_files(out_dir: str | os.PathLike, config: EncoderConfig, tokenizer, **config_fields):

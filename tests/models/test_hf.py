@@ -385,13 +385,22 @@ def _tokenizer_folder(folder: str, tiny_bert: pathlib.Path, tmp_path: pathlib.Pa
   if folder == "roberta":
     (tmp_path / "roberta").mkdir()
     return write_random_checkpoint(tmp_path / "roberta", "roberta")
+  if folder == "bert unnamed":  # The class left out, as in bert-base-uncased's own tokenizer_config.json.
+    shutil.copytree(tiny_bert, tmp_path / "bert")
+    declared = json.loads((tmp_path / "bert" / "tokenizer_config.json").read_text(encoding="utf-8"))
+    del declared["tokenizer_class"]
+    (tmp_path / "bert" / "tokenizer_config.json").write_text(json.dumps(declared), encoding="utf-8")
+    return tmp_path / "bert"
+  if folder in ("bert-base-uncased", "roberta-base"):  # Their own files: none names a class; roberta-base has no
+    return shared_path("tokenizers", folder)  # tokenizer_config.json.
   return tiny_bert if folder == "bert" else shared_path("models", "all-MiniLM-L6-v2")
 
 
-@pytest.mark.parametrize("folder", ["bert", "roberta", "minilm"])
+@pytest.mark.parametrize("folder", ["bert", "roberta", "minilm", "bert unnamed", "bert-base-uncased", "roberta-base"])
 def test_load_tokenizer_loads_what_autotokenizer_loads_without_it(folder, tiny_bert, tmp_path):
   """A BERT or RoBERTa folder's own class, loaded directly: the class, vocabulary, special tokens and
-  encodings (a template with its mask, accents, padding, truncation) of AutoTokenizer's."""
+  encodings (a template with its mask, accents, padding, truncation) of AutoTokenizer's, also where the folder
+  names no class."""
   path = _tokenizer_folder(folder, tiny_bert, tmp_path)
   ours, theirs = hf.load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(path)
   assert hf._own_tokenizer_class(path) == type(ours).__name__  # pylint: disable=protected-access
@@ -420,14 +429,17 @@ def test_a_folder_is_loaded_once_while_its_files_stay_as_they_are(tiny_bert, tmp
 
 
 def test_other_tokenizer_folders_are_left_to_autotokenizer(tmp_path):
-  """Custom code, another class than the model type's, no class named, or another model type (ELECTRA's folders name
-  ElectraTokenizer, for which AutoTokenizer loads BertTokenizer): None, AutoTokenizer's call."""
+  """Custom code, another class than the model type's (in tokenizer_config.json, else in config.json), or another
+  model type (ELECTRA's folders name ElectraTokenizer, for which AutoTokenizer loads BertTokenizer): None,
+  AutoTokenizer's call. The model type's own class where it is named or none is."""
   cases = {
     "custom": (
       {"model_type": "bert"},
       {"tokenizer_class": "BertTokenizer", "auto_map": {"AutoTokenizer": ["x", None]}},
     ),
+    "custom config": ({"model_type": "bert", "auto_map": {"AutoConfig": "x.Config"}}, {}),
     "other": ({"model_type": "bert"}, {"tokenizer_class": "RobertaTokenizer"}),
+    "other in config": ({"model_type": "bert", "tokenizer_class": "RobertaTokenizer"}, {}),
     "unnamed": ({"model_type": "bert"}, {}),
     "t5": ({"model_type": "t5"}, {"tokenizer_class": "T5Tokenizer"}),
     "electra": ({"model_type": "electra"}, {"tokenizer_class": "ElectraTokenizer"}),
@@ -439,17 +451,21 @@ def test_other_tokenizer_folders_are_left_to_autotokenizer(tmp_path):
     (tmp_path / name / "config.json").write_text(json.dumps(config))
     (tmp_path / name / "tokenizer_config.json").write_text(json.dumps(declared))
     found[name] = hf._own_tokenizer_class(tmp_path / name)  # pylint: disable=protected-access
-  assert found == {"own": "RobertaTokenizer"} | {name: None for name in cases if name != "own"}
-  assert hf._own_tokenizer_class(shared_path("tokenizers", "bert-base-uncased")) is None  # pylint: disable=protected-access  # No config.json.
+  own = {"own": "RobertaTokenizer", "unnamed": "BertTokenizer"}
+  assert found == own | {name: None for name in cases if name not in own}
 
 
 def test_a_bert_tokenizer_loads_without_importing_torch():
-  """torch installed (these tests' PyTorch references), a process that loads MiniLM's tokenizer has not imported it."""
+  """torch installed (these tests' PyTorch references), a process that loads MiniLM's tokenizer and
+  bert-base-uncased's (which names no class) has not imported it."""
   code = (
-    "import sys; from jaxemb.models import load_tokenizer; load_tokenizer(sys.argv[1]); print('torch' in sys.modules)"
+    "import sys; from jaxemb.models import load_tokenizer; load_tokenizer(sys.argv[1]); load_tokenizer(sys.argv[2]); "
+    "print('torch' in sys.modules)"
   )
-  model = shared_path("models", "all-MiniLM-L6-v2")
-  done = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, check=True, cwd=REPO)
+  model, bert = shared_path("models", "all-MiniLM-L6-v2"), shared_path("tokenizers", "bert-base-uncased")
+  done = subprocess.run(
+    [sys.executable, "-c", code, str(model), str(bert)], capture_output=True, text=True, check=True, cwd=REPO
+  )
   assert done.stdout.strip() == "False", done.stderr[-2000:]
 
 
