@@ -6,7 +6,8 @@ table of mean ± std per row (<workdir>/table.md and table.json).
       --config.overrides="model.path='../shared/models/all-MiniLM-L6-v2'; train.num_steps=30; train.batch_size=32"
 
 Rerunning skips finished runs and resumes unfinished ones from their checkpoints. On several hosts, give each its
-share with --shard=i/n (every n-th run from i); --table_only then writes the table from the run directories.
+share with --shard=i/n (every n-th run from i), or run the same command on each: a run another process holds is left
+to it. --table_only writes the table from the run directories.
 On SIGTERM (or Ctrl-C) the current run saves its state and the sweep exits with status 143 (130), as train.py
 does.
 """

@@ -23,6 +23,14 @@ class WorkdirError(UserError):
   """A run directory that cannot be used as it is: busy (another process holds it), or made by another command."""
 
 
+class WorkdirBusy(WorkdirError):
+  """A run directory another process holds (its lock file or lease): `holder` names it, with the lock."""
+
+  def __init__(self, message: str, holder: str):
+    super().__init__(message)
+    self.holder = holder
+
+
 class StorageError(UserError, OSError):
   """The file system refused a write (a full disk, no permission, an I/O error); the message names the path."""
 

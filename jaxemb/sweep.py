@@ -12,7 +12,8 @@ one setting at a time (PromptBERT Tables 8-9, CoT-BERT Tables 3, 4 and 6). An ex
 
 A run with sts.json is finished and skipped, as is one whose training diverged (diverged.json: resuming would
 diverge again, as the same steps would run); any other resumes from its last checkpoint (train.py's resume). Runs are
-independent, so hosts can split them (`--shard i/n`) and any host can write the table once they are done. The
+independent, so hosts can split them (`--shard i/n`, or each leaving the runs another holds to it: its lock held
+through training and scoring) and any host can write the table once they are done. The
 workdir may be in a bucket (gs://), where every host sees every run.
 """
 
@@ -36,12 +37,14 @@ import numpy as np
 
 from jaxemb import atomic
 from jaxemb import cli
+from jaxemb import progress
 from jaxemb import config_fields, spec
 from jaxemb import storage
 from jaxemb import xla
-from jaxemb.errors import ConfigError, Diverged
+from jaxemb.errors import ConfigError, Diverged, WorkdirBusy
 from jaxemb.evaluation import run as eval_run
-from jaxemb.training import loop
+from jaxemb.models import run_dir
+from jaxemb.training import loop, workdir
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
 DIVERGED_FILE = "diverged.json"  # A training run whose loss or params went non-finite: done, without scores.
@@ -207,7 +210,11 @@ def shard(runs: Sequence[Run], index: int, count: int) -> list[Run]:
 def execute(run: Run) -> dict[str, Any]:
   """Trains (or resumes) a training run and scores its best step on the 7 STS tasks with evaluate.py's STS job
   (the run's own method); runs an evaluation row's job. Writes <run>/sts.json last, or <run>/diverged.json when
-  the training diverges (said in a note line)."""
+  the training diverges (said in a note line).
+
+  Raises:
+    WorkdirBusy: another process holds the run's lock (training it, or scoring it once trained).
+  """
   if not run.is_training:
     return eval_run.run_sts(spec.EvaluationRun.from_config(run.config))
   trained = spec.TrainingRun.from_config(run.config)
@@ -222,15 +229,19 @@ def execute(run: Run) -> dict[str, Any]:
       flush=True,
     )
     return {"diverged": str(e)}
-  summary = {
-    **eval_run.run_sts(scoring_run(trained)),
-    "best_step": training["best_step"],
-    "select_metric": training["select_metric"],
-    "selection_value": training["best_value"],
-    "seed": run.seed,
-    "model": run.config.model.path,
-  }
-  atomic.write_json(run.directory / RESULT_FILE, summary)
+  # Scored under the run's lock too, so that another host of the sweep, finding it trained but unscored, leaves it.
+  with workdir.lock(run_dir.RunDir(trained.workdir), progress.say, trained.train.lease_seconds):
+    if run.finished:  # Scored by another host between the training's end and this lock.
+      return run.result() or {}
+    summary = {
+      **eval_run.run_sts(scoring_run(trained)),
+      "best_step": training["best_step"],
+      "select_metric": training["select_metric"],
+      "selection_value": training["best_value"],
+      "seed": run.seed,
+      "model": run.config.model.path,
+    }
+    atomic.write_json(run.directory / RESULT_FILE, summary)
   return summary
 
 
@@ -264,14 +275,28 @@ def run_experiment(experiment: spec.Experiment, share: tuple[int, int] = (0, 1),
   mine = [] if table_only else shard(runs, *share)
   todo = [run for run in mine if not run.finished]
   logging.info("%s: %d runs planned, %d in this share, %d to do", experiment.name, len(runs), len(mine), len(todo))
+  held = []
   for number, run in enumerate(todo, 1):
+    if run.finished:  # By another host of the sweep while this one ran the runs before it.
+      continue
     print(
       f"[{number}/{len(todo)}] {run.row}" + ("" if run.seed is None else f", seed {run.seed}") + f": {run.directory}",
       flush=True,
     )
     xla.use_compilation_cache(run.config.compilation_cache_dir)
-    execute(run)
-  return write_table(experiment, runs)
+    try:
+      execute(run)
+    except WorkdirBusy as e:  # Another sweep's host (or a train.py) runs it: this host goes on to its next run.
+      print(f"note: {run.directory} is in use by {e.holder}: left to it, on to the next run", file=sys.stderr)
+      held.append(run)
+  table = write_table(experiment, runs)
+  if any(not run.finished for run in held):
+    print(
+      f"note: {sum(not run.finished for run in held)} run(s) of this share were in use by other processes and are "
+      "not in this table yet: once they end, `--table_only` (with this command's --config flags) writes it whole",
+      file=sys.stderr,
+    )
+  return table
 
 
 def aggregate(experiment: spec.Experiment, runs: Sequence[Run]) -> list[dict[str, Any]]:

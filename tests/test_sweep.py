@@ -1,7 +1,10 @@
 """jaxemb.sweep and sweep.py: experiment plans, shards, resuming a killed sweep, the mean ± std table."""
 
+import contextlib
 import importlib
 import json
+import os
+import socket
 
 import numpy as np
 import pytest
@@ -13,7 +16,8 @@ from jaxemb.encode import Encoder, Method
 from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
-from jaxemb.training import stopping, trainer
+from jaxemb.models import run_dir
+from jaxemb.training import stopping, trainer, workdir
 from jaxemb.spec import TrainingRun
 from jaxemb.spec import Experiment
 from tests.support import tiny_config
@@ -295,6 +299,69 @@ def test_a_run_that_diverges_is_recorded_counted_and_skipped_while_the_sweep_goe
   )
   assert sweep.run_experiment(experiment) == text and trained == [1, 2, 3]
   assert json.loads((tmp_path / "table.json").read_text())["rows"][0]["diverged"] == 1
+
+
+def test_hosts_running_one_sweep_leave_each_other_the_runs_they_hold(tmp_path, monkeypatch, capsys):
+  """The same sweep command on a second host (no --shard): a run another process holds (its lock) stopped the sweep
+  with train.py's busy line, and a run the other host finished meanwhile was trained and scored again. Now the held
+  run is left to its holder with a note, a finished one skipped, the rest run; the table says what is missing."""
+  experiment = Experiment.from_config(_experiment("seeds", tmp_path, seeds=(1, 2, 3)))
+  runs = sweep.plan(experiment)
+  trained = []
+
+  def train(config):  # train.py's first check, then the other host finishes seed 3 while this one trains seed 2.
+    workdir.refuse_if_busy(run_dir.RunDir(config.workdir))
+    trained.append(config.train.seed)
+    _fake_result(runs[2], 73.0)
+    return {"best_step": 10, "select_metric": "stsb_dev/STSBenchmark", "best_value": 80.0}
+
+  tasks = {task: {"all": 72.0} for task in sweep.TASK_COLUMNS}
+  monkeypatch.setattr(sweep.loop, "train", train)
+  monkeypatch.setattr(eval_run, "run_sts", lambda config: {"average": 72.0, "stsb_dev": 80.0, "tasks": tasks})
+  monkeypatch.setattr(sweep.xla, "use_compilation_cache", lambda path: None)
+  with workdir.lock(run_dir.RunDir(runs[0].directory), print):  # The other host trains seed 1.
+    text = sweep.run_experiment(experiment)
+  assert trained == [2] and "| 72.50 ± 0.50 | 72.00 | 73.00 | 2/3 |" in text
+  lock = runs[0].directory / "lock"
+  assert capsys.readouterr().err == (
+    f"note: {runs[0].directory} is in use by pid {os.getpid()} on host {socket.gethostname()} (lock {lock}): left "
+    "to it, on to the next run\n"
+    "note: 1 run(s) of this share were in use by other processes and are not in this table yet: once they end, "
+    "`--table_only` (with this command's --config flags) writes it whole\n"
+  )
+  _fake_result(runs[0], 71.0)  # The other host's seed 1 ends.
+  assert "| 72.00 ± 0.82 | 71.00 | 73.00 | 3/3 |" in sweep.run_experiment(experiment, table_only=True)
+
+
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_a_run_trained_here_is_scored_once_under_its_lock(root, tmp_path, monkeypatch, capsys, request):
+  """Between a run's training and its scores the lock was free: another host of the sweep resumed the trained run
+  and scored it as well. Now the scoring holds the lock (a lease in a bucket): a run another host took the lock of
+  as its training ended is left to it; one another host scored meanwhile is not scored again."""
+  workdir_root = tmp_path if root == "local" else f"{request.getfixturevalue('bucket')}/sweeps/seeds"
+  experiment = Experiment.from_config(_experiment("seeds", workdir_root, seeds=(1, 2)))
+  runs = sweep.plan(experiment)
+  other_host = contextlib.ExitStack()
+
+  def train(config):
+    if config.train.seed == 1:  # The other host resumes seed 1 as its training ends here.
+      run = run_dir.RunDir(config.workdir)
+      other_host.enter_context(workdir.lock(run, print, config.train.lease_seconds))
+    else:  # The other host scores seed 2 as its training ends here.
+      _fake_result(runs[1], 74.0)
+    return {"best_step": 10, "select_metric": "stsb_dev/STSBenchmark", "best_value": 80.0}
+
+  scored = []
+  tasks = {task: {"all": 72.0} for task in sweep.TASK_COLUMNS}
+  monkeypatch.setattr(sweep.loop, "train", train)
+  monkeypatch.setattr(
+    eval_run, "run_sts", lambda config: scored.append(config) or {"average": 72.0, "stsb_dev": 80.0, "tasks": tasks}
+  )
+  monkeypatch.setattr(sweep.xla, "use_compilation_cache", lambda path: None)
+  with other_host:
+    text = sweep.run_experiment(experiment)
+  assert not scored and "| 74.00 ± 0.00 | 74.00 | 74.00 | 1/2 |" in text
+  assert capsys.readouterr().err.startswith(f"note: {runs[0].directory} is in use by pid {os.getpid()} on host ")
 
 
 @pytest.mark.e2e

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import tqdm
 
 from jaxemb import storage
-from jaxemb.errors import WorkdirError
+from jaxemb.errors import WorkdirBusy, WorkdirError
 
 RENEWALS_PER_LEASE = 6  # Renewals a lease gets before it runs out: four may fail and the holder keeps it.
 LOST_EXIT = 75  # The status of a process that lost its run (EX_TEMPFAIL: another process may continue it).
@@ -47,11 +47,11 @@ def margin(seconds: float) -> float:
   return seconds / RENEWALS_PER_LEASE
 
 
-def busy(workdir: storage.Path, holder: str, lock: storage.Path, detail: str = "") -> WorkdirError:
+def busy(workdir: storage.Path, holder: str, lock: storage.Path, detail: str = "") -> WorkdirBusy:
   """The one line that refuses a run directory another process holds (a lock file or a lease)."""
-  return WorkdirError(
-    f"{workdir} is in use by {holder or 'another process'} (lock {lock}{detail}): wait for it to end "
-    "or stop it, or choose another --config.workdir"
+  named = f"{holder or 'another process'} (lock {lock}{detail})"
+  return WorkdirBusy(
+    f"{workdir} is in use by {named}: wait for it to end or stop it, or choose another --config.workdir", named
   )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from jaxemb import atomic, storage
-from jaxemb.errors import WorkdirError
+from jaxemb.errors import WorkdirBusy, WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import lease, workdir
 from jaxemb.testing.gcs import Proxy
@@ -46,6 +46,7 @@ def test_a_second_holder_is_refused_naming_pid_host_and_age_and_release_frees_it
     "be taken over in 140 s): wait for it to end or stop it, or choose another "
     "--config.workdir"
   )
+  assert isinstance(refused.value, WorkdirBusy) and refused.value.holder.startswith(f"pid {os.getpid()} on host ")
   assert storage.read_object(str(run.lock_file))[0] == b""  # Released: emptied, the next holder takes it silently.
   workdir.refuse_if_busy(run)
   with workdir.lock(run, said.append, LEASE):

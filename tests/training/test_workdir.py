@@ -16,7 +16,7 @@ from configs import promptbert
 from jaxemb import storage
 from jaxemb.data import lines
 from jaxemb.data.lines import read_lines
-from jaxemb.errors import WorkdirError
+from jaxemb.errors import WorkdirBusy, WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
 from jaxemb.spec import TrainingRun
@@ -52,9 +52,9 @@ def test_a_second_holder_is_refused_naming_pid_host_and_lock_file_and_release_fr
     with pytest.raises(WorkdirError) as refused:
       with workdir.lock(run, said.append):
         pass
-  assert str(refused.value).startswith(
-    f"{tmp_path} is in use by pid {os.getpid()} on host {socket.gethostname()} (lock {run.lock_file})"
-  )
+  holder = f"pid {os.getpid()} on host {socket.gethostname()} (lock {run.lock_file})"
+  assert isinstance(refused.value, WorkdirBusy) and refused.value.holder == holder  # What a sweep's note names.
+  assert str(refused.value).startswith(f"{tmp_path} is in use by {holder}")
   assert run.lock_file.read_text() == ""  # Released: emptied, so the next holder takes it without a word.
   with workdir.lock(run, said.append):
     pass
