@@ -37,4 +37,5 @@ def get_config():
   config.embed.shard_rows = 100_000
   config.embed.batch_tokens = 0
   config.embed.fitted = ""
+  config.embed.lease_seconds = 120.0
   return config

@@ -350,7 +350,7 @@ class Train(Block):
     at_least(1, "must be at least 1 (or None: per backend)"),
   )
   lease_seconds: float = field(
-    """A run directory in a bucket is held by a lease of this many seconds (jaxemb/training/lease.py): a process
+    """A run directory in a bucket is held by a lease of this many seconds (jaxemb/lease.py): a process
     that cannot renew it for 5/6 of it (a network outage, a stalled VM) stops, writing nothing more, and another
     process may take the run over once it is 7/6 old. Longer rides out longer outages and makes a takeover wait
     longer.""",
@@ -664,6 +664,12 @@ class Embed(Block):
   )
   fitted: str = field(
     "A method's fitted state (whitening, flow): the .npz evaluate.py writes; \"\": the model folder's own, if any."
+  )
+  lease_seconds: float = field(
+    """An output folder in a bucket is held by a lease of this many seconds while a job writes it, as a run directory
+    is (config.train.lease_seconds; on a disk, a flock): a job that cannot renew it for 5/6 of it stops, writing
+    nothing more, and another may continue the folder once it is 7/6 old.""",
+    positive("seconds"),
   )
 
 

@@ -162,7 +162,7 @@ def guarding_writes(guard: WriteGuard) -> Iterator[None]:
 
 def check_writes():
   """The one check before anything is written to a bucket (an object by gcsfs, a checkpoint by Orbax): a process
-  whose lease on its run directory is lost, or past its deadline, writes nothing more (`jaxemb.training.lease`)."""
+  whose lease on its run directory is lost, or past its deadline, writes nothing more (`jaxemb.lease`)."""
   for guard in list(_GUARDS):
     guard.check()
 

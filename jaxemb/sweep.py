@@ -37,14 +37,14 @@ import numpy as np
 
 from jaxemb import atomic
 from jaxemb import cli
+from jaxemb import folder_lock
 from jaxemb import progress
 from jaxemb import config_fields, spec
 from jaxemb import storage
 from jaxemb import xla
 from jaxemb.errors import ConfigError, Diverged, WorkdirBusy
 from jaxemb.evaluation import run as eval_run
-from jaxemb.models import run_dir
-from jaxemb.training import loop, workdir
+from jaxemb.training import loop
 
 RESULT_FILE = "sts.json"  # Written last: its presence marks a finished run.
 DIVERGED_FILE = "diverged.json"  # A training run whose loss or params went non-finite: done, without scores.
@@ -230,7 +230,7 @@ def execute(run: Run) -> dict[str, Any]:
     )
     return {"diverged": str(e)}
   # Scored under the run's lock too, so that another host of the sweep, finding it trained but unscored, leaves it.
-  with workdir.lock(run_dir.RunDir(trained.workdir), progress.say, trained.train.lease_seconds):
+  with folder_lock.hold(trained.workdir, progress.say, trained.train.lease_seconds):
     if run.finished:  # Scored by another host between the training's end and this lock.
       return run.result() or {}
     summary = {

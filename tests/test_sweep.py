@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from jaxemb import atomic, storage, sweep
+from jaxemb import atomic, folder_lock, storage, sweep
 from jaxemb.errors import ConfigError, Diverged
 from jaxemb.data import sts as sts_data
 from jaxemb.encode import Encoder, Method
@@ -17,7 +17,7 @@ from jaxemb.evaluation import common
 from jaxemb.evaluation import run as eval_run
 from jaxemb.evaluation import sts
 from jaxemb.models import run_dir
-from jaxemb.training import stopping, trainer, workdir
+from jaxemb.training import stopping, trainer
 from jaxemb.spec import TrainingRun
 from jaxemb.spec import Experiment
 from tests.support import tiny_config
@@ -310,7 +310,7 @@ def test_hosts_running_one_sweep_leave_each_other_the_runs_they_hold(tmp_path, m
   trained = []
 
   def train(config):  # train.py's first check, then the other host finishes seed 3 while this one trains seed 2.
-    workdir.refuse_if_busy(run_dir.RunDir(config.workdir))
+    folder_lock.refuse_if_held(config.workdir)
     trained.append(config.train.seed)
     _fake_result(runs[2], 73.0)
     return {"best_step": 10, "select_metric": "stsb_dev/STSBenchmark", "best_value": 80.0}
@@ -319,7 +319,7 @@ def test_hosts_running_one_sweep_leave_each_other_the_runs_they_hold(tmp_path, m
   monkeypatch.setattr(sweep.loop, "train", train)
   monkeypatch.setattr(eval_run, "run_sts", lambda config: {"average": 72.0, "stsb_dev": 80.0, "tasks": tasks})
   monkeypatch.setattr(sweep.xla, "use_compilation_cache", lambda path: None)
-  with workdir.lock(run_dir.RunDir(runs[0].directory), print):  # The other host trains seed 1.
+  with folder_lock.hold(runs[0].directory, print):  # The other host trains seed 1.
     text = sweep.run_experiment(experiment)
   assert trained == [2] and "| 72.50 ± 0.50 | 72.00 | 73.00 | 2/3 |" in text
   lock = runs[0].directory / "lock"
@@ -346,7 +346,7 @@ def test_a_run_trained_here_is_scored_once_under_its_lock(root, tmp_path, monkey
   def train(config):
     if config.train.seed == 1:  # The other host resumes seed 1 as its training ends here.
       run = run_dir.RunDir(config.workdir)
-      other_host.enter_context(workdir.lock(run, print, config.train.lease_seconds))
+      other_host.enter_context(folder_lock.hold(run.path, print, config.train.lease_seconds))
     else:  # The other host scores seed 2 as its training ends here.
       _fake_result(runs[1], 74.0)
     return {"best_step": 10, "select_metric": "stsb_dev/STSBenchmark", "best_value": 80.0}

@@ -4,7 +4,9 @@ multi-host job, continued by a rerun.
 Every host runs the same command. It joins the job of the cluster it runs in (jaxemb/hosts.py: a TPU pod slice, a
 SLURM job step), reads the corpus once (`reader.scan`: its records, digest and shard starts), opens the model and
 embeds a contiguous range of the shards decided from the record count alone (`host_shards`), on a mesh of its own
-devices (the Encoder splits each batch over them). Process 0 writes the manifest before any shard is written (the
+devices (the Encoder splits each batch over them). One job writes a folder at a time: process 0 holds its lock for
+the job (`jaxemb.folder_lock`: a flock on a disk, a lease in a bucket), so a second job on the folder is refused in
+one line naming the holder. Process 0 writes the manifest before any shard is written (the
 job's identity, which a rerun must match) and again once every host is done, with every shard's entry and
 `"complete": true`. A shard is three files, each written whole: its vectors, its ids, then its done record; a rerun
 skips the shards whose done record is of this job and whose vectors have the digest it records. Memory is bounded
@@ -24,7 +26,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from jaxemb import atomic, encode, hosts, sharding, storage
+from jaxemb import atomic, encode, folder_lock, hosts, progress, sharding, storage
 from jaxemb.embedding import reader, shards
 from jaxemb.encode import Encoder
 from jaxemb.data import sts as sts_data
@@ -38,6 +40,7 @@ from jaxemb.spec import Embed, EmbedRun
 DTYPES = ("float32", "float16")
 # The manifest's fields that say where things are, not what was embedded: a rerun may move the model or the corpus.
 _WHERE = ("model", "corpus.path", "shards", "complete")
+_OUTPUT_FLAG = "--config.embed.output"  # What a refusal of a folder in use names as the way to another.
 
 
 def embed_corpus(config: EmbedRun) -> dict[str, Any]:
@@ -48,23 +51,26 @@ def embed_corpus(config: EmbedRun) -> dict[str, Any]:
   hosts.join_job()  # The job of the cluster this process runs in, if any.
   hosts.check_same_command(spec.leaves(config, "config."))
   e = config.embed
+  if jax.process_count() == 1:  # Before the corpus is read and the model loaded (a job's hosts: when it is held).
+    folder_lock.refuse_if_held(e.output, _OUTPUT_FLAG)
   corpus = reader.scan(storage.local_copy(e.corpus), e.format, e.text_column, e.id_column, e.shard_rows)
   encoder = open_encoder(config)
   out = storage.path(e.output)
-  manifest = new_manifest(config, corpus, encoder)
-  manifest = _claim(out, manifest, corpus.num_shards)
-  job = job_digest(manifest)
-  mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
-  done = finished_shards(out, mine, job, corpus, e.shard_rows)
-  todo = [k for k in mine if k not in done]
-  start = time.perf_counter()
-  rows = _embed_shards(config, corpus, encoder, out, todo, job)
-  sentences, count, full = _summed([rows, len(todo), encoder.full_sentences])  # Every host is done past this point.
-  seconds = time.perf_counter() - start
-  if jax.process_index() == 0:
-    manifest = {**manifest, "shards": [_entry(out, k, job) for k in range(corpus.num_shards)], "complete": True}
-    atomic.write_json(out / shards.MANIFEST, manifest)
-    print(summary_line(sentences, count, corpus.num_shards, seconds, e.output) + cut_note(full, encoder), flush=True)
+  # One job writes the folder at a time: two would write their shards under one manifest (their settings mixed).
+  with folder_lock.hold_for_job(out, progress.say, e.lease_seconds, flag=_OUTPUT_FLAG):
+    manifest = _claim(out, new_manifest(config, corpus, encoder), corpus.num_shards)
+    job = job_digest(manifest)
+    mine = host_shards(corpus.num_shards, jax.process_index(), jax.process_count())
+    done = finished_shards(out, mine, job, corpus, e.shard_rows)
+    todo = [k for k in mine if k not in done]
+    start = time.perf_counter()
+    rows = _embed_shards(config, corpus, encoder, out, todo, job)
+    sentences, count, full = _summed([rows, len(todo), encoder.full_sentences])  # Every host is done past here.
+    seconds = time.perf_counter() - start
+    if jax.process_index() == 0:
+      manifest = {**manifest, "shards": [_entry(out, k, job) for k in range(corpus.num_shards)], "complete": True}
+      atomic.write_json(out / shards.MANIFEST, manifest)
+      print(summary_line(sentences, count, corpus.num_shards, seconds, e.output) + cut_note(full, encoder), flush=True)
   return {"sentences": sentences, "shards": count, "seconds": seconds, "manifest": manifest}
 
 

@@ -25,7 +25,7 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
-from jaxemb import atomic, storage
+from jaxemb import atomic, folder_lock, storage
 from jaxemb.errors import DataError
 from jaxemb.models import bert, checkpoint_files, hf
 from jaxemb.models.config import EncoderConfig
@@ -46,7 +46,7 @@ class RunDir:
     self.summary_file = self.path / "summary.json"
     self.tensorboard_dir = self.path / "tensorboard"
     self.cache_dir = self.path / "cache"
-    self.lock_file = self.path / "lock"
+    self.lock_file = folder_lock.lock_file(self.path)
     self.fingerprint_file = self.path / "fingerprint.json"
 
   def has_step(self) -> bool:

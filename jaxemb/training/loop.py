@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import jax
 from jax.experimental import multihost_utils
 
-from jaxemb import atomic, hosts, progress, sharding, storage, xla
+from jaxemb import atomic, folder_lock, hosts, progress, sharding, storage, xla
 from jaxemb.data import corpus, lines
 from jaxemb.encode import Encoder, encoder_options
 from jaxemb.evaluation import evaluators
@@ -23,7 +23,7 @@ from jaxemb.training import batches, checkpoints, objectives, preflight, selecti
 from jaxemb.training import state as train_state
 from jaxemb.training.metrics import StepRecorder
 from jaxemb.training.trainer import Trainer, build_trainer, load_start
-from jaxemb.training.workdir import Claim, claim_workdir, data_identity, refuse_if_busy
+from jaxemb.training.workdir import Claim, claim_workdir, data_identity
 
 
 def read_columns(config: TrainingRun) -> dict[str, list[str]]:
@@ -61,7 +61,7 @@ def train(config: TrainingRun, resume_changed: bool = False) -> dict[str, Any]:
   xla.keep_step_memory()
   with stopping.CleanStop() as stop:
     if jax.process_count() == 1:  # A job's hosts are refused together, by claim_workdir.
-      refuse_if_busy(run_dir.RunDir(config.workdir))
+      folder_lock.refuse_if_held(config.workdir)
     mesh = sharding.make_mesh(config.train.mesh_data, config.train.mesh_fsdp)
     # Before anything is loaded or written: a bad field, evaluator data or a corpus too small for one batch costs
     # seconds, not a run, and leaves the workdir as it was (reading the corpus writes nothing there).

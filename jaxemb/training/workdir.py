@@ -11,23 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import pathlib
-import socket
 from typing import Any, Callable, Iterator
 
-import jax
-from jax.experimental import multihost_utils
-import numpy as np
 
-from jaxemb import atomic, config_fields, spec, storage
+from jaxemb import atomic, config_fields, folder_lock, spec, storage
 from jaxemb.errors import WorkdirError
 from jaxemb.methods import Method, legacy
 from jaxemb.models import run_dir
-from jaxemb.training import lease
 
 # Fields left out of the fingerprint, as they do not change what a run computes, so a rerun may change them: where
 # things are kept (the workdir itself, so a moved run directory resumes; the caches), what the run evaluates and how
@@ -64,10 +57,9 @@ NOT_FINGERPRINTED = (
 # Fields that name files: compared as absolute paths, so a rerun from another directory is the same run. A model
 # path that names no local file is a hub id, compared as given.
 PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")
+
+
 # The file systems that cannot lock (some FUSE mounts) answer flock with one of these.
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
-
-
 def fingerprint(config: spec.TrainingRun) -> dict[str, Any]:
   """The fields of a training run that define it, by their config's dotted names, as they read back from JSON."""
   fields = {key: value for key, value in spec.leaves(config) if not _excluded(key)}
@@ -264,105 +256,6 @@ def _method_of_today(fields: dict[str, Any]) -> dict[str, Any]:
   return {**others, **dict(config_fields.flatten(Method.from_stored(block).to_block(), prefix))}
 
 
-@contextlib.contextmanager
-def lock(
-  run: run_dir.RunDir,
-  say: Callable[[str], None],
-  lease_seconds: float | None = None,
-  on_lost: Callable[[str], None] | None = None,
-) -> Iterator[Callable[[], None]]:
-  """Holds the run directory's lock until the block ends: a flock on <workdir>/lock on a disk, a lease of
-  `lease_seconds` (config.train.lease_seconds; needed there) in a bucket (`jaxemb.training.lease`, its `on_lost`
-  there), which every write to a bucket passes within the block (`jaxemb.storage.check_writes`). Yields the check
-  itself: it raises WorkdirError once a lease is lost (a flock is never lost).
-
-  Raises:
-    WorkdirError: another process holds it; the message names its pid and host.
-  """
-  if storage.is_remote(run.path):
-    if lease_seconds is None:
-      raise ValueError(f"a lock of {run.path}, in a bucket, is a lease: lease_seconds is needed")
-    with _leased(lease.Lease(run.path, run.lock_file, lease_seconds, on_lost), say) as check:
-      yield check
-  else:
-    with _file_lock(run, say):
-      yield lambda: None
-
-
-@contextlib.contextmanager
-def _leased(held: lease.Lease, say: Callable[[str], None]) -> Iterator[Callable[[], None]]:
-  """Holds (or follows) a lease until the block ends, every write to a bucket passing its check meanwhile."""
-  held.acquire(say)
-  try:
-    with storage.guarding_writes(held):
-      yield held.check
-  finally:
-    held.release()
-
-
-@contextlib.contextmanager
-def _file_lock(run: run_dir.RunDir, say: Callable[[str], None]) -> Iterator[None]:
-  """Holds <workdir>/lock, with this process's pid and host written in it, until the block ends.
-
-  flock: the kernel releases it when the process dies, so a lock file whose holder died (a non-empty file nobody
-  holds) is taken over. The file is emptied on release and never deleted: deleting it would let a process that
-  opened it before the deletion lock a file no later process sees.
-  """
-  run.path.mkdir(parents=True, exist_ok=True)
-  fd = os.open(run.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
-  try:
-    _flock(run, fd, say)
-    stale = _holder(fd)
-    if stale:
-      say(f"took over {run.lock_file} from {stale}, which ended without releasing it")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode(), 0)
-    try:
-      yield
-    finally:
-      os.ftruncate(fd, 0)  # An empty lock file is a free one.
-  finally:
-    os.close(fd)  # Releases the flock.
-
-
-def refuse_if_busy(run: run_dir.RunDir):
-  """Raises WorkdirError at once when another process holds the workdir's lock; creates nothing (a config that
-  fails its checks afterwards leaves the workdir as it was). `lock` takes the lock itself later."""
-  if storage.is_remote(run.path):
-    lease.refuse_if_held(run.path, run.lock_file)
-    return
-  try:
-    fd = os.open(run.lock_file, os.O_RDWR)
-  except FileNotFoundError:
-    return
-  try:
-    _flock(run, fd, lambda _: None)
-  finally:
-    os.close(fd)  # Releases the flock, if taken.
-
-
-def _flock(run: run_dir.RunDir, fd: int, say: Callable[[str], None]):
-  """flock(fd) without waiting; a file system without locks is said once and let through."""
-  try:
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError:
-    raise lease.busy(run.path, _holder(fd), run.lock_file) from None
-  except OSError as e:
-    if e.errno not in _NO_LOCKS:
-      raise
-    say(f"cannot lock {run.lock_file} ({e.strerror}): a second process on this workdir will not be detected")
-
-
-def _holder(fd: int) -> str:
-  """ "pid P on host H" of the process a lock file names; "" for an empty (free) one."""
-  text = os.pread(fd, 4096, 0).decode(errors="replace")
-  try:
-    holder = json.loads(text)
-    return f"pid {holder['pid']} on host {holder['host']}"
-  except (ValueError, KeyError, TypeError):
-    return f"a process that wrote {text!r}" if text else ""
-
-
 @dataclasses.dataclass(frozen=True)
 class Claim:
   """What claim_workdir yields: the run directory, and its fingerprint to record once the run has started."""
@@ -401,30 +294,22 @@ def claim_workdir(
   """Holds config.workdir for one training run: its lock, and its fingerprint checked (`check_fingerprint`), with
   the identity of its data that `data` gives (`data_identity`; called on process 0 only; None: the data is not
   checked). Yields the Claim, whose `record_fingerprint` the run calls once it has started; in a bucket, every
-  write to the run directory passes the lock's check (`lock`).
+  write to the run directory passes the lock's check (`jaxemb.folder_lock`).
 
   In a multi-host job the workdir is shared, so process 0 claims it for the job and tells the other processes
-  whether it could, and they all stop together; in a bucket they follow its lease (`lease.Following`), so each
-  stops writing when process 0 loses it. Released when the block ends (a sweep trains its runs one after
+  whether it could, and they all stop together; in a bucket they follow its lease, so each stops writing when
+  process 0 loses it (`folder_lock.hold_for_job`). Released when the block ends (a sweep trains its runs one after
   another in one process).
 
   Raises:
     WorkdirError: another process holds the workdir, or it holds a run of another command or on other data.
   """
   run = run_dir.RunDir(config.workdir)
-  with contextlib.ExitStack() as held:
-    refused = pending = None
-    if jax.process_index() == 0:
-      try:
-        held.enter_context(lock(run, say, config.train.lease_seconds))
-        pending = check_fingerprint(run, fingerprint(config), resume_changed, data() if data else None)
-        _remove_partial_files(run, say)
-      except Exception as e:  # pylint: disable=broad-except  # Raised once the other processes are told.
-        refused = e
-    if jax.process_count() > 1 and bool(multihost_utils.broadcast_one_to_all(np.int32(refused is not None))):
-      refused = refused or WorkdirError(f"process 0 refused {run.path}; its output says why")
-    if refused:
-      raise refused
-    if jax.process_index() != 0 and storage.is_remote(run.path):  # This host writes its shards of each checkpoint.
-      held.enter_context(_leased(lease.Following(run.path, run.lock_file, config.train.lease_seconds), say))
+
+  def checked() -> PendingFingerprint:
+    pending = check_fingerprint(run, fingerprint(config), resume_changed, data() if data else None)
+    _remove_partial_files(run, say)
+    return pending
+
+  with folder_lock.hold_for_job(run.path, say, config.train.lease_seconds, checked) as pending:
     yield Claim(run, pending, say)

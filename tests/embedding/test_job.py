@@ -5,6 +5,7 @@ two hosts, in processes of their own: tests/test_embed.py."""
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import threading
@@ -15,11 +16,11 @@ import pytest
 import safetensors.numpy
 
 from configs import embed as embed_config
-from jaxemb import embedding, storage
+from jaxemb import embedding, folder_lock, storage
 from jaxemb.data.sts import add_period
 from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
-from jaxemb.errors import ConfigError, DataError, WorkdirError
+from jaxemb.errors import ConfigError, DataError, WorkdirBusy, WorkdirError
 from jaxemb.methods import base as methods_base
 from jaxemb.models import load_tokenizer
 from jaxemb.spec import EmbedRun
@@ -349,6 +350,26 @@ def test_a_corpus_and_output_in_a_bucket(tiny_bert, corpus, tmp_path, bucket, mo
   assert (
     job.embed_corpus(EmbedRun.from_config(remote))["sentences"] == 30
   )  # The bucket's listing tells the whole shards.
+
+
+@pytest.mark.parametrize("root", ["local", "bucket"])
+def test_a_folder_another_job_writes_is_refused_and_left_as_it_is(
+  root, tiny_bert, corpus, tmp_path, request, monkeypatch
+):
+  """Two jobs started on one folder each wrote their shards and manifest over the other's: with other settings, a
+  "complete" folder of two jobs' vectors once one was stopped, and one crashed on a file the other removed. The
+  second is refused in one line naming the holder (its lock file, or its lease in a bucket), writing nothing."""
+  out = tmp_path / "out" if root == "local" else f"{request.getfixturevalue('bucket')}/out"
+  config = _config(tiny_bert, corpus, out, dict(name="last_avg"), shard_rows=30)
+  unread = _config(tmp_path / "no-model", tmp_path / "no-corpus.txt", out, dict(name="last_avg"))
+  with folder_lock.hold(out, print, config.embed.lease_seconds):  # The other job.
+    for tried in (unread, config):  # At once, before the corpus or the model is read; and as the job takes the lock
+      with pytest.raises(WorkdirBusy, match=rf"^{out} is in use by pid {os.getpid()} on host ") as refused:
+        job.embed_corpus(EmbedRun.from_config(tried))
+      assert str(refused.value).endswith(": wait for it to end or stop it, or choose another --config.embed.output")
+      monkeypatch.setattr(folder_lock, "refuse_if_held", lambda *args: None)  # Both jobs past the first check.
+    assert not (storage.path(out) / shards.MANIFEST).exists()
+  assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 66  # Once it has ended.
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 7, 100])

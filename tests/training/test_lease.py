@@ -1,4 +1,4 @@
-"""jaxemb.training.lease: the lock of a run directory in a bucket, against a real GCS emulator (fake-gcs-server): a
+"""jaxemb.lease: the lock of a run directory in a bucket, against a real GCS emulator (fake-gcs-server): a
 holder that fences itself off by its own clock, a taker that waits the lease plus its margin, the watchdog of a
 stopped holder; and, end to end, runs whose network is cut, whose bucket is down, or which are stopped."""
 
@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from jaxemb import atomic, storage
+from jaxemb import atomic, folder_lock, lease, storage
 from jaxemb.errors import WorkdirBusy, WorkdirError
 from jaxemb.models import run_dir
-from jaxemb.training import lease, workdir
 from jaxemb.testing.gcs import Proxy
 from tests.support import REPO, short_senteval, toy_flags
 from tests.training.run_support import assert_same_run, driver_env
@@ -32,14 +31,14 @@ def _holder(run):
 def test_a_second_holder_is_refused_naming_pid_host_and_age_and_release_frees_it(bucket):
   run = run_dir.RunDir(f"{bucket}/runs/r1")
   said = []
-  with workdir.lock(run, said.append, LEASE) as check:
+  with folder_lock.hold(run.path, said.append, LEASE) as check:
     check()
     assert _holder(run) == {"pid": os.getpid(), "host": socket.gethostname(), "lease_seconds": LEASE, "renewals": 0}
     with pytest.raises(WorkdirError) as refused:
-      with workdir.lock(run, said.append, LEASE):
+      with folder_lock.hold(run.path, said.append, LEASE):
         pass
     with pytest.raises(WorkdirError):
-      workdir.refuse_if_busy(run)
+      folder_lock.refuse_if_held(run.path)
   assert str(refused.value) == (
     f"{bucket}/runs/r1 is in use by pid {os.getpid()} on host {socket.gethostname()} "
     f"(lock {bucket}/runs/r1/lock, a lease renewed 0 s ago: if its holder is gone, it can "
@@ -48,8 +47,8 @@ def test_a_second_holder_is_refused_naming_pid_host_and_age_and_release_frees_it
   )
   assert isinstance(refused.value, WorkdirBusy) and refused.value.holder.startswith(f"pid {os.getpid()} on host ")
   assert storage.read_object(str(run.lock_file))[0] == b""  # Released: emptied, the next holder takes it silently.
-  workdir.refuse_if_busy(run)
-  with workdir.lock(run, said.append, LEASE):
+  folder_lock.refuse_if_held(run.path)
+  with folder_lock.hold(run.path, said.append, LEASE):
     pass
   assert said == []
 
@@ -80,11 +79,11 @@ def test_another_hosts_lease_is_taken_over_once_it_is_its_length_plus_a_margin_o
   run = run_dir.RunDir(f"{bucket}/runs/r1")
   _dead_holder(run, "preempted-vm", 1.3, lease_seconds=1.2)  # Past the lease, not past its margin (1.4 s).
   with pytest.raises(WorkdirError, match=r"is in use by pid 999999 on host preempted-vm .* taken over in 0 s"):
-    with workdir.lock(run, print, LEASE):
+    with folder_lock.hold(run.path, print, LEASE):
       pass
   time.sleep(0.2)
   said = []
-  with workdir.lock(run, said.append, LEASE):
+  with folder_lock.hold(run.path, said.append, LEASE):
     assert _holder(run)["pid"] == os.getpid()
   (line,) = said
   assert re.fullmatch(
@@ -96,7 +95,7 @@ def test_another_hosts_lease_is_taken_over_once_it_is_its_length_plus_a_margin_o
   run = run_dir.RunDir(f"{bucket}/runs/r2")
   _dead_holder(run, "other-vm", 0)  # Renewed just now, by all we can tell from here.
   with pytest.raises(WorkdirError, match="is in use by pid 999999 on host other-vm"):
-    with workdir.lock(run, print, LEASE):
+    with folder_lock.hold(run.path, print, LEASE):
       pass
 
 
@@ -111,7 +110,7 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(bucket):
     json.dumps({"pid": int(gone.stdout), "host": socket.gethostname(), "lease_seconds": LEASE}).encode(),
   )
   said = []
-  with workdir.lock(run, said.append, LEASE):
+  with folder_lock.hold(run.path, said.append, LEASE):
     pass
   assert said == [
     f"took over {run.lock_file} from pid {int(gone.stdout)} on host {socket.gethostname()}, which is no longer running"
@@ -121,7 +120,7 @@ def test_a_dead_holder_on_this_host_is_taken_over_at_once(bucket):
 def test_a_holder_whose_lease_was_taken_over_stops_writing(bucket):
   run = run_dir.RunDir(f"{bucket}/runs/r1")
   lost = []
-  with workdir.lock(run, print, 0.6, on_lost=lost.append) as check:
+  with folder_lock.hold(run.path, print, 0.6, on_lost=lost.append) as check:
     _, generation, _ = storage.read_object(str(run.lock_file))
     storage.replace(str(run.lock_file), b'{"pid": 1, "host": "other-vm", "lease_seconds": 120}', generation)
     time.sleep(0.3)  # The next renewal finds the lease replaced.
@@ -145,7 +144,7 @@ def test_a_holder_that_cannot_renew_fences_itself_by_its_own_clock(bucket, monke
   without waiting for a write to check."""
   run = run_dir.RunDir(f"{bucket}/runs/r1")
   lost, started = [], time.monotonic()
-  with workdir.lock(run, print, 3.0, on_lost=lambda m: lost.append((time.monotonic() - started, m))) as check:
+  with folder_lock.hold(run.path, print, 3.0, on_lost=lambda m: lost.append((time.monotonic() - started, m))) as check:
     monkeypatch.setattr(storage, "replace", _unreachable)
     while not lost and time.monotonic() - started < 10:
       time.sleep(0.01)
@@ -258,7 +257,7 @@ def test_a_lost_process_resets_its_connections_says_one_line_and_exits_75(tmp_pa
   """What it sent and the server has not read is dropped with a reset, not delivered later (as a FIN would)."""
   with socket.create_server(("127.0.0.1", 0)) as server:
     code = (
-      "import socket, sys; from jaxemb.training import lease; "
+      "import socket, sys; from jaxemb import lease; "
       f"c = socket.create_connection(('127.0.0.1', {server.getsockname()[1]})); c.sendall(b'x' * 1000); "
       "print('sent', flush=True); sys.stdin.readline(); lease.stop_process('lost it')"
     )

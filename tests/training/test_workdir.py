@@ -1,4 +1,5 @@
-"""jaxemb.training.workdir: the workdir lock (one process at a time) and the run fingerprint (one command a run)."""
+"""jaxemb.training.workdir: the workdir claimed by one process at a time (its lock: tests/test_folder_lock.py) and the
+run fingerprint (one command a run)."""
 
 import hashlib
 import json
@@ -13,10 +14,10 @@ import sys
 import pytest
 
 from configs import promptbert
-from jaxemb import storage
+from jaxemb import folder_lock, storage
 from jaxemb.data import lines
 from jaxemb.data.lines import read_lines
-from jaxemb.errors import WorkdirBusy, WorkdirError
+from jaxemb.errors import WorkdirError
 from jaxemb.models import run_dir
 from jaxemb.training import loop, workdir
 from jaxemb.spec import TrainingRun
@@ -42,32 +43,6 @@ def _save_a_step(run):
 def _recorded(run, fields, resume_changed, say, data=None):
   """check_fingerprint, and the fingerprint it returns written as a run writes it once it has started."""
   workdir.check_fingerprint(run, fields, resume_changed, data).write(say)
-
-
-def test_a_second_holder_is_refused_naming_pid_host_and_lock_file_and_release_frees_it(tmp_path):
-  run = run_dir.RunDir(tmp_path)
-  said = []
-  with workdir.lock(run, said.append):
-    assert json.loads(run.lock_file.read_text()) == {"pid": os.getpid(), "host": socket.gethostname()}
-    with pytest.raises(WorkdirError) as refused:
-      with workdir.lock(run, said.append):
-        pass
-  holder = f"pid {os.getpid()} on host {socket.gethostname()} (lock {run.lock_file})"
-  assert isinstance(refused.value, WorkdirBusy) and refused.value.holder == holder  # What a sweep's note names.
-  assert str(refused.value).startswith(f"{tmp_path} is in use by {holder}")
-  assert run.lock_file.read_text() == ""  # Released: emptied, so the next holder takes it without a word.
-  with workdir.lock(run, said.append):
-    pass
-  assert said == []
-
-
-def test_a_stale_lock_of_a_dead_process_is_taken_over_with_one_line(tmp_path):
-  run = run_dir.RunDir(tmp_path)
-  run.lock_file.write_text(json.dumps({"pid": 999999, "host": "old-host"}))
-  said = []
-  with workdir.lock(run, said.append):
-    assert json.loads(run.lock_file.read_text())["pid"] == os.getpid()
-  assert said == [f"took over {run.lock_file} from pid 999999 on host old-host, which ended without releasing it"]
 
 
 def test_claims_in_turn_succeed_and_a_nested_claim_is_refused(tmp_path):
@@ -396,8 +371,8 @@ def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):
     [
       sys.executable,
       "-c",
-      "import sys, time; from jaxemb.models import run_dir; "
-      "from jaxemb.training import workdir; lock = workdir.lock(run_dir.RunDir(sys.argv[1]), print); "
+      "import sys, time; "
+      "from jaxemb import folder_lock; lock = folder_lock.hold(sys.argv[1], print); "
       "lock.__enter__(); print('held', flush=True); time.sleep(600)",
       str(workdir_path),
     ],
@@ -433,7 +408,7 @@ def test_a_second_train_py_on_a_workdir_in_use_is_refused_at_once(tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
   said = []
-  with workdir.lock(run_dir.RunDir(workdir_path), said.append):
+  with folder_lock.hold(workdir_path, said.append):
     pass
   assert said == [
     f"took over {workdir_path / 'lock'} from pid {holder.pid} on host {socket.gethostname()}, "

@@ -11,7 +11,7 @@ a renewal's round trip and the clocks' drift):
   `jaxemb.storage.check_writes`) and `stop_process` ends it in one line with status LOST_EXIT, abandoning any save
   in flight and resetting its connections, so that no request it began can land later. A holder that cannot run
   then (stopped by SIGSTOP, a VM frozen) is killed by its watchdog, a small process of its own
-  (jaxemb/training/lease_watchdog.py).
+  (jaxemb/lease_watchdog.py).
 - Another process counts from the time Cloud Storage stamped on the object, by its own clock (Google Cloud VMs keep
   theirs synchronised, far within a margin): it takes the run over once the lease is `seconds` + `margin` old, or
   at once when the holder ran on its own host and its pid is gone (a run killed there, a VM recreated under its
@@ -50,9 +50,12 @@ def margin(seconds: float) -> float:
 def busy(workdir: storage.Path, holder: str, lock: storage.Path, detail: str = "") -> WorkdirBusy:
   """The one line that refuses a run directory another process holds (a lock file or a lease)."""
   named = f"{holder or 'another process'} (lock {lock}{detail})"
-  return WorkdirBusy(
-    f"{workdir} is in use by {named}: wait for it to end or stop it, or choose another --config.workdir", named
-  )
+  return WorkdirBusy(busy_line(workdir, named, "--config.workdir"), named)
+
+
+def busy_line(folder: storage.Path, named: str, flag: str) -> str:
+  """`busy`'s line for a folder that `flag` names."""
+  return f"{folder} is in use by {named}: wait for it to end or stop it, or choose another {flag}"
 
 
 class Lease:

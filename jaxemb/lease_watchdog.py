@@ -1,4 +1,4 @@
-"""The watchdog of a lease's holder (jaxemb/training/lease.py `_Watchdog`), run as a script with the standard library
+"""The watchdog of a lease's holder (jaxemb/lease.py `_Watchdog`), run as a script with the standard library
 alone: `python -I lease_watchdog.py PID SPAN GRACE MESSAGE`.
 
 It reads deadlines (time.monotonic() values, one a line) from stdin, the newest after each renewal of the lease,
