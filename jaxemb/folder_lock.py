@@ -27,7 +27,7 @@ from jaxemb import lease, storage
 from jaxemb.errors import WorkdirBusy, WorkdirError
 
 LOCK_FILE = "lock"
-# What a file system without flock answers (some network file systems): said once, and the job let through.
+# The file systems that cannot lock (some FUSE mounts) answer flock with one of these: said once, the job let through.
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
 

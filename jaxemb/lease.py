@@ -1,5 +1,6 @@
-"""The lock of a run directory in a bucket (gs://), where nothing can be locked: a lease that its holder fences
-itself off by its own clock, as lease-based locks do (Chubby, etcd, Kubernetes leader election).
+"""The lock of a folder in a bucket (gs://: a run directory, an embedding's output; jaxemb/folder_lock.py), where
+nothing can be locked: a lease that its holder fences itself off by its own clock, as lease-based locks do (Chubby,
+etcd, Kubernetes leader election).
 
 A process claims the run with an object created only if absent (a generation precondition), naming its holder,
 and keeps it by renewing it (replacing it only if unchanged) from a heartbeat thread, every `seconds` /

@@ -12,14 +12,17 @@ PACKAGE = pathlib.Path(REPO) / "jaxemb"
 # Each module's layer by its longest dotted prefix, bottom (0) to top (4); a module of a layer may import its own
 # layer and those below. A new module fails test_every_module_has_a_layer until it is placed here.
 LAYERS = {
-  # What every layer uses: the error vocabulary, compiler options, config-field names, local and gs:// files,
-  # progress on stderr.
+  # What every layer uses: the error vocabulary, compiler options, config-field names, local and gs:// files and
+  # their locks, progress on stderr.
   "jaxemb.errors": 0,
   "jaxemb.xla": 0,
   "jaxemb.config_fields": 0,
   "jaxemb.atomic": 0,
   "jaxemb.storage": 0,
   "jaxemb.progress": 0,
+  "jaxemb.folder_lock": 0,  # The lock of a folder one job writes (a run directory, an embedding's output).
+  "jaxemb.lease": 0,
+  "jaxemb.lease_watchdog": 0,
   # The encoder, its checkpoints and the run directory's layout.
   "jaxemb.models": 1,
   # From sentences to vectors, the mesh, the data readers.

@@ -16,7 +16,6 @@ import os
 import pathlib
 from typing import Any, Callable, Iterator
 
-
 from jaxemb import atomic, config_fields, folder_lock, spec, storage
 from jaxemb.errors import WorkdirError
 from jaxemb.methods import Method, legacy
@@ -59,7 +58,6 @@ NOT_FINGERPRINTED = (
 PATH_FIELDS = ("model.path", "data.train_file", "data.senteval_dir")
 
 
-# The file systems that cannot lock (some FUSE mounts) answer flock with one of these.
 def fingerprint(config: spec.TrainingRun) -> dict[str, Any]:
   """The fields of a training run that define it, by their config's dotted names, as they read back from JSON."""
   fields = {key: value for key, value in spec.leaves(config) if not _excluded(key)}
