@@ -5,11 +5,14 @@ tests/embedding/test_job.py, tests/test_sweep.py."""
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from jaxemb import folder_lock
 from jaxemb.errors import WorkdirBusy
+from tests.support import REPO, free_port, slurm_task
 
 
 def test_a_second_holder_is_refused_naming_pid_host_and_lock_file_and_release_frees_it(tmp_path):
@@ -36,3 +39,57 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over_with_one_line(tmp_path):
   with folder_lock.hold(tmp_path, said.append):
     assert json.loads(lock_file.read_text())["pid"] == os.getpid()
   assert said == [f"took over {lock_file} from pid 999999 on host old-host, which ended without releasing it"]
+
+
+# Each process of a two-process job claims, in turn, a folder another process holds, one it cannot pass the checks of
+# (`then` raises in process 0), and a free one, saying what it met.
+_CLAIMS = """
+import sys
+from jaxemb import errors, folder_lock, hosts
+hosts.join_job()
+held, free = sys.argv[1:]
+
+def fails():
+  raise errors.ConfigError("the folder's checks failed")
+
+for case, folder, then in (("held", held, lambda: None), ("checks", free, fails), ("free", free, lambda: "checked")):
+  try:
+    with folder_lock.hold_for_job(folder, print, 120.0, then, flag="--out") as result:
+      print(case, "| held", result)
+  except errors.UserError as error:
+    print(case, "|", type(error).__name__, error)
+"""
+
+
+@pytest.mark.e2e  # Two processes of one job on loopback (~5 s).
+def test_a_job_s_processes_all_stop_where_process_0_cannot_hold_the_folder(tmp_path):
+  """Process 0 takes the lock for the job and runs its checks; where it cannot, every process raises (a busy folder
+  as WorkdirBusy everywhere, so a sweep's processes all go on past it), and where it can, all go on together."""
+  held, free = tmp_path / "held", tmp_path / "free"
+  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COORDINATOR_PORT": str(free_port())}
+  with folder_lock.hold(held, print):
+    pair = [
+      subprocess.Popen(
+        [sys.executable, "-c", _CLAIMS, str(held), str(free)],
+        env={**env, **slurm_task(i, 2)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for i in range(2)
+    ]
+    outputs = [process.communicate(timeout=120) for process in pair]
+  assert [process.returncode for process in pair] == [0, 0], [stderr[-3000:] for _, stderr in outputs]
+  lines = [dict(line.split(" | ", 1) for line in stdout.splitlines() if " | " in line) for stdout, _ in outputs]
+  busy = f"{held} is in use by pid {os.getpid()} on host {socket.gethostname()} (lock {held / 'lock'}): wait for it "
+  assert lines[0] == {
+    "held": f"WorkdirBusy {busy}to end or stop it, or choose another --out",
+    "checks": "ConfigError the folder's checks failed",
+    "free": "held checked",
+  }
+  assert lines[1] == {
+    "held": f"WorkdirBusy process 0 refused {held}; its output says why",
+    "checks": f"WorkdirError process 0 refused {free}; its output says why",
+    "free": "held None",
+  }
+  assert (free / "lock").read_text() == ""  # Released by process 0 at the block's end.
