@@ -24,7 +24,8 @@ class WorkdirError(UserError):
 
 
 class WorkdirBusy(WorkdirError):
-  """A run directory another process holds (its lock file or lease): `holder` names it, with the lock."""
+  """A folder another process holds by its lock (a run directory, an embedding's output: jaxemb/folder_lock.py):
+  `holder` names that process, with the lock."""
 
   def __init__(self, message: str, holder: str):
     super().__init__(message)
