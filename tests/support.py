@@ -199,6 +199,25 @@ def slurm_task(process_id: int, num_processes: int) -> dict[str, str]:
   }
 
 
+def job_of_two(code: str, *args: str) -> list[str]:
+  """The stdout of each process of a two-process job (a SLURM job step on loopback) that runs `code` with `args` and
+  its process index last, after both ended with status 0."""
+  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COORDINATOR_PORT": str(free_port())}
+  pair = [
+    subprocess.Popen(
+      [sys.executable, "-c", code, *args, str(i)],
+      env={**env, **slurm_task(i, 2)},
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for i in range(2)
+  ]
+  outputs = [process.communicate(timeout=300) for process in pair]
+  assert [process.returncode for process in pair] == [0, 0], [stderr[-3000:] for _, stderr in outputs]
+  return [stdout for stdout, _ in outputs]
+
+
 def shared_path(*parts: str) -> pathlib.Path:
   """A path under ../shared; skips the test when it is not there."""
   path = SHARED.joinpath(*parts)

@@ -5,14 +5,12 @@ tests/embedding/test_job.py, tests/test_sweep.py."""
 import json
 import os
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from jaxemb import folder_lock
 from jaxemb.errors import WorkdirBusy
-from tests.support import REPO, free_port, slurm_task
+from tests.support import job_of_two
 
 
 def test_a_second_holder_is_refused_naming_pid_host_and_lock_file_and_release_frees_it(tmp_path):
@@ -47,7 +45,7 @@ _CLAIMS = """
 import sys
 from jaxemb import errors, folder_lock, hosts
 hosts.join_job()
-held, free = sys.argv[1:]
+held, free = sys.argv[1:3]
 
 def fails():
   raise errors.ConfigError("the folder's checks failed")
@@ -66,21 +64,9 @@ def test_a_job_s_processes_all_stop_where_process_0_cannot_hold_the_folder(tmp_p
   """Process 0 takes the lock for the job and runs its checks; where it cannot, every process raises (a busy folder
   as WorkdirBusy everywhere, so a sweep's processes all go on past it), and where it can, all go on together."""
   held, free = tmp_path / "held", tmp_path / "free"
-  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COORDINATOR_PORT": str(free_port())}
   with folder_lock.hold(held, print):
-    pair = [
-      subprocess.Popen(
-        [sys.executable, "-c", _CLAIMS, str(held), str(free)],
-        env={**env, **slurm_task(i, 2)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-      )
-      for i in range(2)
-    ]
-    outputs = [process.communicate(timeout=120) for process in pair]
-  assert [process.returncode for process in pair] == [0, 0], [stderr[-3000:] for _, stderr in outputs]
-  lines = [dict(line.split(" | ", 1) for line in stdout.splitlines() if " | " in line) for stdout, _ in outputs]
+    outputs = job_of_two(_CLAIMS, str(held), str(free))
+  lines = [dict(line.split(" | ", 1) for line in stdout.splitlines() if " | " in line) for stdout in outputs]
   busy = f"{held} is in use by pid {os.getpid()} on host {socket.gethostname()} (lock {held / 'lock'}): wait for it "
   assert lines[0] == {
     "held": f"WorkdirBusy {busy}to end or stop it, or choose another --out",

@@ -4,15 +4,13 @@ command and code in a job of two on loopback. Jobs for real: tests/training/test
 tests/test_search.py."""
 
 import os
-import subprocess
-import sys
 import warnings
 
 import jax
 import pytest
 
 from jaxemb import hosts
-from tests.support import REPO, free_port, slurm_task
+from tests.support import job_of_two, slurm_task
 
 
 @pytest.fixture
@@ -77,7 +75,7 @@ _CHECKS = f"""
 import sys
 from jaxemb import errors, hosts
 hosts.join_job()
-process = int(sys.argv[1])
+process = int(sys.argv[-1])
 for case, commands in {_COMMANDS!r}.items():
   if case == "code" and process == 1:
     hosts._source_files = lambda: "another checkout"
@@ -91,20 +89,7 @@ for case, commands in {_COMMANDS!r}.items():
 
 @pytest.mark.e2e  # Two processes of one job on loopback (~5 s).
 def test_processes_running_other_commands_or_code_are_all_stopped_naming_what_differs():
-  port = str(free_port())
-  env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_COORDINATOR_PORT": port}
-  pair = [
-    subprocess.Popen(
-      [sys.executable, "-c", _CHECKS, str(i)],
-      env={**env, **slurm_task(i, 2)},
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    for i in range(2)
-  ]
-  outputs = [process.communicate(timeout=300) for process in pair]
-  assert [process.returncode for process in pair] == [0, 0], [stderr[-3000:] for _, stderr in outputs]
+  outputs = job_of_two(_CHECKS)
   said = "process 1 of 2 runs another command than process 0: "
   expected = {
     "same": "ran",
@@ -115,7 +100,7 @@ def test_processes_running_other_commands_or_code_are_all_stopped_naming_what_di
     "code": "process 1 of 2 runs other code than process 0 (jaxemb's source files or jax's version differ): install "
     "the same jaxemb and jax on every host, then run the same command on each",
   }
-  for stdout, _ in outputs:  # Both processes say the same.
+  for stdout in outputs:  # Both processes say the same.
     lines = dict(line.split(" | ", 1) for line in stdout.splitlines() if " | " in line)
     assert lines == expected, stdout
 
