@@ -27,6 +27,7 @@ from jaxemb import lease, storage
 from jaxemb.errors import WorkdirBusy, WorkdirError
 
 LOCK_FILE = "lock"
+WORKDIR_FLAG = "--config.workdir"  # The flag a refusal names as the way to another folder, unless told another.
 # The file systems that cannot lock (some FUSE mounts) answer flock with one of these: said once, the job let through.
 _NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 
@@ -41,7 +42,7 @@ def hold(
   say: Callable[[str], None],
   lease_seconds: float | None = None,
   on_lost: Callable[[str], None] | None = None,
-  flag: str = "--config.workdir",
+  flag: str = WORKDIR_FLAG,
 ) -> Iterator[Callable[[], None]]:
   """Holds `folder`'s lock until the block ends: the flock on a disk, a lease of `lease_seconds` (needed there) in a
   bucket, its `on_lost` there (`jaxemb.lease.Lease`). Yields the check itself: it raises WorkdirError once a lease is
@@ -55,7 +56,7 @@ def hold(
   if storage.is_remote(folder) and lease_seconds is None:
     raise ValueError(f"a lock of {folder}, in a bucket, is a lease: lease_seconds is needed")
   with contextlib.ExitStack() as held:
-    with _naming(folder, flag):
+    with _naming(flag):
       if storage.is_remote(folder):
         check = held.enter_context(_leased(lease.Lease(folder, lock_file(folder), lease_seconds, on_lost), say))
       else:
@@ -64,12 +65,12 @@ def hold(
 
 
 @contextlib.contextmanager
-def _naming(folder: storage.Path, flag: str) -> Iterator[None]:
-  """A WorkdirBusy raised in the block as one that names `flag` as the way to another folder."""
+def _naming(flag: str) -> Iterator[None]:
+  """A WorkdirBusy raised in the block as the one line that refuses the folder: what to do, `flag` naming another."""
   try:
     yield
   except WorkdirBusy as e:
-    raise WorkdirBusy(lease.busy_line(folder, e.holder, flag), e.holder) from None
+    raise WorkdirBusy(f"{e}: wait for it to end or stop it, or choose another {flag}", e.holder) from None
 
 
 @contextlib.contextmanager
@@ -78,7 +79,7 @@ def hold_for_job(
   say: Callable[[str], None],
   lease_seconds: float,
   then: Callable[[], Any] = lambda: None,
-  flag: str = "--config.workdir",
+  flag: str = WORKDIR_FLAG,
 ) -> Iterator[Any]:
   """`hold` for every process of a job that writes the shared `folder`: process 0 takes the lock and runs `then`
   under it (the job's own checks of the folder), and tells the other processes whether both went through, so that
@@ -109,11 +110,11 @@ def _refusal_kind(refused: Exception | None) -> int:
   return 0 if refused is None else 2 if isinstance(refused, WorkdirBusy) else 1
 
 
-def refuse_if_held(folder: storage.PathLike, flag: str = "--config.workdir"):
+def refuse_if_held(folder: storage.PathLike, flag: str = WORKDIR_FLAG):
   """Raises WorkdirBusy (`flag` as in `hold`) at once when another process holds `folder`'s lock; creates nothing (a
   job that fails its checks afterwards leaves the folder as it was). `hold` takes the lock itself later."""
   folder = storage.path(folder)
-  with _naming(folder, flag):
+  with _naming(flag):
     if storage.is_remote(folder):
       lease.refuse_if_held(folder, lock_file(folder))
       return

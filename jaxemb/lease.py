@@ -49,14 +49,10 @@ def margin(seconds: float) -> float:
 
 
 def busy(workdir: storage.Path, holder: str, lock: storage.Path, detail: str = "") -> WorkdirBusy:
-  """The one line that refuses a run directory another process holds (a lock file or a lease)."""
+  """The refusal of a folder another process holds (a lock file or a lease), naming it; `jaxemb.folder_lock` says
+  what to do in the line it raises."""
   named = f"{holder or 'another process'} (lock {lock}{detail})"
-  return WorkdirBusy(busy_line(workdir, named, "--config.workdir"), named)
-
-
-def busy_line(folder: storage.Path, named: str, flag: str) -> str:
-  """`busy`'s line for a folder that `flag` names."""
-  return f"{folder} is in use by {named}: wait for it to end or stop it, or choose another {flag}"
+  return WorkdirBusy(f"{workdir} is in use by {named}", named)
 
 
 class Lease:
