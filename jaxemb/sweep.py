@@ -290,10 +290,10 @@ def run_experiment(experiment: spec.Experiment, share: tuple[int, int] = (0, 1),
       print(f"note: {run.directory} is in use by {e.holder}: left to it, on to the next run", file=sys.stderr)
       held.append(run)
   table = write_table(experiment, runs)
-  if any(not run.finished for run in held):
+  if unfinished := [run for run in held if not run.finished]:
     print(
-      f"note: {sum(not run.finished for run in held)} run(s) of this share were in use by other processes and are "
-      "not in this table yet: once they end, `--table_only` (with this command's --config flags) writes it whole",
+      f"note: {len(unfinished)} run(s) of this share were in use by other processes and are not in this table yet: "
+      "once they end, `--table_only` (with this command's --config flags) writes it whole",
       file=sys.stderr,
     )
   return table
