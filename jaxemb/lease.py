@@ -2,23 +2,23 @@
 nothing can be locked: a lease that its holder fences itself off by its own clock, as lease-based locks do (Chubby,
 etcd, Kubernetes leader election).
 
-A process claims the run with an object created only if absent (a generation precondition), naming its holder,
+A process claims the folder with an object created only if absent (a generation precondition), naming its holder,
 and keeps it by renewing it (replacing it only if unchanged) from a heartbeat thread, every `seconds` /
 RENEWALS_PER_LEASE. Two clocks bound a lease of `seconds`, apart by twice its `margin` (`seconds` / RENEWALS_PER_LEASE:
 a renewal's round trip and the clocks' drift):
 
 - The holder counts from the start of its last renewal that succeeded, on its monotonic clock. Once that is
-  `seconds` - `margin` old it has lost the run: it writes nothing more (every write to a bucket passes
+  `seconds` - `margin` old it has lost the folder: it writes nothing more (every write to a bucket passes
   `jaxemb.storage.check_writes`) and `stop_process` ends it in one line with status LOST_EXIT, abandoning any save
   in flight and resetting its connections, so that no request it began can land later. A holder that cannot run
   then (stopped by SIGSTOP, a VM frozen) is killed by its watchdog, a small process of its own
   (jaxemb/lease_watchdog.py).
 - Another process counts from the time Cloud Storage stamped on the object, by its own clock (Google Cloud VMs keep
-  theirs synchronised, far within a margin): it takes the run over once the lease is `seconds` + `margin` old, or
+  theirs synchronised, far within a margin): it takes the folder over once the lease is `seconds` + `margin` old, or
   at once when the holder ran on its own host and its pid is gone (a run killed there, a VM recreated under its
   name). A live lease is refused with one line naming its host and age.
 
-So a run is never written by two processes: the old holder has stopped before a new one can start.
+So a folder is never written by two processes: the old holder has stopped before a new one can start.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from jaxemb import storage
 from jaxemb.errors import WorkdirBusy, WorkdirError
 
 RENEWALS_PER_LEASE = 6  # Renewals a lease gets before it runs out: four may fail and the holder keeps it.
-LOST_EXIT = 75  # The status of a process that lost its run (EX_TEMPFAIL: another process may continue it).
+LOST_EXIT = 75  # The status of a process that lost its folder (EX_TEMPFAIL: another process may continue its job).
 _WATCHDOG = os.path.join(os.path.dirname(__file__), "lease_watchdog.py")
 
 
@@ -185,7 +185,7 @@ class Lease:
   def _expired_message(self) -> str:
     return (
       f"lost {self.workdir}: could not renew its lease {self.url} for {time.monotonic() - self._renewed_at:.0f} s (a "
-      "stalled VM or network), so another process may take the run over; stopping without saving"
+      "stalled VM or network), so another process may take it over; stopping without saving"
     )
 
   def _killed_message(self) -> str:
@@ -218,7 +218,7 @@ class Following(Lease):
 
   def _try_renewal(self, timeout: float) -> bool:
     """Reads the lease once, within `timeout` seconds; whether the holder renewed it since the last read. A released
-    lease (the run ending) is not a renewal; another holder loses it."""
+    lease (the job ending) is not a renewal; another holder loses it."""
     started = time.monotonic()
     try:
       data, _, age = storage.read_object(str(self.url), timeout=timeout) or (b"", 0, 0.0)
@@ -235,7 +235,7 @@ class Following(Lease):
 
 
 def stop_process(message: str):
-  """Ends a process that lost its run: says so in one line, resets its connections (a request still on its way is
+  """Ends a process that lost its folder: says so in one line, resets its connections (a request still on its way is
   dropped with them, not delivered when a cut network comes back) and exits with LOST_EXIT, abandoning its saves in
   flight, uncommitted. Its threads are not waited for: any of them could write."""
   sys.stdout.flush()
@@ -290,7 +290,7 @@ class _Watchdog:
 
 
 def refuse_if_held(workdir: storage.Path, url: storage.Path):
-  """Raises WorkdirError when a live lease holds the run directory; creates nothing."""
+  """Raises WorkdirError when a live lease holds the folder; creates nothing."""
   found = storage.read_object(str(url))
   if _live_holder(found):
     raise _refused(workdir, url, found)

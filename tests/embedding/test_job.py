@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import types
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 import safetensors.numpy
 
 from configs import embed as embed_config
-from jaxemb import embedding, folder_lock, storage
+from jaxemb import embedding, folder_lock, lease, storage
 from jaxemb.data.sts import add_period
 from jaxemb.embedding import job, shards
 from jaxemb.encode import Encoder, Method
@@ -370,6 +371,44 @@ def test_a_folder_another_job_writes_is_refused_and_left_as_it_is(
       monkeypatch.setattr(folder_lock, "refuse_if_held", lambda *args: None)  # Both jobs past the first check.
     assert not (storage.path(out) / shards.MANIFEST).exists()
   assert job.embed_corpus(EmbedRun.from_config(config))["sentences"] == 66  # Once it has ended.
+
+
+def test_a_job_whose_lease_another_process_took_over_writes_nothing_more_and_a_rerun_continues_it(
+  tiny_bert, corpus, tmp_path, bucket, monkeypatch
+):
+  """An embed job in a bucket whose lease another process took over (its VM stalled past the lease, say) writes no
+  shard once it has learnt so and stops, in the line a training run's loss says (the process would then exit with
+  lease.LOST_EXIT); the shard it wrote whole is kept, and once the other process has ended a rerun continues from
+  it to the vectors of a job never stopped."""
+  out = f"{bucket}/out"
+  config = _config(tiny_bert, corpus, out, dict(name="last_avg"), shard_rows=30, lease_seconds=6.0)
+  lost = []
+  monkeypatch.setattr(lease, "stop_process", lost.append)  # The process ends there; the test goes on.
+  write_shard = job._write_shard  # pylint: disable=protected-access
+
+  def taken_over_before_the_second_shard(folder, k, *args):
+    if k == 1:  # Another holder replaces the lease; the heartbeat (every second) finds it before this write.
+      _, generation, _ = storage.read_object(f"{out}/lock")
+      storage.replace(f"{out}/lock", b'{"pid": 1, "host": "other-vm", "lease_seconds": 120}', generation)
+      deadline = time.monotonic() + 4  # Within the job's own fence (5 s after its last renewal).
+      while not lost and time.monotonic() < deadline:
+        time.sleep(0.05)
+    write_shard(folder, k, *args)
+
+  monkeypatch.setattr(job, "_write_shard", taken_over_before_the_second_shard)
+  message = f"lost {out} to another process: its lease {out}/lock was taken over; stopping without saving"
+  with pytest.raises(WorkdirError, match=f"^{re.escape(message)}$"):
+    job.embed_corpus(EmbedRun.from_config(config))
+  assert lost == [message]
+  written = {f"{shards.SHARDS}/{path.name}" for path in (storage.path(out) / shards.SHARDS).iterdir()}
+  assert shards.done_file(0) in written and not any(name.startswith(shards.shard_stem(1)) for name in written)
+  _, generation, _ = storage.read_object(f"{out}/lock")
+  storage.replace(f"{out}/lock", b"", generation)  # The other process ended, releasing it.
+  monkeypatch.setattr(job, "_write_shard", write_shard)
+  assert job.embed_corpus(EmbedRun.from_config(config))["shards"] == 2
+  whole = _config(tiny_bert, corpus, tmp_path / "whole", dict(name="last_avg"), shard_rows=30)
+  job.embed_corpus(EmbedRun.from_config(whole))
+  np.testing.assert_array_equal(embedding.load(out).vectors[:], embedding.load(tmp_path / "whole").vectors[:])
 
 
 @pytest.mark.parametrize("num_shards", [1, 2, 7, 100])

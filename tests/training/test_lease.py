@@ -152,7 +152,7 @@ def test_a_holder_that_cannot_renew_fences_itself_by_its_own_clock(bucket, monke
     assert 2.5 <= at < 3.5, at
     assert re.fullmatch(
       rf"lost {bucket}/runs/r1: could not renew its lease {bucket}/runs/r1/lock for \d s \(a stalled VM or "
-      r"network\), so another process may take the run over; stopping without saving",
+      r"network\), so another process may take it over; stopping without saving",
       message,
     ), message
     with pytest.raises(WorkdirError):
@@ -368,7 +368,7 @@ def test_a_holder_that_cannot_reach_its_bucket_stops_and_nothing_it_sent_lands_l
     assert vm1.returncode == lease.LOST_EXIT == 75, stderr[-3000:]
     assert "Traceback" not in stderr and re.fullmatch(
       rf"error: lost {run}: could not renew its lease {run}/lock for \d+ s \(a stalled VM or network\), so "
-      "another process may take the run over; stopping without saving",
+      "another process may take it over; stopping without saving",
       stderr.splitlines()[-1],
     ), stderr[-3000:]
     if taker != "vm1":
