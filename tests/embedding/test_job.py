@@ -381,16 +381,17 @@ def test_a_job_whose_lease_another_process_took_over_writes_nothing_more_and_a_r
   lease.LOST_EXIT); the shard it wrote whole is kept, and once the other process has ended a rerun continues from
   it to the vectors of a job never stopped."""
   out = f"{bucket}/out"
-  config = _config(tiny_bert, corpus, out, dict(name="last_avg"), shard_rows=30, lease_seconds=6.0)
+  config = _config(tiny_bert, corpus, out, dict(name="last_avg"), shard_rows=30, lease_seconds=12.0)
   lost = []
   monkeypatch.setattr(lease, "stop_process", lost.append)  # The process ends there; the test goes on.
   write_shard = job._write_shard  # pylint: disable=protected-access
 
   def taken_over_before_the_second_shard(folder, k, *args):
-    if k == 1:  # Another holder replaces the lease; the heartbeat (every second) finds it before this write.
+    if k == 1:  # Another holder replaces the lease; the heartbeat (every 2 s) finds it before this write.
       _, generation, _ = storage.read_object(f"{out}/lock")
       storage.replace(f"{out}/lock", b'{"pid": 1, "host": "other-vm", "lease_seconds": 120}', generation)
-      deadline = time.monotonic() + 4  # Within the job's own fence (5 s after its last renewal).
+      # Within the job's own fence, 10 s after its last renewal, where its watchdog would kill this process.
+      deadline = time.monotonic() + 8
       while not lost and time.monotonic() < deadline:
         time.sleep(0.05)
     write_shard(folder, k, *args)
