@@ -2,8 +2,8 @@
 each other from the variables of a SLURM job step alone, as every host of a cluster runs the same command, each
 reading its own shard of every batch, with fsdp over all four devices, so the params are split across the two
 processes. They are checked for NaNs, saved, scored on STS-B dev, preempted and resumed, and end with the params of
-one process with four devices; their checkpoints restore in a single process. Which environments start a job:
-tests/test_hosts.py."""
+one process with four devices; their checkpoints restore in a single process. A worker killed mid-run ends the
+other at once, in one line. Which environments start a job: tests/test_hosts.py."""
 
 import json
 import os
@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -102,6 +103,13 @@ def _assert_params_close(expected, got):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+  """The data and XLA caches (`_command`'s `cache`) of this module's runs of one training setting: a later run
+  loads the programs an earlier one compiled."""
+  return tmp_path_factory.mktemp("programs")
+
+
 @pytest.fixture
 def pair_workdir(bucket):
   """The two-process run's workdir, in a bucket on the GCS emulator as on a TPU pod slice (the processes inherit
@@ -110,13 +118,13 @@ def pair_workdir(bucket):
 
 
 @pytest.mark.e2e
-def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir):
+def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path, tiny_bert, pair_workdir, programs):
   """fsdp over the four devices of two processes splits the word table across them. Process 1 alone is sent
   SIGTERM once the run has scored STS-B dev before training: both stop at the same step, save it and exit 143 (on the
   CPU after the first call's 4 steps, whose evaluation kept a best step that the resumed run's first process then
   reads alone); the same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev
   on the split params every 4 steps and kept the best in `best/`."""
-  corpus_file, cache = _corpus(tmp_path), tmp_path / "cache"
+  corpus_file, cache = _corpus(tmp_path), programs
   train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
   single = subprocess.run(
     _command(tiny_bert, corpus_file, tmp_path / "single", cache, **train),
@@ -159,6 +167,34 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
       best["encoder"]["layer_0"]["query"]["kernel"],  # load_best reads per layer.
       got["encoder"]["layers"]["query"]["kernel"][0],
     )
+
+
+@pytest.mark.e2e  # A pair of train.py processes, the FSDP test's programs loaded from their shared cache.
+def test_a_worker_killed_mid_run_ends_the_others_at_once_in_one_line(tmp_path, tiny_bert, programs):
+  """Process 1 killed (SIGKILL: its connections reset, as when a worker crashes or is killed) once the job has
+  scored STS-B dev before training: process 0's next collective fails, and it says so in one line and exits with
+  status 1 at once, instead of waiting for JAX's coordination service to find the worker's heartbeats stopped (100 s)
+  and abort it with a fatal error of many lines."""
+  train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
+  pair = _start_pair(tiny_bert, _corpus(tmp_path), tmp_path / "run", programs, **train)
+  for line in pair[0].stdout:
+    if "stsb_dev/STSBenchmark before training" in line:
+      break
+  pair[1].kill()
+  pair[1].wait()
+  killed_at = time.monotonic()
+  _, stderr = pair[0].communicate(timeout=300)
+  assert pair[0].returncode == 1, _stderr_tail(stderr)
+  assert time.monotonic() - killed_at < 30, _stderr_tail(stderr)
+  assert (
+    "Traceback" not in stderr
+    and "Fatal" not in stderr
+    and re.fullmatch(
+      r"error: process 0 of 2: another process of this job has gone \(.+\); run the same command on every host "
+      "again: it continues from what was saved",
+      stderr.splitlines()[-1],
+    )
+  ), _stderr_tail(stderr)
 
 
 @pytest.mark.e2e  # Two train.py processes stopped before their model loads (~5 s).
