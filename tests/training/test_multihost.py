@@ -103,10 +103,14 @@ def _assert_params_close(expected, got):
     np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
+# The training setting of the runs that share `programs`: fsdp over four devices, STS-B dev scored every 4 steps.
+_FSDP = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
+
+
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-  """The data and XLA caches (`_command`'s `cache`) of this module's runs of one training setting: a later run
-  loads the programs an earlier one compiled."""
+  """The data and XLA caches (`_command`'s `cache`) of this module's runs of `_FSDP`: a later run loads the
+  programs an earlier one compiled."""
   return tmp_path_factory.mktemp("programs")
 
 
@@ -125,7 +129,7 @@ def test_fsdp_across_processes_saves_evaluates_is_preempted_and_resumes(tmp_path
   reads alone); the same command resumes to the params of an uninterrupted one-process run, having scored STS-B dev
   on the split params every 4 steps and kept the best in `best/`."""
   corpus_file, cache = _corpus(tmp_path), programs
-  train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
+  train = _FSDP
   single = subprocess.run(
     _command(tiny_bert, corpus_file, tmp_path / "single", cache, **train),
     env=_env(4),
@@ -175,7 +179,7 @@ def test_a_worker_killed_mid_run_ends_the_others_at_once_in_one_line(tmp_path, t
   scored STS-B dev before training: process 0's next collective fails, and it says so in one line and exits with
   status 1 at once, instead of waiting for JAX's coordination service to find the worker's heartbeats stopped (100 s)
   and abort it with a fatal error of many lines."""
-  train = {"mesh_data": 1, "mesh_fsdp": 4, "num_steps": 8, "save_every": 100, "eval_every": 4}
+  train = _FSDP
   pair = _start_pair(tiny_bert, _corpus(tmp_path), tmp_path / "run", programs, **train)
   for line in pair[0].stdout:
     if "stsb_dev/STSBenchmark before training" in line:
